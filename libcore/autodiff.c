@@ -1,0 +1,160 @@
+/* autodiff.c - reverse-mode differentiation by appending backward nodes,
+ * and activation checkpointing by recomputation clones. */
+#include "graph_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+col_backward_fn col_backward_of(col_op op)
+{
+    switch (op) {
+    case COL_OP_VIEW: return col_bwd_view;
+    case COL_OP_COPY: return col_bwd_copy;
+    case COL_OP_CAST: return col_bwd_cast;
+    case COL_OP_ADD: case COL_OP_SUB: case COL_OP_MUL: case COL_OP_DIV: return col_bwd_binary;
+    case COL_OP_SCALE: return col_bwd_scale;
+    case COL_OP_CONCAT: return col_bwd_concat;
+    case COL_OP_MATMUL: return col_bwd_matmul;
+    case COL_OP_EXP: case COL_OP_LOG: case COL_OP_TANH: case COL_OP_SIGMOID: case COL_OP_RELU:
+    case COL_OP_GELU_ERF: case COL_OP_GELU_TANH: case COL_OP_SILU: case COL_OP_SWIGLU:
+        return col_bwd_unary;
+    case COL_OP_SUM: case COL_OP_MEAN: case COL_OP_MAX: return col_bwd_reduce;
+    case COL_OP_SOFTMAX: case COL_OP_LOG_SOFTMAX: return col_bwd_softmax;
+    case COL_OP_LAYERNORM: case COL_OP_RMSNORM: return col_bwd_norm;
+    case COL_OP_EMBEDDING: return col_bwd_embedding;
+    case COL_OP_ROPE: return col_bwd_rope;
+    case COL_OP_ATTENTION: return col_bwd_attention;
+    case COL_OP_CROSS_ENTROPY: return col_bwd_cross_entropy;
+    case COL_OP_DROPOUT: return col_bwd_dropout;
+    default: return NULL;
+    }
+}
+
+void col_accum_grad(col_graph *g, col_node *x, col_node *d)
+{
+    if (!x || !d || g->err.code != COL_OK)
+        return;
+    if (!(x->flags & COL_NODE_NEEDS_GRAD))
+        return;
+    char b1[96], b2[96];
+    if (!col_check(g, col_same_shape(&x->t, &d->t), COL_EINTERNAL, "autodiff: gradient %s for %s node of shape %s",
+                   col_shape_str(&d->t, b1, sizeof b1), x->name, col_shape_str(&x->t, b2, sizeof b2)))
+        return;
+    x->grad = x->grad ? col_add(g, x->grad, d) : d;
+}
+
+col_node *col_reduce_to(col_graph *g, col_node *d, const col_tensor *like)
+{
+    if (!d)
+        return NULL;
+    if (col_same_shape(&d->t, like))
+        return d;
+    int lead = d->t.ndim - like->ndim;
+    uint32_t axes = 0;
+    for (int i = 0; i < d->t.ndim; i++)
+        if (i < lead || (like->shape[i - lead] == 1 && d->t.shape[i] != 1))
+            axes |= 1u << i;
+    col_node *s = col_sum(g, d, axes, 1);
+    return col_reshape(g, s, like->ndim, like->shape);
+}
+
+/* ---- checkpointing: clone a checkpointed forward node for recomputation ---- */
+
+static bool is_checkpointed(const col_node *n)
+{
+    return n->segment != 0 && n->op != COL_OP_LEAF && !(n->flags & (COL_NODE_BACKWARD | COL_NODE_RECOMPUTE));
+}
+
+static col_node *recompute_clone(col_graph *g, col_node *n)
+{
+    if (!is_checkpointed(n))
+        return n;
+    if (n->recomputed)
+        return n->recomputed;
+    col_node *src[COL_MAX_SRC];
+    for (int i = 0; i < n->nsrc; i++) {
+        src[i] = recompute_clone(g, n->src[i]);
+        if (!src[i])
+            return NULL;
+    }
+    col_node *c = col_new_node(g, n->op, n->t.dtype, n->t.ndim, n->t.shape, n->nsrc, src);
+    if (!c)
+        return NULL;
+    memcpy(c->t.stride, n->t.stride, sizeof c->t.stride);
+    c->p = n->p;
+    c->extra_bytes = n->extra_bytes;
+    c->scratch_bytes = n->scratch_bytes;
+    c->flags = (n->flags & ~(COL_NODE_OUTPUT | COL_NODE_BACKWARD)) | COL_NODE_RECOMPUTE;
+    c->segment = 0;
+    if (n->flags & COL_NODE_VIEW) {
+        col_node *s0 = src[0];
+        c->view_base = (s0->flags & COL_NODE_VIEW) ? s0->view_base : s0;
+        c->view_offset = n->view_offset;
+    }
+    memcpy(c->name, n->name, sizeof c->name);
+    n->recomputed = c;
+    return c;
+}
+
+col_status col_graph_backward(col_graph *g, col_node *loss, col_err *err)
+{
+    if (g->err.code != COL_OK)
+        return col_err_set(err, g->err.code, "%s", g->err.msg);
+    if (!loss)
+        return col_err_set(err, COL_EINVAL, "backward: no loss node");
+    if (col_numel(&loss->t) != 1 || loss->t.dtype != COL_F32)
+        return col_err_set(err, COL_ESHAPE, "backward: the loss must be an f32 scalar (got %lld elements of %s)",
+                           (long long)col_numel(&loss->t), col_dtype_name(loss->t.dtype));
+    if (g->cur_segment)
+        return col_err_set(err, COL_ESTATE, "backward: a checkpoint segment is still open");
+    if (!(loss->flags & COL_NODE_NEEDS_GRAD))
+        return col_err_set(err, COL_EINVAL, "backward: the loss does not depend on any parameter");
+
+    int nfwd = g->n;
+    g->in_backward = true;
+    col_mark_output(loss);
+    loss->grad = col_fill(g, COL_F32, loss->t.ndim, loss->t.shape, 1.0f);
+    for (int i = loss->id; i >= 0 && g->err.code == COL_OK; i--) {
+        col_node *n = g->nodes[i];
+        if (!n->grad || n->op == COL_OP_LEAF)
+            continue;
+        col_backward_fn fn = col_backward_of(n->op);
+        if (!fn) {
+            col_graph_fail(g, COL_EUNSUPPORTED, "autodiff: op %s has no gradient", col_op_name(n->op));
+            break;
+        }
+        fn(g, n, n->grad);
+    }
+    /* gradients of leaves */
+    for (int i = 0; i < nfwd && g->err.code == COL_OK; i++) {
+        col_node *n = g->nodes[i];
+        if (n->op != COL_OP_LEAF || !n->grad)
+            continue;
+        if (n->flags & COL_NODE_PARAM) {
+            col_node *d = col_cast(g, n->grad, COL_F32);
+            col_node *srcs[2] = {d, n}; /* src1: the parameter whose grad_data receives the sum */
+            col_node *acc = col_new_node(g, COL_OP_ACCUMULATE, COL_F32, n->t.ndim, n->t.shape, 2, srcs);
+            if (acc) {
+                acc->flags |= COL_NODE_OUTPUT;
+                snprintf(acc->name, sizeof acc->name, "grad:%.40s", n->name);
+            }
+        } else {
+            col_mark_output(n->grad);
+        }
+    }
+    /* redirect backward uses of checkpointed activations to recomputed clones */
+    int nall = g->n;
+    for (int i = nfwd; i < nall && g->err.code == COL_OK; i++) {
+        col_node *b = g->nodes[i];
+        for (int s = 0; s < b->nsrc; s++)
+            if (is_checkpointed(b->src[s]))
+                b->src[s] = recompute_clone(g, b->src[s]);
+        if ((b->flags & COL_NODE_VIEW) && is_checkpointed(b->view_base))
+            b->view_base = recompute_clone(g, b->view_base);
+    }
+    g->in_backward = false;
+    if (g->err.code != COL_OK)
+        return col_err_set(err, g->err.code, "%s", g->err.msg);
+    return COL_OK;
+}

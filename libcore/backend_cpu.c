@@ -1,0 +1,49 @@
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+int col_max_threads(void)
+{
+    int n = omp_get_max_threads();
+    return n > 0 ? n : 1;
+}
+
+col_status col_cpu_backend_init(col_backend *be, col_err *err)
+{
+    memset(be, 0, sizeof *be);
+    col_cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return col_err_set(err, COL_ENOMEM, "cpu backend: out of memory");
+    col_status st = col_blas_load(&ctx->blas, err);
+    if (st != COL_OK) {
+        free(ctx);
+        return st;
+    }
+    be->name = "cpu";
+    be->ctx = ctx;
+    col_cpu_register_basic(be);
+    col_cpu_register_unary(be);
+    col_cpu_register_reduce(be);
+    col_cpu_register_norm(be);
+    col_cpu_register_nn(be);
+    col_cpu_register_attention(be);
+    return COL_OK;
+}
+
+void col_cpu_backend_free(col_backend *be)
+{
+    if (!be || !be->ctx)
+        return;
+    col_cpu_ctx *ctx = be->ctx;
+    col_blas_unload(&ctx->blas);
+    free(ctx);
+    be->ctx = NULL;
+}
+
+const char *col_cpu_backend_blas_core(const col_backend *be)
+{
+    const col_cpu_ctx *ctx = be->ctx;
+    return ctx ? ctx->blas.core : "";
+}

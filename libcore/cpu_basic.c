@@ -1,0 +1,257 @@
+/* cpu_basic.c - CPU kernels: copy, cast, fill, accumulate, scatter_slice,
+ * binary elementwise, scale, concat, matmul. */
+#include <string.h>
+
+#include "cpu_internal.h"
+
+/* copies row-wise from a strided tensor into contiguous memory (same dtype) */
+static void copy_strided(const col_tensor *s, void *dst)
+{
+    int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s);
+    size_t es = col_dtype_size(s->dtype);
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const char *src = (const char *)s->data + col_row_offset(s, r) * (int64_t)es;
+        char *d = (char *)dst + r * cols * (int64_t)es;
+        if (cs == 1) {
+            memcpy(d, src, (size_t)cols * es);
+        } else if (es == 4) {
+            for (int64_t c = 0; c < cols; c++)
+                ((uint32_t *)d)[c] = ((const uint32_t *)src)[c * cs];
+        } else if (es == 2) {
+            for (int64_t c = 0; c < cols; c++)
+                ((uint16_t *)d)[c] = ((const uint16_t *)src)[c * cs];
+        } else {
+            for (int64_t c = 0; c < cols; c++)
+                ((uint64_t *)d)[c] = ((const uint64_t *)src)[c * cs];
+        }
+    }
+}
+
+static col_status k_copy(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    copy_strided(&n->src[0]->t, n->t.data);
+    return COL_OK;
+}
+
+static col_status k_cast(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    const col_tensor *s = &n->src[0]->t;
+    col_tensor d = n->t;
+    int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s);
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t so = col_row_offset(s, r);
+        for (int64_t c = 0; c < cols; c++) {
+            double v = col_get_as_f64(s, so + c * cs);
+            if (col_dtype_is_float(s->dtype) && !col_dtype_is_float(d.dtype))
+                v = v < 0 ? -__builtin_floor(-v) : __builtin_floor(v); /* truncate like PyTorch */
+            col_set_from_f64(&d, r * cols + c, v);
+        }
+    }
+    return COL_OK;
+}
+
+static col_status k_fill(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    int64_t num = col_numel(&n->t);
+    if (n->t.dtype == COL_F32) {
+        float v = n->p.f[0], *d = n->t.data;
+        for (int64_t i = 0; i < num; i++)
+            d[i] = v;
+    } else {
+        for (int64_t i = 0; i < num; i++)
+            col_set_from_f64(&n->t, i, n->p.f[0]);
+    }
+    return COL_OK;
+}
+
+static col_status k_accumulate(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    const col_tensor *s = &n->src[0]->t;
+    float *d = n->t.data;
+    int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s);
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = (const float *)s->data + col_row_offset(s, r);
+        float *y = d + r * cols;
+        if (cs == 1)
+            for (int64_t c = 0; c < cols; c++)
+                y[c] += x[c];
+        else
+            for (int64_t c = 0; c < cols; c++)
+                y[c] += x[c * cs];
+    }
+    return COL_OK;
+}
+
+static col_status k_scatter_slice(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    size_t es = col_dtype_size(n->t.dtype);
+    memset(n->t.data, 0, (size_t)col_numel(&n->t) * es);
+    col_tensor view = n->t; /* the slice region of the output */
+    int axis = (int)n->p.i[0];
+    view.shape[axis] = n->src[0]->t.shape[axis];
+    view.data = (char *)n->t.data + n->p.i[1] * n->t.stride[axis] * (int64_t)es;
+    const col_tensor *s = &n->src[0]->t;
+    int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s);
+    for (int64_t r = 0; r < rows; r++) {
+        const char *src = (const char *)s->data + col_row_offset(s, r) * (int64_t)es;
+        char *dst = (char *)view.data + col_row_offset(&view, r) * (int64_t)es;
+        for (int64_t c = 0; c < cols; c++)
+            memcpy(dst + c * (int64_t)es, src + c * cs * (int64_t)es, es);
+    }
+    return COL_OK;
+}
+
+static col_status k_binary(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    const col_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
+    float *out = n->t.data;
+    int64_t rows = col_rows(&n->t), cols = col_cols(&n->t);
+    int64_t sa = col_col_stride(a), sb = col_col_stride(b);
+    col_op op = n->op;
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = (const float *)a->data + col_row_offset(a, r);
+        const float *y = (const float *)b->data + col_row_offset(b, r);
+        float *o = out + r * cols;
+        if (sa == 1 && sb == 1) {
+            switch (op) {
+            case COL_OP_ADD: for (int64_t c = 0; c < cols; c++) o[c] = x[c] + y[c]; break;
+            case COL_OP_SUB: for (int64_t c = 0; c < cols; c++) o[c] = x[c] - y[c]; break;
+            case COL_OP_MUL: for (int64_t c = 0; c < cols; c++) o[c] = x[c] * y[c]; break;
+            default: for (int64_t c = 0; c < cols; c++) o[c] = x[c] / y[c]; break;
+            }
+        } else {
+            switch (op) {
+            case COL_OP_ADD: for (int64_t c = 0; c < cols; c++) o[c] = x[c * sa] + y[c * sb]; break;
+            case COL_OP_SUB: for (int64_t c = 0; c < cols; c++) o[c] = x[c * sa] - y[c * sb]; break;
+            case COL_OP_MUL: for (int64_t c = 0; c < cols; c++) o[c] = x[c * sa] * y[c * sb]; break;
+            default: for (int64_t c = 0; c < cols; c++) o[c] = x[c * sa] / y[c * sb]; break;
+            }
+        }
+    }
+    return COL_OK;
+}
+
+static col_status k_scale(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    const col_tensor *a = &n->src[0]->t;
+    float *out = n->t.data, m = n->p.f[0], k = n->p.f[1];
+    int64_t rows = col_rows(&n->t), cols = col_cols(&n->t), sa = col_col_stride(a);
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = (const float *)a->data + col_row_offset(a, r);
+        float *o = out + r * cols;
+        if (sa == 1)
+            for (int64_t c = 0; c < cols; c++)
+                o[c] = x[c] * m + k;
+        else
+            for (int64_t c = 0; c < cols; c++)
+                o[c] = x[c * sa] * m + k;
+    }
+    return COL_OK;
+}
+
+static col_status k_concat(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    int axis = (int)n->p.i[0];
+    size_t es = col_dtype_size(n->t.dtype);
+    int64_t start = 0;
+    for (int k = 0; k < n->nsrc; k++) {
+        const col_tensor *s = &n->src[k]->t;
+        col_tensor view = n->t;
+        view.shape[axis] = s->shape[axis];
+        view.data = (char *)n->t.data + start * n->t.stride[axis] * (int64_t)es;
+        int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s), vs = col_col_stride(&view);
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            const char *src = (const char *)s->data + col_row_offset(s, r) * (int64_t)es;
+            char *dst = (char *)view.data + col_row_offset(&view, r) * (int64_t)es;
+            if (cs == 1 && vs == 1)
+                memcpy(dst, src, (size_t)cols * es);
+            else
+                for (int64_t c = 0; c < cols; c++)
+                    memcpy(dst + c * vs * (int64_t)es, src + c * cs * (int64_t)es, es);
+        }
+        start += s->shape[axis];
+    }
+    return COL_OK;
+}
+
+/* trans flag and leading dimension of a BLAS-readable matrix (see blas_ok) */
+static void blas_layout(const col_tensor *t, int *trans, int *ld)
+{
+    int nd = t->ndim;
+    int64_t r = t->shape[nd - 2], c = t->shape[nd - 1];
+    int64_t sr = t->stride[nd - 2], sc = t->stride[nd - 1];
+    if ((sc == 1 || c == 1) && sr >= (c > 1 ? c : 1)) {
+        *trans = COL_BLAS_NO_TRANS;
+        *ld = (int)(sr > 0 ? sr : 1);
+        if (*ld < c)
+            *ld = (int)c;
+    } else {
+        *trans = COL_BLAS_TRANS;
+        *ld = (int)(sc > 0 ? sc : 1);
+        if (*ld < r)
+            *ld = (int)r;
+    }
+}
+
+static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cpu_ctx *ctx = ex->be->ctx;
+    const col_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
+    int nd = n->t.ndim;
+    int64_t M = n->t.shape[nd - 2], N = n->t.shape[nd - 1], K = a->shape[nd - 1];
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return col_err_set(err, COL_EUNSUPPORTED, "matmul: a dimension exceeds 2^31");
+    int ta, tb, lda, ldb;
+    blas_layout(a, &ta, &lda);
+    blas_layout(b, &tb, &ldb);
+    int64_t batches = 1;
+    for (int d = 0; d < nd - 2; d++)
+        batches *= n->t.shape[d];
+    float *c = n->t.data;
+    if (K == 0) {
+        memset(c, 0, sizeof(float) * (size_t)(batches * M * N));
+        return COL_OK;
+    }
+    for (int64_t bi = 0; bi < batches; bi++) {
+        int64_t oa = 0, ob = 0, rem = bi;
+        for (int d = nd - 3; d >= 0; d--) {
+            int64_t s = n->t.shape[d], i = rem % s;
+            rem /= s;
+            oa += i * a->stride[d];
+            ob += i * b->stride[d];
+        }
+        ctx->blas.sgemm(COL_BLAS_ROW_MAJOR, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)a->data + oa, lda,
+                        (const float *)b->data + ob, ldb, 0.0f, c + bi * M * N, (int)N);
+    }
+    return COL_OK;
+}
+
+void col_cpu_register_basic(col_backend *be)
+{
+    be->kernel[COL_OP_COPY] = k_copy;
+    be->kernel[COL_OP_CAST] = k_cast;
+    be->kernel[COL_OP_FILL] = k_fill;
+    be->kernel[COL_OP_ACCUMULATE] = k_accumulate;
+    be->kernel[COL_OP_SCATTER_SLICE] = k_scatter_slice;
+    be->kernel[COL_OP_ADD] = k_binary;
+    be->kernel[COL_OP_SUB] = k_binary;
+    be->kernel[COL_OP_MUL] = k_binary;
+    be->kernel[COL_OP_DIV] = k_binary;
+    be->kernel[COL_OP_SCALE] = k_scale;
+    be->kernel[COL_OP_CONCAT] = k_concat;
+    be->kernel[COL_OP_MATMUL] = k_matmul;
+}

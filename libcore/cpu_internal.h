@@ -1,0 +1,47 @@
+/* cpu_internal.h - what the CPU kernel modules share. Not installed. */
+#ifndef COL_CPU_INTERNAL_H
+#define COL_CPU_INTERNAL_H
+
+#include "backend.h"
+#include "blas.h"
+
+typedef struct {
+    col_blas blas;
+} col_cpu_ctx;
+
+/* Elements below which a kernel stays on one thread. */
+#define COL_PAR_MIN 32768
+
+/* Offset (in elements) of row `row` of t, rows being all dims but the last
+ * in row-major order. */
+static inline int64_t col_row_offset(const col_tensor *t, int64_t row)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 2; d >= 0; d--) {
+        int64_t s = t->shape[d];
+        off += (row % s) * t->stride[d];
+        row /= s;
+    }
+    return off;
+}
+
+static inline int64_t col_rows(const col_tensor *t)
+{
+    int64_t r = 1;
+    for (int d = 0; d < t->ndim - 1; d++)
+        r *= t->shape[d];
+    return r;
+}
+
+static inline int64_t col_cols(const col_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
+static inline int64_t col_col_stride(const col_tensor *t) { return t->ndim ? t->stride[t->ndim - 1] : 1; }
+
+/* Each kernel module fills its entries of the table. */
+void col_cpu_register_basic(col_backend *be);     /* cpu_basic.c */
+void col_cpu_register_unary(col_backend *be);     /* cpu_unary.c */
+void col_cpu_register_reduce(col_backend *be);    /* cpu_reduce.c */
+void col_cpu_register_norm(col_backend *be);      /* cpu_norm.c */
+void col_cpu_register_nn(col_backend *be);        /* cpu_nn.c */
+void col_cpu_register_attention(col_backend *be); /* cpu_attention.c */
+
+#endif

@@ -1,0 +1,197 @@
+#include "graph_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+col_graph *col_graph_new(void)
+{
+    col_graph *g = calloc(1, sizeof *g);
+    return g;
+}
+
+void col_graph_free(col_graph *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < g->n; i++)
+        free(g->nodes[i]);
+    free(g->nodes);
+    free(g);
+}
+
+col_status col_graph_status(const col_graph *g) { return g->err.code; }
+const col_err *col_graph_error(const col_graph *g) { return &g->err; }
+int col_graph_count(const col_graph *g) { return g->n; }
+col_node *col_graph_node(const col_graph *g, int i) { return (i >= 0 && i < g->n) ? g->nodes[i] : NULL; }
+
+col_node *col_graph_fail(col_graph *g, col_status code, const char *fmt, ...)
+{
+    if (g->err.code == COL_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        col_err_vset(&g->err, code, fmt, ap);
+        va_end(ap);
+    }
+    return NULL;
+}
+
+bool col_check(col_graph *g, bool cond, col_status code, const char *fmt, ...)
+{
+    if (cond)
+        return true;
+    if (g->err.code == COL_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        col_err_vset(&g->err, code, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+bool col_any_needs_grad(int nsrc, col_node *const *src)
+{
+    for (int i = 0; i < nsrc; i++)
+        if (src[i] && (src[i]->flags & COL_NODE_NEEDS_GRAD))
+            return true;
+    return false;
+}
+
+static col_node *append(col_graph *g, col_node *n)
+{
+    if (g->n == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 256;
+        col_node **nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) {
+            free(n);
+            return col_graph_fail(g, COL_ENOMEM, "graph: out of memory growing to %d nodes", cap);
+        }
+        g->nodes = nn;
+        g->cap = cap;
+    }
+    n->id = g->n;
+    g->nodes[g->n++] = n;
+    return n;
+}
+
+static bool shape_ok(col_graph *g, const char *what, int ndim, const int64_t *shape)
+{
+    if (!col_check(g, ndim >= 0 && ndim <= COL_MAX_DIMS, COL_ESHAPE, "%s: %d dimensions (at most %d)", what,
+                   ndim, COL_MAX_DIMS))
+        return false;
+    for (int i = 0; i < ndim; i++)
+        if (!col_check(g, shape[i] >= 0, COL_ESHAPE, "%s: negative size %lld in dim %d", what,
+                       (long long)shape[i], i))
+            return false;
+    return true;
+}
+
+col_node *col_new_node(col_graph *g, col_op op, col_dtype dt, int ndim, const int64_t *shape, int nsrc,
+                       col_node *const *src)
+{
+    if (!g || g->err.code != COL_OK)
+        return NULL;
+    if (nsrc > COL_MAX_SRC)
+        return col_graph_fail(g, COL_EINTERNAL, "%s: %d sources (at most %d)", col_op_name(op), nsrc, COL_MAX_SRC);
+    for (int i = 0; i < nsrc; i++)
+        if (!src[i])
+            return col_graph_fail(g, COL_EINVAL, "%s: source %d is missing", col_op_name(op), i);
+    if (!shape_ok(g, col_op_name(op), ndim, shape))
+        return NULL;
+    if ((unsigned)dt >= COL_DTYPE_COUNT)
+        return col_graph_fail(g, COL_EDTYPE, "%s: unknown dtype %d", col_op_name(op), (int)dt);
+    col_node *n = calloc(1, sizeof *n);
+    if (!n)
+        return col_graph_fail(g, COL_ENOMEM, "graph: out of memory for a node");
+    n->op = op;
+    n->nsrc = nsrc;
+    for (int i = 0; i < nsrc; i++)
+        n->src[i] = src[i];
+    n->t.dtype = dt;
+    n->t.ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        n->t.shape[i] = shape[i];
+    col_set_contiguous_strides(&n->t);
+    if (col_any_needs_grad(nsrc, src))
+        n->flags |= COL_NODE_NEEDS_GRAD;
+    if (g->in_backward)
+        n->flags |= COL_NODE_BACKWARD;
+    n->segment = g->cur_segment;
+    snprintf(n->name, sizeof n->name, "%s", col_op_name(op));
+    return append(g, n);
+}
+
+static col_node *new_leaf(col_graph *g, const char *name, col_dtype dt, int ndim, const int64_t *shape,
+                          uint32_t flags)
+{
+    col_node *n = col_new_node(g, COL_OP_LEAF, dt, ndim, shape, 0, NULL);
+    if (!n)
+        return NULL;
+    n->flags |= flags;
+    n->segment = 0; /* leaves are never recomputed */
+    snprintf(n->name, sizeof n->name, "%s", name ? name : "leaf");
+    return n;
+}
+
+col_node *col_param(col_graph *g, const char *name, col_dtype dt, int ndim, const int64_t *shape)
+{
+    if (g && g->err.code == COL_OK &&
+        !col_check(g, col_dtype_is_float(dt), COL_EDTYPE, "param %s: dtype %s cannot be trained", name ? name : "",
+                   col_dtype_name(dt)))
+        return NULL;
+    return new_leaf(g, name, dt, ndim, shape, COL_NODE_PARAM | COL_NODE_NEEDS_GRAD);
+}
+
+col_node *col_input(col_graph *g, const char *name, col_dtype dt, int ndim, const int64_t *shape)
+{
+    return new_leaf(g, name, dt, ndim, shape, COL_NODE_INPUT);
+}
+
+col_status col_bind(col_node *leaf, void *data, col_err *err)
+{
+    if (!leaf || (leaf->op != COL_OP_LEAF))
+        return col_err_set(err, COL_EINVAL, "bind: only parameters and inputs can be bound");
+    leaf->bound = data;
+    leaf->t.data = data;
+    return COL_OK;
+}
+
+col_status col_bind_grad(col_node *param, float *grad, col_err *err)
+{
+    if (!param || !(param->flags & COL_NODE_PARAM))
+        return col_err_set(err, COL_EINVAL, "bind_grad: node is not a parameter");
+    param->grad_data = grad;
+    return COL_OK;
+}
+
+void col_mark_output(col_node *n)
+{
+    if (n)
+        n->flags |= COL_NODE_OUTPUT;
+}
+
+void *col_data(const col_node *n) { return n ? n->t.data : NULL; }
+
+col_tensor col_node_tensor(const col_node *n) { return n->t; }
+
+void col_checkpoint_begin(col_graph *g)
+{
+    if (!g || g->err.code != COL_OK)
+        return;
+    if (g->cur_segment) {
+        col_graph_fail(g, COL_ESTATE, "checkpoint: segments cannot nest");
+        return;
+    }
+    g->cur_segment = ++g->next_segment;
+}
+
+void col_checkpoint_end(col_graph *g)
+{
+    if (!g || g->err.code != COL_OK)
+        return;
+    if (!g->cur_segment) {
+        col_graph_fail(g, COL_ESTATE, "checkpoint: end without begin");
+        return;
+    }
+    g->cur_segment = 0;
+}

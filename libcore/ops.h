@@ -1,0 +1,151 @@
+/* ops.h - the operator set: enum, parameters and graph builders.
+ *
+ * Conventions: PyTorch dimension order; builders return NULL (and record the
+ * error in the graph) on bad shapes or dtypes. Compute ops take and produce
+ * f32 unless stated; casts move between all dtypes. Sources may be strided
+ * views unless a builder says it makes them contiguous first.
+ */
+#ifndef COL_OPS_H
+#define COL_OPS_H
+
+#include <stdint.h>
+
+#include "tensor.h"
+
+typedef enum {
+    COL_OP_LEAF = 0,       /* parameter or input: no kernel */
+    COL_OP_VIEW,           /* reshape/permute/transpose/slice/expand: no kernel */
+    COL_OP_COPY,           /* strided -> contiguous copy, any dtype */
+    COL_OP_CAST,           /* dtype conversion, any -> any */
+    COL_OP_FILL,           /* f[0] everywhere */
+    COL_OP_ACCUMULATE,     /* src1->grad_data += src0 (src1 a parameter); output has no storage */
+    COL_OP_SCATTER_SLICE,  /* zeros of base shape with src0 written into a slice (backward of slice) */
+
+    /* elementwise binary, broadcasting (sources are expanded views) */
+    COL_OP_ADD, COL_OP_SUB, COL_OP_MUL, COL_OP_DIV,
+    /* elementwise unary */
+    COL_OP_SCALE,          /* x * f[0] + f[1] */
+    COL_OP_EXP, COL_OP_LOG, COL_OP_TANH, COL_OP_SIGMOID, COL_OP_RELU,
+    COL_OP_GELU_ERF, COL_OP_GELU_TANH, COL_OP_SILU,
+    COL_OP_SWIGLU,         /* silu(src0) * src1 */
+    /* backward helpers of unary ops: (x or y, dy) -> dx */
+    COL_OP_TANH_BWD,       /* src0 = y, src1 = dy */
+    COL_OP_SIGMOID_BWD,    /* src0 = y, src1 = dy */
+    COL_OP_RELU_BWD,       /* src0 = x, src1 = dy */
+    COL_OP_GELU_ERF_BWD,   /* src0 = x, src1 = dy */
+    COL_OP_GELU_TANH_BWD,  /* src0 = x, src1 = dy */
+    COL_OP_SILU_BWD,       /* src0 = x, src1 = dy */
+    COL_OP_SWIGLU_BWD,     /* src0 = a, src1 = b, src2 = dy; output packed [da | db] (2*numel) */
+
+    /* reductions over a set of axes: i[0] = axis bitmask, i[1] = keepdim */
+    COL_OP_SUM, COL_OP_MEAN, COL_OP_MAX,
+    COL_OP_MAX_BWD,        /* src0 = x, src1 = y (keepdim form), src2 = dy (keepdim form); grad to the first max */
+
+    /* normalisation / softmax family, over the last dimension */
+    COL_OP_SOFTMAX,        /* i[0] = causal (rows are queries, last dim keys, offset i[1]); src1 optional additive mask */
+    COL_OP_SOFTMAX_BWD,    /* src0 = y, src1 = dy */
+    COL_OP_LOG_SOFTMAX,
+    COL_OP_LOG_SOFTMAX_BWD,/* src0 = y, src1 = dy */
+    COL_OP_LAYERNORM,      /* src0 = x, src1 = weight or none, src2 = bias or none; f[0] = eps */
+    COL_OP_LAYERNORM_BWD,  /* src0 = x, src1 = weight, src2 = dy; packed [dx | dw | db]; f[0] = eps */
+    COL_OP_RMSNORM,        /* src0 = x, src1 = weight; f[0] = eps */
+    COL_OP_RMSNORM_BWD,    /* src0 = x, src1 = weight, src2 = dy; packed [dx | dw]; f[0] = eps */
+
+    COL_OP_EMBEDDING,      /* src0 = weight [V,C], src1 = ids (i32/i64) [...]; out [..., C] */
+    COL_OP_EMBEDDING_BWD,  /* src0 = ids, src1 = dy; out [V,C] (i[0] = V) */
+    COL_OP_ROPE,           /* src0 = x [B,H,T,D], src1 = positions (i32/i64) [T] or [B,T];
+                              i[0] = rotary dims, i[1] = inverse (backward); f[0] = theta;
+                              LLaMA-3 scaling: f[1] = factor (0 = off), f[2] = low_freq_factor,
+                              f[3] = high_freq_factor, f[4] = original max positions */
+    COL_OP_ATTENTION,      /* q [B,Hq,T,D], k,v [B,Hkv,S,D]; i[0] = causal; f[0] = scale;
+                              extra: logsumexp [B,Hq,T] f32 */
+    COL_OP_ATTENTION_BWD,  /* src0..3 = q,k,v,o(attention node), src4 = do; packed [dq | dk | dv] */
+    COL_OP_CROSS_ENTROPY,  /* src0 = logits [N,V], src1 = targets (i32/i64) [N]; i[0] = ignore_index;
+                              out: scalar mean over counted rows; extra: per-row logsumexp */
+    COL_OP_CROSS_ENTROPY_BWD, /* src0 = logits, src1 = targets, src2 = ce node, src3 = dloss (scalar) */
+    COL_OP_DROPOUT,        /* f[0] = p; i[0] = seed, i[1] = stream offset; mask from Philox(seed, offset + logical index) */
+    COL_OP_CONCAT,         /* i[0] = axis; sources 1..COL_MAX_SRC */
+    COL_OP_MATMUL,         /* a [..., M, K] @ b [..., K, N], batch dims broadcast */
+
+    COL_OP_COUNT
+} col_op;
+
+const char *col_op_name(col_op op);
+
+struct col_graph;
+struct col_node;
+typedef struct col_graph col_graph_t;
+
+/* ---- views (no copy; shared storage) ---- */
+struct col_node *col_reshape(struct col_graph *g, struct col_node *x, int ndim, const int64_t *shape);
+struct col_node *col_permute(struct col_graph *g, struct col_node *x, const int *perm);
+struct col_node *col_transpose(struct col_graph *g, struct col_node *x, int d0, int d1);
+/* elements [start, start+len) along axis */
+struct col_node *col_slice(struct col_graph *g, struct col_node *x, int axis, int64_t start, int64_t len);
+/* broadcast size-1 dims (and new leading dims) to shape */
+struct col_node *col_expand(struct col_graph *g, struct col_node *x, int ndim, const int64_t *shape);
+/* generic view into x's storage (used for packed multi-output backward ops) */
+struct col_node *col_view(struct col_graph *g, struct col_node *x, int64_t offset, int ndim,
+                          const int64_t *shape, const int64_t *stride);
+/* x itself when contiguous, else a COPY */
+struct col_node *col_contiguous(struct col_graph *g, struct col_node *x);
+
+/* ---- data movement ---- */
+struct col_node *col_cast(struct col_graph *g, struct col_node *x, col_dtype dt);
+struct col_node *col_fill(struct col_graph *g, col_dtype dt, int ndim, const int64_t *shape, float value);
+struct col_node *col_concat(struct col_graph *g, int n, struct col_node *const *xs, int axis);
+/* splits along axis into n equal parts (views) written to out[] */
+int col_split(struct col_graph *g, struct col_node *x, int axis, int n, struct col_node **out);
+struct col_node *col_scatter_slice(struct col_graph *g, struct col_node *src, int ndim, const int64_t *shape,
+                                   int axis, int64_t start);
+
+/* ---- elementwise ---- */
+struct col_node *col_add(struct col_graph *g, struct col_node *a, struct col_node *b);
+struct col_node *col_sub(struct col_graph *g, struct col_node *a, struct col_node *b);
+struct col_node *col_mul(struct col_graph *g, struct col_node *a, struct col_node *b);
+struct col_node *col_div(struct col_graph *g, struct col_node *a, struct col_node *b);
+struct col_node *col_scale(struct col_graph *g, struct col_node *x, float mul, float add);
+struct col_node *col_exp(struct col_graph *g, struct col_node *x);
+struct col_node *col_log(struct col_graph *g, struct col_node *x);
+struct col_node *col_tanh(struct col_graph *g, struct col_node *x);
+struct col_node *col_sigmoid(struct col_graph *g, struct col_node *x);
+struct col_node *col_relu(struct col_graph *g, struct col_node *x);
+struct col_node *col_gelu(struct col_graph *g, struct col_node *x);       /* erf form */
+struct col_node *col_gelu_tanh(struct col_graph *g, struct col_node *x);  /* tanh approximation */
+struct col_node *col_silu(struct col_graph *g, struct col_node *x);
+struct col_node *col_swiglu(struct col_graph *g, struct col_node *gate, struct col_node *up);
+
+/* ---- reductions: axes as a bitmask (bit d = dim d) ---- */
+struct col_node *col_sum(struct col_graph *g, struct col_node *x, uint32_t axes, int keepdim);
+struct col_node *col_mean(struct col_graph *g, struct col_node *x, uint32_t axes, int keepdim);
+struct col_node *col_max(struct col_graph *g, struct col_node *x, uint32_t axes, int keepdim);
+
+/* ---- softmax / norms ---- */
+/* mask: NULL or additive f32 broadcastable to x (e.g. 0 / -inf padding);
+ * causal: key j > query i + offset is masked, where i is dim -2 and j dim -1 */
+struct col_node *col_softmax(struct col_graph *g, struct col_node *x, struct col_node *mask, int causal);
+struct col_node *col_log_softmax(struct col_graph *g, struct col_node *x);
+struct col_node *col_layernorm(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *b, float eps);
+struct col_node *col_rmsnorm(struct col_graph *g, struct col_node *x, struct col_node *w, float eps);
+
+/* ---- transformer pieces ---- */
+struct col_node *col_embedding(struct col_graph *g, struct col_node *weight, struct col_node *ids);
+typedef struct {
+    int rotary_dims;          /* 0 = all of head_dim */
+    float theta;              /* base, e.g. 10000 or 500000 */
+    float llama3_factor;      /* 0 = no scaling; LLaMA-3.1: 8 */
+    float llama3_low_freq_factor;   /* 1 */
+    float llama3_high_freq_factor;  /* 4 */
+    float llama3_original_max_pos;  /* 8192 */
+} col_rope_cfg;
+struct col_node *col_rope(struct col_graph *g, struct col_node *x, struct col_node *pos, const col_rope_cfg *cfg);
+struct col_node *col_attention(struct col_graph *g, struct col_node *q, struct col_node *k, struct col_node *v,
+                               int causal, float scale);
+struct col_node *col_cross_entropy(struct col_graph *g, struct col_node *logits, struct col_node *targets,
+                                   int64_t ignore_index);
+struct col_node *col_dropout(struct col_graph *g, struct col_node *x, float p, uint64_t seed);
+struct col_node *col_matmul(struct col_graph *g, struct col_node *a, struct col_node *b);
+/* x [..., in] @ w[out, in]^T (+ bias[out]): Hugging Face nn.Linear layout */
+struct col_node *col_linear(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *bias);
+
+#endif

@@ -1,0 +1,204 @@
+/* ops_basic.c - op names; elementwise binary ops, scale, matmul, linear. */
+#include "graph_internal.h"
+
+#include <string.h>
+
+const char *col_op_name(col_op op)
+{
+    static const char *const names[COL_OP_COUNT] = {
+        [COL_OP_LEAF] = "leaf", [COL_OP_VIEW] = "view", [COL_OP_COPY] = "copy", [COL_OP_CAST] = "cast",
+        [COL_OP_FILL] = "fill", [COL_OP_ACCUMULATE] = "accumulate", [COL_OP_SCATTER_SLICE] = "scatter_slice",
+        [COL_OP_ADD] = "add", [COL_OP_SUB] = "sub", [COL_OP_MUL] = "mul", [COL_OP_DIV] = "div",
+        [COL_OP_SCALE] = "scale", [COL_OP_EXP] = "exp", [COL_OP_LOG] = "log", [COL_OP_TANH] = "tanh",
+        [COL_OP_SIGMOID] = "sigmoid", [COL_OP_RELU] = "relu", [COL_OP_GELU_ERF] = "gelu",
+        [COL_OP_GELU_TANH] = "gelu_tanh", [COL_OP_SILU] = "silu", [COL_OP_SWIGLU] = "swiglu",
+        [COL_OP_TANH_BWD] = "tanh_bwd", [COL_OP_SIGMOID_BWD] = "sigmoid_bwd", [COL_OP_RELU_BWD] = "relu_bwd",
+        [COL_OP_GELU_ERF_BWD] = "gelu_bwd", [COL_OP_GELU_TANH_BWD] = "gelu_tanh_bwd",
+        [COL_OP_SILU_BWD] = "silu_bwd", [COL_OP_SWIGLU_BWD] = "swiglu_bwd", [COL_OP_SUM] = "sum",
+        [COL_OP_MEAN] = "mean", [COL_OP_MAX] = "max", [COL_OP_MAX_BWD] = "max_bwd", [COL_OP_SOFTMAX] = "softmax",
+        [COL_OP_SOFTMAX_BWD] = "softmax_bwd", [COL_OP_LOG_SOFTMAX] = "log_softmax",
+        [COL_OP_LOG_SOFTMAX_BWD] = "log_softmax_bwd", [COL_OP_LAYERNORM] = "layernorm",
+        [COL_OP_LAYERNORM_BWD] = "layernorm_bwd", [COL_OP_RMSNORM] = "rmsnorm", [COL_OP_RMSNORM_BWD] = "rmsnorm_bwd",
+        [COL_OP_EMBEDDING] = "embedding", [COL_OP_EMBEDDING_BWD] = "embedding_bwd", [COL_OP_ROPE] = "rope",
+        [COL_OP_ATTENTION] = "attention", [COL_OP_ATTENTION_BWD] = "attention_bwd",
+        [COL_OP_CROSS_ENTROPY] = "cross_entropy", [COL_OP_CROSS_ENTROPY_BWD] = "cross_entropy_bwd",
+        [COL_OP_DROPOUT] = "dropout", [COL_OP_CONCAT] = "concat", [COL_OP_MATMUL] = "matmul",
+    };
+    if ((unsigned)op < COL_OP_COUNT && names[op])
+        return names[op];
+    return "?";
+}
+
+bool col_broadcast_shape(const col_tensor *a, const col_tensor *b, int *ndim, int64_t *shape)
+{
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int i = 0; i < nd; i++) {
+        int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return false;
+        shape[i] = sa == 1 ? sb : sa;
+    }
+    *ndim = nd;
+    return true;
+}
+
+static col_node *binary(col_graph *g, col_op op, col_node *a, col_node *b)
+{
+    if (!a || !b)
+        return NULL;
+    char b1[96], b2[96];
+    const char *name = col_op_name(op);
+    if (!col_check(g, a->t.dtype == COL_F32 && b->t.dtype == COL_F32, COL_EDTYPE, "%s: needs f32 operands, got %s and %s",
+                   name, col_dtype_name(a->t.dtype), col_dtype_name(b->t.dtype)))
+        return NULL;
+    int nd = 0;
+    int64_t shape[COL_MAX_DIMS];
+    if (!col_check(g, col_broadcast_shape(&a->t, &b->t, &nd, shape), COL_ESHAPE, "%s: shapes %s and %s do not broadcast",
+                   name, col_shape_str(&a->t, b1, sizeof b1), col_shape_str(&b->t, b2, sizeof b2)))
+        return NULL;
+    col_node *src[2] = {col_expand(g, a, nd, shape), col_expand(g, b, nd, shape)};
+    return col_new_node(g, op, COL_F32, nd, shape, 2, src);
+}
+
+col_node *col_add(col_graph *g, col_node *a, col_node *b) { return binary(g, COL_OP_ADD, a, b); }
+col_node *col_sub(col_graph *g, col_node *a, col_node *b) { return binary(g, COL_OP_SUB, a, b); }
+col_node *col_mul(col_graph *g, col_node *a, col_node *b) { return binary(g, COL_OP_MUL, a, b); }
+col_node *col_div(col_graph *g, col_node *a, col_node *b) { return binary(g, COL_OP_DIV, a, b); }
+
+void col_bwd_binary(col_graph *g, col_node *n, col_node *d)
+{
+    col_node *a = n->src[0], *b = n->src[1];
+    bool ga = a->flags & COL_NODE_NEEDS_GRAD, gb = b->flags & COL_NODE_NEEDS_GRAD;
+    switch (n->op) {
+    case COL_OP_ADD:
+        col_accum_grad(g, a, d);
+        col_accum_grad(g, b, d);
+        break;
+    case COL_OP_SUB:
+        col_accum_grad(g, a, d);
+        if (gb)
+            col_accum_grad(g, b, col_scale(g, d, -1.0f, 0.0f));
+        break;
+    case COL_OP_MUL:
+        if (ga)
+            col_accum_grad(g, a, col_mul(g, d, b));
+        if (gb)
+            col_accum_grad(g, b, col_mul(g, d, a));
+        break;
+    case COL_OP_DIV:
+        if (ga)
+            col_accum_grad(g, a, col_div(g, d, b));
+        if (gb) /* d(a/b)/db = -(a/b)/b */
+            col_accum_grad(g, b, col_scale(g, col_div(g, col_mul(g, d, n), b), -1.0f, 0.0f));
+        break;
+    default:
+        break;
+    }
+}
+
+col_node *col_scale(col_graph *g, col_node *x, float mul, float add)
+{
+    if (!x)
+        return NULL;
+    if (!col_check(g, x->t.dtype == COL_F32, COL_EDTYPE, "scale: needs f32, got %s", col_dtype_name(x->t.dtype)))
+        return NULL;
+    col_node *n = col_new_node(g, COL_OP_SCALE, COL_F32, x->t.ndim, x->t.shape, 1, &x);
+    if (n) {
+        n->p.f[0] = mul;
+        n->p.f[1] = add;
+    }
+    return n;
+}
+
+void col_bwd_scale(col_graph *g, col_node *n, col_node *d)
+{
+    col_accum_grad(g, n->src[0], col_scale(g, d, n->p.f[0], 0.0f));
+}
+
+/* A matrix operand BLAS can read in place: unit stride along one of the last
+ * two dims and a leading dimension that covers the other. */
+static bool blas_ok(const col_tensor *t)
+{
+    int nd = t->ndim;
+    int64_t r = t->shape[nd - 2], c = t->shape[nd - 1];
+    int64_t sr = t->stride[nd - 2], sc = t->stride[nd - 1];
+    if ((sc == 1 || c == 1) && sr >= (c > 1 ? c : 1))
+        return true;
+    if ((sr == 1 || r == 1) && sc >= (r > 1 ? r : 1))
+        return true;
+    return false;
+}
+
+col_node *col_matmul(col_graph *g, col_node *a, col_node *b)
+{
+    if (!a || !b)
+        return NULL;
+    char b1[96], b2[96];
+    if (!col_check(g, a->t.dtype == COL_F32 && b->t.dtype == COL_F32, COL_EDTYPE, "matmul: needs f32 operands, got %s and %s",
+                   col_dtype_name(a->t.dtype), col_dtype_name(b->t.dtype)) ||
+        !col_check(g, a->t.ndim >= 2 && b->t.ndim >= 2, COL_ESHAPE, "matmul: operands need 2+ dims, got %s and %s",
+                   col_shape_str(&a->t, b1, sizeof b1), col_shape_str(&b->t, b2, sizeof b2)))
+        return NULL;
+    int na = a->t.ndim, nb = b->t.ndim;
+    int64_t M = a->t.shape[na - 2], K = a->t.shape[na - 1], N = b->t.shape[nb - 1];
+    if (!col_check(g, b->t.shape[nb - 2] == K, COL_ESHAPE, "matmul: %s @ %s: inner sizes %lld and %lld differ",
+                   col_shape_str(&a->t, b1, sizeof b1), col_shape_str(&b->t, b2, sizeof b2), (long long)K,
+                   (long long)b->t.shape[nb - 2]))
+        return NULL;
+    col_tensor ba = a->t, bb = b->t; /* batch parts */
+    ba.ndim = na - 2;
+    bb.ndim = nb - 2;
+    int nd = 0;
+    int64_t shape[COL_MAX_DIMS];
+    if (!col_check(g, col_broadcast_shape(&ba, &bb, &nd, shape), COL_ESHAPE, "matmul: batch dims of %s and %s do not broadcast",
+                   col_shape_str(&a->t, b1, sizeof b1), col_shape_str(&b->t, b2, sizeof b2)))
+        return NULL;
+    int64_t ea[COL_MAX_DIMS], eb[COL_MAX_DIMS];
+    memcpy(ea, shape, sizeof(int64_t) * (size_t)nd);
+    memcpy(eb, shape, sizeof(int64_t) * (size_t)nd);
+    ea[nd] = M, ea[nd + 1] = K;
+    eb[nd] = K, eb[nd + 1] = N;
+    if (!blas_ok(&a->t))
+        a = col_contiguous(g, a);
+    if (!blas_ok(&b->t))
+        b = col_contiguous(g, b);
+    col_node *src[2] = {col_expand(g, a, nd + 2, ea), col_expand(g, b, nd + 2, eb)};
+    shape[nd] = M;
+    shape[nd + 1] = N;
+    return col_new_node(g, COL_OP_MATMUL, COL_F32, nd + 2, shape, 2, src);
+}
+
+void col_bwd_matmul(col_graph *g, col_node *n, col_node *d)
+{
+    col_node *a = n->src[0], *b = n->src[1];
+    if (a->flags & COL_NODE_NEEDS_GRAD) /* dA = dC @ B^T */
+        col_accum_grad(g, a, col_matmul(g, d, col_transpose(g, b, -1, -2)));
+    if (b->flags & COL_NODE_NEEDS_GRAD) /* dB = A^T @ dC */
+        col_accum_grad(g, b, col_matmul(g, col_transpose(g, a, -1, -2), d));
+}
+
+col_node *col_linear(col_graph *g, col_node *x, col_node *w, col_node *bias)
+{
+    if (!x || !w)
+        return NULL;
+    char b1[96], b2[96];
+    if (!col_check(g, w->t.ndim == 2 && x->t.ndim >= 1 && x->t.shape[x->t.ndim - 1] == w->t.shape[1], COL_ESHAPE,
+                   "linear: input %s does not match weight %s (expected [out, in])",
+                   col_shape_str(&x->t, b1, sizeof b1), col_shape_str(&w->t, b2, sizeof b2)))
+        return NULL;
+    int64_t in = w->t.shape[1], out = w->t.shape[0];
+    int64_t flat[2] = {-1, in};
+    col_node *x2 = col_reshape(g, x, 2, flat);
+    col_node *y = col_matmul(g, x2, col_transpose(g, w, 0, 1));
+    if (bias) {
+        if (!col_check(g, bias->t.ndim == 1 && bias->t.shape[0] == out, COL_ESHAPE, "linear: bias %s for %lld outputs",
+                       col_shape_str(&bias->t, b1, sizeof b1), (long long)out))
+            return NULL;
+        y = col_add(g, y, bias);
+    }
+    int64_t shape[COL_MAX_DIMS];
+    memcpy(shape, x->t.shape, sizeof shape);
+    shape[x->t.ndim - 1] = out;
+    return col_reshape(g, y, x->t.ndim, shape);
+}

@@ -1,0 +1,290 @@
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+struct col_plan {
+    col_graph *g;
+    col_node **order;
+    int n;
+    void *arena;
+    size_t arena_bytes, unshared_bytes;
+    void *scratch;
+    size_t scratch_bytes;
+};
+
+#define ALIGN 64
+static size_t align_up(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+size_t col_extra_offset(const col_node *n)
+{
+    return align_up((size_t)col_numel(&n->t) * col_dtype_size(n->t.dtype));
+}
+
+void *col_extra(const col_node *n) { return (char *)n->t.data + col_extra_offset(n); }
+
+static col_node *owner_of(col_node *n) { return (n->flags & COL_NODE_VIEW) ? n->view_base : n; }
+
+static bool owns_arena(const col_node *n)
+{
+    if (n->flags & COL_NODE_VIEW)
+        return false;
+    if (n->op == COL_OP_ACCUMULATE)
+        return false;
+    if (n->op == COL_OP_LEAF && n->bound)
+        return false;
+    return true;
+}
+
+static size_t storage_bytes(const col_node *n)
+{
+    size_t b = col_extra_offset(n);
+    if (n->extra_bytes)
+        b += align_up(n->extra_bytes);
+    return b ? b : ALIGN;
+}
+
+/* iterative post-order DFS emission of n and its unemitted dependencies */
+static int emit(col_plan *p, col_node *root, char *state, col_node **stack, int *child)
+{
+    int sp = 0;
+    stack[sp] = root;
+    child[sp] = 0;
+    sp++;
+    while (sp) {
+        col_node *n = stack[sp - 1];
+        int ndeps = n->nsrc + ((n->flags & COL_NODE_VIEW) ? 1 : 0);
+        if (child[sp - 1] < ndeps) {
+            int c = child[sp - 1]++;
+            col_node *d = c < n->nsrc ? n->src[c] : n->view_base;
+            if (state[d->id] == 0) {
+                state[d->id] = 1;
+                stack[sp] = d;
+                child[sp] = 0;
+                sp++;
+            } else if (state[d->id] == 1) {
+                return -1; /* cycle: impossible for graphs built by the API */
+            }
+            continue;
+        }
+        state[n->id] = 2;
+        n->in_schedule = true;
+        p->order[p->n++] = n;
+        sp--;
+    }
+    return 0;
+}
+
+typedef struct {
+    col_node *n;
+    size_t size;
+} owner_t;
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const owner_t *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size < y->size ? 1 : -1;
+    return x->n->id - y->n->id;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const col_node *x = *(col_node *const *)a, *y = *(col_node *const *)b;
+    return x->arena_offset < y->arena_offset ? -1 : x->arena_offset > y->arena_offset;
+}
+
+static col_status assign_offsets(col_plan *p, col_err *err)
+{
+    int cnt = 0;
+    owner_t *own = calloc((size_t)p->n + 1, sizeof *own);
+    col_node **placed = calloc((size_t)p->n + 1, sizeof *placed);
+    col_node **conf = calloc((size_t)p->n + 1, sizeof *conf);
+    if (!own || !placed || !conf) {
+        free(own);
+        free(placed);
+        free(conf);
+        return col_err_set(err, COL_ENOMEM, "plan: out of memory");
+    }
+    for (int i = 0; i < p->n; i++)
+        if (owns_arena(p->order[i])) {
+            own[cnt].n = p->order[i];
+            own[cnt].size = storage_bytes(p->order[i]);
+            p->unshared_bytes += own[cnt].size;
+            cnt++;
+        }
+    qsort(own, (size_t)cnt, sizeof *own, by_size_desc);
+    int nplaced = 0;
+    size_t top = 0;
+    for (int k = 0; k < cnt; k++) {
+        col_node *n = own[k].n;
+        int nc = 0;
+        for (int j = 0; j < nplaced; j++) {
+            col_node *m = placed[j];
+            if (m->first_use <= n->last_use && n->first_use <= m->last_use)
+                conf[nc++] = m;
+        }
+        qsort(conf, (size_t)nc, sizeof *conf, by_offset);
+        size_t off = 0;
+        for (int j = 0; j < nc; j++) {
+            size_t mo = conf[j]->arena_offset, me = mo + storage_bytes(conf[j]);
+            if (off + own[k].size <= mo)
+                break;
+            if (me > off)
+                off = me;
+        }
+        n->arena_offset = off;
+        if (off + own[k].size > top)
+            top = off + own[k].size;
+        placed[nplaced++] = n;
+    }
+    p->arena_bytes = top;
+    free(own);
+    free(placed);
+    free(conf);
+    return COL_OK;
+}
+
+col_status col_plan_create(col_graph *g, col_plan **out, col_err *err)
+{
+    *out = NULL;
+    if (col_graph_status(g) != COL_OK)
+        return col_err_set(err, g->err.code, "%s", g->err.msg);
+    if (g->cur_segment)
+        return col_err_set(err, COL_ESTATE, "plan: a checkpoint segment is still open");
+    col_plan *p = calloc(1, sizeof *p);
+    char *state = calloc((size_t)g->n + 1, 1);
+    col_node **stack = calloc((size_t)g->n + 1, sizeof *stack);
+    int *child = calloc((size_t)g->n + 1, sizeof *child);
+    if (p)
+        p->order = calloc((size_t)g->n + 1, sizeof *p->order);
+    if (!p || !state || !stack || !child || !p->order) {
+        free(state);
+        free(stack);
+        free(child);
+        col_plan_free(p);
+        return col_err_set(err, COL_ENOMEM, "plan: out of memory for %d nodes", g->n);
+    }
+    p->g = g;
+    for (int i = 0; i < g->n; i++) {
+        col_node *n = g->nodes[i];
+        n->in_schedule = false;
+        n->first_use = n->last_use = -1;
+    }
+    col_status st = COL_OK;
+    for (int i = 0; i < g->n && st == COL_OK; i++) {
+        col_node *n = g->nodes[i];
+        if ((n->flags & COL_NODE_OUTPUT) && state[n->id] == 0) {
+            state[n->id] = 1;
+            if (emit(p, n, state, stack, child) != 0)
+                st = col_err_set(err, COL_EINTERNAL, "plan: the graph has a cycle at node %s", n->name);
+        }
+    }
+    free(state);
+    free(stack);
+    free(child);
+    if (st == COL_OK && p->n == 0)
+        st = col_err_set(err, COL_EINVAL, "plan: nothing to compute (mark an output or call backward)");
+    if (st != COL_OK) {
+        col_plan_free(p);
+        return st;
+    }
+    /* liveness */
+    for (int i = 0; i < p->n; i++) {
+        col_node *n = p->order[i];
+        col_node *o = owner_of(n);
+        if (o->first_use < 0)
+            o->first_use = i;
+        if (o->last_use < i)
+            o->last_use = i;
+        for (int s = 0; s < n->nsrc; s++) {
+            col_node *so = owner_of(n->src[s]);
+            if (so->last_use < i)
+                so->last_use = i;
+        }
+        if (n->flags & COL_NODE_OUTPUT)
+            o->last_use = p->n;
+        if (n->op == COL_OP_LEAF) {
+            n->first_use = 0;
+            n->last_use = p->n;
+        }
+        if (n->scratch_bytes > p->scratch_bytes)
+            p->scratch_bytes = n->scratch_bytes;
+    }
+    st = assign_offsets(p, err);
+    if (st == COL_OK && p->arena_bytes) {
+        p->arena = aligned_alloc(ALIGN, align_up(p->arena_bytes));
+        if (!p->arena)
+            st = col_err_set(err, COL_ENOMEM, "plan: cannot allocate a %zu-byte activation arena", p->arena_bytes);
+    }
+    if (st == COL_OK && p->scratch_bytes) {
+        p->scratch = aligned_alloc(ALIGN, align_up(p->scratch_bytes));
+        if (!p->scratch)
+            st = col_err_set(err, COL_ENOMEM, "plan: cannot allocate %zu bytes of kernel scratch", p->scratch_bytes);
+    }
+    if (st != COL_OK) {
+        col_plan_free(p);
+        return st;
+    }
+    /* arena nodes get their address now, so inputs can be filled before running */
+    for (int i = 0; i < p->n; i++) {
+        col_node *n = p->order[i];
+        if (owns_arena(n))
+            n->t.data = (char *)p->arena + n->arena_offset;
+    }
+    *out = p;
+    return COL_OK;
+}
+
+void col_plan_free(col_plan *p)
+{
+    if (!p)
+        return;
+    free(p->order);
+    free(p->arena);
+    free(p->scratch);
+    free(p);
+}
+
+col_status col_plan_run(col_plan *p, const col_backend *be, col_err *err)
+{
+    /* resolve addresses: bound leaves may have been rebound since planning */
+    for (int i = 0; i < p->n; i++) {
+        col_node *n = p->order[i];
+        if (n->op == COL_OP_LEAF && n->bound) {
+            n->t.data = n->bound;
+        } else if (n->flags & COL_NODE_VIEW) {
+            col_node *b = n->view_base;
+            n->t.data = b->t.data ? (char *)b->t.data + n->view_offset * (int64_t)col_dtype_size(n->t.dtype) : NULL;
+        } else if (n->op == COL_OP_ACCUMULATE) {
+            n->t.data = n->src[1]->grad_data;
+            if (!n->t.data)
+                return col_err_set(err, COL_ESTATE, "run: parameter %s has no gradient buffer bound (col_bind_grad)",
+                                   n->src[1]->name);
+        }
+        if (n->op == COL_OP_LEAF && (n->flags & COL_NODE_PARAM) && !n->bound)
+            return col_err_set(err, COL_ESTATE, "run: parameter %s has no data bound (col_bind)", n->name);
+    }
+    col_exec ex = {.scratch = p->scratch, .scratch_bytes = p->scratch_bytes, .be = be};
+    for (int i = 0; i < p->n; i++) {
+        col_node *n = p->order[i];
+        if (n->op == COL_OP_LEAF || n->op == COL_OP_VIEW)
+            continue;
+        col_kernel_fn k = be->kernel[n->op];
+        if (!k)
+            return col_err_set(err, COL_EUNSUPPORTED, "run: the %s backend has no kernel for %s", be->name,
+                               col_op_name(n->op));
+        col_status st = k(n, &ex, err);
+        if (st != COL_OK)
+            return st;
+    }
+    return COL_OK;
+}
+
+int col_plan_length(const col_plan *p) { return p->n; }
+col_node *col_plan_node(const col_plan *p, int i) { return (i >= 0 && i < p->n) ? p->order[i] : NULL; }
+size_t col_plan_arena_bytes(const col_plan *p) { return p->arena_bytes; }
+size_t col_plan_unshared_bytes(const col_plan *p) { return p->unshared_bytes; }
+size_t col_plan_scratch_bytes(const col_plan *p) { return p->scratch_bytes; }
