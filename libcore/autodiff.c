@@ -61,9 +61,36 @@ col_node *col_reduce_to(col_graph *g, col_node *d, const col_tensor *like)
 
 /* ---- checkpointing: clone a checkpointed forward node for recomputation ---- */
 
+/* Interior nodes of a segment are recomputed; a segment's outputs (used by a
+ * forward node outside the segment, or marked as outputs) stay stored, so
+ * recomputing one segment never recomputes the segments before it. */
 static bool is_checkpointed(const col_node *n)
 {
-    return n->segment != 0 && n->op != COL_OP_LEAF && !(n->flags & (COL_NODE_BACKWARD | COL_NODE_RECOMPUTE));
+    return n->segment != 0 && n->op != COL_OP_LEAF &&
+           !(n->flags & (COL_NODE_BACKWARD | COL_NODE_RECOMPUTE | COL_NODE_SEGMENT_OUT | COL_NODE_OUTPUT));
+}
+
+static void mark_segment_out(col_node *n)
+{
+    n->flags |= COL_NODE_SEGMENT_OUT;
+    if ((n->flags & COL_NODE_VIEW) && n->view_base)
+        mark_segment_out(n->view_base);
+    if (n->flags & COL_NODE_VIEW)
+        mark_segment_out(n->src[0]);
+}
+
+static void mark_segment_outputs(col_graph *g, int nfwd)
+{
+    for (int i = 0; i < nfwd; i++) {
+        col_node *n = g->nodes[i];
+        for (int s = 0; s < n->nsrc; s++) {
+            col_node *x = n->src[s];
+            if (x->segment != 0 && x->segment != n->segment)
+                mark_segment_out(x);
+        }
+        if (n->segment != 0 && (n->flags & COL_NODE_OUTPUT))
+            mark_segment_out(n);
+    }
 }
 
 static col_node *recompute_clone(col_graph *g, col_node *n)
@@ -144,6 +171,7 @@ col_status col_graph_backward(col_graph *g, col_node *loss, col_err *err)
         }
     }
     /* redirect backward uses of checkpointed activations to recomputed clones */
+    mark_segment_outputs(g, nfwd);
     int nall = g->n;
     for (int i = nfwd; i < nall && g->err.code == COL_OK; i++) {
         col_node *b = g->nodes[i];

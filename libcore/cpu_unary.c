@@ -1,3 +1,376 @@
-/* PLACEHOLDER: being written */
+/* cpu_unary.c - CPU kernels for the elementwise activations, their backward
+ * ops, and dropout.
+ *
+ * Every kernel walks its output in fixed blocks of BLK elements in logical
+ * (row-major) order. A contiguous source is read in place; a strided one
+ * (transpose, slice, expand) is gathered into a stack buffer first, so each
+ * op is one plain contiguous loop that gcc vectorises. Threads share out
+ * whole blocks and a block is computed the same way on any thread, so
+ * results do not depend on the thread count.
+ */
+#include <math.h>
+
 #include "cpu_internal.h"
-void col_cpu_register_unary(col_backend *be) { (void)be; }
+#include "rng.h"
+
+/* glibc declares the SIMD variants (libmvec) of its math functions only
+ * under -ffast-math. Declaring the ones used here lets `omp simd` loops call
+ * the vector versions (libmvec: at most 4 ulp) instead of one scalar call per
+ * element. libmvec comes with -lm (libm.so links it as needed). */
+#if defined(_OPENMP) && defined(__x86_64__) && defined(__GLIBC__) && !defined(__FAST_MATH__)
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#if __GLIBC_PREREQ(2, 35)
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+float erff(float);
+#endif
+#endif
+
+#define BLK 1024
+
+#define SQRT_2_OVER_PI 0.7978845608028654f /* sqrt(2/pi) */
+#define INV_SQRT_2 0.7071067811865476f     /* 1/sqrt(2) */
+#define INV_SQRT_2PI 0.3989422804014327f   /* 1/sqrt(2 pi) */
+#define GELU_KAPPA 0.044715f
+
+/* One block: up to BLK elements starting at logical index `start`. */
+typedef struct {
+    const float *in[3]; /* contiguous views of the sources over the block */
+    float *out[2];      /* output(s); SWIGLU_BWD writes da to out[0], db to out[1] */
+    int64_t n;
+    int64_t start;
+    const col_op_params *p;
+} blk;
+
+typedef void (*blk_fn)(const blk *b);
+
+/* ---- forward ---- */
+
+static void b_exp(const blk *b)
+{
+    const float *restrict x = b->in[0];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = expf(x[i]);
+}
+
+static void b_log(const blk *b)
+{
+    const float *restrict x = b->in[0];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = logf(x[i]);
+}
+
+static void b_tanh(const blk *b)
+{
+    const float *restrict x = b->in[0];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = tanhf(x[i]);
+}
+
+static void b_sigmoid(const blk *b)
+{
+    const float *restrict x = b->in[0];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+static void b_relu(const blk *b)
+{
+    const float *restrict x = b->in[0];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = x[i] < 0.0f ? 0.0f : x[i]; /* NaN passes through, as in PyTorch */
+}
+
+/* 0.5 x (1 + erf(x / sqrt 2)) */
+static void b_gelu_erf(const blk *b)
+{
+    const float *restrict x = b->in[0];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT_2));
+}
+
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+static void b_gelu_tanh(const blk *b)
+{
+    const float *restrict x = b->in[0];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++) {
+        float v = x[i];
+        float u = SQRT_2_OVER_PI * (v + GELU_KAPPA * v * v * v);
+        o[i] = 0.5f * v * (1.0f + tanhf(u));
+    }
+}
+
+static void b_silu(const blk *b)
+{
+    const float *restrict x = b->in[0];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+/* silu(a) * b */
+static void b_swiglu(const blk *b)
+{
+    const float *restrict a = b->in[0], *restrict u = b->in[1];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = a[i] / (1.0f + expf(-a[i])) * u[i];
+}
+
+/* ---- backward: in[0] = y or x, in[1] = dy ---- */
+
+/* dx = dy (1 - y^2) */
+static void b_tanh_bwd(const blk *b)
+{
+    const float *restrict y = b->in[0], *restrict dy = b->in[1];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = dy[i] * (1.0f - y[i] * y[i]);
+}
+
+/* dx = dy y (1 - y) */
+static void b_sigmoid_bwd(const blk *b)
+{
+    const float *restrict y = b->in[0], *restrict dy = b->in[1];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = dy[i] * y[i] * (1.0f - y[i]);
+}
+
+/* dx = dy where x > 0 (0 at the kink, as in PyTorch) */
+static void b_relu_bwd(const blk *b)
+{
+    const float *restrict x = b->in[0], *restrict dy = b->in[1];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++)
+        o[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+/* dx = dy (Phi(x) + x phi(x)) */
+static void b_gelu_erf_bwd(const blk *b)
+{
+    const float *restrict x = b->in[0], *restrict dy = b->in[1];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++) {
+        float v = x[i];
+        float cdf = 0.5f * (1.0f + erff(v * INV_SQRT_2));
+        float pdf = INV_SQRT_2PI * expf(-0.5f * v * v);
+        o[i] = dy[i] * (cdf + v * pdf);
+    }
+}
+
+/* dx = dy (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 kappa x^2)), t = tanh(u) */
+static void b_gelu_tanh_bwd(const blk *b)
+{
+    const float *restrict x = b->in[0], *restrict dy = b->in[1];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++) {
+        float v = x[i], v2 = v * v;
+        float t = tanhf(SQRT_2_OVER_PI * (v + GELU_KAPPA * v2 * v));
+        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_KAPPA * v2);
+        o[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+}
+
+/* dx = dy s (1 + x (1 - s)), s = sigmoid(x) */
+static void b_silu_bwd(const blk *b)
+{
+    const float *restrict x = b->in[0], *restrict dy = b->in[1];
+    float *restrict o = b->out[0];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++) {
+        float s = 1.0f / (1.0f + expf(-x[i]));
+        o[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+    }
+}
+
+/* out = silu(a) * u: da = dy u s (1 + a (1 - s)), du = dy silu(a) */
+static void b_swiglu_bwd(const blk *b)
+{
+    const float *restrict a = b->in[0], *restrict u = b->in[1], *restrict dy = b->in[2];
+    float *restrict da = b->out[0], *restrict du = b->out[1];
+#pragma omp simd
+    for (int64_t i = 0; i < b->n; i++) {
+        float s = 1.0f / (1.0f + expf(-a[i]));
+        da[i] = dy[i] * u[i] * s * (1.0f + a[i] * (1.0f - s));
+        du[i] = dy[i] * a[i] * s;
+    }
+}
+
+/* ---- dropout ---- */
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+/* w[4j .. 4j+3] = col_philox(seed, ctr + j) for j < nctr: the same function
+ * as rng.c, written as a loop over blocks that gcc vectorises. */
+static void philox_words(uint64_t seed, uint64_t ctr, int64_t nctr, uint32_t *restrict w)
+{
+    uint32_t k0[10], k1[10];
+    for (int r = 0; r < 10; r++) {
+        k0[r] = (uint32_t)seed + (uint32_t)r * PHILOX_W0;
+        k1[r] = (uint32_t)(seed >> 32) + (uint32_t)r * PHILOX_W1;
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < nctr; j++) {
+        uint64_t c = ctr + (uint64_t)j;
+        uint32_t c0 = (uint32_t)c, c1 = (uint32_t)(c >> 32), c2 = 0, c3 = 0;
+        for (int r = 0; r < 10; r++) {
+            uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0[r];
+            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1[r];
+            c1 = (uint32_t)p1;
+            c3 = (uint32_t)p0;
+            c0 = n0;
+            c2 = n2;
+        }
+        w[4 * j + 0] = c0;
+        w[4 * j + 1] = c1;
+        w[4 * j + 2] = c2;
+        w[4 * j + 3] = c3;
+    }
+}
+
+/* out = x * (u >= p ? 1/(1-p) : 0), u = col_rand_uniform(seed, offset + index).
+ * Dropped elements are x * 0, as in PyTorch (a NaN stays NaN). */
+static void b_dropout(const blk *b)
+{
+    const float *restrict x = b->in[0];
+    float *restrict o = b->out[0];
+    int64_t n = b->n;
+    float p = b->p->f[0];
+    if (p >= 1.0f) {
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] * 0.0f;
+        return;
+    }
+    float scale = 1.0f / (1.0f - p);
+    uint64_t seed = (uint64_t)b->p->i[0];
+    uint64_t first = (uint64_t)b->p->i[1] + (uint64_t)b->start; /* stream index of element 0 */
+    int64_t sh = (int64_t)(first & 3);
+    _Alignas(64) uint32_t w[BLK + 8];
+    philox_words(seed, first >> 2, (sh + n + 3) / 4, w);
+    const uint32_t *restrict ws = w + sh;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        o[i] = x[i] * (col_u32_to_unit(ws[i]) >= p ? scale : 0.0f);
+}
+
+/* ---- driver ---- */
+
+/* Copies elements [i0, i0 + len) (logical row-major order) of t into buf. */
+static void gather(const col_tensor *t, int64_t i0, int64_t len, float *restrict buf)
+{
+    int64_t cols = col_cols(t), cs = col_col_stride(t);
+    int64_t r = cols ? i0 / cols : 0, c = cols ? i0 % cols : 0;
+    while (len > 0) {
+        const float *s = (const float *)t->data + col_row_offset(t, r) + c * cs;
+        int64_t m = cols - c < len ? cols - c : len;
+        for (int64_t j = 0; j < m; j++)
+            buf[j] = s[j * cs];
+        buf += m;
+        len -= m;
+        r++;
+        c = 0;
+    }
+}
+
+static blk_fn fn_of(col_op op)
+{
+    switch (op) {
+    case COL_OP_EXP: return b_exp;
+    case COL_OP_LOG: return b_log;
+    case COL_OP_TANH: return b_tanh;
+    case COL_OP_SIGMOID: return b_sigmoid;
+    case COL_OP_RELU: return b_relu;
+    case COL_OP_GELU_ERF: return b_gelu_erf;
+    case COL_OP_GELU_TANH: return b_gelu_tanh;
+    case COL_OP_SILU: return b_silu;
+    case COL_OP_SWIGLU: return b_swiglu;
+    case COL_OP_TANH_BWD: return b_tanh_bwd;
+    case COL_OP_SIGMOID_BWD: return b_sigmoid_bwd;
+    case COL_OP_RELU_BWD: return b_relu_bwd;
+    case COL_OP_GELU_ERF_BWD: return b_gelu_erf_bwd;
+    case COL_OP_GELU_TANH_BWD: return b_gelu_tanh_bwd;
+    case COL_OP_SILU_BWD: return b_silu_bwd;
+    case COL_OP_SWIGLU_BWD: return b_swiglu_bwd;
+    case COL_OP_DROPOUT: return b_dropout;
+    default: return NULL;
+    }
+}
+
+/* All sources have the shape of one output; SWIGLU_BWD has two outputs
+ * packed one after the other. */
+static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex;
+    blk_fn f = fn_of(n->op);
+    int nin = n->nsrc, nout = n->op == COL_OP_SWIGLU_BWD ? 2 : 1;
+    if (!f || nin < 1 || nin > 3)
+        return col_err_set(err, COL_EINTERNAL, "%s: not an elementwise op with 1..3 sources", col_op_name(n->op));
+    const col_tensor *src[3] = {0};
+    bool contig[3] = {0};
+    for (int k = 0; k < nin; k++) {
+        src[k] = &n->src[k]->t;
+        contig[k] = col_is_contiguous(src[k]);
+    }
+    int64_t numel = col_numel(src[0]);
+    float *out = n->t.data;
+    int64_t nblk = (numel + BLK - 1) / BLK;
+#pragma omp parallel for schedule(static) if (numel * nout > COL_PAR_MIN)
+    for (int64_t bi = 0; bi < nblk; bi++) {
+        _Alignas(64) float buf[3][BLK];
+        blk b = {.start = bi * BLK, .p = &n->p};
+        b.n = numel - b.start < BLK ? numel - b.start : BLK;
+        for (int k = 0; k < nin; k++) {
+            if (contig[k]) {
+                b.in[k] = (const float *)src[k]->data + b.start;
+            } else {
+                gather(src[k], b.start, b.n, buf[k]);
+                b.in[k] = buf[k];
+            }
+        }
+        for (int k = 0; k < nout; k++)
+            b.out[k] = out + k * numel + b.start;
+        f(&b);
+    }
+    return COL_OK;
+}
+
+void col_cpu_register_unary(col_backend *be)
+{
+    static const col_op ops[] = {
+        COL_OP_EXP, COL_OP_LOG, COL_OP_TANH, COL_OP_SIGMOID, COL_OP_RELU, COL_OP_GELU_ERF, COL_OP_GELU_TANH,
+        COL_OP_SILU, COL_OP_SWIGLU, COL_OP_TANH_BWD, COL_OP_SIGMOID_BWD, COL_OP_RELU_BWD, COL_OP_GELU_ERF_BWD,
+        COL_OP_GELU_TANH_BWD, COL_OP_SILU_BWD, COL_OP_SWIGLU_BWD, COL_OP_DROPOUT,
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        be->kernel[ops[i]] = k_elementwise;
+}

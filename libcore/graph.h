@@ -29,6 +29,7 @@ enum {
     COL_NODE_VIEW = 1u << 4,        /* shares storage with view_base */
     COL_NODE_RECOMPUTE = 1u << 5,   /* clone made by activation checkpointing */
     COL_NODE_BACKWARD = 1u << 6,    /* created by autodiff */
+    COL_NODE_SEGMENT_OUT = 1u << 7, /* a checkpoint segment's output: kept, not recomputed */
 };
 
 typedef struct {

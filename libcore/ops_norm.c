@@ -1,4 +1,196 @@
-/* PLACEHOLDER: being written */
+/* ops_norm.c - softmax, log_softmax, layernorm, rmsnorm (all over the last
+ * dimension) and their gradients.
+ *
+ * Parameters (see ops.h for the sources):
+ *   SOFTMAX          i[0] = causal, i[1] = causal offset (S - T); src1 = mask expanded to x's shape
+ *   LAYERNORM        i[0] = has weight, i[1] = has bias; f[0] = eps
+ *   RMSNORM          f[0] = eps
+ *   LAYERNORM_BWD    i[0] = has weight (src1), i[1..3] = output holds dx / dw / db; f[0] = eps
+ *   RMSNORM_BWD      i[1..2] = output holds dx / dw; f[0] = eps
+ * The backward ops write a packed 1-D output [dx | dw | db] holding only the
+ * parts some source needs; mean and rstd are recomputed from x there rather
+ * than saved by the forward (no extra memory per activation, one more pass
+ * over an L1-resident row).
+ *
+ * dw / db are sums over all rows: each of a fixed number of row chunks (it
+ * depends on the row count only, never on the thread count) sums into its own
+ * slot of scratch, and the slots are added in chunk order, so the result is
+ * bitwise the same on any number of threads.
+ */
 #include "graph_internal.h"
-void col_bwd_softmax(col_graph *g, col_node *n, col_node *d) { (void)n; (void)d; col_graph_fail(g, COL_EUNSUPPORTED, "todo"); }
-void col_bwd_norm(col_graph *g, col_node *n, col_node *d) { (void)n; (void)d; col_graph_fail(g, COL_EUNSUPPORTED, "todo"); }
+
+#include <math.h>
+#include <string.h>
+
+/* row chunks of the dw / db partial sums (see cpu_norm.c) */
+#define NORM_MAX_CHUNKS 64
+
+/* ---- softmax / log_softmax ---- */
+
+col_node *col_softmax(col_graph *g, col_node *x, col_node *mask, int causal)
+{
+    if (!x)
+        return NULL;
+    char b1[96], b2[96];
+    if (!col_check(g, x->t.dtype == COL_F32, COL_EDTYPE, "softmax: needs an f32 input, got %s %s",
+                   col_dtype_name(x->t.dtype), col_shape_str(&x->t, b1, sizeof b1)) ||
+        !col_check(g, !causal || x->t.ndim >= 2, COL_ESHAPE, "softmax: causal needs an input [..., T, S], got %s",
+                   col_shape_str(&x->t, b1, sizeof b1)))
+        return NULL;
+    int nd = x->t.ndim;
+    col_node *src[2] = {col_contiguous(g, x), NULL};
+    if (mask) {
+        int bnd = 0;
+        int64_t shape[COL_MAX_DIMS];
+        bool ok = col_broadcast_shape(&mask->t, &x->t, &bnd, shape) && bnd == nd;
+        for (int i = 0; ok && i < nd; i++)
+            ok = shape[i] == x->t.shape[i];
+        if (!col_check(g, mask->t.dtype == COL_F32, COL_EDTYPE, "softmax: the mask must be f32, got %s",
+                       col_dtype_name(mask->t.dtype)) ||
+            !col_check(g, ok, COL_ESHAPE, "softmax: mask %s does not broadcast to input %s",
+                       col_shape_str(&mask->t, b1, sizeof b1), col_shape_str(&x->t, b2, sizeof b2)))
+            return NULL;
+        src[1] = col_expand(g, mask, nd, x->t.shape);
+    }
+    col_node *n = col_new_node(g, COL_OP_SOFTMAX, COL_F32, nd, x->t.shape, mask ? 2 : 1, src);
+    if (n) {
+        n->p.i[0] = causal != 0;
+        n->p.i[1] = causal ? x->t.shape[nd - 1] - x->t.shape[nd - 2] : 0;
+    }
+    return n;
+}
+
+col_node *col_log_softmax(col_graph *g, col_node *x)
+{
+    if (!x)
+        return NULL;
+    char b1[96];
+    if (!col_check(g, x->t.dtype == COL_F32, COL_EDTYPE, "log_softmax: needs an f32 input, got %s %s",
+                   col_dtype_name(x->t.dtype), col_shape_str(&x->t, b1, sizeof b1)))
+        return NULL;
+    col_node *src = col_contiguous(g, x);
+    return col_new_node(g, COL_OP_LOG_SOFTMAX, COL_F32, x->t.ndim, x->t.shape, 1, &src);
+}
+
+/* softmax: dx = y * (dy - sum(dy * y)); the additive mask gets the same dx
+ * (through its expand view, which sums it back to the mask's shape).
+ * log_softmax: dx = dy - exp(y) * sum(dy). */
+void col_bwd_softmax(col_graph *g, col_node *n, col_node *d)
+{
+    col_node *src[2] = {n, col_contiguous(g, d)};
+    col_op op = n->op == COL_OP_SOFTMAX ? COL_OP_SOFTMAX_BWD : COL_OP_LOG_SOFTMAX_BWD;
+    col_node *dx = col_new_node(g, op, COL_F32, n->t.ndim, n->t.shape, 2, src);
+    col_accum_grad(g, n->src[0], dx);
+    if (n->op == COL_OP_SOFTMAX && n->nsrc > 1)
+        col_accum_grad(g, n->src[1], dx);
+}
+
+/* ---- layernorm / rmsnorm ---- */
+
+static bool norm_input_ok(col_graph *g, const char *op, const col_node *x, float eps)
+{
+    char b1[96];
+    return col_check(g, x->t.dtype == COL_F32, COL_EDTYPE, "%s: needs an f32 input, got %s %s", op,
+                     col_dtype_name(x->t.dtype), col_shape_str(&x->t, b1, sizeof b1)) &&
+           col_check(g, x->t.ndim >= 1, COL_ESHAPE, "%s: needs an input with at least 1 dim, got a scalar", op) &&
+           col_check(g, eps >= 0.0f && isfinite(eps), COL_EINVAL, "%s: eps %g must be finite and >= 0", op,
+                     (double)eps);
+}
+
+/* weight / bias: f32 [C] with C = x's last dim */
+static bool norm_param_ok(col_graph *g, const char *op, const char *what, const col_node *p, const col_node *x)
+{
+    char b1[96], b2[96];
+    int64_t C = x->t.shape[x->t.ndim - 1];
+    return col_check(g, p->t.dtype == COL_F32, COL_EDTYPE, "%s: %s must be f32, got %s", op, what,
+                     col_dtype_name(p->t.dtype)) &&
+           col_check(g, p->t.ndim == 1 && p->t.shape[0] == C, COL_ESHAPE,
+                     "%s: %s %s does not match the last dim %lld of input %s (expected [%lld])", op, what,
+                     col_shape_str(&p->t, b1, sizeof b1), (long long)C, col_shape_str(&x->t, b2, sizeof b2),
+                     (long long)C);
+}
+
+col_node *col_layernorm(col_graph *g, col_node *x, col_node *w, col_node *b, float eps)
+{
+    if (!x)
+        return NULL;
+    if (!norm_input_ok(g, "layernorm", x, eps) || (w && !norm_param_ok(g, "layernorm", "weight", w, x)) ||
+        (b && !norm_param_ok(g, "layernorm", "bias", b, x)))
+        return NULL;
+    col_node *src[3];
+    int ns = 0;
+    src[ns++] = col_contiguous(g, x);
+    if (w)
+        src[ns++] = col_contiguous(g, w);
+    if (b)
+        src[ns++] = col_contiguous(g, b);
+    col_node *n = col_new_node(g, COL_OP_LAYERNORM, COL_F32, x->t.ndim, x->t.shape, ns, src);
+    if (n) {
+        n->p.i[0] = w != NULL;
+        n->p.i[1] = b != NULL;
+        n->p.f[0] = eps;
+    }
+    return n;
+}
+
+col_node *col_rmsnorm(col_graph *g, col_node *x, col_node *w, float eps)
+{
+    if (!x)
+        return NULL;
+    if (!col_check(g, w != NULL, COL_EINVAL, "rmsnorm: a weight [C] is required") ||
+        !norm_input_ok(g, "rmsnorm", x, eps) || !norm_param_ok(g, "rmsnorm", "weight", w, x))
+        return NULL;
+    col_node *src[2] = {col_contiguous(g, x), col_contiguous(g, w)};
+    col_node *n = col_new_node(g, COL_OP_RMSNORM, COL_F32, x->t.ndim, x->t.shape, 2, src);
+    if (n)
+        n->p.f[0] = eps;
+    return n;
+}
+
+/* dx and dw (and db for layernorm) from one packed node; only the parts a
+ * source needs are computed. */
+void col_bwd_norm(col_graph *g, col_node *n, col_node *d)
+{
+    bool ln = n->op == COL_OP_LAYERNORM;
+    bool has_w = ln ? n->p.i[0] != 0 : true, has_b = ln && n->p.i[1] != 0;
+    col_node *x = n->src[0];
+    col_node *w = has_w ? n->src[1] : NULL;
+    col_node *b = has_b ? n->src[has_w ? 2 : 1] : NULL;
+    bool want_dx = x->flags & COL_NODE_NEEDS_GRAD;
+    bool want_dw = w && (w->flags & COL_NODE_NEEDS_GRAD);
+    bool want_db = b && (b->flags & COL_NODE_NEEDS_GRAD);
+    if (!want_dx && !want_dw && !want_db)
+        return;
+    int64_t C = x->t.shape[x->t.ndim - 1], N = col_numel(&x->t);
+    col_node *src[3];
+    int ns = 0;
+    src[ns++] = x;
+    if (w)
+        src[ns++] = w;
+    src[ns++] = col_contiguous(g, d);
+    int64_t total = (want_dx ? N : 0) + (want_dw ? C : 0) + (want_db ? C : 0);
+    col_node *pk = col_new_node(g, ln ? COL_OP_LAYERNORM_BWD : COL_OP_RMSNORM_BWD, COL_F32, 1, &total, ns, src);
+    if (!pk)
+        return;
+    pk->p.i[0] = has_w;
+    pk->p.i[1] = want_dx;
+    pk->p.i[2] = want_dw;
+    pk->p.i[3] = want_db;
+    pk->p.f[0] = n->p.f[0];
+    int parts = (int)want_dw + (int)want_db;
+    pk->scratch_bytes = (size_t)NORM_MAX_CHUNKS * (size_t)parts * (size_t)C * sizeof(float);
+
+    int64_t off = 0, one = 1;
+    if (want_dx) { /* dx: x's shape, contiguous */
+        col_tensor t = x->t;
+        col_set_contiguous_strides(&t);
+        col_accum_grad(g, x, col_view(g, pk, 0, t.ndim, t.shape, t.stride));
+        off += N;
+    }
+    if (want_dw) { /* dw: [C] */
+        col_accum_grad(g, w, col_view(g, pk, off, 1, &C, &one));
+        off += C;
+    }
+    if (want_db) /* db: [C] */
+        col_accum_grad(g, b, col_view(g, pk, off, 1, &C, &one));
+}

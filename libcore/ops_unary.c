@@ -1,4 +1,125 @@
-/* PLACEHOLDER: being written */
+/* ops_unary.c - elementwise activations (exp, log, tanh, sigmoid, relu, gelu,
+ * gelu_tanh, silu, swiglu), dropout, and their gradients.
+ *
+ * All take f32 and give a contiguous f32 result of the input's shape; inputs
+ * may be strided views. Gradients are built from the *_BWD ops of ops.h
+ * (tanh and sigmoid from their output y, the others from their input x),
+ * except exp (dy * y) and log (dy / x), which reuse mul and div. */
 #include "graph_internal.h"
-void col_bwd_unary(col_graph *g, col_node *n, col_node *d) { (void)n; (void)d; col_graph_fail(g, COL_EUNSUPPORTED, "todo"); }
-void col_bwd_dropout(col_graph *g, col_node *n, col_node *d) { (void)n; (void)d; col_graph_fail(g, COL_EUNSUPPORTED, "todo"); }
+
+static bool needs_f32(col_graph *g, col_op op, const col_node *x)
+{
+    return col_check(g, x->t.dtype == COL_F32, COL_EDTYPE, "%s: needs an f32 input, got %s", col_op_name(op),
+                     col_dtype_name(x->t.dtype));
+}
+
+static col_node *unary(col_graph *g, col_op op, col_node *x)
+{
+    if (!x || !needs_f32(g, op, x))
+        return NULL;
+    return col_new_node(g, op, COL_F32, x->t.ndim, x->t.shape, 1, &x);
+}
+
+col_node *col_exp(col_graph *g, col_node *x) { return unary(g, COL_OP_EXP, x); }
+col_node *col_log(col_graph *g, col_node *x) { return unary(g, COL_OP_LOG, x); }
+col_node *col_tanh(col_graph *g, col_node *x) { return unary(g, COL_OP_TANH, x); }
+col_node *col_sigmoid(col_graph *g, col_node *x) { return unary(g, COL_OP_SIGMOID, x); }
+col_node *col_relu(col_graph *g, col_node *x) { return unary(g, COL_OP_RELU, x); }
+col_node *col_gelu(col_graph *g, col_node *x) { return unary(g, COL_OP_GELU_ERF, x); }
+col_node *col_gelu_tanh(col_graph *g, col_node *x) { return unary(g, COL_OP_GELU_TANH, x); }
+col_node *col_silu(col_graph *g, col_node *x) { return unary(g, COL_OP_SILU, x); }
+
+/* silu(gate) * up; gate and up: same shape (no broadcasting) */
+col_node *col_swiglu(col_graph *g, col_node *gate, col_node *up)
+{
+    if (!gate || !up)
+        return NULL;
+    char b1[96], b2[96];
+    if (!needs_f32(g, COL_OP_SWIGLU, gate) || !needs_f32(g, COL_OP_SWIGLU, up) ||
+        !col_check(g, col_same_shape(&gate->t, &up->t), COL_ESHAPE, "swiglu: gate %s and up %s must have the same shape",
+                   col_shape_str(&gate->t, b1, sizeof b1), col_shape_str(&up->t, b2, sizeof b2)))
+        return NULL;
+    col_node *src[2] = {gate, up};
+    return col_new_node(g, COL_OP_SWIGLU, COL_F32, gate->t.ndim, gate->t.shape, 2, src);
+}
+
+/* a *_BWD node: (x or y, dy) -> dx of x's shape */
+static col_node *bwd2(col_graph *g, col_op op, col_node *s0, col_node *dy)
+{
+    col_node *src[2] = {s0, dy};
+    return col_new_node(g, op, COL_F32, s0->t.ndim, s0->t.shape, 2, src);
+}
+
+void col_bwd_unary(col_graph *g, col_node *n, col_node *d)
+{
+    col_node *x = n->src[0];
+    switch (n->op) {
+    case COL_OP_EXP: /* d exp(x) = exp(x) dx */
+        col_accum_grad(g, x, col_mul(g, d, n));
+        break;
+    case COL_OP_LOG: /* d log(x) = dx / x */
+        col_accum_grad(g, x, col_div(g, d, x));
+        break;
+    case COL_OP_TANH: col_accum_grad(g, x, bwd2(g, COL_OP_TANH_BWD, n, d)); break;
+    case COL_OP_SIGMOID: col_accum_grad(g, x, bwd2(g, COL_OP_SIGMOID_BWD, n, d)); break;
+    case COL_OP_RELU: col_accum_grad(g, x, bwd2(g, COL_OP_RELU_BWD, x, d)); break;
+    case COL_OP_GELU_ERF: col_accum_grad(g, x, bwd2(g, COL_OP_GELU_ERF_BWD, x, d)); break;
+    case COL_OP_GELU_TANH: col_accum_grad(g, x, bwd2(g, COL_OP_GELU_TANH_BWD, x, d)); break;
+    case COL_OP_SILU: col_accum_grad(g, x, bwd2(g, COL_OP_SILU_BWD, x, d)); break;
+    case COL_OP_SWIGLU: {
+        /* packed [da | db], each with the shape of a (= shape of b) */
+        col_node *a = n->src[0], *b = n->src[1];
+        int64_t numel = col_numel(&a->t);
+        int64_t flat = 2 * numel;
+        col_node *src[3] = {a, b, d};
+        col_node *packed = col_new_node(g, COL_OP_SWIGLU_BWD, COL_F32, 1, &flat, 3, src);
+        if (!packed)
+            return;
+        col_tensor c = a->t; /* contiguous strides for a's shape */
+        col_set_contiguous_strides(&c);
+        if (a->flags & COL_NODE_NEEDS_GRAD)
+            col_accum_grad(g, a, col_view(g, packed, 0, c.ndim, c.shape, c.stride));
+        if (b->flags & COL_NODE_NEEDS_GRAD)
+            col_accum_grad(g, b, col_view(g, packed, numel, c.ndim, c.shape, c.stride));
+        break;
+    }
+    default:
+        col_graph_fail(g, COL_EINTERNAL, "autodiff: %s is not a unary op", col_op_name(n->op));
+        break;
+    }
+}
+
+/* ---- dropout ---- */
+
+/* Keeps element i (logical row-major index) iff
+ * col_rand_uniform(seed, offset + i) >= p and scales it by 1/(1-p). Each
+ * dropout of a graph takes the next numel stream positions, so two dropouts
+ * with the same seed draw different masks; the backward reuses the forward's
+ * params and so the same mask. */
+col_node *col_dropout(col_graph *g, col_node *x, float p, uint64_t seed)
+{
+    if (!x || !needs_f32(g, COL_OP_DROPOUT, x))
+        return NULL;
+    if (!col_check(g, p >= 0.0f && p <= 1.0f, COL_EINVAL, "dropout: p = %g is outside [0, 1]", (double)p))
+        return NULL;
+    if (p == 0.0f)
+        return x;
+    col_node *n = col_new_node(g, COL_OP_DROPOUT, COL_F32, x->t.ndim, x->t.shape, 1, &x);
+    if (!n)
+        return NULL;
+    n->p.f[0] = p;
+    n->p.i[0] = (int64_t)seed;
+    n->p.i[1] = (int64_t)g->dropout_streams;
+    g->dropout_streams += (uint64_t)col_numel(&x->t);
+    return n;
+}
+
+void col_bwd_dropout(col_graph *g, col_node *n, col_node *d)
+{
+    col_node *x = n->src[0];
+    col_node *m = col_new_node(g, COL_OP_DROPOUT, COL_F32, d->t.ndim, d->t.shape, 1, &d);
+    if (!m)
+        return;
+    m->p = n->p; /* same p, seed and stream offset: the same mask */
+    col_accum_grad(g, x, m);
+}

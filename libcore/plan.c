@@ -7,6 +7,7 @@
 
 struct col_plan {
     col_graph *g;
+    uint64_t epoch;             /* the graph's plan_epoch when this plan was made */
     col_node **order;
     int n;
     void *arena;
@@ -168,19 +169,77 @@ col_status col_plan_create(col_graph *g, col_plan **out, col_err *err)
         return col_err_set(err, COL_ENOMEM, "plan: out of memory for %d nodes", g->n);
     }
     p->g = g;
+    p->epoch = ++g->plan_epoch;
     for (int i = 0; i < g->n; i++) {
         col_node *n = g->nodes[i];
         n->in_schedule = false;
         n->first_use = n->last_use = -1;
     }
+    /* 1: mark what the outputs need (state 3 = needed) */
     col_status st = COL_OK;
+    int sp = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->flags & COL_NODE_OUTPUT) {
+            state[i] = 3;
+            stack[sp++] = g->nodes[i];
+        }
+    while (sp) {
+        col_node *n = stack[--sp];
+        int ndeps = n->nsrc + ((n->flags & COL_NODE_VIEW) ? 1 : 0);
+        for (int c = 0; c < ndeps; c++) {
+            col_node *d = c < n->nsrc ? n->src[c] : n->view_base;
+            if (state[d->id] != 3) {
+                state[d->id] = 3;
+                stack[sp++] = d;
+            }
+        }
+    }
+    /* 2: emit needed nodes in creation order, each after its dependencies, so
+     * recomputation clones (created last) run just before their first use */
+    for (int i = 0; i < g->n; i++)
+        state[i] = state[i] == 3 ? 0 : 2;
     for (int i = 0; i < g->n && st == COL_OK; i++) {
         col_node *n = g->nodes[i];
-        if ((n->flags & COL_NODE_OUTPUT) && state[n->id] == 0) {
+        if (state[n->id] == 0) {
             state[n->id] = 1;
             if (emit(p, n, state, stack, child) != 0)
                 st = col_err_set(err, COL_EINTERNAL, "plan: the graph has a cycle at node %s", n->name);
         }
+    }
+    /* 3: a gradient is added into its parameter's buffer as soon as it is
+     * complete, so it does not hold arena space until the end */
+    if (st == COL_OK) {
+        col_node **hoisted = calloc((size_t)p->n + 1, sizeof *hoisted);
+        int *first_acc = malloc(sizeof(int) * ((size_t)g->n + 1)), *next_acc = malloc(sizeof(int) * ((size_t)p->n + 1));
+        if (!hoisted || !first_acc || !next_acc) {
+            free(hoisted);
+            hoisted = NULL;
+            st = col_err_set(err, COL_ENOMEM, "plan: out of memory");
+        } else {
+            /* per gradient node, the ACCUMULATE nodes reading it (a linked list of positions) */
+            for (int i = 0; i < g->n; i++)
+                first_acc[i] = -1;
+            for (int i = p->n - 1; i >= 0; i--) {
+                col_node *n = p->order[i];
+                if (n->op == COL_OP_ACCUMULATE) {
+                    next_acc[i] = first_acc[n->src[0]->id];
+                    first_acc[n->src[0]->id] = i;
+                }
+            }
+            int k = 0;
+            for (int i = 0; i < p->n; i++) {
+                col_node *n = p->order[i];
+                if (n->op == COL_OP_ACCUMULATE)
+                    continue;
+                hoisted[k++] = n;
+                for (int j = first_acc[n->id]; j >= 0; j = next_acc[j])
+                    hoisted[k++] = p->order[j];
+            }
+            free(p->order);
+            p->order = hoisted;
+        }
+        free(first_acc);
+        free(next_acc);
     }
     free(state);
     free(stack);
@@ -250,6 +309,8 @@ void col_plan_free(col_plan *p)
 
 col_status col_plan_run(col_plan *p, const col_backend *be, col_err *err)
 {
+    if (p->epoch != p->g->plan_epoch)
+        return col_err_set(err, COL_ESTATE, "run: this graph was planned again; run its newest plan");
     /* resolve addresses: bound leaves may have been rebound since planning */
     for (int i = 0; i < p->n; i++) {
         col_node *n = p->order[i];

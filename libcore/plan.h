@@ -4,7 +4,8 @@
  * and the gradient ACCUMULATE nodes) depend on, each after its sources.
  * Every node that owns storage gets a range of one arena, chosen from the
  * liveness of the schedule (greedy by size), so running a planned graph
- * allocates nothing.
+ * allocates nothing. Plans keep their addresses in the graph's nodes, so a graph
+ * has one live plan: planning it again makes the older plan refuse to run.
  */
 #ifndef COL_PLAN_H
 #define COL_PLAN_H
