@@ -1,3 +1,89 @@
-/* PLACEHOLDER: being written */
+/* ops_attention.c - scaled dot-product attention (causal, grouped-query
+ * heads) and its gradient, computed blocked (cpu_attention.c).
+ *
+ *   q [B,Hq,T,D], k,v [B,Hkv,S,D], Hq % Hkv == 0 -> out [B,Hq,T,D]
+ *   out = softmax(q k^T * scale + mask) v, query head h using kv head
+ *   h / (Hq/Hkv) (transformers' repeat_kv); causal: query t sees key j iff
+ *   j <= t + (S - T) (the queries are the last T positions of the keys).
+ *   The logsumexp of every score row, [B,Hq,T] f32, is kept after the output
+ *   for the backward.
+ */
+#include <math.h>
+
+#include "backend.h"
 #include "graph_internal.h"
-void col_bwd_attention(col_graph *g, col_node *n, col_node *d) { (void)n; (void)d; col_graph_fail(g, COL_EUNSUPPORTED, "todo"); }
+
+/* the kernels read rows with unit stride along D; other strides are free */
+static col_node *unit_last(col_graph *g, col_node *x)
+{
+    if (x->t.shape[3] > 1 && x->t.stride[3] != 1)
+        return col_contiguous(g, x);
+    return x;
+}
+
+col_node *col_attention(col_graph *g, col_node *q, col_node *k, col_node *v, int causal, float scale)
+{
+    if (!q || !k || !v)
+        return NULL;
+    char b1[96], b2[96], b3[96];
+    if (!col_check(g, q->t.dtype == COL_F32 && k->t.dtype == COL_F32 && v->t.dtype == COL_F32, COL_EDTYPE,
+                   "attention: needs f32 q, k, v, got %s, %s, %s", col_dtype_name(q->t.dtype),
+                   col_dtype_name(k->t.dtype), col_dtype_name(v->t.dtype)) ||
+        !col_check(g, q->t.ndim == 4 && k->t.ndim == 4 && v->t.ndim == 4, COL_ESHAPE,
+                   "attention: q, k, v must be [B,H,T,D], got q %s, k %s, v %s", col_shape_str(&q->t, b1, sizeof b1),
+                   col_shape_str(&k->t, b2, sizeof b2), col_shape_str(&v->t, b3, sizeof b3)) ||
+        !col_check(g, col_same_shape(&k->t, &v->t), COL_ESHAPE, "attention: k %s and v %s differ in shape",
+                   col_shape_str(&k->t, b1, sizeof b1), col_shape_str(&v->t, b2, sizeof b2)))
+        return NULL;
+    int64_t B = q->t.shape[0], Hq = q->t.shape[1], T = q->t.shape[2], D = q->t.shape[3];
+    int64_t Hkv = k->t.shape[1], S = k->t.shape[2];
+    if (!col_check(g, k->t.shape[0] == B && k->t.shape[3] == D, COL_ESHAPE,
+                   "attention: q %s and k %s differ in batch or head_dim", col_shape_str(&q->t, b1, sizeof b1),
+                   col_shape_str(&k->t, b2, sizeof b2)) ||
+        !col_check(g, Hkv > 0 && Hq % Hkv == 0, COL_ESHAPE,
+                   "attention: %lld query heads are not a multiple of %lld kv heads (q %s, k %s)", (long long)Hq,
+                   (long long)Hkv, col_shape_str(&q->t, b1, sizeof b1), col_shape_str(&k->t, b2, sizeof b2)) ||
+        !col_check(g, D > 0 && S > 0, COL_ESHAPE, "attention: needs head_dim > 0 and at least one key, got k %s",
+                   col_shape_str(&k->t, b1, sizeof b1)) ||
+        !col_check(g, !causal || T <= S, COL_ESHAPE,
+                   "attention: causal with %lld queries but %lld keys (needs T <= S)", (long long)T, (long long)S))
+        return NULL;
+    col_node *src[3] = {unit_last(g, q), unit_last(g, k), unit_last(g, v)};
+    int64_t shape[4] = {B, Hq, T, D};
+    col_node *n = col_new_node(g, COL_OP_ATTENTION, COL_F32, 4, shape, 3, src);
+    if (!n)
+        return NULL;
+    n->p.i[0] = causal ? 1 : 0;
+    n->p.f[0] = scale > 0.0f ? scale : 1.0f / sqrtf((float)D);
+    n->extra_bytes = sizeof(float) * (size_t)(B * Hq * T); /* logsumexp per row */
+    n->scratch_bytes = (size_t)col_max_threads() * col_attention_scratch_per_thread(D, false);
+    return n;
+}
+
+/* contiguous view of `shape` at element `offset` of the packed gradient */
+static col_node *part(col_graph *g, col_node *packed, int64_t offset, const col_tensor *like)
+{
+    col_tensor t = *like;
+    col_set_contiguous_strides(&t);
+    return col_view(g, packed, offset, t.ndim, t.shape, t.stride);
+}
+
+/* sources q, k, v, the attention node (O and its logsumexp), dO;
+ * output packed [dq | dk | dv] */
+void col_bwd_attention(col_graph *g, col_node *n, col_node *d)
+{
+    col_node *q = n->src[0], *k = n->src[1], *v = n->src[2];
+    if (!d || !col_any_needs_grad(3, n->src))
+        return;
+    col_node *src[5] = {q, k, v, n, unit_last(g, d)};
+    int64_t nq = col_numel(&q->t), nk = col_numel(&k->t);
+    int64_t shape[1] = {nq + 2 * nk};
+    col_node *bw = col_new_node(g, COL_OP_ATTENTION_BWD, COL_F32, 1, shape, 5, src);
+    if (!bw)
+        return;
+    bw->p = n->p;
+    bw->scratch_bytes = (size_t)col_max_threads() * col_attention_scratch_per_thread(q->t.shape[3], true);
+    col_accum_grad(g, q, part(g, bw, 0, &q->t));
+    col_accum_grad(g, k, part(g, bw, nq, &k->t));
+    col_accum_grad(g, v, part(g, bw, nq + nk, &v->t));
+}

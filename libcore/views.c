@@ -32,6 +32,37 @@ col_node *col_contiguous(col_graph *g, col_node *x)
     return col_new_node(g, COL_OP_COPY, x->t.dtype, x->t.ndim, x->t.shape, 1, &x);
 }
 
+/* Strides that read x's elements in row-major order with new->shape, without
+ * copying, if x's layout allows it (PyTorch's view rule: each run of new dims
+ * must fall inside a run of old dims that is contiguous in memory). */
+static bool view_strides(const col_tensor *x, col_tensor *nt)
+{
+    if (col_numel(x) == 0 || x->ndim == 0) {
+        col_set_contiguous_strides(nt);
+        return col_is_contiguous(x) || col_numel(x) <= 1;
+    }
+    int vd = nt->ndim - 1;
+    int64_t base = x->stride[x->ndim - 1], tn = 1, vn = 1;
+    for (int td = x->ndim - 1; td >= 0; td--) {
+        tn *= x->shape[td];
+        if (td == 0 || (x->shape[td - 1] != 1 && x->stride[td - 1] != tn * base)) {
+            while (vd >= 0 && (vn < tn || nt->shape[vd] == 1)) {
+                nt->stride[vd] = vn * base;
+                vn *= nt->shape[vd];
+                vd--;
+            }
+            if (vn != tn)
+                return false;
+            if (td > 0) {
+                base = x->stride[td - 1];
+                tn = 1;
+                vn = 1;
+            }
+        }
+    }
+    return vd == -1;
+}
+
 col_node *col_reshape(col_graph *g, col_node *x, int ndim, const int64_t *shape)
 {
     if (!x)
@@ -63,12 +94,15 @@ col_node *col_reshape(col_graph *g, col_node *x, int ndim, const int64_t *shape)
     if (!col_check(g, known == numel, COL_ESHAPE, "reshape: %s has %lld elements, the new shape has %lld",
                    col_shape_str(&x->t, b1, sizeof b1), (long long)numel, (long long)known))
         return NULL;
-    x = col_contiguous(g, x);
-    if (!x)
-        return NULL;
     col_tensor t = {.ndim = ndim};
     memcpy(t.shape, want, sizeof(int64_t) * (size_t)ndim);
-    col_set_contiguous_strides(&t);
+    if (!view_strides(&x->t, &t)) {
+        /* the layout cannot be re-read with the new shape: copy first */
+        x = col_contiguous(g, x);
+        if (!x)
+            return NULL;
+        col_set_contiguous_strides(&t);
+    }
     return make_view(g, x, VIEW_RESHAPE, ndim, t.shape, t.stride, offset_of(x));
 }
 

@@ -1,2 +1,239 @@
-/* PLACEHOLDER: being written */
-/* todo */
+/* memtier.c - the chunk store (host tier only; layout rules in memtier.h). */
+#include "memtier.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    mt_kind kind;
+    mt_tier tier;
+    bool dirty;
+    size_t capacity, used;
+    int ntensors;
+    void *host; /* MT_ALIGN-aligned, capacity bytes; NULL when tier is MT_TIER_NONE */
+} mt_chunk;
+
+struct mt_pool {
+    size_t chunk_bytes, host_budget;
+    mt_chunk *chunks;
+    int nchunks, cap;
+    int open[MT_NKINDS]; /* chunk taking the next tensor of each kind, -1 for none */
+    int tensors[MT_NKINDS];
+    size_t tensor_bytes[MT_NKINDS];
+    size_t host_bytes, host_peak, needed_bytes;
+};
+
+#define MIB(x) ((double)(x) / (1024.0 * 1024.0))
+
+static size_t align_up(size_t x) { return (x + (MT_ALIGN - 1)) & ~(size_t)(MT_ALIGN - 1); }
+
+const char *mt_kind_name(mt_kind kind)
+{
+    switch (kind) {
+    case MT_PARAM: return "param";
+    case MT_GRAD: return "grad";
+    case MT_OPTSTATE: return "optstate";
+    case MT_NKINDS: break;
+    }
+    return "unknown";
+}
+
+const char *mt_tier_name(mt_tier tier)
+{
+    switch (tier) {
+    case MT_TIER_HOST: return "host";
+    case MT_TIER_GPU: return "gpu";
+    case MT_TIER_NVME: return "nvme";
+    case MT_TIER_NONE: return "none";
+    case MT_NTIERS: break;
+    }
+    return "unknown";
+}
+
+col_status mt_create(const mt_config *cfg, mt_pool **pool, col_err *e)
+{
+    if (!pool)
+        return col_err_set(e, COL_EINVAL, "memtier: mt_create needs a place for the pool");
+    *pool = NULL;
+    size_t chunk = cfg && cfg->chunk_bytes ? cfg->chunk_bytes : MT_DEFAULT_CHUNK_BYTES;
+    if (chunk > SIZE_MAX / 4)
+        return col_err_set(e, COL_EINVAL, "memtier: chunk size %zu bytes is too large", chunk);
+    mt_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return col_err_set(e, COL_ENOMEM, "memtier: out of host memory creating a pool");
+    p->chunk_bytes = align_up(chunk);
+    p->host_budget = cfg ? cfg->host_budget : 0;
+    for (int k = 0; k < MT_NKINDS; k++)
+        p->open[k] = -1;
+    *pool = p;
+    return COL_OK;
+}
+
+void mt_destroy(mt_pool *pool)
+{
+    if (!pool)
+        return;
+    for (int i = 0; i < pool->nchunks; i++)
+        free(pool->chunks[i].host);
+    free(pool->chunks);
+    free(pool);
+}
+
+/* Appends a chunk of `capacity` bytes for `kind`; gives it host memory when
+ * the budget allows (tier HOST), otherwise plans it without memory (tier
+ * NONE). Returns its index, or -1 when the chunk table or the host memory
+ * cannot be allocated. */
+static int new_chunk(mt_pool *p, mt_kind kind, size_t capacity, col_err *e)
+{
+    if (p->nchunks == p->cap) {
+        int ncap = p->cap ? 2 * p->cap : 16;
+        mt_chunk *nc = realloc(p->chunks, (size_t)ncap * sizeof *nc);
+        if (!nc) {
+            col_err_set(e, COL_ENOMEM, "memtier: out of host memory growing the chunk table");
+            return -1;
+        }
+        p->chunks = nc;
+        p->cap = ncap;
+    }
+    mt_chunk c = {.kind = kind, .tier = MT_TIER_NONE, .capacity = capacity};
+    bool fits = !p->host_budget || (p->host_bytes <= p->host_budget && capacity <= p->host_budget - p->host_bytes);
+    if (fits) {
+        c.host = aligned_alloc(MT_ALIGN, capacity);
+        if (!c.host) {
+            col_err_set(e, COL_ENOMEM, "memtier: out of host memory allocating a %s chunk of %.1f MiB",
+                        mt_kind_name(kind), MIB(capacity));
+            return -1;
+        }
+        memset(c.host, 0, capacity);
+        c.tier = MT_TIER_HOST;
+        p->host_bytes += capacity;
+        if (p->host_bytes > p->host_peak)
+            p->host_peak = p->host_bytes;
+    }
+    p->needed_bytes += capacity;
+    p->chunks[p->nchunks] = c;
+    return p->nchunks++;
+}
+
+col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_err *e)
+{
+    if (ref)
+        *ref = (mt_ref){.chunk = -1};
+    if (!pool || !ref)
+        return col_err_set(e, COL_EINVAL, "memtier: mt_alloc needs a pool and a ref");
+    if ((int)kind < 0 || kind >= MT_NKINDS)
+        return col_err_set(e, COL_EINVAL, "memtier: unknown storage kind %d", (int)kind);
+    if (bytes == 0 || bytes > SIZE_MAX / 2)
+        return col_err_set(e, COL_EINVAL, "memtier: cannot allocate a %s tensor of %zu bytes", mt_kind_name(kind),
+                           bytes);
+    /* the open chunk of this kind, if the tensor fits after its last one */
+    int ci = pool->open[kind];
+    size_t off = 0;
+    if (ci >= 0) {
+        const mt_chunk *c = &pool->chunks[ci];
+        off = align_up(c->used);
+        if (off > c->capacity || bytes > c->capacity - off)
+            ci = -1;
+    }
+    if (ci < 0) {
+        /* a new chunk: the standard size, or its own chunk for an oversize tensor */
+        bool oversize = bytes > pool->chunk_bytes;
+        ci = new_chunk(pool, kind, oversize ? align_up(bytes) : pool->chunk_bytes, e);
+        if (ci < 0)
+            return COL_ENOMEM;
+        pool->open[kind] = oversize ? -1 : ci;
+        off = 0;
+    }
+    mt_chunk *c = &pool->chunks[ci];
+    c->used = off + bytes;
+    c->ntensors++;
+    if (c->tier == MT_TIER_NONE)
+        return col_err_set(e, COL_ENOMEM, "memtier: host budget %.1f MiB is too small: this model needs at least "
+                           "%.1f MiB (--cpu-mem)", MIB(pool->host_budget), MIB(pool->needed_bytes));
+    pool->tensors[kind]++;
+    pool->tensor_bytes[kind] += bytes;
+    *ref = (mt_ref){.chunk = ci, .offset = off, .bytes = bytes};
+    return COL_OK;
+}
+
+void *mt_ptr(const mt_pool *pool, mt_ref ref)
+{
+    if (!pool || ref.chunk < 0 || ref.chunk >= pool->nchunks)
+        return NULL;
+    const mt_chunk *c = &pool->chunks[ref.chunk];
+    if (!c->host || ref.bytes == 0 || ref.offset > c->used || ref.bytes > c->used - ref.offset)
+        return NULL;
+    return (char *)c->host + ref.offset;
+}
+
+#define ZERO_PIECE ((size_t)1 << 20)
+
+void mt_zero(mt_pool *pool, mt_kind kind)
+{
+    if (!pool || (int)kind < 0 || kind >= MT_NKINDS)
+        return;
+    for (int i = 0; i < pool->nchunks; i++) {
+        mt_chunk *c = &pool->chunks[i];
+        if (c->kind != kind || !c->host)
+            continue;
+        /* only [0, used) was ever handed out; 1 MiB pieces across threads */
+        char *base = c->host;
+        size_t used = c->used;
+        int64_t npiece = (int64_t)((used + ZERO_PIECE - 1) / ZERO_PIECE);
+#pragma omp parallel for schedule(static) if (npiece > 4)
+        for (int64_t k = 0; k < npiece; k++) {
+            size_t lo = (size_t)k * ZERO_PIECE;
+            size_t len = used - lo < ZERO_PIECE ? used - lo : ZERO_PIECE;
+            memset(base + lo, 0, len);
+        }
+        c->dirty = true;
+    }
+}
+
+void mt_stats(const mt_pool *pool, mt_pool_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!pool)
+        return;
+    s->chunk_bytes = pool->chunk_bytes;
+    s->host_budget = pool->host_budget;
+    for (int i = 0; i < pool->nchunks; i++) {
+        const mt_chunk *c = &pool->chunks[i];
+        if (c->tier == MT_TIER_NONE)
+            continue;
+        s->chunks[c->kind][c->tier]++;
+        s->bytes[c->kind][c->tier] += c->capacity;
+    }
+    for (int k = 0; k < MT_NKINDS; k++) {
+        s->tensors[k] = pool->tensors[k];
+        s->tensor_bytes[k] = pool->tensor_bytes[k];
+    }
+    s->host_bytes = pool->host_bytes;
+    s->host_peak = pool->host_peak;
+    s->needed_bytes = pool->needed_bytes;
+}
+
+int mt_chunk_count(const mt_pool *pool) { return pool ? pool->nchunks : 0; }
+
+col_status mt_chunk_get(const mt_pool *pool, int idx, mt_chunk_info *info, col_err *e)
+{
+    if (!pool || !info || idx < 0 || idx >= pool->nchunks)
+        return col_err_set(e, COL_EINVAL, "memtier: chunk %d does not exist (pool has %d chunks)", idx,
+                           pool ? pool->nchunks : 0);
+    const mt_chunk *c = &pool->chunks[idx];
+    *info = (mt_chunk_info){.kind = c->kind, .tier = c->tier, .dirty = c->dirty, .capacity = c->capacity,
+                            .used = c->used, .ntensors = c->ntensors};
+    return COL_OK;
+}
+
+void mt_mark_dirty(mt_pool *pool, int chunk)
+{
+    if (pool && chunk >= 0 && chunk < pool->nchunks)
+        pool->chunks[chunk].dirty = true;
+}
+
+void mt_mark_clean(mt_pool *pool, int chunk)
+{
+    if (pool && chunk >= 0 && chunk < pool->nchunks)
+        pool->chunks[chunk].dirty = false;
+}

@@ -1,2 +1,106 @@
-/* PLACEHOLDER: being written */
-/* todo */
+/* memtier.h - the chunk store for parameters, gradients and optimizer states.
+ *
+ * Tensors are packed, in allocation order (the graph's first-use order),
+ * into fixed-size chunks of their storage kind: a chunk holds only tensors
+ * of one kind, each tensor starts on a 64-byte boundary, and a tensor that
+ * does not fit in the rest of the current chunk starts a new one (the tail
+ * of the old chunk stays unused). A tensor larger than the chunk size gets a
+ * chunk of its own, sized to fit it (rounded up to 64 bytes); the next
+ * tensor of that kind starts a new chunk. So the chunks of a kind, and the
+ * tensors inside them, follow allocation order: a later planner can move
+ * whole chunks between tiers in the order the graph needs them.
+ *
+ * Tiers: every chunk records the tier that holds it and a dirty flag. This
+ * version has only the host tier (chunk memory from aligned_alloc(64, ...),
+ * zero-filled, never moved or freed before mt_destroy, so mt_ptr addresses
+ * stay valid for the pool's life); GPU and NVMe tiers come later.
+ *
+ * A pool is not thread-safe: allocate from one thread. Pools share no
+ * global state.
+ */
+#ifndef MT_MEMTIER_H
+#define MT_MEMTIER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#define MT_ALIGN 64
+#define MT_DEFAULT_CHUNK_BYTES ((size_t)32 << 20)
+
+typedef enum { MT_PARAM, MT_GRAD, MT_OPTSTATE, MT_NKINDS } mt_kind;
+
+/* Where a chunk's bytes live. MT_TIER_NONE: a chunk planned but never
+ * given memory (an allocation refused by the host budget, see mt_alloc). */
+typedef enum { MT_TIER_HOST, MT_TIER_GPU, MT_TIER_NVME, MT_NTIERS, MT_TIER_NONE = -1 } mt_tier;
+
+typedef struct {
+    size_t chunk_bytes; /* 0 = MT_DEFAULT_CHUNK_BYTES; rounded up to a multiple of MT_ALIGN */
+    size_t host_budget; /* 0 = unlimited; total host bytes of all chunks */
+} mt_config;
+
+typedef struct mt_pool mt_pool;
+
+/* Where a tensor lives: bytes at offset (a multiple of MT_ALIGN) in chunk. */
+typedef struct {
+    int chunk;
+    size_t offset;
+    size_t bytes;
+} mt_ref;
+
+typedef struct {
+    mt_kind kind;
+    mt_tier tier;
+    bool dirty;      /* changed since created (zero-filled) or last marked clean (written back) */
+    size_t capacity; /* bytes of the chunk (chunk_bytes, or the oversize tensor rounded up) */
+    size_t used;     /* end of the last tensor placed in it */
+    int ntensors;    /* tensors placed in it (for a MT_TIER_NONE chunk: planned) */
+} mt_chunk_info;
+
+typedef struct {
+    size_t chunk_bytes, host_budget;
+    int chunks[MT_NKINDS][MT_NTIERS];    /* chunks per kind and tier */
+    size_t bytes[MT_NKINDS][MT_NTIERS];  /* chunk capacity per kind and tier */
+    int tensors[MT_NKINDS];              /* successful allocations per kind */
+    size_t tensor_bytes[MT_NKINDS];      /* sum of their requested bytes */
+    size_t host_bytes;                   /* host memory held by chunks now */
+    size_t host_peak;                    /* the most host memory held at once */
+    size_t needed_bytes;                 /* host budget that would have held every request so far */
+} mt_pool_stats;
+
+col_status mt_create(const mt_config *cfg, mt_pool **pool, col_err *e);
+void mt_destroy(mt_pool *pool);
+
+/* Places a tensor of `bytes` (> 0) of kind `kind`; *ref receives its place.
+ * Fails with COL_ENOMEM when a new chunk would take the pool's host memory
+ * past host_budget; the message names the budget and the smallest budget
+ * that would have held every allocation requested so far. After such a
+ * failure the chunk is still planned (tier MT_TIER_NONE, no memory), so
+ * later requests keep being planned and refused with an updated total: a
+ * caller may go on allocating the whole model and report the last message.
+ * A failed allocation leaves *ref = {-1, 0, 0}. */
+col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_err *e);
+
+/* Host address of ref, or NULL when ref is not a placed allocation. */
+void *mt_ptr(const mt_pool *pool, mt_ref ref);
+
+/* Zeroes every chunk of a kind (the part holding tensors; e.g. clears the
+ * gradients) and marks those chunks dirty. */
+void mt_zero(mt_pool *pool, mt_kind kind);
+
+void mt_stats(const mt_pool *pool, mt_pool_stats *stats);
+
+int mt_chunk_count(const mt_pool *pool);
+/* Describes chunk idx; COL_EINVAL for an index out of range. */
+col_status mt_chunk_get(const mt_pool *pool, int idx, mt_chunk_info *info, col_err *e);
+/* Dirty-tracking for the tiers to come: callers that write a chunk's
+ * tensors (the optimizer step) mark it dirty; a write-back marks it clean. */
+void mt_mark_dirty(mt_pool *pool, int chunk);
+void mt_mark_clean(mt_pool *pool, int chunk);
+
+const char *mt_kind_name(mt_kind kind);
+const char *mt_tier_name(mt_tier tier);
+
+#endif

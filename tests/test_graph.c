@@ -64,7 +64,9 @@ static void test_checkpointing(void)
     float *g0 = chain_grads(0, &a0, &l0), *g1 = chain_grads(1, &a1, &l1);
     TL_OK(g0 && g1 && memcmp(g0, g1, sizeof(float) * L * C * C) == 0 && l0 == l1,
           "checkpointed run gives bitwise-identical loss and gradients");
-    TL_OK(a1 < a0, "checkpointing shrinks the activation arena: %zu -> %zu bytes", a0, a1);
+    /* each layer stores x and h without checkpointing, only x with it: at
+     * least 4 of the 6 layers' h buffers must be saved */
+    TL_OK(a1 + 4 * N * C * sizeof(float) <= a0, "checkpointing shrinks the activation arena: %zu -> %zu bytes", a0, a1);
     free(g0);
     free(g1);
 }

@@ -109,6 +109,28 @@ static void test_views(void)
     free(r);
     col_graph_free(g);
     free(x);
+
+    /* the attention head split: [B,T,3*H*D] -> [B,T,3,H,D] -> permute -> slice -> [B,H,T,D], all views */
+    enum { B = 2, T = 3, H = 2, D = 4 };
+    float *qkv = randv(B * T * 3 * H * D, 2);
+    g = col_graph_new();
+    int64_t s3[3] = {B, T, 3 * H * D}, s5[5] = {B, T, 3, H, D}, s4[4] = {B, H, T, D};
+    col_node *p5 = col_permute(g, col_reshape(g, leaf(g, qkv, 3, s3), 5, s5), (int[]){2, 0, 3, 1, 4});
+    col_node *k = col_reshape(g, col_slice(g, p5, 0, 1, 1), 4, s4);
+    bool no_copy = true;
+    for (int i = 0; i < col_graph_count(g); i++)
+        no_copy &= col_graph_node(g, i)->op != COL_OP_COPY;
+    r = run(g, k);
+    ok = r != NULL && no_copy;
+    for (int b = 0; ok && b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < D; d++)
+                    ok &= r[((b * H + h) * T + t) * D + d] == qkv[(b * T + t) * 3 * H * D + 1 * H * D + h * D + d];
+    TL_OK(ok, "head split of a fused qkv tensor is a chain of views with the right elements");
+    free(r);
+    col_graph_free(g);
+    free(qkv);
 }
 
 /* ---- binary ops with broadcasting ---- */
