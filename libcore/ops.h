@@ -122,7 +122,9 @@ struct col_node *col_max(struct col_graph *g, struct col_node *x, uint32_t axes,
 
 /* ---- softmax / norms ---- */
 /* mask: NULL or additive f32 broadcastable to x (e.g. 0 / -inf padding);
- * causal: key j > query i + offset is masked, where i is dim -2 and j dim -1 */
+ * causal: key j > query i + offset is masked, where i is dim -2 and j dim -1
+ * (offset = S - T, the sizes of dims -1 and -2); a row whose keys are all
+ * masked gives zeros, not NaN */
 struct col_node *col_softmax(struct col_graph *g, struct col_node *x, struct col_node *mask, int causal);
 struct col_node *col_log_softmax(struct col_graph *g, struct col_node *x);
 struct col_node *col_layernorm(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *b, float eps);

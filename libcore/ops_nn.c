@@ -30,6 +30,8 @@ col_node *col_embedding(col_graph *g, col_node *weight, col_node *ids)
     if (weight->t.stride[1] != 1 && weight->t.shape[1] > 1)
         weight = col_contiguous(g, weight);
     ids = col_contiguous(g, ids);
+    if (!weight || !ids)
+        return NULL;
     int64_t shape[COL_MAX_DIMS];
     memcpy(shape, ids->t.shape, sizeof(int64_t) * (size_t)ids->t.ndim);
     shape[ids->t.ndim] = weight->t.shape[1];
@@ -58,8 +60,10 @@ void col_bwd_embedding(col_graph *g, col_node *n, col_node *d)
 /* x: [B, H, T, D] with unit last-dim stride; pos: [T] or [B, T]; params set */
 static col_node *rope_node(col_graph *g, col_node *x, col_node *pos, const col_op_params *p)
 {
-    if (x->t.stride[3] != 1 && x->t.shape[3] > 1)
+    if (x && x->t.stride[3] != 1 && x->t.shape[3] > 1)
         x = col_contiguous(g, x);
+    if (!x || !pos)
+        return NULL;
     col_node *src[2] = {x, pos};
     col_node *n = col_new_node(g, COL_OP_ROPE, COL_F32, 4, x->t.shape, 2, src);
     if (!n)

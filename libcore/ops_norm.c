@@ -1,6 +1,10 @@
 /* ops_norm.c - softmax, log_softmax, layernorm, rmsnorm (all over the last
  * dimension) and their gradients.
  *
+ * softmax: a row whose entries are all -inf after the mask and the causal
+ * limit (a fully masked query) gives zeros rather than NaN, so padded queries
+ * contribute nothing and get zero gradient.
+ *
  * Parameters (see ops.h for the sources):
  *   SOFTMAX          i[0] = causal, i[1] = causal offset (S - T); src1 = mask expanded to x's shape
  *   LAYERNORM        i[0] = has weight, i[1] = has bias; f[0] = eps

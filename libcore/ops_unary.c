@@ -120,6 +120,6 @@ void col_bwd_dropout(col_graph *g, col_node *n, col_node *d)
     col_node *m = col_new_node(g, COL_OP_DROPOUT, COL_F32, d->t.ndim, d->t.shape, 1, &d);
     if (!m)
         return;
-    m->p = n->p; m->p.i[1]++; /* same p, seed and stream offset: the same mask */
+    m->p = n->p; /* same p, seed and stream offset: the same mask */
     col_accum_grad(g, x, m);
 }

@@ -10,9 +10,32 @@
 
 #include <math.h>
 #include <stddef.h>
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #define OPT_PAR_MIN 65536
 #define NBLK 64
+#define SUB 256 /* AdamW/LAMB work on sub-blocks of SUB elements: moments, sqrt, update */
+
+/* x[i] = sqrtf(x[i]). Under -fmath-errno (the C default) gcc keeps every
+ * sqrtf call scalar, since it may set errno, which makes AdamW several times
+ * slower; so the square roots of a sub-block are taken here, with the
+ * target's vector instruction where it has one (IEEE sqrt either way, so the
+ * results are the same as sqrtf's). */
+static void sqrt_inplace(float *x, int n)
+{
+    int i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
+#elif defined(__AVX__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++)
+        x[i] = sqrtf(x[i]);
+}
 
 /* block b of n elements: [*lo, *hi), block length a multiple of 16 floats */
 static inline void blk_range(int64_t n, int b, int64_t *lo, int64_t *hi)
@@ -213,14 +236,24 @@ static void adamw_tensor(const col_opt_config *c, float lr, int64_t step, const 
     for (int b = 0; b < NBLK; b++) {
         int64_t lo, hi;
         blk_range(n, b, &lo, &hi);
+        for (int64_t j = lo; j < hi; j += SUB) {
+            int len = hi - j < SUB ? (int)(hi - j) : SUB;
+            float *restrict wj = w + j, *restrict mj = m + j, *restrict vj = v + j;
+            const float *restrict gj = g + j;
+            float den[SUB];
 #pragma omp simd
-        for (int64_t i = lo; i < hi; i++) {
-            float gi = g[i];
-            float mi = b1 * m[i] + omb1 * gi;
-            float vi = b2 * v[i] + omb2 * gi * gi;
-            m[i] = mi;
-            v[i] = vi;
-            w[i] = w[i] * keep - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+            for (int i = 0; i < len; i++) {
+                float gi = gj[i];
+                float mi = b1 * mj[i] + omb1 * gi;
+                float vi = b2 * vj[i] + omb2 * gi * gi;
+                mj[i] = mi;
+                vj[i] = vi;
+                den[i] = vi;
+            }
+            sqrt_inplace(den, len);
+#pragma omp simd
+            for (int i = 0; i < len; i++)
+                wj[i] = wj[i] * keep - step_size * (mj[i] / (den[i] / bc2_sqrt + eps));
         }
     }
 }
@@ -232,11 +265,20 @@ static void adamw_tensor(const col_opt_config *c, float lr, int64_t step, const 
  *   per tensor: r1 = ||w||, r2 = ||u||, trust = r1 / r2 if r1 > 0 and r2 > 0, else 1
  *   w = w - lr * trust * u
  * Pass 1 updates m, v and sums w^2, u^2; pass 2 recomputes u with the same
- * expression (w is not yet changed) and applies it.
+ * operations (w is not yet changed) and applies it.
  */
-static inline float lamb_u(float mi, float vi, float wi, float ibc1, float ibc2, float eps, float wd)
+
+/* u for SUB-element sub-block [j, j + len) from the updated m, v: sq is scratch */
+static inline void lamb_u(const float *restrict m, const float *restrict v, const float *restrict w, int len,
+                          float ibc1, float ibc2, float eps, float wd, float *restrict sq, float *restrict u)
 {
-    return (mi * ibc1) / (sqrtf(vi * ibc2) + eps) + wd * wi;
+#pragma omp simd
+    for (int i = 0; i < len; i++)
+        sq[i] = v[i] * ibc2;
+    sqrt_inplace(sq, len);
+#pragma omp simd
+    for (int i = 0; i < len; i++)
+        u[i] = (m[i] * ibc1) / (sq[i] + eps) + wd * w[i];
 }
 
 static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const col_opt_tensor *t)
@@ -254,16 +296,23 @@ static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const c
         int64_t lo, hi;
         blk_range(n, b, &lo, &hi);
         double sw = 0, su = 0;
+        for (int64_t j = lo; j < hi; j += SUB) {
+            int len = hi - j < SUB ? (int)(hi - j) : SUB;
+            float *restrict mj = m + j, *restrict vj = v + j;
+            const float *restrict gj = g + j, *restrict wj = w + j;
+            float sq[SUB], u[SUB];
+#pragma omp simd
+            for (int i = 0; i < len; i++) {
+                float gi = gj[i];
+                mj[i] = b1 * mj[i] + omb1 * gi;
+                vj[i] = b2 * vj[i] + omb2 * gi * gi;
+            }
+            lamb_u(mj, vj, wj, len, ibc1, ibc2, eps, wd, sq, u);
 #pragma omp simd reduction(+ : sw, su)
-        for (int64_t i = lo; i < hi; i++) {
-            float gi = g[i];
-            float mi = b1 * m[i] + omb1 * gi;
-            float vi = b2 * v[i] + omb2 * gi * gi;
-            m[i] = mi;
-            v[i] = vi;
-            float u = lamb_u(mi, vi, w[i], ibc1, ibc2, eps, wd);
-            sw += (double)w[i] * w[i];
-            su += (double)u * u;
+            for (int i = 0; i < len; i++) {
+                sw += (double)wj[i] * wj[i];
+                su += (double)u[i] * u[i];
+            }
         }
         pw[b] = sw;
         pu[b] = su;
@@ -278,9 +327,15 @@ static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const c
     for (int b = 0; b < NBLK; b++) {
         int64_t lo, hi;
         blk_range(n, b, &lo, &hi);
+        for (int64_t j = lo; j < hi; j += SUB) {
+            int len = hi - j < SUB ? (int)(hi - j) : SUB;
+            float *restrict wj = w + j;
+            float sq[SUB], u[SUB];
+            lamb_u(m + j, v + j, wj, len, ibc1, ibc2, eps, wd, sq, u);
 #pragma omp simd
-        for (int64_t i = lo; i < hi; i++)
-            w[i] -= a * lamb_u(m[i], v[i], w[i], ibc1, ibc2, eps, wd);
+            for (int i = 0; i < len; i++)
+                wj[i] -= a * u[i];
+        }
     }
 }
 
