@@ -35,7 +35,10 @@
 #include <immintrin.h>
 #endif
 
-enum { BR = 64, BC = 64, MR = 4, VL = 16 };
+#ifndef MR_ROWS
+#define MR_ROWS 4
+#endif
+enum { BR = 64, BC = 64, MR = MR_ROWS, VL = 16 };
 
 typedef float vf __attribute__((vector_size(64)));
 typedef int32_t vi __attribute__((vector_size(64)));
@@ -43,7 +46,14 @@ typedef float vfu __attribute__((vector_size(64), aligned(4), may_alias));
 
 static inline vf vld(const float *p) { return *(const vfu *)p; }
 static inline void vst(float *p, vf x) { *(vfu *)p = x; }
-static inline vf vset1(float a) { return (vf){0} + a; }
+static inline vf vset1(float a)
+{
+#if defined(__AVX512F__)
+    return (vf)_mm512_set1_ps(a);
+#else
+    return (vf){0} + a;
+#endif
+}
 static inline vf vsel(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }
 static inline vf vmax(vf a, vf b) { return vsel(a > b, a, b); }
 
@@ -56,20 +66,23 @@ static inline vf vfma(vf a, vf b, vf c)
 #endif
 }
 
+/* horizontal max / sum by halving (a fixed order: deterministic) */
 static inline float hmax(vf x)
 {
-    float m = x[0];
-    for (int i = 1; i < VL; i++)
-        m = x[i] > m ? x[i] : m;
-    return m;
+    x = vmax(x, __builtin_shuffle(x, (vi){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
+    x = vmax(x, __builtin_shuffle(x, (vi){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
+    x = vmax(x, __builtin_shuffle(x, (vi){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
+    x = vmax(x, __builtin_shuffle(x, (vi){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
+    return x[0];
 }
 
 static inline float hsum(vf x)
 {
-    float s = 0.0f;
-    for (int i = 0; i < VL; i++)
-        s += x[i];
-    return s;
+    x += __builtin_shuffle(x, (vi){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    x += __builtin_shuffle(x, (vi){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    x += __builtin_shuffle(x, (vi){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    x += __builtin_shuffle(x, (vi){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    return x[0];
 }
 
 /* exp(x) for x <= 0 (about 2 ulp); x < -86 (and -inf) gives 0. */
@@ -104,14 +117,16 @@ static inline __attribute__((always_inline)) void mk_block(const int mr, const i
                                                            int64_t ras, int64_t cas, const float *B, int64_t ldb,
                                                            float *C, int64_t ldc, bool acc)
 {
-    vf c[MR][4];
+    vf c[8][4];
     for (int r = 0; r < mr; r++)
         for (int v = 0; v < nv; v++)
             c[r][v] = acc ? vld(C + r * ldc + VL * v) : (vf){0};
     for (int64_t k = 0; k < K; k++) {
         vf b[4];
-        for (int v = 0; v < nv; v++)
+        for (int v = 0; v < nv; v++) {
             b[v] = vld(B + k * ldb + VL * v);
+            __asm__("" : "+v"(b[v])); /* keep B in registers: one load per vector, not one per row */
+        }
         for (int r = 0; r < mr; r++) {
             vf a = vset1(A[r * ras + k * cas]);
             for (int v = 0; v < nv; v++)
@@ -134,13 +149,18 @@ static void mk(int64_t M, int64_t N, int64_t K, const float *A, int64_t ras, int
             float *c = C + i * ldc + n0;
 #define MK_CASE(R, V) \
     case (R) * 8 + (V): mk_block(R, V, K, a, ras, cas, b, ldb, c, ldc, acc); break;
+#define MK_ROW(R) MK_CASE(R, 4) MK_CASE(R, 3) MK_CASE(R, 2) MK_CASE(R, 1)
             switch (mr * 8 + nv) {
-                MK_CASE(4, 4) MK_CASE(4, 3) MK_CASE(4, 2) MK_CASE(4, 1)
-                MK_CASE(3, 4) MK_CASE(3, 3) MK_CASE(3, 2) MK_CASE(3, 1)
-                MK_CASE(2, 4) MK_CASE(2, 3) MK_CASE(2, 2) MK_CASE(2, 1)
-                MK_CASE(1, 4) MK_CASE(1, 3) MK_CASE(1, 2) MK_CASE(1, 1)
+                MK_ROW(1) MK_ROW(2) MK_ROW(3) MK_ROW(4)
+#if MR_ROWS > 4
+                MK_ROW(5) MK_ROW(6)
+#endif
+#if MR_ROWS > 6
+                MK_ROW(7) MK_ROW(8)
+#endif
             default: break;
             }
+#undef MK_ROW
 #undef MK_CASE
         }
     }
@@ -327,7 +347,7 @@ static col_status k_attention(const col_node *n, const col_exec *ex, col_err *er
     bool par = ntasks > 1 && g.B * g.Hq * g.T * g.S * g.D > COL_PAR_MIN;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (par)
     for (int64_t task = 0; task < ntasks; task++) {
-        int64_t qt = nqt - 1 - task / (g.B * g.Hq), bh = task % (g.B * g.Hq); /* last (longest) query tiles first */
+        int64_t qt = nqt - 1 - task % nqt, bh = task / nqt; /* one head at a time (its K, V stay in cache) */
         float *ws = (float *)((char *)ex->scratch + (size_t)thread_id() * per);
         fwd_task(&g, bh / g.Hq, bh % g.Hq, qt * BR, ws, out, lse);
     }

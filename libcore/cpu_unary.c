@@ -1,12 +1,13 @@
 /* cpu_unary.c - CPU kernels for the elementwise activations, their backward
  * ops, and dropout.
  *
- * Every kernel walks its output in fixed blocks of BLK elements in logical
- * (row-major) order. A contiguous source is read in place; a strided one
- * (transpose, slice, expand) is gathered into a stack buffer first, so each
- * op is one plain contiguous loop that gcc vectorises. Threads share out
- * whole blocks and a block is computed the same way on any thread, so
- * results do not depend on the thread count.
+ * Every kernel walks its output in fixed pieces: blocks of BLK elements when
+ * all sources are contiguous, else tiles of rows x columns. A source whose
+ * rows are contiguous is read in place; a strided one (transpose, expand of
+ * the last dim) is gathered into a stack buffer first, so each op is one
+ * plain contiguous loop that gcc vectorises. Threads share out whole pieces
+ * and a piece is computed the same way on any thread, so results do not
+ * depend on the thread count.
  */
 #include <math.h>
 
@@ -286,23 +287,6 @@ static void b_dropout(const blk *b)
 
 /* ---- driver ---- */
 
-/* Copies elements [i0, i0 + len) (logical row-major order) of t into buf. */
-static void gather(const col_tensor *t, int64_t i0, int64_t len, float *restrict buf)
-{
-    int64_t cols = col_cols(t), cs = col_col_stride(t);
-    int64_t r = cols ? i0 / cols : 0, c = cols ? i0 % cols : 0;
-    while (len > 0) {
-        const float *s = (const float *)t->data + col_row_offset(t, r) + c * cs;
-        int64_t m = cols - c < len ? cols - c : len;
-        for (int64_t j = 0; j < m; j++)
-            buf[j] = s[j * cs];
-        buf += m;
-        len -= m;
-        r++;
-        c = 0;
-    }
-}
-
 static blk_fn fn_of(col_op op)
 {
     switch (op) {
@@ -327,6 +311,23 @@ static blk_fn fn_of(col_op op)
     }
 }
 
+/* Strided tiles: TILE_R rows x TILE_C columns, gathered column by column so
+ * that a transposed source is read along its own rows (cache lines, pages). */
+#define TILE_R 16
+#define TILE_C (BLK / TILE_R)
+
+/* buf[rr * nc + j] = element (r0 + rr, c0 + j) of t, rows as in col_row_offset */
+static void gather_tile(const col_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *restrict buf)
+{
+    const float *base = t->data;
+    int64_t cs = col_col_stride(t), off[TILE_R];
+    for (int64_t rr = 0; rr < nr; rr++)
+        off[rr] = col_row_offset(t, r0 + rr) + c0 * cs;
+    for (int64_t j = 0; j < nc; j++)
+        for (int64_t rr = 0; rr < nr; rr++)
+            buf[rr * nc + j] = base[off[rr] + j * cs];
+}
+
 /* All sources have the shape of one output; SWIGLU_BWD has two outputs
  * packed one after the other. */
 static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *err)
@@ -337,30 +338,56 @@ static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *
     if (!f || nin < 1 || nin > 3)
         return col_err_set(err, COL_EINTERNAL, "%s: not an elementwise op with 1..3 sources", col_op_name(n->op));
     const col_tensor *src[3] = {0};
-    bool contig[3] = {0};
+    bool all_contig = true, unit_cols = true;
     for (int k = 0; k < nin; k++) {
         src[k] = &n->src[k]->t;
-        contig[k] = col_is_contiguous(src[k]);
+        all_contig = all_contig && col_is_contiguous(src[k]);
+        unit_cols = unit_cols && col_col_stride(src[k]) == 1;
     }
-    int64_t numel = col_numel(src[0]);
+    const col_tensor *t = src[0];
+    int64_t numel = col_numel(t), rows = col_rows(t), cols = col_cols(t);
     float *out = n->t.data;
-    int64_t nblk = (numel + BLK - 1) / BLK;
+    if (numel == 0)
+        return COL_OK;
+
+    if (all_contig) { /* fast path: flat blocks */
+        int64_t nblk = (numel + BLK - 1) / BLK;
 #pragma omp parallel for schedule(static) if (numel * nout > COL_PAR_MIN)
-    for (int64_t bi = 0; bi < nblk; bi++) {
-        _Alignas(64) float buf[3][BLK];
-        blk b = {.start = bi * BLK, .p = &n->p};
-        b.n = numel - b.start < BLK ? numel - b.start : BLK;
-        for (int k = 0; k < nin; k++) {
-            if (contig[k]) {
+        for (int64_t bi = 0; bi < nblk; bi++) {
+            blk b = {.start = bi * BLK, .p = &n->p};
+            b.n = numel - b.start < BLK ? numel - b.start : BLK;
+            for (int k = 0; k < nin; k++)
                 b.in[k] = (const float *)src[k]->data + b.start;
-            } else {
-                gather(src[k], b.start, b.n, buf[k]);
-                b.in[k] = buf[k];
-            }
+            for (int k = 0; k < nout; k++)
+                b.out[k] = out + k * numel + b.start;
+            f(&b);
         }
-        for (int k = 0; k < nout; k++)
-            b.out[k] = out + k * numel + b.start;
-        f(&b);
+        return COL_OK;
+    }
+
+    /* strided: tiles of tr rows x tc columns. Sources with unit column
+     * stride (slices, expanded rows) are read in place, row by row; the
+     * others are gathered into per-thread buffers. */
+    int64_t tr = unit_cols ? 1 : TILE_R, tc = unit_cols ? BLK : TILE_C;
+    int64_t nrt = (rows + tr - 1) / tr, nct = (cols + tc - 1) / tc;
+#pragma omp parallel for schedule(static) if (numel * nout > COL_PAR_MIN)
+    for (int64_t u = 0; u < nrt * nct; u++) {
+        _Alignas(64) float buf[3][BLK];
+        int64_t r0 = (u / nct) * tr, c0 = (u % nct) * tc;
+        int64_t nr = rows - r0 < tr ? rows - r0 : tr, nc = cols - c0 < tc ? cols - c0 : tc;
+        for (int k = 0; k < nin; k++)
+            if (col_col_stride(src[k]) != 1)
+                gather_tile(src[k], r0, nr, c0, nc, buf[k]);
+        for (int64_t rr = 0; rr < nr; rr++) {
+            blk b = {.n = nc, .start = (r0 + rr) * cols + c0, .p = &n->p};
+            for (int k = 0; k < nin; k++)
+                b.in[k] = col_col_stride(src[k]) == 1
+                              ? (const float *)src[k]->data + col_row_offset(src[k], r0 + rr) + c0
+                              : buf[k] + rr * nc;
+            for (int k = 0; k < nout; k++)
+                b.out[k] = out + k * numel + b.start;
+            f(&b);
+        }
     }
     return COL_OK;
 }
