@@ -337,6 +337,16 @@ static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *
     int nin = n->nsrc, nout = n->op == COL_OP_SWIGLU_BWD ? 2 : 1;
     if (!f || nin < 1 || nin > 3)
         return col_err_set(err, COL_EINTERNAL, "%s: not an elementwise op with 1..3 sources", col_op_name(n->op));
+    col_op_params prm = n->p;
+    if (n->op == COL_OP_DROPOUT) {
+        /* src1 is the run counter, not an elementwise input */
+        nin = 1;
+        int64_t c = n->nsrc > 1 ? *(const int64_t *)n->src[1]->t.data : 0;
+        if (c != 0) {
+            col_philox_out h = col_philox((uint64_t)prm.i[0], (uint64_t)c);
+            prm.i[0] = (int64_t)(((uint64_t)h.v[0] << 32) | h.v[1]);
+        }
+    }
     const col_tensor *src[3] = {0};
     bool all_contig = true, unit_cols = true;
     for (int k = 0; k < nin; k++) {
@@ -354,7 +364,7 @@ static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *
         int64_t nblk = (numel + BLK - 1) / BLK;
 #pragma omp parallel for schedule(static) if (numel * nout > COL_PAR_MIN)
         for (int64_t bi = 0; bi < nblk; bi++) {
-            blk b = {.start = bi * BLK, .p = &n->p};
+            blk b = {.start = bi * BLK, .p = &prm};
             b.n = numel - b.start < BLK ? numel - b.start : BLK;
             for (int k = 0; k < nin; k++)
                 b.in[k] = (const float *)src[k]->data + b.start;
@@ -379,7 +389,7 @@ static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *
             if (col_col_stride(src[k]) != 1)
                 gather_tile(src[k], r0, nr, c0, nc, buf[k]);
         for (int64_t rr = 0; rr < nr; rr++) {
-            blk b = {.n = nc, .start = (r0 + rr) * cols + c0, .p = &n->p};
+            blk b = {.n = nc, .start = (r0 + rr) * cols + c0, .p = &prm};
             for (int k = 0; k < nin; k++)
                 b.in[k] = col_col_stride(src[k]) == 1
                               ? (const float *)src[k]->data + col_row_offset(src[k], r0 + rr) + c0

@@ -174,6 +174,24 @@ void *col_data(const col_node *n) { return n ? n->t.data : NULL; }
 
 col_tensor col_node_tensor(const col_node *n) { return n->t; }
 
+col_node *col_graph_rng_counter(col_graph *g)
+{
+    if (!g || g->err.code != COL_OK)
+        return NULL;
+    if (!g->rng_counter) {
+        int64_t one[1] = {1};
+        int seg = g->cur_segment;
+        g->cur_segment = 0;
+        g->rng_counter = col_input(g, "rng_counter", COL_I64, 1, one);
+        g->cur_segment = seg;
+        if (g->rng_counter)
+            col_bind(g->rng_counter, &g->rng_counter_value, NULL);
+    }
+    return g->rng_counter;
+}
+
+void col_graph_set_rng_counter(col_graph *g, int64_t value) { g->rng_counter_value = value; }
+
 void col_checkpoint_begin(col_graph *g)
 {
     if (!g || g->err.code != COL_OK)

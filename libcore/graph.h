@@ -98,6 +98,14 @@ col_node *col_new_node(col_graph *g, col_op op, col_dtype dt, int ndim, const in
 bool col_check(col_graph *g, bool cond, col_status code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* ---- randomness that changes between runs ---- */
+/* Random ops (dropout) mix this counter into their seed at run time, so a
+ * training loop draws fresh masks each step without rebuilding the graph:
+ * set it to the step number before each run. With the counter at 0 a
+ * dropout uses its seed unchanged. The node is created on first use. */
+col_node *col_graph_rng_counter(col_graph *g);
+void col_graph_set_rng_counter(col_graph *g, int64_t value);
+
 /* ---- checkpointing ---- */
 /* Nodes created between begin and end are freed after the forward pass and
  * recomputed during backward. Segments must not nest. */

@@ -63,7 +63,9 @@ typedef enum {
     COL_OP_CROSS_ENTROPY,  /* src0 = logits [N,V], src1 = targets (i32/i64) [N]; i[0] = ignore_index;
                               out: scalar mean over counted rows; extra: per-row logsumexp */
     COL_OP_CROSS_ENTROPY_BWD, /* src0 = logits, src1 = targets, src2 = ce node, src3 = dloss (scalar) */
-    COL_OP_DROPOUT,        /* f[0] = p; i[0] = seed, i[1] = stream offset; mask from Philox(seed, offset + logical index) */
+    COL_OP_DROPOUT,        /* src1 = the graph's run counter; f[0] = p; i[0] = seed, i[1] = stream offset;
+                              mask from Philox(seed', offset + logical index), seed' = seed when the
+                              counter is 0, else a Philox hash of (seed, counter) */
     COL_OP_CONCAT,         /* i[0] = axis; sources 1..COL_MAX_SRC */
     COL_OP_MATMUL,         /* a [..., M, K] @ b [..., K, N], batch dims broadcast */
 

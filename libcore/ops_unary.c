@@ -95,7 +95,9 @@ void col_bwd_unary(col_graph *g, col_node *n, col_node *d)
  * col_rand_uniform(seed, offset + i) >= p and scales it by 1/(1-p). Each
  * dropout of a graph takes the next numel stream positions, so two dropouts
  * with the same seed draw different masks; the backward reuses the forward's
- * params and so the same mask. */
+ * params and so the same mask. src1 is the graph's run counter
+ * (col_graph_rng_counter): a non-zero counter c replaces the seed by a
+ * Philox hash of (seed, c), so each training step draws a fresh mask. */
 col_node *col_dropout(col_graph *g, col_node *x, float p, uint64_t seed)
 {
     if (!x || !needs_f32(g, COL_OP_DROPOUT, x))
@@ -104,7 +106,8 @@ col_node *col_dropout(col_graph *g, col_node *x, float p, uint64_t seed)
         return NULL;
     if (p == 0.0f)
         return x;
-    col_node *n = col_new_node(g, COL_OP_DROPOUT, COL_F32, x->t.ndim, x->t.shape, 1, &x);
+    col_node *src[2] = {x, col_graph_rng_counter(g)};
+    col_node *n = col_new_node(g, COL_OP_DROPOUT, COL_F32, x->t.ndim, x->t.shape, 2, src);
     if (!n)
         return NULL;
     n->p.f[0] = p;
@@ -117,7 +120,8 @@ col_node *col_dropout(col_graph *g, col_node *x, float p, uint64_t seed)
 void col_bwd_dropout(col_graph *g, col_node *n, col_node *d)
 {
     col_node *x = n->src[0];
-    col_node *m = col_new_node(g, COL_OP_DROPOUT, COL_F32, d->t.ndim, d->t.shape, 1, &d);
+    col_node *src[2] = {d, n->src[1]}; /* the same run counter */
+    col_node *m = col_new_node(g, COL_OP_DROPOUT, COL_F32, d->t.ndim, d->t.shape, 2, src);
     if (!m)
         return;
     m->p = n->p; /* same p, seed and stream offset: the same mask */

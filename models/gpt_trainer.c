@@ -173,6 +173,7 @@ col_status col_gpt_trainer_grads(col_gpt_trainer *t, const int32_t *ids, const i
                                  col_err *err)
 {
     mt_zero(t->pool, MT_GRAD);
+    col_graph_set_rng_counter(t->g, t->step + 1); /* fresh dropout masks each step */
     load_batch(&t->gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq);
     col_status st = col_plan_run(t->plan, t->be, err);
     if (st == COL_OK && loss)

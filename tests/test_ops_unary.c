@@ -643,6 +643,53 @@ static void test_errors(void)
     }
 }
 
+/* The run counter changes the mask between runs of one plan; the backward
+ * of each run uses that run's mask. */
+static void test_dropout_counter(const col_backend *be)
+{
+    enum { N = 4096 };
+    col_graph *g = col_graph_new();
+    int64_t s[1] = {N};
+    col_node *x = col_param(g, "x", COL_F32, 1, s);
+    col_node *y = col_dropout(g, x, 0.5f, 77);
+    col_node *loss = col_sum(g, y, 1, 0);
+    col_mark_output(y);
+    col_err err = {0};
+    col_plan *p = NULL;
+    float *xd = malloc(sizeof(float) * N), *gd = calloc(N, sizeof(float));
+    float *y1 = malloc(sizeof(float) * N), *g1 = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++)
+        xd[i] = 1.0f + (float)i / N;
+    col_bind(x, xd, NULL);
+    col_bind_grad(x, gd, NULL);
+    bool ok = col_graph_backward(g, loss, &err) == COL_OK && col_plan_create(g, &p, &err) == COL_OK;
+    int same01 = 0, same11 = 1, grad_matches = 1;
+    for (int run = 0; ok && run < 3; run++) {
+        col_graph_set_rng_counter(g, run == 0 ? 0 : 1);
+        memset(gd, 0, sizeof(float) * N);
+        ok = col_plan_run(p, be, &err) == COL_OK;
+        const float *yd = col_data(y);
+        for (int i = 0; ok && i < N; i++) {
+            grad_matches &= (yd[i] != 0) == (gd[i] != 0);
+            if (run == 1)
+                same01 += (yd[i] != 0) == (y1[i] != 0);
+            if (run == 2)
+                same11 &= yd[i] == y1[i] && gd[i] == g1[i];
+        }
+        memcpy(y1, yd, sizeof(float) * N);
+        memcpy(g1, gd, sizeof(float) * N);
+    }
+    TL_OK(ok, "dropout with a run counter runs");
+    /* two independent masks with p = 0.5 agree on about half the elements */
+    TL_OK(same01 > N / 2 - 300 && same01 < N / 2 + 300, "counter 0 and 1 draw independent masks (%d of %d agree)", same01,
+          N);
+    TL_OK(same11, "the same counter gives the same mask");
+    TL_OK(grad_matches, "each run's backward uses that run's forward mask");
+    free(xd), free(gd), free(y1), free(g1);
+    col_plan_free(p);
+    col_graph_free(g);
+}
+
 int main(void)
 {
     col_backend be;
@@ -659,6 +706,7 @@ int main(void)
     test_dropout_backward(&be, 0.1f);
     test_dropout_backward(&be, 1.0f);
     test_dropout_checkpoint(&be);
+    test_dropout_counter(&be);
     col_cpu_backend_free(&be);
     return tl_done();
 }
