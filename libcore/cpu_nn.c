@@ -7,11 +7,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
-
-/* libmvec's vector expf (glibc declares it only under -ffast-math); lets gcc
- * vectorise the expf calls inside the `omp simd` loops below. */
-#pragma omp declare simd notinbranch
-extern float expf(float);
+#include "vmath.h"
 
 /* element i of a contiguous i32/i64 tensor */
 static inline int64_t index_at(const col_tensor *t, int64_t i)

@@ -4,8 +4,7 @@
  * The builders make x and dy contiguous, so row r of every operand except the
  * softmax mask (an expanded view, read through its strides) starts at r * C.
  * Rows run in parallel; row sums are f32 `omp simd` reductions, and exp uses
- * col_vexpf below, which gcc vectorises (glibc only offers its vector expf
- * under -ffast-math). Nothing depends on the thread count: per-row results
+ * glibc's vector expf (vmath.h). Nothing depends on the thread count: per-row results
  * are computed by one thread each, and the dw / db sums over rows go through
  * per-chunk partials whose chunking depends only on the row count.
  */
@@ -13,34 +12,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
-
-/* expf for vector loops: Cephes polynomial after range reduction, within
- * 2 ulp of expf for x in [-87.3, 88]; exactly 0 below -87.33 (and for -inf),
- * +inf above 88, NaN for NaN. */
-static inline float col_vexpf(float x)
-{
-    const float hi = 88.0f, lo = -87.33f;
-    float xc = x < lo ? lo : x;
-    xc = xc > hi ? hi : xc;
-    float t = xc * 1.44269504088896341f + 12582912.0f; /* + 1.5 * 2^23 rounds to an integer */
-    float k = t - 12582912.0f;
-    uint32_t bits;
-    memcpy(&bits, &t, sizeof bits);
-    uint32_t ebits = (bits - 0x4B400000u + 127u) << 23; /* 2^k */
-    float scale;
-    memcpy(&scale, &ebits, sizeof scale);
-    float r = xc - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = (p * (r * r) + r + 1.0f) * scale;
-    y = x < lo ? 0.0f : y;
-    return x > hi ? INFINITY : y;
-}
+#include "vmath.h"
 
 /* ---- softmax ---- */
 
@@ -72,7 +44,7 @@ static void softmax_row(const float *x, const float *m, int64_t ms, float *y, in
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int64_t j = 0; j < L; j++) {
-            float e = col_vexpf(v[j] - mx);
+            float e = expf(v[j] - mx);
             y[j] = e;
             s += e;
         }
@@ -151,7 +123,7 @@ static col_status k_log_softmax(const col_node *n, const col_exec *ex, col_err *
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int64_t c = 0; c < C; c++)
-            s += col_vexpf(xr[c] - mx);
+            s += expf(xr[c] - mx);
         float ls = logf(s);
 #pragma omp simd
         for (int64_t c = 0; c < C; c++)
@@ -177,7 +149,7 @@ static col_status k_log_softmax_bwd(const col_node *n, const col_exec *ex, col_e
             s += dr[c];
 #pragma omp simd
         for (int64_t c = 0; c < C; c++)
-            o[c] = dr[c] - col_vexpf(yr[c]) * s;
+            o[c] = dr[c] - expf(yr[c]) * s;
     }
     return COL_OK;
 }

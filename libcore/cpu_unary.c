@@ -13,23 +13,7 @@
 
 #include "cpu_internal.h"
 #include "rng.h"
-
-/* glibc declares the SIMD variants (libmvec) of its math functions only
- * under -ffast-math. Declaring the ones used here lets `omp simd` loops call
- * the vector versions (libmvec: at most 4 ulp) instead of one scalar call per
- * element. libmvec comes with -lm (libm.so links it as needed). */
-#if defined(_OPENMP) && defined(__x86_64__) && defined(__GLIBC__) && !defined(__FAST_MATH__)
-#pragma omp declare simd notinbranch
-float expf(float);
-#pragma omp declare simd notinbranch
-float logf(float);
-#if __GLIBC_PREREQ(2, 35)
-#pragma omp declare simd notinbranch
-float tanhf(float);
-#pragma omp declare simd notinbranch
-float erff(float);
-#endif
-#endif
+#include "vmath.h"
 
 #define BLK 1024
 
