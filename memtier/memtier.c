@@ -1,6 +1,7 @@
 /* memtier.c - the chunk store (host tier only; layout rules in memtier.h). */
 #include "memtier.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,8 +149,20 @@ col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_
     c->used = off + bytes;
     c->ntensors++;
     if (c->tier == MT_TIER_NONE)
-        return col_err_set(e, COL_ENOMEM, "memtier: host budget %.1f MiB is too small: this model needs at least "
-                           "%.1f MiB (--cpu-mem)", MIB(pool->host_budget), MIB(pool->needed_bytes));
+    {
+        /* MiB with one decimal, or KiB when that would read 0.0 */
+        char have[32], need[32];
+        size_t v[2] = {pool->host_budget, pool->needed_bytes};
+        char *out[2] = {have, need};
+        for (int i = 0; i < 2; i++) {
+            if (v[i] >= ((size_t)1 << 20) / 10)
+                snprintf(out[i], sizeof have, "%.1f MiB", MIB(v[i]));
+            else
+                snprintf(out[i], sizeof have, "%.1f KiB", (double)v[i] / 1024.0);
+        }
+        return col_err_set(e, COL_ENOMEM, "memtier: host budget %s is too small: this model needs at least %s (--cpu-mem)",
+                           have, need);
+    }
     pool->tensors[kind]++;
     pool->tensor_bytes[kind] += bytes;
     *ref = (mt_ref){.chunk = ci, .offset = off, .bytes = bytes};

@@ -103,7 +103,14 @@ col_status col_gpt_trainer_create(const col_gpt_train_config *cfg, const col_bac
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     }
     col_gpt_param_specs(&cfg->model, t->specs);
-    mt_config mc = {.chunk_bytes = 0, .host_budget = cfg->host_budget};
+    /* chunks of the default size, or one chunk per kind for a model smaller
+     * than that (choosing chunk sizes to waste the least is memtier's job once
+     * it moves chunks between tiers) */
+    size_t total = 0;
+    for (int i = 0; i < t->np; i++)
+        total += (sizeof(float) * (size_t)(t->specs[i].shape[0] * (t->specs[i].ndim == 2 ? t->specs[i].shape[1] : 1)) + 63) &
+                 ~(size_t)63;
+    mt_config mc = {.chunk_bytes = total < MT_DEFAULT_CHUNK_BYTES ? total : 0, .host_budget = cfg->host_budget};
     st = mt_create(&mc, &t->pool, err);
     int slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
     /* parameters, then gradients, then states, each kind in first-use order */

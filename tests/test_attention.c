@@ -22,6 +22,7 @@ typedef struct {
     int causal;
     float scale;   /* as passed to col_attention (<= 0: 1/sqrt(D)) */
     int bthd;      /* leaves stored [B,T,H,D] and transposed inside the graph */
+    int tout;      /* gradcheck output: 1 = transpose(2,3) (dO has no unit stride), 2 = transpose(1,2) */
 } att_case;
 
 static float *randv(int64_t n, uint64_t seed)
@@ -208,9 +209,10 @@ static void to_canonical(const att_case *c, int64_t H, int64_t L, const float *x
 
 static void describe(const att_case *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "B=%lld Hq=%lld Hkv=%lld T=%lld S=%lld D=%lld %s%s%s", (long long)c->B, (long long)c->Hq,
+    snprintf(buf, n, "B=%lld Hq=%lld Hkv=%lld T=%lld S=%lld D=%lld %s%s%s%s", (long long)c->B, (long long)c->Hq,
              (long long)c->Hkv, (long long)c->T, (long long)c->S, (long long)c->D,
-             c->causal ? "causal" : "non-causal", c->scale > 0 ? " scale" : "", c->bthd ? " strided" : "");
+             c->causal ? "causal" : "non-causal", c->scale > 0 ? " scale" : "", c->bthd ? " strided" : "",
+             c->tout == 1 ? " dO-transposed" : c->tout == 2 ? " dO-strided" : "");
 }
 
 /* forward (out, lse) and, with grads, backward against the reference */
@@ -290,7 +292,10 @@ static void test_reference(void)
 static col_node *build_gc(col_graph *g, col_node **x, void *u)
 {
     const att_case *c = u;
-    return col_attention(g, heads(g, c, x[0]), heads(g, c, x[1]), heads(g, c, x[2]), c->causal, c->scale);
+    col_node *a = col_attention(g, heads(g, c, x[0]), heads(g, c, x[1]), heads(g, c, x[2]), c->causal, c->scale);
+    if (c->tout)
+        a = c->tout == 1 ? col_transpose(g, a, 2, 3) : col_transpose(g, a, 1, 2);
+    return a;
 }
 
 static void test_gradcheck(void)
@@ -300,6 +305,8 @@ static void test_gradcheck(void)
         {2, 2, 2, 4, 6, 5, 0, 0.5f, 0}, /* non-causal */
         {1, 4, 2, 6, 6, 4, 1, 0, 1},   /* strided q, k, v: transposes of [B,T,H,D] */
         {1, 2, 1, 3, 9, 3, 0, 0, 1},   /* strided, non-causal */
+        {1, 2, 2, 5, 5, 6, 1, 0, 0, 1}, /* dO with no unit stride (output transposed) */
+        {2, 2, 1, 4, 6, 4, 1, 0, 1, 2}, /* dO strided as in a [B,T,H,D] model */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const att_case *c = &cases[i];
@@ -320,39 +327,123 @@ static void test_gradcheck(void)
     }
 }
 
-/* ---- same bits with 1 and 2 threads ---- */
+/* ---- same bits with 1 and 2 threads ----
+ * The second case has one kv head: one thread takes the single-pass backward,
+ * two threads the two-pass one, so this also checks that both agree bitwise. */
 static void test_threads(void)
 {
 #ifdef _OPENMP
-    const att_case c = {2, 4, 2, 150, 170, 40, 1, 0, 1};
-    int64_t nq = c.B * c.Hq * c.T * c.D, nk = c.B * c.Hkv * c.S * c.D;
-    float *q = randv(nq, 61), *k = randv(nk, 62), *v = randv(nk, 63), *r = randv(nq, 64);
+    const att_case cases[] = {
+        {2, 4, 2, 150, 170, 40, 1, 0, 1},
+        {1, 2, 1, 150, 170, 32, 1, 0, 1},
+        {2, 2, 2, 100, 90, 64, 0, 0, 0},
+    };
     int saved = omp_get_max_threads();
-    omp_set_num_threads(2); /* scratch is sized for 2 threads when building */
-    att_run ar;
-    bool ok = build(&ar, &c, q, k, v, r);
-    float *res[2][4] = {{0}};
-    int64_t n[4] = {nq, nq, nk, nk};
-    for (int t = 0; t < 2 && ok; t++) {
-        omp_set_num_threads(t + 1);
-        ok = run(&ar);
-        for (int i = 0; i < 4 && ok; i++) {
-            res[t][i] = malloc(sizeof(float) * (size_t)n[i]);
-            memcpy(res[t][i], i ? ar.grad[i - 1] : col_data(ar.att), sizeof(float) * (size_t)n[i]);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const att_case *c = &cases[ci];
+        int64_t nq = c->B * c->Hq * c->T * c->D, nk = c->B * c->Hkv * c->S * c->D;
+        float *q = randv(nq, 61), *k = randv(nk, 62), *v = randv(nk, 63), *r = randv(nq, 64);
+        omp_set_num_threads(2); /* scratch is sized for 2 threads when building */
+        att_run ar;
+        bool ok = build(&ar, c, q, k, v, r);
+        float *res[2][4] = {{0}};
+        int64_t n[4] = {nq, nq, nk, nk};
+        for (int t = 0; t < 2 && ok; t++) {
+            omp_set_num_threads(t + 1);
+            ok = run(&ar);
+            for (int i = 0; i < 4 && ok; i++) {
+                res[t][i] = malloc(sizeof(float) * (size_t)n[i]);
+                memcpy(res[t][i], i ? ar.grad[i - 1] : col_data(ar.att), sizeof(float) * (size_t)n[i]);
+            }
         }
-    }
-    const char *what[4] = {"output", "dq", "dk", "dv"};
-    for (int i = 0; i < 4; i++) {
-        TL_OK(ok && memcmp(res[0][i], res[1][i], sizeof(float) * (size_t)n[i]) == 0,
-              "attention %s bitwise equal with 1 and 2 threads", what[i]);
-        free(res[0][i]), free(res[1][i]);
+        char name[160];
+        describe(c, name, sizeof name);
+        const char *what[4] = {"output", "dq", "dk", "dv"};
+        for (int i = 0; i < 4; i++) {
+            TL_OK(ok && memcmp(res[0][i], res[1][i], sizeof(float) * (size_t)n[i]) == 0,
+                  "%s bitwise equal with 1 and 2 threads, %s", what[i], name);
+            free(res[0][i]), free(res[1][i]);
+        }
+        release(&ar);
+        free(q), free(k), free(v), free(r);
     }
     omp_set_num_threads(saved);
-    release(&ar);
-    free(q), free(k), free(v), free(r);
 #else
     TL_OK(true, "# SKIP no OpenMP");
 #endif
+}
+
+/* ---- checkpointing: the backward reads O and the logsumexp of the recomputed node ---- */
+static void test_checkpoint(void)
+{
+    const att_case c = {1, 4, 2, 70, 90, 16, 1, 0, 1};
+    int64_t nq = c.B * c.Hq * c.T * c.D, nk = c.B * c.Hkv * c.S * c.D;
+    float *q = randv(nq, 71), *k = randv(nk, 72), *v = randv(nk, 73), *r = randv(nq, 74);
+    float *grads[2][3] = {{0}};
+    bool ok = true;
+    for (int ck = 0; ck < 2 && ok; ck++) {
+        col_graph *g = col_graph_new();
+        int64_t sq[4], sk[4];
+        leaf_shape(&c, c.Hq, c.T, sq);
+        leaf_shape(&c, c.Hkv, c.S, sk);
+        col_node *x[3];
+        float *data[3] = {q, k, v};
+        for (int i = 0; i < 3; i++) {
+            x[i] = col_param(g, "x", COL_F32, 4, i ? sk : sq);
+            col_bind(x[i], data[i], NULL);
+            grads[ck][i] = calloc((size_t)(i ? nk : nq), sizeof(float));
+            col_bind_grad(x[i], grads[ck][i], NULL);
+        }
+        if (ck)
+            col_checkpoint_begin(g);
+        col_node *a = col_attention(g, heads(g, &c, x[0]), heads(g, &c, x[1]), heads(g, &c, x[2]), 1, 0);
+        col_node *y = col_scale(g, a, 2.0f, 0.0f);
+        if (ck)
+            col_checkpoint_end(g);
+        col_node *rn = col_input(g, "r", COL_F32, 4, a ? a->t.shape : sq);
+        col_bind(rn, r, NULL);
+        col_node *loss = col_sum(g, col_mul(g, y, rn), 0xf, 0);
+        col_err err = {0};
+        col_plan *p = NULL;
+        ok = col_graph_backward(g, loss, &err) == COL_OK && col_plan_create(g, &p, &err) == COL_OK &&
+             col_plan_run(p, &be, &err) == COL_OK;
+        if (!ok)
+            TL_NOTE("checkpoint run failed: %s", err.msg);
+        col_plan_free(p);
+        col_graph_free(g);
+    }
+    bool same = ok;
+    for (int i = 0; i < 3 && same; i++)
+        same = memcmp(grads[0][i], grads[1][i], sizeof(float) * (size_t)(i ? nk : nq)) == 0;
+    TL_OK(same, "gradients through a checkpointed attention equal the plain ones");
+    for (int i = 0; i < 3; i++)
+        free(grads[0][i]), free(grads[1][i]);
+    free(q), free(k), free(v), free(r);
+}
+
+/* ---- a NaN input makes NaN rows, as softmax(q k^T) v does ---- */
+static void test_nan(void)
+{
+    const att_case c = {1, 2, 1, 70, 80, 16, 1, 0, 0};
+    int64_t nq = c.B * c.Hq * c.T * c.D, nk = c.B * c.Hkv * c.S * c.D, off = c.S - c.T;
+    int64_t tq = 33, jk = 50; /* query row 33 of head 1; key 50 (seen by rows t >= jk - off) */
+    float *q = randv(nq, 81), *k = randv(nk, 82), *v = randv(nk, 83);
+    q[((0 * c.Hq + 1) * c.T + tq) * c.D + 3] = NAN;
+    k[jk * c.D + 5] = NAN;
+    att_run ar;
+    bool ok = build(&ar, &c, q, k, v, NULL) && run(&ar);
+    const float *o = ok ? col_data(ar.att) : NULL;
+    for (int64_t h = 0; ok && h < c.Hq; h++)
+        for (int64_t t = 0; t < c.T; t++) {
+            bool want = (h == 1 && t == tq) || jk <= t + off;
+            const float *row = o + (h * c.T + t) * c.D;
+            for (int64_t d = 0; d < c.D; d++)
+                ok &= (isnan(row[d]) != 0) == want;
+        }
+    TL_OK(ok, "NaN in q or k gives NaN exactly in the rows that see it");
+    if (o)
+        release(&ar);
+    free(q), free(k), free(v);
 }
 
 /* ---- workspace does not grow with the sequence ---- */
@@ -417,6 +508,8 @@ int main(void)
     test_reference();
     test_gradcheck();
     test_threads();
+    test_checkpoint();
+    test_nan();
     test_scratch();
     test_errors();
     col_cpu_backend_free(&be);
