@@ -261,7 +261,7 @@ static int scratch_threads(const col_exec *ex, size_t per)
 
 /* ---- forward ----
  * Scores are kept transposed, keys x queries (st[j][i]), so the softmax
- * statistics of 16 queries sit in one vector and Q is transposed once per
+ * statistics of VL queries sit in one vector and Q is transposed once per
  * task rather than K once per key tile. */
 
 /* one query tile [t0, t0 + mr) of head h in batch b */
