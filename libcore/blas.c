@@ -2,6 +2,7 @@
 
 #include <cpuid.h>
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,11 +30,15 @@ const char *col_blas_preferred_core(void)
 #endif
 }
 
+/* The OpenMP build of OpenBLAS first: it shares libgomp's threads with our
+ * kernels, where the pthread build's threads and OpenMP's spin against each
+ * other between calls (measured: block benchmark 0.6-0.8 of the sgemm rate
+ * with the pthread build, 0.85-0.9 with the OpenMP one; docs/PERF.md). */
 static const char *const blas_paths[] = {
+    "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/openblas-openmp/libopenblas.so.0",
     "libopenblas.so.0",
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
-    "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
-    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
     "libopenblas.so",
 };
 
@@ -51,8 +56,11 @@ col_status col_blas_load(col_blas *b, col_err *err)
             strncpy(b->chosen, pref, sizeof b->chosen - 1);
         }
     }
-    for (size_t i = 0; i < sizeof blas_paths / sizeof blas_paths[0] && !b->handle; i++)
+    for (size_t i = 0; i < sizeof blas_paths / sizeof blas_paths[0] && !b->handle; i++) {
         b->handle = dlopen(blas_paths[i], RTLD_NOW | RTLD_LOCAL);
+        if (b->handle)
+            snprintf(b->path, sizeof b->path, "%s", blas_paths[i]);
+    }
     if (!b->handle)
         return col_err_set(err, COL_EUNSUPPORTED,
                            "cannot load OpenBLAS (libopenblas.so.0): install the Debian package libopenblas0");

@@ -21,6 +21,7 @@ typedef struct {
     col_sgemm_fn sgemm;
     char core[64];              /* kernel set OpenBLAS reports */
     char chosen[64];            /* what we asked for ("" = left to OpenBLAS) */
+    char path[256];             /* the library file loaded */
 } col_blas;
 
 /* The core type we would ask for on this CPU, or NULL to leave it to OpenBLAS. */
