@@ -35,7 +35,7 @@ static void usage(FILE *f)
 
 static const char *default_corpus(void)
 {
-    static const char *const candidates[] = {COL_SRC_ASSET_DIR "/corpus/kjv.txt.gz", COL_ASSET_DIR "/kjv.txt.gz"};
+    static const char *const candidates[] = {COL_ASSET_DIR "/kjv.txt.gz", COL_SRC_ASSET_DIR "/corpus/kjv.txt.gz"};
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
         if (access(candidates[i], R_OK) == 0)
             return candidates[i];

@@ -265,6 +265,33 @@ static col_node *build_concat(col_graph *g, col_node **x, void *u)
     return col_mul(g, halves[0], halves[1]);
 }
 
+/* a low-precision leaf cast up to f32: the gradient comes back through the cast */
+static col_node *build_cast(col_graph *g, col_node **x, void *u)
+{
+    (void)u;
+    return col_mul(g, col_cast(g, x[0], COL_F32), col_cast(g, col_cast(g, x[1], COL_F16), COL_F32));
+}
+
+static void test_cast_grad(void)
+{
+    col_dtype lows[2] = {COL_BF16, COL_F16};
+    for (int k = 0; k < 2; k++) {
+        uint16_t a[12];
+        float b[12];
+        for (int i = 0; i < 12; i++) {
+            float v = 0.25f * (float)(i - 6) + 0.125f;
+            a[i] = lows[k] == COL_BF16 ? col_f32_to_bf16(v) : col_f32_to_f16(v);
+            b[i] = 0.5f - 0.0625f * (float)i;
+        }
+        col_gc_input in[2] = {{lows[k], 2, {3, 4}, a}, {COL_F32, 2, {3, 4}, b}};
+        /* steps large enough to move a 16-bit float; the function is linear in each input */
+        col_gc_opts o = {.h = 0.05, .rtol = 1e-2, .atol = 1e-3, .seed = 3};
+        char name[64];
+        snprintf(name, sizeof name, "cast %s -> f32 and f32 -> f16 -> f32", col_dtype_name(lows[k]));
+        tl_gradcheck(&be, name, build_cast, NULL, 2, in, &o);
+    }
+}
+
 static void test_misc(void)
 {
     float *x = randv(64, 50), *w = randv(15, 51), *b = randv(5, 52);
@@ -374,6 +401,7 @@ int main(void)
     test_binary();
     test_matmul();
     test_misc();
+    test_cast_grad();
     test_errors();
     col_cpu_backend_free(&be);
     return tl_done();
