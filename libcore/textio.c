@@ -113,8 +113,19 @@ col_status col_write_file_atomic(const char *path, const void *data, size_t len,
         st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
     if (st == COL_OK && rename(tmp, path) != 0)
         st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (st != COL_OK)
+    if (st != COL_OK) {
         unlink(tmp);
+    } else {
+        /* make the rename itself durable: fsync the directory */
+        char *slash = strrchr(tmp, '/');
+        if (slash)
+            slash[slash == tmp ? 1 : 0] = '\0';
+        int dfd = open(slash ? tmp : ".", O_RDONLY | O_DIRECTORY);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+    }
     free(tmp);
     return st;
 }
