@@ -112,10 +112,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "colossal-demo: %s\n", err.msg);
         return 1;
     }
-    size_t split = len - len / 20; /* last 5% held out */
-    if (split < (size_t)(4 * T) || len - split < (size_t)(T + 2)) {
+    size_t split = len - len / 20; /* last 5% held out: at least one window of T+1 bytes and a spare */
+    if (len < (size_t)20 * (size_t)(T + 2)) {
         fprintf(stderr, "colossal-demo: %s is too short (%zu bytes): it needs at least %d bytes for --seq %d\n", data,
-                len, 100 * T, T);
+                len, 20 * (T + 2), T);
         free(text);
         return 1;
     }

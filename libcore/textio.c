@@ -18,6 +18,8 @@ col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t
         return col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode))
         return col_err_set(err, COL_EIO, "%s is a directory, not a data file", path);
+    if (access(path, R_OK) != 0)
+        return col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno));
     struct archive *a = archive_read_new();
     if (!a)
         return col_err_set(err, COL_ENOMEM, "out of memory opening %s", path);
@@ -26,7 +28,8 @@ col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t
     archive_read_support_format_empty(a);
     col_status st = COL_OK;
     if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
-        st = col_err_set(err, COL_EIO, "cannot read %s: %s", path, archive_error_string(a));
+        /* readable, so what failed is the compressed stream's header */
+        st = col_err_set(err, COL_EFORMAT, "%s is corrupt or truncated: %s", path, archive_error_string(a));
         archive_read_free(a);
         return st;
     }
@@ -37,7 +40,7 @@ col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t
     if (r == ARCHIVE_EOF) {
         /* empty file */
     } else if (r != ARCHIVE_OK) {
-        st = col_err_set(err, COL_EFORMAT, "cannot read %s: %s", path, archive_error_string(a));
+        st = col_err_set(err, COL_EFORMAT, "%s is corrupt or truncated: %s", path, archive_error_string(a));
     } else {
         for (;;) {
             if (cap - n < (1 << 16)) {
