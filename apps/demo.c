@@ -14,7 +14,8 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "gpt_trainer.h"
+#include "hf_config.h"
+#include "lm_trainer.h"
 #include "rng.h"
 #include "textio.h"
 
@@ -126,9 +127,8 @@ int main(int argc, char **argv)
         free(text);
         return 1;
     }
-    col_gpt_train_config cfg = {
-        .model = {.vocab_size = 256, .n_positions = T, .n_embd = 192, .n_layer = 2, .n_head = 6,
-                  .layer_norm_eps = 1e-5f, .dropout = 0.0f},
+    col_lm_train_config cfg = {
+        .model = col_gpt2_config(256, T, 192, 2, 6),
         .batch = B, .seq = T,
         .opt = col_opt_defaults(COL_OPT_ADAMW),
         .lr = {.kind = COL_LR_COSINE, .lr_max = (float)lr, .lr_min = (float)lr / 10, .warmup_steps = steps / 20,
@@ -137,19 +137,19 @@ int main(int argc, char **argv)
     };
     cfg.opt.weight_decay = 0.1f;
     cfg.opt.beta2 = 0.95f;
-    col_gpt_trainer *tr;
-    if (col_gpt_trainer_create(&cfg, &be, &tr, &err) != COL_OK) {
+    col_lm_trainer *tr;
+    if (col_lm_trainer_create(&cfg, &be, &tr, &err) != COL_OK) {
         fprintf(stderr, "colossal-demo: %s\n", err.msg);
         col_cpu_backend_free(&be);
         free(text);
         return 1;
     }
     printf("colossal-demo: GPT with %d blocks, width %d, %d heads, %.2fM parameters; byte-level, context %d\n",
-           cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head, (double)col_gpt_trainer_param_count(tr) / 1e6, T);
+           cfg.model.n_layer, cfg.model.hidden, cfg.model.n_head, (double)col_lm_trainer_param_count(tr) / 1e6, T);
     printf("data: %s (%.1f MB, last 5%% held out); batch %d x %d tokens; AdamW lr %g, warmup + cosine\n", data,
            (double)len / 1e6, B, T, lr);
     printf("cpu: %d threads, OpenBLAS kernels %s; activation arena %.1f MB\n", omp_get_max_threads(),
-           col_cpu_backend_blas_core(&be), (double)col_gpt_trainer_arena_bytes(tr) / 1e6);
+           col_cpu_backend_blas_core(&be), (double)col_lm_trainer_arena_bytes(tr) / 1e6);
     fflush(stdout);
 
     const unsigned char *u = (const unsigned char *)text;
@@ -160,8 +160,8 @@ int main(int argc, char **argv)
     double t0 = now(), tlast = t0, smooth = 0;
     for (int s = 0; s < steps && rc == 0; s++) {
         fill_batch(u, 0, split, B, T, &data_rng, ids, tg);
-        col_gpt_step_info info;
-        if (col_gpt_trainer_step(tr, ids, tg, &info, &err) != COL_OK) {
+        col_lm_step_info info;
+        if (col_lm_trainer_step(tr, ids, tg, &info, &err) != COL_OK) {
             fprintf(stderr, "colossal-demo: %s\n", err.msg);
             rc = 1;
             break;
@@ -174,7 +174,7 @@ int main(int argc, char **argv)
             for (int k = 0; k < 4 && rc == 0; k++) {
                 float l;
                 fill_batch(u, split, len, B, T, &val_rng, ids, tg);
-                if (col_gpt_trainer_eval(tr, ids, tg, &l, &err) != COL_OK) {
+                if (col_lm_trainer_eval(tr, ids, tg, &l, NULL, &err) != COL_OK) {
                     fprintf(stderr, "colossal-demo: %s\n", err.msg);
                     rc = 1;
                 }
@@ -202,7 +202,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < 240 && rc == 0; k++) {
             int start = n > T ? n - T : 0;
             const float *lg;
-            if (col_gpt_trainer_next_logits(tr, ctx + start, n - start, &lg, &err) != COL_OK) {
+            if (col_lm_trainer_next_logits(tr, ctx + start, n - start, &lg, &err) != COL_OK) {
                 fprintf(stderr, "\ncolossal-demo: %s\n", err.msg);
                 rc = 1;
                 break;
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
     }
     free(ids);
     free(tg);
-    col_gpt_trainer_free(tr);
+    col_lm_trainer_free(tr);
     col_cpu_backend_free(&be);
     free(text);
     return rc;

@@ -34,7 +34,8 @@ typedef struct {
     col_st_dtype dtype;
     int ndim;                /* 0..COL_MAX_DIMS */
     int64_t shape[COL_MAX_DIMS];
-    const void *data;        /* contiguous, row-major, little-endian */
+    const void *data;        /* contiguous, row-major, little-endian; may be
+                                unaligned (read it with memcpy) */
     size_t nbytes;           /* numel * dtype size */
     const char *file;        /* the file it came from (for messages) */
 } col_ckpt_tensor;
@@ -44,21 +45,35 @@ typedef struct col_ckpt col_ckpt;
 /* Opens a checkpoint: a directory holding model.safetensors,
  * model.safetensors.index.json (+ shards), pytorch_model.bin or
  * pytorch_model.bin.index.json (+ shards) -- tried in that order -- or one
- * such file given directly. */
+ * such file given directly (a zip is read as PyTorch, *.json as an index,
+ * anything else as safetensors).
+ * An index is {"weight_map": {tensor: shard file}}: shards must be plain file
+ * names in the index's directory, are opened in name order, and must hold
+ * every tensor mapped to them; a tensor in two shards is an error.
+ * Tensors are numbered source by source, each file in its own order (for
+ * safetensors: by data offset). Missing paths give COL_EIO, bad files
+ * COL_EFORMAT. */
 col_status col_ckpt_open(const char *path, col_ckpt **out, col_err *err);
 void col_ckpt_close(col_ckpt *c);
 int col_ckpt_count(const col_ckpt *c);
 const col_ckpt_tensor *col_ckpt_get(const col_ckpt *c, int i);
-const col_ckpt_tensor *col_ckpt_find(const col_ckpt *c, const char *name);
+const col_ckpt_tensor *col_ckpt_find(const col_ckpt *c, const char *name);   /* NULL if absent; O(log n) */
 /* Which format was read: "safetensors" or "pytorch". */
 const char *col_ckpt_format(const col_ckpt *c);
 
-/* Converts a stored tensor to f32 (any float or integer dtype); dst holds
- * numel floats. COL_ESHAPE if the shape differs from want (ndim, shape). */
+/* Converts a stored tensor to f32 (any float or integer dtype; BOOL gives
+ * 0/1; integers and F64 round to nearest); dst holds numel floats.
+ * COL_ESHAPE if the shape differs from (ndim, shape), naming the tensor and
+ * both shapes. */
 col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, float *dst, col_err *err);
 
-/* Writes tensors (f32 data, shapes given) as one safetensors file,
- * atomically; metadata: optional NULL-terminated key/value pairs. */
+/* Writes tensors (f32 data, shapes given) as one safetensors file the way
+ * the Python library does (tensors sorted by name, header padded with spaces
+ * to a multiple of 8 bytes), atomically: streamed to a temporary file in the
+ * same directory, fsync, rename. metadata: optional NULL-terminated list
+ * {key0, value0, key1, value1, ..., NULL} stored as "__metadata__".
+ * COL_EINVAL for an empty, reserved ("__metadata__") or repeated name or a
+ * bad shape; the old file, if any, is then untouched. */
 typedef struct {
     const char *name;
     int ndim;
@@ -70,18 +85,30 @@ col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, 
 
 /* ---- the format readers behind col_ckpt_open (for tests and fuzzing) ---- */
 typedef struct col_st_file col_st_file;
-/* Parses a safetensors image in memory (data/len must outlive the file). */
+/* Parses a safetensors image in memory (data/len must outlive the file;
+ * name is used in messages). Refuses (COL_EFORMAT) a header length beyond
+ * the file or over 100 MB, a header that is not UTF-8 JSON holding one
+ * object, unknown dtypes, shapes with more than COL_MAX_DIMS dims or entries
+ * that are not non-negative integers, sizes that overflow, data_offsets that
+ * are not [begin, end] integers with begin <= end <= data size and
+ * end - begin == numel * dtype size, overlapping ranges, repeated names and
+ * "__metadata__" that is not {string: string}. Gaps between ranges and
+ * trailing bytes are allowed. Tensors come in file order (by data_offsets). */
 col_status col_st_parse(const void *data, size_t len, const char *name, col_st_file **out, col_err *err);
-col_status col_st_open(const char *path, col_st_file **out, col_err *err);  /* mmap */
+col_status col_st_open(const char *path, col_st_file **out, col_err *err);  /* mmap, read-only */
 int col_st_count(const col_st_file *f);
 const col_ckpt_tensor *col_st_get(const col_st_file *f, int i);
+/* The "__metadata__" value stored under key, or NULL. */
+const char *col_st_metadata(const col_st_file *f, const char *key);
 void col_st_close(col_st_file *f);
 
 typedef struct col_pt_file col_pt_file;
 /* Parses a PyTorch zip checkpoint image in memory; the pickle may only use
  * the opcodes and globals a state dict needs (OrderedDict, torch's tensor
  * rebuild functions, storage types); anything else (e.g. os.system) is
- * refused with an error naming it. */
+ * refused with an error naming it. Storages stored uncompressed and 16-byte
+ * aligned in data are referenced in place, so data/len must outlive the file
+ * (like col_st_parse); col_pt_open maps the file and keeps the mapping. */
 col_status col_pt_parse(const void *data, size_t len, const char *name, col_pt_file **out, col_err *err);
 col_status col_pt_open(const char *path, col_pt_file **out, col_err *err);
 int col_pt_count(const col_pt_file *f);

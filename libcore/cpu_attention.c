@@ -346,6 +346,14 @@ static col_status k_attention(const col_node *n, const col_exec *ex, col_err *er
 {
     att_geom g;
     geom_init(&g, n);
+    if (n->nsrc > 3) { /* over a cache: only the first start+T keys are valid */
+        int64_t start = *(const int64_t *)n->src[3]->t.data;
+        if (start < 0 || start + g.T > g.S)
+            return col_err_set(err, COL_EINVAL, "attention: cache position %lld + %lld new tokens exceeds the cache of %lld",
+                               (long long)start, (long long)g.T, (long long)g.S);
+        g.S = start + g.T;
+        g.off = start;
+    }
     size_t per = col_attention_scratch_per_thread(g.D, false);
     int nthr = scratch_threads(ex, per);
     if (nthr < 1)

@@ -240,8 +240,44 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
     return COL_OK;
 }
 
+static col_status k_arange(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    int64_t start = n->nsrc ? *(const int64_t *)n->src[0]->t.data : 0, len = col_numel(&n->t);
+    int32_t *o = n->t.data;
+    for (int64_t k = 0; k < len; k++)
+        o[k] = (int32_t)(start + n->p.i[0] + k);
+    return COL_OK;
+}
+
+/* cache[:, :, start:start+T] = x; the output aliases the cache */
+static col_status k_kv_write(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex;
+    const col_tensor *c = &n->src[0]->t, *x = &n->src[1]->t;
+    int64_t start = *(const int64_t *)n->src[2]->t.data, T = x->shape[2], D = x->shape[3];
+    if (start < 0 || start + T > c->shape[2])
+        return col_err_set(err, COL_EINVAL, "kv_write: position %lld + %lld tokens exceeds the cache of %lld",
+                           (long long)start, (long long)T, (long long)c->shape[2]);
+    size_t es = col_dtype_size(x->dtype);
+    for (int64_t b = 0; b < x->shape[0]; b++)
+        for (int64_t h = 0; h < x->shape[1]; h++)
+            for (int64_t t = 0; t < T; t++) {
+                const char *src = (const char *)x->data + (b * x->stride[0] + h * x->stride[1] + t * x->stride[2]) * (int64_t)es;
+                char *dst = (char *)c->data + (b * c->stride[0] + h * c->stride[1] + (start + t) * c->stride[2]) * (int64_t)es;
+                if (x->stride[3] == 1)
+                    memcpy(dst, src, (size_t)D * es);
+                else
+                    for (int64_t d = 0; d < D; d++)
+                        memcpy(dst + d * (int64_t)es, src + d * x->stride[3] * (int64_t)es, es);
+            }
+    return COL_OK;
+}
+
 void col_cpu_register_basic(col_backend *be)
 {
+    be->kernel[COL_OP_ARANGE] = k_arange;
+    be->kernel[COL_OP_KV_WRITE] = k_kv_write;
     be->kernel[COL_OP_COPY] = k_copy;
     be->kernel[COL_OP_CAST] = k_cast;
     be->kernel[COL_OP_FILL] = k_fill;

@@ -68,6 +68,9 @@ typedef enum {
                               counter is 0, else a Philox hash of (seed, counter) */
     COL_OP_CONCAT,         /* i[0] = axis; sources 1..COL_MAX_SRC */
     COL_OP_MATMUL,         /* a [..., M, K] @ b [..., K, N], batch dims broadcast */
+    COL_OP_ARANGE,         /* i32 [n]: start + i[0] + k, start = src0 (i64 [1]) if given, else 0 */
+    COL_OP_KV_WRITE,       /* src0 = cache leaf [B,H,S,D], src1 = new [B,H,T,D], src2 = start (i64 [1]):
+                              cache[:, :, start:start+T] = new; the output is the cache itself */
 
     COL_OP_COUNT
 } col_op;
@@ -145,6 +148,16 @@ typedef struct {
 struct col_node *col_rope(struct col_graph *g, struct col_node *x, struct col_node *pos, const col_rope_cfg *cfg);
 struct col_node *col_attention(struct col_graph *g, struct col_node *q, struct col_node *k, struct col_node *v,
                                int causal, float scale);
+/* Causal attention of T new queries over a key/value cache [B,Hkv,S,D] whose
+ * first start+T positions are valid, start read at run time from an i64 [1]
+ * node: cost grows with start+T, not with S. Inference only (no gradient). */
+struct col_node *col_attention_cached(struct col_graph *g, struct col_node *q, struct col_node *kcache,
+                                      struct col_node *vcache, struct col_node *start, float scale);
+/* i32 [n] positions: start + offset + k (start an i64 [1] node, or NULL for 0) */
+struct col_node *col_arange(struct col_graph *g, struct col_node *start, int64_t n, int64_t offset);
+/* Writes x [B,H,T,D] into cache [B,H,S,D] at positions start..start+T-1 (start
+ * read at run time; the kernel checks start+T <= S) and returns the cache. */
+struct col_node *col_kv_write(struct col_graph *g, struct col_node *cache, struct col_node *x, struct col_node *start);
 struct col_node *col_cross_entropy(struct col_graph *g, struct col_node *logits, struct col_node *targets,
                                    int64_t ignore_index);
 struct col_node *col_dropout(struct col_graph *g, struct col_node *x, float p, uint64_t seed);

@@ -60,6 +60,24 @@ col_node *col_attention(col_graph *g, col_node *q, col_node *k, col_node *v, int
     return n;
 }
 
+col_node *col_attention_cached(col_graph *g, col_node *q, col_node *kcache, col_node *vcache, col_node *start,
+                               float scale)
+{
+    if (!start)
+        return NULL;
+    char b1[96];
+    if (!col_check(g, start->t.dtype == COL_I64 && col_numel(&start->t) == 1, COL_EINVAL,
+                   "attention: the cache start must be an i64 [1] node, got %s", col_shape_str(&start->t, b1, sizeof b1)))
+        return NULL;
+    col_node *n = col_attention(g, q, kcache, vcache, 1, scale);
+    if (!n)
+        return NULL;
+    /* src3: the start position; the kernel attends to the first start+T keys */
+    n->src[3] = start;
+    n->nsrc = 4;
+    return n;
+}
+
 /* contiguous view of `shape` at element `offset` of the packed gradient */
 static col_node *part(col_graph *g, col_node *packed, int64_t offset, const col_tensor *like)
 {
@@ -73,6 +91,10 @@ static col_node *part(col_graph *g, col_node *packed, int64_t offset, const col_
 void col_bwd_attention(col_graph *g, col_node *n, col_node *d)
 {
     col_node *q = n->src[0], *k = n->src[1], *v = n->src[2];
+    if (n->nsrc > 3) {
+        col_graph_fail(g, COL_EUNSUPPORTED, "attention over a key/value cache has no gradient (inference only)");
+        return;
+    }
     if (!d || !col_any_needs_grad(3, n->src))
         return;
     col_node *src[5] = {q, k, v, n, unit_last(g, d)};

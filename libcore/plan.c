@@ -32,7 +32,7 @@ static bool owns_arena(const col_node *n)
 {
     if (n->flags & COL_NODE_VIEW)
         return false;
-    if (n->op == COL_OP_ACCUMULATE)
+    if (n->op == COL_OP_ACCUMULATE || n->op == COL_OP_KV_WRITE)
         return false;
     if (n->op == COL_OP_LEAF && n->bound)
         return false;
@@ -319,6 +319,8 @@ col_status col_plan_run(col_plan *p, const col_backend *be, col_err *err)
         } else if (n->flags & COL_NODE_VIEW) {
             col_node *b = n->view_base;
             n->t.data = b->t.data ? (char *)b->t.data + n->view_offset * (int64_t)col_dtype_size(n->t.dtype) : NULL;
+        } else if (n->op == COL_OP_KV_WRITE) {
+            n->t.data = n->src[0]->t.data; /* writes into, and stands for, the cache leaf */
         } else if (n->op == COL_OP_ACCUMULATE) {
             n->t.data = n->src[1]->grad_data;
             if (!n->t.data)

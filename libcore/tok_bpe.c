@@ -1,2 +1,488 @@
-/* PLACEHOLDER: being written */
-/* todo */
+/* tok_bpe.c - the BPE model: hash maps for token strings and merge ranks,
+ * the merge loop, and the per-call encoding context with its word cache.
+ *
+ * The merge loop is Hugging Face's (tokenizers/src/models/bpe/word.rs): the
+ * word's symbols form a linked list, candidate pairs sit in a min-heap
+ * ordered by (rank, position), and a popped pair is applied only if the two
+ * symbols are still neighbours with the same merge. This is O(n log n) per
+ * word, so a 1 MB word without spaces costs no more than 1 MB of words. */
+#define COL_TOK_INTERNAL
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+uint64_t col_tok_hash(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xC2B2AE3D27D4EB4Full);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 29;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+    return h;
+}
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t c = 16;
+    while (c < n)
+        c *= 2;
+    return c;
+}
+
+/* ---- string -> id ---- */
+
+col_status col_strmap_init(col_strmap *m, size_t n_keys, col_err *err)
+{
+    size_t cap = pow2_at_least(2 * n_keys + 1);
+    m->slots = calloc(cap, sizeof *m->slots);
+    if (!m->slots)
+        return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory for a map of %zu tokens", n_keys);
+    m->mask = cap - 1;
+    return COL_OK;
+}
+
+static int32_t strmap_find(const col_strmap *m, const char *s, size_t n, uint64_t h, uint64_t **slot)
+{
+    uint64_t tag = h >> 32 << 32;
+    for (uint64_t i = h & m->mask;; i = (i + 1) & m->mask) {
+        uint64_t v = m->slots[i];
+        if (v == 0) {
+            *slot = &m->slots[i];
+            return -1;
+        }
+        if ((v & 0xFFFFFFFF00000000ull) == tag) {
+            int32_t id = (int32_t)(uint32_t)v - 1;
+            if (m->len[id] == n && memcmp(m->arena + m->off[id], s, n) == 0) {
+                *slot = &m->slots[i];
+                return id;
+            }
+        }
+    }
+}
+
+int32_t col_strmap_put(col_strmap *m, int32_t id)
+{
+    const char *s = m->arena + m->off[id];
+    size_t n = m->len[id];
+    uint64_t h = col_tok_hash(s, n), *slot;
+    int32_t old = strmap_find(m, s, n, h, &slot);
+    if (old >= 0)
+        return old;
+    *slot = (h >> 32 << 32) | ((uint64_t)id + 1);
+    return -1;
+}
+
+int32_t col_strmap_get(const col_strmap *m, const char *s, size_t n)
+{
+    if (!m->slots)
+        return -1;
+    uint64_t *slot;
+    return strmap_find(m, s, n, col_tok_hash(s, n), &slot);
+}
+
+void col_strmap_free(col_strmap *m)
+{
+    free(m->slots);
+    m->slots = NULL;
+}
+
+/* ---- (left, right) -> (rank, merged) ---- */
+
+static uint64_t pair_key(int32_t a, int32_t b)
+{
+    return (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+}
+
+static uint64_t pair_hash(uint64_t k)
+{
+    k *= 0x9E3779B97F4A7C15ull;
+    return k ^ (k >> 31);
+}
+
+col_status col_mergemap_init(col_mergemap *m, size_t n, col_err *err)
+{
+    size_t cap = pow2_at_least(n + n / 2 + 1); /* load <= 2/3 */
+    m->slots = malloc(cap * sizeof *m->slots);
+    if (!m->slots)
+        return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory for %zu merges", n);
+    for (size_t i = 0; i < cap; i++)
+        m->slots[i].rank = -1;
+    m->mask = cap - 1;
+    return COL_OK;
+}
+
+void col_mergemap_put(col_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
+{
+    uint64_t k = pair_key(a, b);
+    for (uint64_t i = pair_hash(k) & m->mask;; i = (i + 1) & m->mask) {
+        col_merge_slot *s = &m->slots[i];
+        if (s->rank < 0 || s->key == k) {
+            s->key = k;
+            s->rank = rank;
+            s->id = id;
+            return;
+        }
+    }
+}
+
+const col_merge_slot *col_mergemap_get(const col_mergemap *m, int32_t a, int32_t b)
+{
+    if (!m->slots)
+        return NULL;
+    uint64_t k = pair_key(a, b);
+    for (uint64_t i = pair_hash(k) & m->mask;; i = (i + 1) & m->mask) {
+        const col_merge_slot *s = &m->slots[i];
+        if (s->rank < 0)
+            return NULL;
+        if (s->key == k)
+            return s;
+    }
+}
+
+void col_mergemap_free(col_mergemap *m)
+{
+    free(m->slots);
+    m->slots = NULL;
+}
+
+/* ---- the merge loop ---- */
+
+/* heap of (rank << 32 | position), smallest first */
+static void heap_push(uint64_t *h, size_t *n, uint64_t v)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p] <= v)
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n)
+{
+    uint64_t top = h[0], v = h[--*n];
+    size_t i = 0, m = *n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= m)
+            break;
+        if (c + 1 < m && h[c + 1] < h[c])
+            c++;
+        if (v <= h[c])
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (m)
+        h[i] = v;
+    return top;
+}
+
+static void push_pair(const col_mergemap *mm, uint64_t *heap, size_t *hn, const int32_t *id, int32_t l, int32_t r)
+{
+    const col_merge_slot *s = col_mergemap_get(mm, id[l], id[r]);
+    if (s)
+        heap_push(heap, hn, (uint64_t)(uint32_t)s->rank << 32 | (uint32_t)l);
+}
+
+/* Merges id[0..n) in place; returns the number of symbols left. prv, nxt:
+ * n entries; heap: 3n entries. */
+static size_t bpe_merge(const col_mergemap *mm, int32_t *id, int32_t *prv, int32_t *nxt, uint64_t *heap, size_t n)
+{
+    if (n < 2)
+        return n;
+    size_t hn = 0;
+    for (size_t i = 0; i < n; i++) {
+        prv[i] = (int32_t)i - 1;
+        nxt[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+    }
+    for (size_t i = 0; i + 1 < n; i++)
+        push_pair(mm, heap, &hn, id, (int32_t)i, (int32_t)i + 1);
+    while (hn) {
+        uint64_t top = heap_pop(heap, &hn);
+        int32_t pos = (int32_t)(uint32_t)top, rank = (int32_t)(top >> 32);
+        int32_t r = nxt[pos];
+        if (id[pos] < 0 || r < 0)
+            continue;
+        const col_merge_slot *s = col_mergemap_get(mm, id[pos], id[r]);
+        if (!s || s->rank != rank)
+            continue;
+        id[pos] = s->id;
+        id[r] = -1;
+        nxt[pos] = nxt[r];
+        if (nxt[r] >= 0)
+            prv[nxt[r]] = pos;
+        if (prv[pos] >= 0)
+            push_pair(mm, heap, &hn, id, prv[pos], pos);
+        if (nxt[pos] >= 0)
+            push_pair(mm, heap, &hn, id, pos, nxt[pos]);
+    }
+    size_t k = 0;
+    for (int32_t i = 0; i >= 0; i = nxt[i])
+        id[k++] = id[i];
+    return k;
+}
+
+/* ---- encoding context ---- */
+
+#define CACHE_MAX_WORD 64
+#define CACHE_MAX_ENTRIES (1u << 16)
+
+typedef struct {
+    uint64_t hash;
+    uint32_t key_off, key_len, ids_off, n_ids; /* key_len 0: empty */
+} cache_ent;
+
+struct col_tok_ctx {
+    const col_tokenizer *t;
+    int32_t *out;
+    size_t n_out, cap_out;
+    int32_t *sym, *prv, *nxt;
+    uint64_t *heap;
+    size_t cap_sym;
+    cache_ent *ce;
+    size_t ce_mask, ce_n;
+    char *ck;
+    size_t ck_n, ck_cap;
+    int32_t *cv;
+    size_t cv_n, cv_cap;
+};
+
+col_status col_tok_ctx_new(const col_tokenizer *t, col_tok_ctx **out, col_err *err)
+{
+    col_tok_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+    c->t = t;
+    c->cap_out = 64;
+    c->out = malloc(c->cap_out * sizeof *c->out);
+    if (!c->out) {
+        free(c);
+        return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+    }
+    *out = c;
+    return COL_OK;
+}
+
+void col_tok_ctx_free(col_tok_ctx *c)
+{
+    if (!c)
+        return;
+    free(c->out);
+    free(c->sym);
+    free(c->prv);
+    free(c->nxt);
+    free(c->heap);
+    free(c->ce);
+    free(c->ck);
+    free(c->cv);
+    free(c);
+}
+
+int32_t *col_tok_ctx_take(col_tok_ctx *c, size_t *n)
+{
+    int32_t *ids = c->out;
+    *n = c->n_out;
+    c->out = NULL;
+    c->n_out = c->cap_out = 0;
+    return ids;
+}
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t c = *cap ? *cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / elem)
+            return false;
+        c *= 2;
+    }
+    void *q = realloc(*p, c * elem);
+    if (!q)
+        return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+static col_status push_ids(col_tok_ctx *c, const int32_t *ids, size_t n, col_err *err)
+{
+    if (!grow((void **)&c->out, &c->cap_out, c->n_out + n, sizeof *c->out))
+        return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory for %zu ids", c->n_out + n);
+    memcpy(c->out + c->n_out, ids, n * sizeof *ids);
+    c->n_out += n;
+    return COL_OK;
+}
+
+col_status col_tok_push_id(col_tok_ctx *c, int32_t id, col_err *err)
+{
+    return push_ids(c, &id, 1, err);
+}
+
+static const cache_ent *cache_get(const col_tok_ctx *c, const char *s, size_t n, uint64_t h)
+{
+    if (!c->ce)
+        return NULL;
+    for (size_t i = h & c->ce_mask;; i = (i + 1) & c->ce_mask) {
+        const cache_ent *e = &c->ce[i];
+        if (e->key_len == 0)
+            return NULL;
+        if (e->hash == h && e->key_len == n && memcmp(c->ck + e->key_off, s, n) == 0)
+            return e;
+    }
+}
+
+/* best effort: a full or failed cache only costs speed */
+static void cache_put(col_tok_ctx *c, const char *s, size_t n, uint64_t h, const int32_t *ids, size_t k)
+{
+    if (c->ce_n >= CACHE_MAX_ENTRIES)
+        return;
+    if (!c->ce || 2 * (c->ce_n + 1) > c->ce_mask + 1) { /* (re)build at twice the size */
+        size_t cap = c->ce ? 2 * (c->ce_mask + 1) : 1024;
+        cache_ent *ne = calloc(cap, sizeof *ne);
+        if (!ne)
+            return;
+        for (size_t i = 0; c->ce && i <= c->ce_mask; i++) {
+            if (c->ce[i].key_len == 0)
+                continue;
+            size_t j = c->ce[i].hash & (cap - 1);
+            while (ne[j].key_len)
+                j = (j + 1) & (cap - 1);
+            ne[j] = c->ce[i];
+        }
+        free(c->ce);
+        c->ce = ne;
+        c->ce_mask = cap - 1;
+    }
+    if (!grow((void **)&c->ck, &c->ck_cap, c->ck_n + n, 1) ||
+        !grow((void **)&c->cv, &c->cv_cap, c->cv_n + k, sizeof *c->cv))
+        return;
+    size_t i = h & c->ce_mask;
+    while (c->ce[i].key_len)
+        i = (i + 1) & c->ce_mask;
+    c->ce[i] = (cache_ent){h, (uint32_t)c->ck_n, (uint32_t)n, (uint32_t)c->cv_n, (uint32_t)k};
+    memcpy(c->ck + c->ck_n, s, n);
+    memcpy(c->cv + c->cv_n, ids, k * sizeof *ids);
+    c->ck_n += n;
+    c->cv_n += k;
+    c->ce_n++;
+}
+
+/* initial symbols of a SentencePiece-style word: one per character, with
+ * byte fallback or <unk> for characters not in the vocabulary */
+static col_status spm_symbols(col_tok_ctx *c, const char *s, size_t n, size_t *ns, col_err *err)
+{
+    const col_tokenizer *t = c->t;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t k = 0;
+    bool last_unk = false;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        size_t len = col_utf8_char(u + i, n - i, &cp);
+        if (len == 0)
+            len = 1;
+        int32_t id = col_strmap_get(&t->by_name, s + i, len);
+        if (id >= 0) {
+            c->sym[k++] = id;
+            last_unk = false;
+        } else {
+            bool fb = t->byte_fallback;
+            for (size_t j = 0; fb && j < len; j++)
+                fb = t->byte_id[u[i + j]] >= 0;
+            if (fb) {
+                for (size_t j = 0; j < len; j++)
+                    c->sym[k++] = t->byte_id[u[i + j]];
+                last_unk = false;
+            } else if (t->unk_id >= 0) {
+                if (!(t->fuse_unk && last_unk))
+                    c->sym[k++] = t->unk_id;
+                last_unk = true;
+            } else if (len == 1 && u[i] >= 0x80) {
+                return col_err_set(err, COL_EINVAL,
+                                   "tokenizer: cannot encode byte 0x%02X: no byte fallback and no unk token", u[i]);
+            } else {
+                return col_err_set(err, COL_EINVAL,
+                                   "tokenizer: cannot encode U+%04X: not in the vocabulary, no byte fallback and no "
+                                   "unk token", (unsigned)cp);
+            }
+        }
+        i += len;
+    }
+    *ns = k;
+    return COL_OK;
+}
+
+col_status col_tok_word(void *ctx, const char *s, size_t n, col_err *err)
+{
+    col_tok_ctx *c = ctx;
+    const col_tokenizer *t = c->t;
+    const col_strmap *keys = t->byte_level ? &t->by_key : &t->by_name;
+    if (n == 0)
+        return COL_OK;
+    if (t->ignore_merges) {
+        int32_t id = col_strmap_get(keys, s, n);
+        if (id >= 0)
+            return push_ids(c, &id, 1, err);
+    }
+    uint64_t h = 0;
+    if (n <= CACHE_MAX_WORD) {
+        h = col_tok_hash(s, n);
+        const cache_ent *e = cache_get(c, s, n, h);
+        if (e)
+            return push_ids(c, c->cv + e->ids_off, e->n_ids, err);
+    }
+    if (n > (size_t)INT32_MAX / 4)
+        return col_err_set(err, COL_EINVAL, "tokenizer: a word of %zu bytes is too long", n);
+    /* a word has at most n symbols (one per byte) */
+    size_t cap = c->cap_sym;
+    if (n > cap) {
+        size_t nc = cap ? cap : 64;
+        while (nc < n)
+            nc *= 2;
+        int32_t *a = realloc(c->sym, nc * sizeof *a);
+        if (a)
+            c->sym = a;
+        int32_t *b = realloc(c->prv, nc * sizeof *b);
+        if (b)
+            c->prv = b;
+        int32_t *d = realloc(c->nxt, nc * sizeof *d);
+        if (d)
+            c->nxt = d;
+        uint64_t *hp = realloc(c->heap, 3 * nc * sizeof *hp);
+        if (hp)
+            c->heap = hp;
+        if (!a || !b || !d || !hp)
+            return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory for a word of %zu bytes", n);
+        c->cap_sym = nc;
+    }
+    size_t ns = n;
+    if (t->byte_level) {
+        const unsigned char *u = (const unsigned char *)s;
+        for (size_t i = 0; i < n; i++)
+            c->sym[i] = t->byte_id[u[i]];
+    } else {
+        col_status st = spm_symbols(c, s, n, &ns, err);
+        if (st != COL_OK)
+            return st;
+    }
+    ns = bpe_merge(&t->merges, c->sym, c->prv, c->nxt, c->heap, ns);
+    if (n <= CACHE_MAX_WORD)
+        cache_put(c, s, n, h, c->sym, ns);
+    return push_ids(c, c->sym, ns, err);
+}

@@ -1,2 +1,584 @@
-/* PLACEHOLDER: being written */
-/* todo */
+/* tok_pretok.c - what happens to text before BPE: UTF-8 checks, GPT-2's
+ * byte <-> unicode table, normalizer steps, and the pre-tokenizer regex
+ * (PCRE2 with UTF and UCP, JIT-compiled when the library can).
+ *
+ * Hugging Face runs its regexes with Oniguruma, whose \s is Unicode's
+ * White_Space property; PCRE2's \s leaves out U+0085 (NEL), so patterns are
+ * rewritten to add it. The regexes then give the same splits on the
+ * GPT-2 and LLaMA-3 patterns. */
+#define COL_TOK_INTERNAL
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <cjson/cJSON.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+/* ---- UTF-8 ---- */
+
+size_t col_utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    if (n == 0)
+        return 0;
+    unsigned c = s[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c < 0xC2 || c > 0xF4)
+        return 0;
+    if (c < 0xE0) {
+        if (n < 2 || (s[1] & 0xC0) != 0x80)
+            return 0;
+        *cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+        return 2;
+    }
+    if (c < 0xF0) {
+        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
+            return 0;
+        uint32_t v = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+        if (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))
+            return 0;
+        *cp = v;
+        return 3;
+    }
+    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+        return 0;
+    uint32_t v = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+    if (v < 0x10000 || v > 0x10FFFF)
+        return 0;
+    *cp = v;
+    return 4;
+}
+
+size_t col_utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) { /* eight ASCII bytes at a time */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if ((w & 0x8080808080808080ull) == 0) {
+                i += 8;
+                continue;
+            }
+        }
+        uint32_t cp;
+        size_t k = col_utf8_char(s + i, n - i, &cp);
+        if (k == 0)
+            break;
+        i += k;
+    }
+    return i;
+}
+
+bool col_unicode_space(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+/* ---- GPT-2 bytes_to_unicode ---- */
+
+static bool printable_byte(unsigned b)
+{
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+/* The 68 bytes that are not printable, 0x00-0x20, 0x7F-0xA0 and 0xAD, take
+ * code points 256.. in byte order. */
+uint32_t col_bytelevel_cp(unsigned b)
+{
+    b &= 0xFF;
+    if (printable_byte(b))
+        return b;
+    if (b <= 0x20)
+        return 256 + b;
+    if (b <= 0xA0)
+        return 256 + 33 + (b - 0x7F);
+    return 256 + 67; /* 0xAD */
+}
+
+int col_bytelevel_byte(uint32_t cp)
+{
+    if (cp < 256)
+        return printable_byte(cp) ? (int)cp : -1;
+    uint32_t k = cp - 256;
+    if (k < 33)
+        return (int)k;
+    if (k < 67)
+        return (int)(0x7F + k - 33);
+    return k == 67 ? 0xAD : -1;
+}
+
+/* ---- regex ---- */
+
+struct col_regex {
+    pcre2_code *code;
+};
+
+/* Copies the pattern with \s -> [\s\x{85}] (inside a class: \s\x{85}) and
+ * \S -> [^\s\x{85}] outside classes. */
+static char *add_nel(const char *p, size_t n, size_t *outlen)
+{
+    char *o = malloc(5 * n + 1);
+    if (!o)
+        return NULL;
+    size_t k = 0;
+    bool in_class = false;
+#define PUT(str) (memcpy(o + k, str, sizeof str - 1), k += sizeof str - 1)
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        if (ch == '\\' && i + 1 < n) {
+            char e = p[++i];
+            if (e == 's' && in_class)
+                PUT("\\s\\x{85}");
+            else if (e == 's')
+                PUT("[\\s\\x{85}]");
+            else if (e == 'S' && !in_class)
+                PUT("[^\\s\\x{85}]");
+            else {
+                o[k++] = '\\';
+                o[k++] = e;
+            }
+        } else if (!in_class && ch == '[') {
+            in_class = true;
+            o[k++] = ch;
+            if (i + 1 < n && p[i + 1] == '^')
+                o[k++] = p[++i];
+            if (i + 1 < n && p[i + 1] == ']') /* a leading ] is literal */
+                o[k++] = p[++i];
+        } else if (in_class && ch == '[' && i + 1 < n && p[i + 1] == ':') { /* [:alpha:] */
+            const char *end = NULL;
+            for (size_t j = i + 2; j + 1 < n; j++)
+                if (p[j] == ':' && p[j + 1] == ']') {
+                    end = p + j + 2;
+                    break;
+                }
+            size_t len = end ? (size_t)(end - (p + i)) : 1;
+            memcpy(o + k, p + i, len);
+            k += len;
+            i += len - 1;
+        } else {
+            if (in_class && ch == ']')
+                in_class = false;
+            o[k++] = ch;
+        }
+    }
+#undef PUT
+    o[k] = '\0';
+    *outlen = k;
+    return o;
+}
+
+col_status col_regex_compile(const char *pattern, size_t len, bool literal, col_regex **out, col_err *err)
+{
+    *out = NULL;
+    size_t plen = len;
+    char *pat = literal ? NULL : add_nel(pattern, len, &plen);
+    if (!literal && !pat)
+        return col_err_set(err, COL_ENOMEM, "out of memory compiling the pre-tokenizer regex");
+    int code;
+    PCRE2_SIZE at;
+    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pattern : pat), plen, opts, &code, &at, NULL);
+    free(pat);
+    if (!re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return col_err_set(err, COL_EFORMAT, "pre-tokenizer regex does not compile: %s", (char *)msg);
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT, pcre2_match interprets */
+    col_regex *r = malloc(sizeof *r);
+    if (!r) {
+        pcre2_code_free(re);
+        return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+    }
+    r->code = re;
+    *out = r;
+    return COL_OK;
+}
+
+void col_regex_free(col_regex *re)
+{
+    if (!re)
+        return;
+    pcre2_code_free(re->code);
+    free(re);
+}
+
+/* s[0..n) is valid UTF-8 */
+static col_status split_valid(const col_regex *re, pcre2_match_data *md, const char *s, size_t n,
+                              col_piece_fn piece, void *user, col_err *err)
+{
+    size_t gap = 0, at = 0; /* the unmatched text starts at gap; search from at */
+    col_status st;
+    while (at < n) {
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH)
+            break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return col_err_set(err, COL_EINVAL, "tokenizer: pre-tokenizer regex failed at byte %zu: %s", at,
+                               (char *)msg);
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t ms = ov[0], me = ov[1];
+        if (me <= ms) { /* empty match: look again one character on */
+            uint32_t cp;
+            size_t k = col_utf8_char((const unsigned char *)s + ms, n - ms, &cp);
+            at = ms + (k ? k : 1);
+            continue;
+        }
+        if (ms > gap && (st = piece(user, s + gap, ms - gap, err)) != COL_OK)
+            return st;
+        if ((st = piece(user, s + ms, me - ms, err)) != COL_OK)
+            return st;
+        gap = at = me;
+    }
+    if (n > gap)
+        return piece(user, s + gap, n - gap, err);
+    return COL_OK;
+}
+
+col_status col_regex_split(const col_regex *re, const char *s, size_t n, col_piece_fn piece, void *user,
+                           col_err *err)
+{
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re->code, NULL);
+    if (!md)
+        return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+    col_status st = COL_OK;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n && st == COL_OK) {
+        size_t v = col_utf8_valid(u + i, n - i);
+        if (v > 0) {
+            st = split_valid(re, md, s + i, v, piece, user, err);
+            i += v;
+            continue;
+        }
+        size_t j = i + 1; /* a run of invalid bytes: up to where a valid character starts */
+        uint32_t cp;
+        while (j < n && col_utf8_char(u + j, n - j, &cp) == 0)
+            j++;
+        st = piece(user, s + i, j - i, err);
+        i = j;
+    }
+    pcre2_match_data_free(md);
+    return st;
+}
+
+/* ---- normalizer steps and word splitting ---- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf;
+
+static bool buf_put(buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    return true;
+}
+
+/* out = s with every a replaced by b (a non-empty, left to right) */
+static bool replace_all(buf *out, const char *s, size_t n, const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t i = 0, from = 0;
+    while (i + alen <= n) {
+        const char *hit = memchr(s + i, a[0], n - i - alen + 1);
+        if (!hit)
+            break;
+        i = (size_t)(hit - s);
+        if (memcmp(hit, a, alen) == 0) {
+            if (!buf_put(out, s + from, i - from) || !buf_put(out, b, blen))
+                return false;
+            i += alen;
+            from = i;
+        } else
+            i++;
+    }
+    return buf_put(out, s + from, n - from);
+}
+
+static bool apply_op(const col_norm_op *op, buf *out, const char *s, size_t n, bool first)
+{
+    out->n = 0;
+    switch (op->kind) {
+    case COL_NORM_PREPEND:
+        return (n == 0 || buf_put(out, op->a, op->alen)) && buf_put(out, s, n);
+    case COL_NORM_REPLACE:
+        return replace_all(out, s, n, op->a, op->alen, op->b, op->blen);
+    case COL_NORM_METASPACE: {
+        bool ok = (op->alen == 1 && op->a[0] == ' ') ? buf_put(out, s, n) : replace_all(out, s, n, " ", 1, op->a, op->alen);
+        if (!ok)
+            return false;
+        bool want = op->scheme == 2 || (op->scheme == 1 && first);
+        if (want && out->n > 0 && !(out->n >= op->alen && memcmp(out->p, op->a, op->alen) == 0)) {
+            buf tmp = {0};
+            if (!buf_put(&tmp, op->a, op->alen) || !buf_put(&tmp, out->p, out->n)) {
+                free(tmp.p);
+                return false;
+            }
+            free(out->p);
+            *out = tmp;
+        }
+        return true;
+    }
+    }
+    return false;
+}
+
+static const char SPM_SPACE[] = "\xE2\x96\x81"; /* U+2581 '▁' */
+
+/* cuts before each occurrence of rep[0..rl); with after_other, only where
+ * the text before it is not rep itself */
+static col_status split_before(const col_tokenizer *t, col_tok_ctx *c, const char *s, size_t n, const char *rep,
+                               size_t rl, bool after_other, col_err *err)
+{
+    (void)t;
+    size_t start = 0, i = 1;
+    while (i + rl <= n) {
+        const char *hit = memchr(s + i, rep[0], n - i - rl + 1);
+        if (!hit)
+            break;
+        i = (size_t)(hit - s);
+        if (memcmp(hit, rep, rl) != 0) {
+            i++;
+            continue;
+        }
+        bool cut = !after_other || i < rl || memcmp(s + i - rl, rep, rl) != 0;
+        if (cut && i > start) {
+            col_status st = col_tok_word(c, s + start, i - start, err);
+            if (st != COL_OK)
+                return st;
+            start = i;
+        }
+        i += rl;
+    }
+    return col_tok_word(c, s + start, n - start, err);
+}
+
+col_status col_tok_segment(const col_tokenizer *t, col_tok_ctx *c, const char *s, size_t n, bool first,
+                           col_err *err)
+{
+    if (n == 0)
+        return COL_OK;
+    buf a = {0}, b = {0};
+    for (int k = 0; k < t->n_norm; k++) {
+        if (!apply_op(&t->norm[k], &b, s, n, first)) {
+            free(a.p);
+            free(b.p);
+            return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory normalizing %zu bytes", n);
+        }
+        buf tmp = a; /* b holds the result: it becomes the input of the next step */
+        a = b;
+        b = tmp;
+        s = a.p;
+        n = a.n;
+    }
+    col_status st;
+    switch (t->split) {
+    case COL_SPLIT_REGEX:
+        st = col_regex_split(t->re, s, n, col_tok_word, c, err);
+        break;
+    case COL_SPLIT_METASPACE:
+        st = split_before(t, c, s, n, t->meta_repl, t->meta_repl_len, false, err);
+        break;
+    case COL_SPLIT_SPM_WORDS:
+        st = split_before(t, c, s, n, SPM_SPACE, 3, true, err);
+        break;
+    default:
+        st = n ? col_tok_word(c, s, n, err) : COL_OK;
+    }
+    free(a.p);
+    free(b.p);
+    return st;
+}
+
+/* ---- tokenizer.json: normalizer and pre_tokenizer ---- */
+
+const char col_gpt2_regex[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static const char *type_of(const cJSON *o)
+{
+    return cJSON_IsObject(o) ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type")) : NULL;
+}
+
+/* a boolean field, def when absent or null; -1 when it is something else */
+static int bool_field(const cJSON *o, const char *key, int def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v))
+        return def;
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1;
+}
+
+static col_status add_op(col_tokenizer *t, col_norm_kind kind, const char *a, const char *b, int scheme,
+                         const char *name, col_err *err)
+{
+    col_norm_op *ops = realloc(t->norm, (size_t)(t->n_norm + 1) * sizeof *ops);
+    if (!ops)
+        return col_err_set(err, COL_ENOMEM, "%s: out of memory", name);
+    t->norm = ops;
+    col_norm_op *op = &ops[t->n_norm];
+    *op = (col_norm_op){kind, strdup(a), strdup(b ? b : ""), strlen(a), b ? strlen(b) : 0, scheme};
+    t->n_norm++;
+    if (!op->a || !op->b)
+        return col_err_set(err, COL_ENOMEM, "%s: out of memory", name);
+    return COL_OK;
+}
+
+static col_status parse_norm(col_tokenizer *t, const cJSON *n, const char *name, col_err *err)
+{
+    if (!n || cJSON_IsNull(n))
+        return COL_OK;
+    const char *type = type_of(n);
+    if (!type)
+        return col_tok_fail(err, COL_EFORMAT, name, "normalizer: an entry has no \"type\"");
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers"), *x;
+        if (!cJSON_IsArray(list))
+            return col_tok_fail(err, COL_EFORMAT, name, "normalizer: Sequence has no \"normalizers\" array");
+        cJSON_ArrayForEach(x, list) {
+            col_status st = parse_norm(t, x, name, err);
+            if (st != COL_OK)
+                return st;
+        }
+        return COL_OK;
+    }
+    if (strcmp(type, "Prepend") == 0) {
+        const char *a = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(n, "prepend"));
+        if (!a)
+            return col_tok_fail(err, COL_EFORMAT, name, "normalizer: Prepend has no \"prepend\" string");
+        return add_op(t, COL_NORM_PREPEND, a, NULL, 0, name, err);
+    }
+    if (strcmp(type, "Replace") == 0) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
+        const char *a = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pat, "String"));
+        const char *b = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(n, "content"));
+        if (cJSON_GetObjectItemCaseSensitive(pat, "Regex"))
+            return col_tok_fail(err, COL_EUNSUPPORTED, name, "normalizer: Replace with a Regex pattern is not supported");
+        if (!a || !*a || !b)
+            return col_tok_fail(err, COL_EFORMAT, name,
+                                "normalizer: Replace needs a non-empty pattern.String and a content string");
+        return add_op(t, COL_NORM_REPLACE, a, b, 0, name, err);
+    }
+    char tmp[64];
+    return col_tok_fail(err, COL_EUNSUPPORTED, name, "normalizer type '%s' is not supported",
+                        col_tok_show(type, strlen(type), tmp));
+}
+
+static col_status set_regex(col_tokenizer *t, const char *pat, size_t len, bool literal, const char *name,
+                            col_err *err)
+{
+    if (t->split != COL_SPLIT_NONE)
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "pre_tokenizer: more than one split is not supported");
+    col_status st = col_regex_compile(pat, len, literal, &t->re, err);
+    if (st != COL_OK) {
+        char msg[COL_ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return col_tok_fail(err, st, name, "%s", msg);
+    }
+    t->split = COL_SPLIT_REGEX;
+    return COL_OK;
+}
+
+static col_status parse_pre(col_tokenizer *t, const cJSON *p, const char *name, col_err *err)
+{
+    if (!p || cJSON_IsNull(p))
+        return COL_OK;
+    const char *type = type_of(p);
+    if (!type)
+        return col_tok_fail(err, COL_EFORMAT, name, "pre_tokenizer: an entry has no \"type\"");
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers"), *x;
+        if (!cJSON_IsArray(list))
+            return col_tok_fail(err, COL_EFORMAT, name, "pre_tokenizer: Sequence has no \"pretokenizers\" array");
+        cJSON_ArrayForEach(x, list) {
+            col_status st = parse_pre(t, x, name, err);
+            if (st != COL_OK)
+                return st;
+        }
+        return COL_OK;
+    }
+    if (strcmp(type, "ByteLevel") == 0) {
+        int aps = bool_field(p, "add_prefix_space", 1), re = bool_field(p, "use_regex", 1);
+        if (aps < 0 || re < 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "pre_tokenizer: ByteLevel has a field that is not a boolean");
+        t->byte_level = true;
+        if (aps && t->split != COL_SPLIT_NONE)
+            return col_tok_fail(err, COL_EUNSUPPORTED, name,
+                                "pre_tokenizer: ByteLevel add_prefix_space after a split is not supported");
+        col_status st = aps ? add_op(t, COL_NORM_METASPACE, " ", NULL, 2, name, err) : COL_OK;
+        if (st == COL_OK && re)
+            st = set_regex(t, col_gpt2_regex, strlen(col_gpt2_regex), false, name, err);
+        return st;
+    }
+    if (strcmp(type, "Split") == 0) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
+        const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+        const cJSON *lit = cJSON_GetObjectItemCaseSensitive(pat, "String");
+        const char *beh = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "behavior"));
+        int inv = bool_field(p, "invert", 0);
+        if ((!cJSON_IsString(rx) && !cJSON_IsString(lit)) || !beh || inv < 0)
+            return col_tok_fail(err, COL_EFORMAT, name,
+                                "pre_tokenizer: Split needs pattern.Regex or pattern.String and a behavior");
+        if (strcmp(beh, "Isolated") != 0 || inv)
+            return col_tok_fail(err, COL_EUNSUPPORTED, name,
+                                "pre_tokenizer: only Split with behavior \"Isolated\" and invert false is supported");
+        const char *s = cJSON_IsString(rx) ? rx->valuestring : lit->valuestring;
+        if (!*s)
+            return col_tok_fail(err, COL_EFORMAT, name, "pre_tokenizer: Split has an empty pattern");
+        return set_regex(t, s, strlen(s), !cJSON_IsString(rx), name, err);
+    }
+    if (strcmp(type, "Metaspace") == 0) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(p, "replacement");
+        const char *repl = r ? cJSON_GetStringValue(r) : "\xE2\x96\x81";
+        const char *scheme = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "prepend_scheme"));
+        int aps = bool_field(p, "add_prefix_space", 1), split = bool_field(p, "split", 1);
+        uint32_t cp;
+        if (!repl || !*repl || strlen(repl) >= sizeof t->meta_repl ||
+            col_utf8_char((const unsigned char *)repl, strlen(repl), &cp) != strlen(repl) || aps < 0 || split < 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "pre_tokenizer: Metaspace needs one replacement character");
+        int sch = aps ? 2 : 0;
+        if (scheme)
+            sch = strcmp(scheme, "always") == 0 ? 2 : strcmp(scheme, "first") == 0 ? 1 : strcmp(scheme, "never") == 0 ? 0 : -1;
+        if (sch < 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "pre_tokenizer: Metaspace prepend_scheme must be always, first or never");
+        col_status st = add_op(t, COL_NORM_METASPACE, repl, NULL, sch, name, err);
+        if (st != COL_OK || !split)
+            return st;
+        if (t->split != COL_SPLIT_NONE)
+            return col_tok_fail(err, COL_EUNSUPPORTED, name, "pre_tokenizer: more than one split is not supported");
+        t->split = COL_SPLIT_METASPACE;
+        memcpy(t->meta_repl, repl, strlen(repl));
+        t->meta_repl_len = strlen(repl);
+        return COL_OK;
+    }
+    char tmp[64];
+    return col_tok_fail(err, COL_EUNSUPPORTED, name, "pre_tokenizer type '%s' is not supported",
+                        col_tok_show(type, strlen(type), tmp));
+}
+
+col_status col_tok_parse_pre(col_tokenizer *t, const cJSON *normalizer, const cJSON *pre_tokenizer,
+                             const char *name, col_err *err)
+{
+    col_status st = parse_norm(t, normalizer, name, err);
+    return st != COL_OK ? st : parse_pre(t, pre_tokenizer, name, err);
+}

@@ -345,3 +345,42 @@ int col_split(col_graph *g, col_node *x, int axis, int parts, col_node **out)
     }
     return 0;
 }
+
+/* ---- positions and the key/value cache ---- */
+
+static bool is_start_node(col_graph *g, col_node *start, const char *op)
+{
+    char b1[96];
+    return col_check(g, start->t.dtype == COL_I64 && col_numel(&start->t) == 1, COL_EINVAL,
+                     "%s: the start position must be an i64 [1] node, got %s %s", op, col_dtype_name(start->t.dtype),
+                     col_shape_str(&start->t, b1, sizeof b1));
+}
+
+col_node *col_arange(col_graph *g, col_node *start, int64_t n, int64_t offset)
+{
+    if (start && !is_start_node(g, start, "arange"))
+        return NULL;
+    int64_t shape[1] = {n};
+    col_node *r = col_new_node(g, COL_OP_ARANGE, COL_I32, 1, shape, start ? 1 : 0, &start);
+    if (r)
+        r->p.i[0] = offset;
+    return r;
+}
+
+col_node *col_kv_write(col_graph *g, col_node *cache, col_node *x, col_node *start)
+{
+    if (!cache || !x || !start)
+        return NULL;
+    char b1[96], b2[96];
+    if (!is_start_node(g, start, "kv_write") ||
+        !col_check(g, cache->op == COL_OP_LEAF && cache->t.ndim == 4 && x->t.ndim == 4 && cache->t.dtype == x->t.dtype,
+                   COL_ESHAPE, "kv_write: cache %s must be a [B,H,S,D] leaf of x's dtype, x %s",
+                   col_shape_str(&cache->t, b1, sizeof b1), col_shape_str(&x->t, b2, sizeof b2)) ||
+        !col_check(g, cache->t.shape[0] == x->t.shape[0] && cache->t.shape[1] == x->t.shape[1] &&
+                          cache->t.shape[3] == x->t.shape[3] && x->t.shape[2] <= cache->t.shape[2],
+                   COL_ESHAPE, "kv_write: x %s does not fit the cache %s", col_shape_str(&x->t, b1, sizeof b1),
+                   col_shape_str(&cache->t, b2, sizeof b2)))
+        return NULL;
+    col_node *src[3] = {cache, x, start};
+    return col_new_node(g, COL_OP_KV_WRITE, cache->t.dtype, 4, cache->t.shape, 3, src);
+}

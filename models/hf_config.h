@@ -1,1 +1,34 @@
-/* PLACEHOLDER */
+/* hf_config.h - Hugging Face model directories: config.json, built-in
+ * presets, and where a model named on the command line lives.
+ *
+ * config.json is untrusted input: every field is type- and range-checked and
+ * an unsupported model type or option gets one line saying what to do. */
+#ifndef COL_MODELS_HF_CONFIG_H
+#define COL_MODELS_HF_CONFIG_H
+
+#include <stddef.h>
+
+#include "lm.h"
+
+/* Parses config.json text (model_type gpt2, opt or llama). */
+col_status col_hf_parse_config(const char *json, size_t len, const char *name, col_lm_config *out, col_err *err);
+/* Reads DIR/config.json. */
+col_status col_hf_load_config(const char *dir, col_lm_config *out, col_err *err);
+
+/* Built-in architectures for training from scratch (--init random):
+ * gpt2, gpt2-medium, gpt2-large, gpt2-xl, opt-125m, opt-350m, opt-1.3b,
+ * llama-7b-shaped, llama3-8b-shaped, and the small test shapes
+ * gpt2-tiny, llama-tiny. NULL-terminated list of names: */
+extern const char *const col_lm_preset_names[];
+col_status col_lm_preset(const char *name, col_lm_config *out, col_err *err);
+/* A GPT-2 config from its five sizes (dropout 0, eps 1e-5, 4x MLP). */
+col_lm_config col_gpt2_config(int vocab, int positions, int hidden, int layers, int heads);
+
+/* Resolves MODEL: an existing directory; or a hub id "org/name" found in the
+ * Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, or ~/.cache/huggingface/hub:
+ * models--org--name/snapshots/<refs/main or the only snapshot>). Writes the
+ * directory into dir (size n). No network access: when the model is not in
+ * the cache the message says where it looked and how to download it. */
+col_status col_hf_resolve(const char *model, char *dir, size_t n, col_err *err);
+
+#endif

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt_trainer.h"
+#include "hf_config.h"
+#include "lm_trainer.h"
 #include "rng.h"
 #include "testlib.h"
 
@@ -14,11 +15,10 @@ static col_backend be;
 
 enum { B = 2, T = 6, V = 11 };
 
-static col_gpt_train_config tiny(void)
+static col_lm_train_config tiny(void)
 {
-    col_gpt_train_config c = {
-        .model = {.vocab_size = V, .n_positions = 8, .n_embd = 8, .n_layer = 2, .n_head = 2,
-                  .layer_norm_eps = 1e-5f, .dropout = 0.0f},
+    col_lm_train_config c = {
+        .model = col_gpt2_config(V, 8, 8, 2, 2),
         .batch = B, .seq = T,
         .opt = col_opt_defaults(COL_OPT_ADAMW),
         .lr = {.kind = COL_LR_CONSTANT, .lr_max = 1e-2f, .lr_min = 0, .warmup_steps = 0, .total_steps = 0},
@@ -38,21 +38,20 @@ static void batch(uint64_t seed, int32_t *ids, int32_t *tg)
     tg[3] = -1; /* one ignored position */
 }
 
-static col_gpt_trainer *make(const col_gpt_train_config *c)
+static col_lm_trainer *make(const col_lm_train_config *c)
 {
-    col_gpt_trainer *t = NULL;
+    col_lm_trainer *t = NULL;
     col_err err = {0};
-    if (col_gpt_trainer_create(c, &be, &t, &err) != COL_OK)
+    if (col_lm_trainer_create(c, &be, &t, &err) != COL_OK)
         TL_NOTE("trainer: %s", err.msg);
     return t;
 }
 
 static void test_init_and_gradients(void)
 {
-    col_gpt_train_config c = tiny();
-    c.model.n_embd = 16;
-    c.model.n_head = 4;
-    col_gpt_trainer *t = make(&c);
+    col_lm_train_config c = tiny();
+    c.model = col_gpt2_config(V, 8, 16, 2, 4);
+    col_lm_trainer *t = make(&c);
     if (!t) {
         TL_OK(false, "trainer created");
         return;
@@ -61,37 +60,37 @@ static void test_init_and_gradients(void)
     batch(1, ids, tg);
     float loss;
     col_err err = {0};
-    TL_OK(col_gpt_trainer_grads(t, ids, tg, &loss, &err) == COL_OK, "forward + backward runs");
+    TL_OK(col_lm_trainer_grads(t, ids, tg, &loss, &err) == COL_OK, "forward + backward runs");
     /* logits are N(0, ~0.08^2) at init: over 11 counted targets the mean loss
      * stays within a few tenths of ln V */
     TL_OK(fabs(loss - log((double)V)) < 0.2, "loss at initialisation %.4f is close to ln(V) = %.4f", loss, log((double)V));
     /* whole-model finite differences on larger weights: scale the init up so
      * the nonlinearities matter, then compare a few elements of every tensor */
-    int np = col_gpt_param_count(&c.model);
+    int np = col_lm_param_count(&c.model);
     col_rng r;
     col_rng_init(&r, 5);
     for (int i = 0; i < np; i++) {
         const col_param_spec *s;
-        float *w = col_gpt_trainer_param(t, i, &s);
+        float *w = col_lm_trainer_param(t, i, &s);
         int64_t n = s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1);
         for (int64_t j = 0; j < n; j++)
             w[j] += 0.3f * (col_rng_uniform(&r) - 0.5f);
     }
-    col_gpt_trainer_grads(t, ids, tg, &loss, &err);
+    col_lm_trainer_grads(t, ids, tg, &loss, &err);
     int checked = 0, bad = 0;
     double worst = 0;
     for (int i = 0; i < np; i++) {
         const col_param_spec *s;
-        float *w = col_gpt_trainer_param(t, i, &s);
-        const float *gr = col_gpt_trainer_grad(t, i);
+        float *w = col_lm_trainer_param(t, i, &s);
+        const float *gr = col_lm_trainer_grad(t, i);
         int64_t n = s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1);
         for (int k = 0; k < 3; k++) {
             int64_t j = (int64_t)col_rng_below(&r, (uint64_t)n);
             float w0 = w[j], h = 1e-2f, lp, lm;
             w[j] = w0 + h;
-            col_gpt_trainer_eval(t, ids, tg, &lp, &err);
+            col_lm_trainer_eval(t, ids, tg, &lp, NULL, &err);
             w[j] = w0 - h;
-            col_gpt_trainer_eval(t, ids, tg, &lm, &err);
+            col_lm_trainer_eval(t, ids, tg, &lm, NULL, &err);
             w[j] = w0;
             double num = ((double)lp - lm) / (2 * h), e = fabs(num - gr[j]);
             checked++;
@@ -103,40 +102,40 @@ static void test_init_and_gradients(void)
         }
     }
     TL_OK(bad == 0, "whole-model gradients match finite differences at %d points (max |err| %.2e)", checked, worst);
-    col_gpt_trainer_free(t);
+    col_lm_trainer_free(t);
 }
 
-static int run_steps(const col_gpt_train_config *c, int steps, float *losses, float **grads_out)
+static int run_steps(const col_lm_train_config *c, int steps, float *losses, float **grads_out)
 {
-    col_gpt_trainer *t = make(c);
+    col_lm_trainer *t = make(c);
     if (!t)
         return 0;
     int32_t ids[B * T], tg[B * T];
     col_err err = {0};
     for (int s = 0; s < steps; s++) {
-        col_gpt_step_info info;
+        col_lm_step_info info;
         batch(100 + (uint64_t)s, ids, tg);
-        if (col_gpt_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
+        if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
             TL_NOTE("step: %s", err.msg);
-            col_gpt_trainer_free(t);
+            col_lm_trainer_free(t);
             return 0;
         }
         losses[s] = info.loss;
     }
     if (grads_out) {
         const col_param_spec *s;
-        col_gpt_trainer_param(t, 2, &s);
+        col_lm_trainer_param(t, 2, &s);
         int64_t n = s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1);
         *grads_out = malloc(sizeof(float) * (size_t)n);
-        memcpy(*grads_out, col_gpt_trainer_param(t, 2, NULL), sizeof(float) * (size_t)n);
+        memcpy(*grads_out, col_lm_trainer_param(t, 2, NULL), sizeof(float) * (size_t)n);
     }
-    col_gpt_trainer_free(t);
+    col_lm_trainer_free(t);
     return 1;
 }
 
 static void test_determinism(void)
 {
-    col_gpt_train_config c = tiny();
+    col_lm_train_config c = tiny();
     float a[5], b[5], k[5], th[5];
     float *wa = NULL, *wk = NULL;
     int ok = run_steps(&c, 5, a, &wa) && run_steps(&c, 5, b, NULL);
@@ -157,9 +156,9 @@ static void test_determinism(void)
 
 static void test_learns_and_samples(void)
 {
-    col_gpt_train_config c = tiny();
+    col_lm_train_config c = tiny();
     c.model.dropout = 0.1f;
-    col_gpt_trainer *t = make(&c);
+    col_lm_trainer *t = make(&c);
     if (!t) {
         TL_OK(false, "trainer created");
         return;
@@ -167,59 +166,59 @@ static void test_learns_and_samples(void)
     int32_t ids[B * T], tg[B * T];
     batch(7, ids, tg);
     col_err err = {0};
-    col_gpt_step_info info;
+    col_lm_step_info info;
     float first = 0, ev0 = 0, ev1 = 0;
-    col_gpt_trainer_eval(t, ids, tg, &ev0, &err);
+    col_lm_trainer_eval(t, ids, tg, &ev0, NULL, &err);
     for (int s = 0; s < 150; s++) {
-        if (col_gpt_trainer_step(t, ids, tg, &info, &err) != COL_OK)
+        if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK)
             break;
         if (s == 0)
             first = info.loss;
     }
-    col_gpt_trainer_eval(t, ids, tg, &ev1, &err);
+    col_lm_trainer_eval(t, ids, tg, &ev1, NULL, &err);
     TL_OK(info.step == 150 && ev1 < 0.25f * ev0, "memorises one batch: eval loss %.3f -> %.3f (train %.3f -> %.3f)", ev0,
           ev1, first, info.loss);
     /* the sampling path sees what the batch graph sees: logits for a prefix of row 0 */
     const float *lg;
-    TL_OK(col_gpt_trainer_next_logits(t, ids, 4, &lg, &err) == COL_OK, "next-token logits");
+    TL_OK(col_lm_trainer_next_logits(t, ids, 4, &lg, &err) == COL_OK, "next-token logits");
     /* greedy prediction at position 3 of row 0 should be the memorised target (tg[3] is ignored: use 2) */
     const float *lg2;
-    col_gpt_trainer_next_logits(t, ids, 3, &lg2, &err);
+    col_lm_trainer_next_logits(t, ids, 3, &lg2, &err);
     int best = 0;
     for (int v = 1; v < V; v++)
         if (lg2[v] > lg2[best])
             best = v;
     TL_OK(best == tg[2], "greedy next token after 3 tokens is the memorised target (%d vs %d)", best, tg[2]);
-    TL_OK(col_gpt_trainer_next_logits(t, ids, T + 1, &lg, &err) == COL_EINVAL, "context longer than seq refused: %s",
+    TL_OK(col_lm_trainer_next_logits(t, ids, T + 1, &lg, &err) == COL_EINVAL, "context longer than seq refused: %s",
           err.msg);
-    col_gpt_trainer_free(t);
+    col_lm_trainer_free(t);
 }
 
 static void test_errors(void)
 {
-    col_gpt_train_config c = tiny();
-    col_gpt_trainer *t = NULL;
+    col_lm_train_config c = tiny();
+    col_lm_trainer *t = NULL;
     col_err err = {0};
-    c.model.n_head = 3;
-    TL_OK(col_gpt_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "n_head"), "%s", err.msg);
+    c.model = col_gpt2_config(V, 8, 8, 2, 3);
+    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "n_head"), "%s", err.msg);
     c = tiny();
     c.seq = 9;
-    TL_OK(col_gpt_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "n_positions"), "%s", err.msg);
+    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "maximum positions"), "%s", err.msg);
     c = tiny();
     c.host_budget = 4096;
-    TL_OK(col_gpt_trainer_create(&c, &be, &t, &err) == COL_ENOMEM && strstr(err.msg, "at least"), "%s", err.msg);
+    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_ENOMEM && strstr(err.msg, "at least"), "%s", err.msg);
     c = tiny();
     c.opt.beta1 = 1.5f;
-    TL_OK(col_gpt_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "beta1"), "%s", err.msg);
+    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "beta1"), "%s", err.msg);
     c = tiny();
     t = make(&c);
     int32_t ids[B * T], tg[B * T];
     batch(1, ids, tg);
     ids[5] = V + 4;
-    col_gpt_step_info info;
-    TL_OK(t && col_gpt_trainer_step(t, ids, tg, &info, &err) == COL_EINVAL && strstr(err.msg, "vocabulary"),
+    col_lm_step_info info;
+    TL_OK(t && col_lm_trainer_step(t, ids, tg, &info, &err) == COL_EINVAL && strstr(err.msg, "vocabulary"),
           "an out-of-vocabulary token id is an error: %s", err.msg);
-    col_gpt_trainer_free(t);
+    col_lm_trainer_free(t);
 }
 
 int main(void)

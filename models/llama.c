@@ -1,0 +1,99 @@
+/* llama.c - LLaMA 1/2/3 (LlamaForCausalLM): RMSNorm, rotary positions (with
+ * LLaMA-3 frequency scaling), grouped-query attention, SwiGLU MLP, tied or
+ * untied output embedding. Linear weights are [out, in]. */
+#include <stdio.h>
+
+#include "lm.h"
+
+enum { PER_LAYER = 9 };
+
+static int per_layer(const col_lm_config *c) { return PER_LAYER + (c->attn_bias ? 3 : 0) + (c->mlp_bias ? 3 : 0); }
+
+int col_llama_param_count(const col_lm_config *c)
+{
+    return 1 + per_layer(c) * c->n_layer + 1 + (c->tie_embeddings ? 0 : 1);
+}
+
+void col_llama_param_specs(const col_lm_config *c, col_param_spec *s)
+{
+    int64_t C = c->hidden, Hq = (int64_t)c->n_head * c->head_dim, Hkv = (int64_t)c->n_kv_head * c->head_dim,
+            F = c->ffn;
+    int k = 0;
+    col_spec_set(&s[k++], "model.embed_tokens.weight", c->vocab_size, C, COL_INIT_NORMAL);
+    for (int l = 0; l < c->n_layer; l++) {
+        char n[80];
+#define P(suffix, d0, d1, init) \
+    snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), col_spec_set(&s[k++], n, d0, d1, init)
+        P("input_layernorm.weight", C, 0, COL_INIT_ONE);
+        P("self_attn.q_proj.weight", Hq, C, COL_INIT_NORMAL);
+        if (c->attn_bias)
+            P("self_attn.q_proj.bias", Hq, 0, COL_INIT_ZERO);
+        P("self_attn.k_proj.weight", Hkv, C, COL_INIT_NORMAL);
+        if (c->attn_bias)
+            P("self_attn.k_proj.bias", Hkv, 0, COL_INIT_ZERO);
+        P("self_attn.v_proj.weight", Hkv, C, COL_INIT_NORMAL);
+        if (c->attn_bias)
+            P("self_attn.v_proj.bias", Hkv, 0, COL_INIT_ZERO);
+        P("self_attn.o_proj.weight", C, Hq, COL_INIT_RESID);
+        P("post_attention_layernorm.weight", C, 0, COL_INIT_ONE);
+        P("mlp.gate_proj.weight", F, C, COL_INIT_NORMAL);
+        if (c->mlp_bias)
+            P("mlp.gate_proj.bias", F, 0, COL_INIT_ZERO);
+        P("mlp.up_proj.weight", F, C, COL_INIT_NORMAL);
+        if (c->mlp_bias)
+            P("mlp.up_proj.bias", F, 0, COL_INIT_ZERO);
+        P("mlp.down_proj.weight", C, F, COL_INIT_RESID);
+        if (c->mlp_bias)
+            P("mlp.down_proj.bias", C, 0, COL_INIT_ZERO);
+#undef P
+    }
+    col_spec_set(&s[k++], "model.norm.weight", C, 0, COL_INIT_ONE);
+    if (!c->tie_embeddings)
+        col_spec_set(&s[k++], "lm_head.weight", c->vocab_size, C, COL_INIT_NORMAL);
+}
+
+/* x [B, T, C] -> heads [B, H, T, D] of a projection, rotated when pos is given */
+static col_node *heads(col_graph *g, col_node *x, col_node *w, col_node *b, int64_t H, int64_t D, col_node *pos,
+                       const col_rope_cfg *rope)
+{
+    if (!x)
+        return NULL;
+    int64_t split[4] = {x->t.shape[0], x->t.shape[1], H, D};
+    col_node *h = col_transpose(g, col_reshape(g, col_linear(g, x, w, b), 4, split), 1, 2);
+    return pos ? col_rope(g, h, pos, rope) : h;
+}
+
+col_node *col_llama_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
+{
+    col_node **p = out->params;
+    int64_t H = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
+    col_node *x = col_embedding(g, p[0], out->ids); /* [B, T, C] */
+    col_node *pos = col_lm_positions(g, o, out);
+    int k = 1;
+    for (int l = 0; l < c->n_layer; l++) {
+        col_node **lp = p + k;
+        int i = 0;
+        col_node *ln1 = lp[i++], *wq = lp[i++], *bq = c->attn_bias ? lp[i++] : NULL;
+        col_node *wk = lp[i++], *bk = c->attn_bias ? lp[i++] : NULL, *wv = lp[i++], *bv = c->attn_bias ? lp[i++] : NULL;
+        col_node *wo = lp[i++], *ln2 = lp[i++], *wg = lp[i++], *bg = c->mlp_bias ? lp[i++] : NULL;
+        col_node *wu = lp[i++], *bu = c->mlp_bias ? lp[i++] : NULL, *wd = lp[i++], *bd = c->mlp_bias ? lp[i++] : NULL;
+        k += per_layer(c);
+        if (o->checkpoint)
+            col_checkpoint_begin(g);
+        col_node *h = col_rmsnorm(g, x, ln1, c->norm_eps);
+        col_node *q = heads(g, h, wq, bq, H, D, pos, &c->rope);
+        col_node *kk = heads(g, h, wk, bk, Hkv, D, pos, &c->rope);
+        col_node *v = heads(g, h, wv, bv, Hkv, D, NULL, NULL);
+        col_node *y = col_lm_attend(g, o, out, l, q, kk, v, 0.0f);
+        x = col_add(g, x, col_lm_dropout(g, col_linear(g, y, wo, NULL), c, o));
+        h = col_rmsnorm(g, x, ln2, c->norm_eps);
+        h = col_swiglu(g, col_linear(g, h, wg, bg), col_linear(g, h, wu, bu));
+        x = col_add(g, x, col_lm_dropout(g, col_linear(g, h, wd, bd), c, o));
+        if (o->checkpoint)
+            col_checkpoint_end(g);
+    }
+    x = col_rmsnorm(g, x, p[k++], c->norm_eps);
+    col_node *head = c->tie_embeddings ? p[0] : p[k];
+    int64_t flat[2] = {(int64_t)o->batch * o->seq, c->hidden};
+    return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, head, 0, 1));
+}

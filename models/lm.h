@@ -1,0 +1,113 @@
+/* lm.h - causal language models (GPT-2, OPT, LLaMA 1/2/3) as libcore graphs.
+ *
+ * A model family is a parameter list with Hugging Face names and shapes (so
+ * checkpoints map by name, without transposes) and a function that builds
+ * the forward graph. The training session (lm_trainer.h) owns the memory.
+ */
+#ifndef COL_MODELS_LM_H
+#define COL_MODELS_LM_H
+
+#include <stdbool.h>
+
+#include "graph.h"
+#include "ops.h"
+
+typedef enum { COL_ARCH_GPT2, COL_ARCH_OPT, COL_ARCH_LLAMA } col_arch;
+typedef enum { COL_ACT_GELU_TANH, COL_ACT_GELU, COL_ACT_RELU, COL_ACT_SILU } col_act;
+
+typedef struct {
+    col_arch arch;
+    int vocab_size;
+    int max_positions;      /* GPT-2 n_positions, OPT/LLaMA max_position_embeddings */
+    int hidden;             /* n_embd / hidden_size */
+    int n_layer;
+    int n_head;
+    int n_kv_head;          /* LLaMA GQA; = n_head otherwise */
+    int head_dim;           /* hidden / n_head unless the config says otherwise */
+    int ffn;                /* MLP width: 4*hidden (GPT-2), ffn_dim (OPT), intermediate_size (LLaMA) */
+    float norm_eps;
+    float dropout;          /* residual/embedding/attention-output dropout while training */
+    bool tie_embeddings;
+    col_act act;
+    /* OPT */
+    bool pre_ln;            /* do_layer_norm_before */
+    int word_embed_proj_dim;/* = hidden unless projected (opt-350m) */
+    /* LLaMA */
+    col_rope_cfg rope;
+    bool attn_bias, mlp_bias;
+    /* special tokens, -1 if unknown */
+    int bos_id, eos_id, pad_id;
+} col_lm_config;
+
+const char *col_arch_name(col_arch a);
+/* Checks the config; the message names the wrong field. */
+col_status col_lm_check_config(const col_lm_config *c, col_err *err);
+
+typedef enum { COL_INIT_NORMAL, COL_INIT_RESID, COL_INIT_ZERO, COL_INIT_ONE } col_init_kind;
+
+typedef struct {
+    char name[80];          /* Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight" */
+    int ndim;
+    int64_t shape[2];
+    bool decay;             /* weight decay applies (matrices), not biases or norms */
+    col_init_kind init;
+} col_param_spec;
+
+int col_lm_param_count(const col_lm_config *c);
+/* Specs in first-use order of the forward graph. */
+void col_lm_param_specs(const col_lm_config *c, col_param_spec *specs);
+int64_t col_param_numel(const col_param_spec *s);
+/* Random initialisation (--init random): N(0, 0.02), residual output
+ * projections N(0, 0.02/sqrt(2 n_layer)), biases 0, norm weights 1; draws
+ * depend only on (seed, tensor index, element). */
+void col_lm_init_param(const col_lm_config *c, const col_param_spec *s, int index, float *data, uint64_t seed);
+
+typedef struct {
+    int batch, seq;         /* tokens per row in this graph */
+    bool with_loss;         /* add targets [batch, seq] (-1 = ignored) and the mean cross-entropy */
+    bool training;          /* dropout on (when config dropout > 0) */
+    bool checkpoint;        /* recompute each block in backward */
+    uint64_t dropout_seed;
+    /* incremental decoding: attend to a key/value cache of `cache_len`
+     * positions per layer; the graph takes the start position at run time */
+    int cache_len;          /* 0 = no cache (positions 0..seq-1) */
+} col_lm_build_opts;
+
+typedef struct {
+    col_node *ids;          /* input [batch, seq] i32 */
+    col_node *targets;      /* input [batch, seq] i32, or NULL */
+    col_node *logits;       /* [batch, seq, vocab] */
+    col_node *loss;         /* scalar, or NULL */
+    col_node **params;      /* col_lm_param_count() nodes, spec order (caller-provided array) */
+    /* with a cache: k/v cache leaves [batch, n_kv_head, cache_len, head_dim] per layer (2 per layer,
+     * caller-provided array of 2*n_layer) and the i64 [1] start position */
+    col_node **cache;
+    col_node *start;
+} col_lm_graph;
+
+col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out,
+                        col_err *err);
+
+/* ---- family internals (lm.c dispatches to these) ---- */
+int col_gpt2_param_count(const col_lm_config *c);
+void col_gpt2_param_specs(const col_lm_config *c, col_param_spec *s);
+col_node *col_gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out);
+int col_opt_param_count(const col_lm_config *c);
+void col_opt_param_specs(const col_lm_config *c, col_param_spec *s);
+col_node *col_opt_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out);
+int col_llama_param_count(const col_lm_config *c);
+void col_llama_param_specs(const col_lm_config *c, col_param_spec *s);
+col_node *col_llama_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out);
+
+/* shared building blocks */
+void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, col_init_kind init);
+col_node *col_lm_dropout(col_graph *g, col_node *x, const col_lm_config *c, const col_lm_build_opts *o);
+col_node *col_lm_activation(col_graph *g, col_node *x, col_act act);
+/* causal self-attention core: q [B,Hq,T,D], k/v [B,Hkv,T,D] -> [B,T,Hq*D],
+ * through the KV cache when the graph has one (layer index l) */
+col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, int l, col_node *q, col_node *k,
+                        col_node *v, float scale);
+/* positions 0..seq-1 (or start..start+seq-1 with a cache) as an i32 [seq] node */
+col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out);
+
+#endif

@@ -1,0 +1,423 @@
+#include "lm_trainer.h"
+
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "memtier.h"
+#include "plan.h"
+
+struct col_lm_trainer {
+    col_lm_train_config cfg;
+    const col_backend *be;
+    int np;
+    col_param_spec *specs;
+    mt_pool *pool;
+    col_opt_tensor *ot;
+    /* training graph */
+    col_graph *g;
+    col_plan *plan;
+    col_lm_graph gg;
+    /* forward-only graph: eval batches and sampling */
+    col_graph *fg;
+    col_plan *fplan;
+    col_lm_graph fgg;
+    int fbatch;
+    int64_t step;
+    /* decoding: one graph for the prompt, one for single tokens */
+    struct dec_graph {
+        col_graph *g;
+        col_plan *plan;
+        col_lm_graph lg;
+        int seq;
+    } dec[2];
+    float *kv;          /* 2 * n_layer caches of [1, n_kv_head, kv_len, head_dim] */
+    int kv_len;
+    int64_t kv_pos;
+};
+
+static col_status bind_params(col_lm_trainer *t, col_lm_graph *gg, bool grads, col_err *err)
+{
+    for (int i = 0; i < t->np; i++) {
+        col_status st = col_bind(gg->params[i], t->ot[i].w, err);
+        if (st == COL_OK && grads)
+            st = col_bind_grad(gg->params[i], t->ot[i].g, err);
+        if (st != COL_OK)
+            return st;
+    }
+    return COL_OK;
+}
+
+static col_status build_train(col_lm_trainer *t, col_err *err)
+{
+    t->g = col_graph_new();
+    t->gg.params = calloc((size_t)t->np, sizeof(col_node *));
+    if (!t->g || !t->gg.params)
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    col_lm_build_opts o = {.batch = t->cfg.batch, .seq = t->cfg.seq, .with_loss = true, .training = true,
+                            .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed};
+    col_status st = col_lm_build(t->g, &t->cfg.model, &o, &t->gg, err);
+    if (st == COL_OK)
+        st = col_graph_backward(t->g, t->gg.loss, err);
+    if (st == COL_OK)
+        st = col_plan_create(t->g, &t->plan, err);
+    if (st == COL_OK)
+        st = bind_params(t, &t->gg, true, err);
+    return st;
+}
+
+/* the forward-only graph, built on first use for a given batch size */
+static col_status build_forward(col_lm_trainer *t, int batch, col_err *err)
+{
+    if (t->fg && t->fbatch == batch)
+        return COL_OK;
+    col_plan_free(t->fplan);
+    col_graph_free(t->fg);
+    free(t->fgg.params);
+    t->fplan = NULL;
+    t->fg = col_graph_new();
+    t->fgg.params = calloc((size_t)t->np, sizeof(col_node *));
+    t->fbatch = batch;
+    if (!t->fg || !t->fgg.params)
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    col_lm_build_opts o = {.batch = batch, .seq = t->cfg.seq, .with_loss = true, .training = false};
+    col_status st = col_lm_build(t->fg, &t->cfg.model, &o, &t->fgg, err);
+    if (st == COL_OK) {
+        col_mark_output(t->fgg.loss);
+        col_mark_output(t->fgg.logits);
+        st = col_plan_create(t->fg, &t->fplan, err);
+    }
+    if (st == COL_OK)
+        st = bind_params(t, &t->fgg, false, err);
+    return st;
+}
+
+col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backend *be, col_lm_trainer **out,
+                                  col_err *err)
+{
+    *out = NULL;
+    col_status st = col_lm_check_config(&cfg->model, err);
+    if (st != COL_OK)
+        return st;
+    if ((st = col_opt_validate(&cfg->opt, err)) != COL_OK || (st = col_lr_validate(&cfg->lr, err)) != COL_OK)
+        return st;
+    col_lm_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    t->cfg = *cfg;
+    t->be = be;
+    t->np = col_lm_param_count(&cfg->model);
+    t->specs = calloc((size_t)t->np, sizeof *t->specs);
+    t->ot = calloc((size_t)t->np, sizeof *t->ot);
+    if (!t->specs || !t->ot) {
+        col_lm_trainer_free(t);
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    }
+    col_lm_param_specs(&cfg->model, t->specs);
+    /* chunks of the default size, or one chunk per kind for a model smaller
+     * than that (choosing chunk sizes to waste the least is memtier's job once
+     * it moves chunks between tiers) */
+    size_t total = 0;
+    for (int i = 0; i < t->np; i++)
+        total += (sizeof(float) * (size_t)col_param_numel(&t->specs[i]) + 63) & ~(size_t)63;
+    mt_config mc = {.chunk_bytes = total < MT_DEFAULT_CHUNK_BYTES ? total : 0, .host_budget = cfg->host_budget};
+    st = mt_create(&mc, &t->pool, err);
+    int slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
+    /* parameters, then gradients, then states, each kind in first-use order */
+    mt_ref *refs = calloc((size_t)t->np * 4, sizeof *refs);
+    if (!refs && st == COL_OK)
+        st = col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    mt_kind kinds[4] = {MT_PARAM, MT_GRAD, MT_OPTSTATE, MT_OPTSTATE};
+    col_status first_fail = COL_OK;
+    col_err fail_err = {0};
+    for (int k = 0; k < 2 + slots && st == COL_OK; k++)
+        for (int i = 0; i < t->np; i++) {
+            const col_param_spec *s = &t->specs[i];
+            int64_t n = col_param_numel(s);
+            /* keep planning after a budget failure so the message names the full need */
+            col_status a = mt_alloc(t->pool, kinds[k], sizeof(float) * (size_t)n, &refs[k * t->np + i], &fail_err);
+            if (a != COL_OK && a != COL_ENOMEM)
+                st = col_err_set(err, a, "%s", fail_err.msg);
+            else if (a == COL_ENOMEM)
+                first_fail = a;
+        }
+    if (st == COL_OK && first_fail != COL_OK)
+        st = col_err_set(err, first_fail, "%s", fail_err.msg);
+    for (int i = 0; i < t->np && st == COL_OK; i++) {
+        const col_param_spec *s = &t->specs[i];
+        t->ot[i].n = col_param_numel(s);
+        t->ot[i].decay = s->decay || cfg->decay_all;
+        t->ot[i].w = mt_ptr(t->pool, refs[i]);
+        t->ot[i].g = mt_ptr(t->pool, refs[t->np + i]);
+        t->ot[i].m = slots > 0 ? mt_ptr(t->pool, refs[2 * t->np + i]) : NULL;
+        t->ot[i].v = slots > 1 ? mt_ptr(t->pool, refs[3 * t->np + i]) : NULL;
+        col_lm_init_param(&cfg->model, s, i, t->ot[i].w, cfg->seed);
+    }
+    free(refs);
+    if (st == COL_OK)
+        st = build_train(t, err);
+    if (st != COL_OK) {
+        col_lm_trainer_free(t);
+        return st;
+    }
+    *out = t;
+    return COL_OK;
+}
+
+static void dec_free(struct dec_graph *d)
+{
+    col_plan_free(d->plan);
+    col_graph_free(d->g);
+    free(d->lg.params);
+    free(d->lg.cache);
+    memset(d, 0, sizeof *d);
+}
+
+void col_lm_trainer_free(col_lm_trainer *t)
+{
+    if (!t)
+        return;
+    dec_free(&t->dec[0]);
+    dec_free(&t->dec[1]);
+    free(t->kv);
+    col_plan_free(t->plan);
+    col_graph_free(t->g);
+    free(t->gg.params);
+    col_plan_free(t->fplan);
+    col_graph_free(t->fg);
+    free(t->fgg.params);
+    mt_destroy(t->pool);
+    free(t->specs);
+    free(t->ot);
+    free(t);
+}
+
+static void load_batch(col_lm_graph *gg, const int32_t *ids, const int32_t *targets, int64_t n)
+{
+    memcpy(col_data(gg->ids), ids, sizeof(int32_t) * (size_t)n);
+    memcpy(col_data(gg->targets), targets, sizeof(int32_t) * (size_t)n);
+}
+
+col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
+                                 col_err *err)
+{
+    mt_zero(t->pool, MT_GRAD);
+    col_graph_set_rng_counter(t->g, t->step + 1); /* fresh dropout masks each step */
+    load_batch(&t->gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq);
+    col_status st = col_plan_run(t->plan, t->be, err);
+    if (st == COL_OK && loss)
+        *loss = *(const float *)col_data(t->gg.loss);
+    return st;
+}
+
+col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int32_t *targets,
+                                col_lm_step_info *info, col_err *err)
+{
+    float loss = 0;
+    col_status st = col_lm_trainer_grads(t, ids, targets, &loss, err);
+    if (st != COL_OK)
+        return st;
+    double norm = 0;
+    if (t->cfg.grad_clip <= 0) {
+        norm = col_grad_global_norm(t->ot, t->np);
+    } else {
+        st = col_clip_grad_norm(t->ot, t->np, t->cfg.grad_clip, &norm, err);
+        if (st != COL_OK)
+            return col_err_set(err, st, "step %lld: gradient norm is %g (loss %g): training diverged; lower the learning rate",
+                               (long long)t->step + 1, norm, loss);
+    }
+    float lr = col_lr_at(&t->cfg.lr, t->step);
+    st = col_opt_step(&t->cfg.opt, lr, t->step + 1, t->ot, t->np, err);
+    if (st != COL_OK)
+        return st;
+    t->step++;
+    if (info) {
+        info->loss = loss;
+        info->grad_norm = norm;
+        info->lr = lr;
+        info->step = t->step;
+    }
+    return COL_OK;
+}
+
+col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
+                               const float **logits, col_err *err)
+{
+    col_status st = build_forward(t, t->cfg.batch, err);
+    if (st != COL_OK)
+        return st;
+    load_batch(&t->fgg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq);
+    st = col_plan_run(t->fplan, t->be, err);
+    if (st == COL_OK) {
+        *loss = *(const float *)col_data(t->fgg.loss);
+        if (logits)
+            *logits = col_data(t->fgg.logits);
+    }
+    return st;
+}
+
+col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, int n, const float **logits,
+                                       col_err *err)
+{
+    if (n < 1 || n > t->cfg.seq)
+        return col_err_set(err, COL_EINVAL, "sampling: %d context tokens (1..%d)", n, t->cfg.seq);
+    col_status st = build_forward(t, 1, err);
+    if (st != COL_OK)
+        return st;
+    int32_t *ids = col_data(t->fgg.ids), *tg = col_data(t->fgg.targets);
+    for (int i = 0; i < t->cfg.seq; i++) {
+        ids[i] = i < n ? tokens[i] : 0; /* causal: padding after the context does not change it */
+        tg[i] = -1;
+    }
+    tg[0] = 0; /* the loss needs one counted row; its value is not used */
+    st = col_plan_run(t->fplan, t->be, err);
+    if (st == COL_OK)
+        *logits = (const float *)col_data(t->fgg.logits) + (size_t)(n - 1) * (size_t)t->cfg.model.vocab_size;
+    return st;
+}
+
+int64_t col_lm_trainer_param_count(const col_lm_trainer *t)
+{
+    int64_t n = 0;
+    for (int i = 0; i < t->np; i++)
+        n += t->ot[i].n;
+    return n;
+}
+
+size_t col_lm_trainer_arena_bytes(const col_lm_trainer *t) { return col_plan_arena_bytes(t->plan); }
+
+float *col_lm_trainer_param(col_lm_trainer *t, int i, const col_param_spec **spec)
+{
+    if (i < 0 || i >= t->np)
+        return NULL;
+    if (spec)
+        *spec = &t->specs[i];
+    return t->ot[i].w;
+}
+
+float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->np) ? t->ot[i].g : NULL; }
+
+/* ---- loading ---- */
+
+static const col_ckpt_tensor *find_param(const col_ckpt *ck, const char *name)
+{
+    const col_ckpt_tensor *x = col_ckpt_find(ck, name);
+    static const char *const prefixes[] = {"transformer.", "model.", "model.decoder."};
+    for (size_t i = 0; !x && i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        size_t n = strlen(prefixes[i]);
+        if (strncmp(name, prefixes[i], n) == 0)
+            x = col_ckpt_find(ck, name + n);
+    }
+    if (!x && strncmp(name, "model.decoder.", 14) == 0) { /* facebook/opt-*: "decoder.layers..." */
+        char alt[96];
+        snprintf(alt, sizeof alt, "%s", name + 6);
+        x = col_ckpt_find(ck, alt);
+    }
+    return x;
+}
+
+col_status col_lm_trainer_load(col_lm_trainer *t, const col_ckpt *ck, col_err *err)
+{
+    for (int i = 0; i < t->np; i++) {
+        const col_param_spec *s = &t->specs[i];
+        const col_ckpt_tensor *x = find_param(ck, s->name);
+        if (!x)
+            return col_err_set(err, COL_EFORMAT, "the checkpoint has no tensor '%s', which a %d-layer %s model needs",
+                               s->name, t->cfg.model.n_layer, col_arch_name(t->cfg.model.arch));
+        col_status st = col_ckpt_read_f32(x, s->ndim, s->shape, t->ot[i].w, err);
+        if (st != COL_OK)
+            return st;
+    }
+    return COL_OK;
+}
+
+/* ---- incremental decoding ---- */
+
+static col_status dec_build(col_lm_trainer *t, struct dec_graph *d, int seq, col_err *err)
+{
+    dec_free(d);
+    const col_lm_config *c = &t->cfg.model;
+    d->g = col_graph_new();
+    d->lg.params = calloc((size_t)t->np, sizeof(col_node *));
+    d->lg.cache = calloc((size_t)(2 * c->n_layer), sizeof(col_node *));
+    if (!d->g || !d->lg.params || !d->lg.cache)
+        return col_err_set(err, COL_ENOMEM, "decode: out of memory");
+    d->seq = seq;
+    col_lm_build_opts o = {.batch = 1, .seq = seq, .cache_len = t->kv_len};
+    col_status st = col_lm_build(d->g, c, &o, &d->lg, err);
+    if (st == COL_OK) {
+        col_mark_output(d->lg.logits);
+        st = col_plan_create(d->g, &d->plan, err);
+    }
+    if (st == COL_OK)
+        st = bind_params(t, (col_lm_graph *)&d->lg, false, err);
+    size_t per = (size_t)c->n_kv_head * (size_t)t->kv_len * (size_t)c->head_dim;
+    for (int l = 0; l < 2 * c->n_layer && st == COL_OK; l++)
+        st = col_bind(d->lg.cache[l], t->kv + (size_t)l * per, err);
+    return st;
+}
+
+col_status col_lm_trainer_decode_reset(col_lm_trainer *t, int max_len, col_err *err)
+{
+    const col_lm_config *c = &t->cfg.model;
+    if (max_len < 1 || max_len > c->max_positions)
+        return col_err_set(err, COL_EINVAL, "decode: %d positions requested; the model has %d", max_len,
+                           c->max_positions);
+    if (max_len != t->kv_len) {
+        dec_free(&t->dec[0]);
+        dec_free(&t->dec[1]);
+        free(t->kv);
+        size_t n = 2 * (size_t)c->n_layer * (size_t)c->n_kv_head * (size_t)max_len * (size_t)c->head_dim;
+        t->kv = calloc(n, sizeof(float));
+        t->kv_len = t->kv ? max_len : 0;
+        if (!t->kv)
+            return col_err_set(err, COL_ENOMEM, "decode: cannot allocate a %.1f MB key/value cache",
+                               (double)n * 4 / 1e6);
+    }
+    t->kv_pos = 0;
+    return COL_OK;
+}
+
+col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n, const float **logits, col_err *err)
+{
+    if (!t->kv)
+        return col_err_set(err, COL_ESTATE, "decode: call col_lm_trainer_decode_reset first");
+    if (n < 1 || t->kv_pos + n > t->kv_len)
+        return col_err_set(err, COL_EINVAL, "decode: %d more tokens after %lld do not fit the %d-position cache", n,
+                           (long long)t->kv_pos, t->kv_len);
+    struct dec_graph *d = &t->dec[n == 1 ? 1 : 0];
+    if (d->seq != n) {
+        col_status st = dec_build(t, d, n, err);
+        if (st != COL_OK) {
+            dec_free(d);
+            return st;
+        }
+    }
+    memcpy(col_data(d->lg.ids), tokens, sizeof(int32_t) * (size_t)n);
+    *(int64_t *)col_data(d->lg.start) = t->kv_pos;
+    col_status st = col_plan_run(d->plan, t->be, err);
+    if (st != COL_OK)
+        return st;
+    t->kv_pos += n;
+    *logits = (const float *)col_data(d->lg.logits) + (size_t)(n - 1) * (size_t)t->cfg.model.vocab_size;
+    return COL_OK;
+}
+
+col_status col_lm_trainer_greedy(col_lm_trainer *t, const int32_t *prompt, int n_prompt, int n_new, int32_t *out,
+                                 col_err *err)
+{
+    col_status st = col_lm_trainer_decode_reset(t, n_prompt + n_new, err);
+    const float *lg;
+    if (st == COL_OK)
+        st = col_lm_trainer_decode(t, prompt, n_prompt, &lg, err);
+    for (int k = 0; k < n_new && st == COL_OK; k++) {
+        int best = 0;
+        for (int v = 1; v < t->cfg.model.vocab_size; v++)
+            if (lg[v] > lg[best])
+                best = v;
+        out[k] = best;
+        if (k + 1 < n_new)
+            st = col_lm_trainer_decode(t, &out[k], 1, &lg, err);
+    }
+    return st;
+}

@@ -1,0 +1,77 @@
+/* lm_trainer.h - one language-model session: parameters, gradients and
+ * optimizer states in memtier chunks, a planned forward+backward graph, the
+ * optimizer step, a forward-only graph for evaluation, and incremental
+ * decoding with a key/value cache, all sharing the same parameter memory. */
+#ifndef COL_MODELS_LM_TRAINER_H
+#define COL_MODELS_LM_TRAINER_H
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "lm.h"
+#include "optim.h"
+
+typedef struct {
+    col_lm_config model;
+    int batch, seq;
+    col_opt_config opt;
+    col_lr_sched lr;
+    float grad_clip;      /* 0 = no clipping */
+    bool checkpoint;      /* activation checkpointing per block */
+    uint64_t seed;        /* initialisation and dropout */
+    size_t host_budget;   /* memtier host budget in bytes, 0 = unlimited */
+    bool decay_all;       /* weight decay on every tensor (torch's AdamW(model.parameters())), not matrices only */
+} col_lm_train_config;
+
+typedef struct col_lm_trainer col_lm_trainer;
+
+typedef struct {
+    float loss;
+    double grad_norm;     /* before clipping */
+    float lr;
+    int64_t step;         /* steps done, counting this one */
+} col_lm_step_info;
+
+col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backend *be, col_lm_trainer **out,
+                                  col_err *err);
+void col_lm_trainer_free(col_lm_trainer *t);
+
+/* One optimizer step on a batch: ids and targets are [batch, seq] token ids
+ * (targets -1 are ignored). */
+col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int32_t *targets,
+                                col_lm_step_info *info, col_err *err);
+/* Mean loss of a batch without training; if logits is not NULL it receives
+ * the [batch, seq, vocab] logits, valid until the next call. */
+col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
+                               const float **logits, col_err *err);
+/* Logits [vocab] of the last of n tokens (n <= seq); the sequence is
+ * left-aligned in one row of the forward-only graph. */
+col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, int n, const float **logits,
+                                       col_err *err);
+
+int64_t col_lm_trainer_param_count(const col_lm_trainer *t);     /* elements */
+size_t col_lm_trainer_arena_bytes(const col_lm_trainer *t);      /* training activation arena */
+/* Parameter tensor i (spec order) and its data, for tests and export. */
+float *col_lm_trainer_param(col_lm_trainer *t, int i, const col_param_spec **spec);
+float *col_lm_trainer_grad(col_lm_trainer *t, int i);
+/* Runs forward+backward only (no optimizer step), leaving gradients in place. */
+col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
+                                 col_err *err);
+
+/* Copies every parameter from a checkpoint, by Hugging Face name (a name is
+ * also found without its base-model prefix, "transformer." or "model.", as
+ * in older checkpoints). A missing tensor or a shape mismatch is an error
+ * naming the tensor; tensors the model does not use are ignored. */
+col_status col_lm_trainer_load(col_lm_trainer *t, const col_ckpt *ck, col_err *err);
+
+/* Incremental decoding of one sequence with a key/value cache: reset with
+ * the longest sequence wanted (<= the model's positions), then feed tokens
+ * (the whole prompt once, then one token at a time); *logits points at the
+ * vocab logits after the last token fed, valid until the next call. The
+ * work per new token grows with the tokens so far, not their square. */
+col_status col_lm_trainer_decode_reset(col_lm_trainer *t, int max_len, col_err *err);
+col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n, const float **logits, col_err *err);
+/* Greedy continuation: out receives n_new tokens. */
+col_status col_lm_trainer_greedy(col_lm_trainer *t, const int32_t *prompt, int n_prompt, int n_new, int32_t *out,
+                                 col_err *err);
+
+#endif

@@ -1,0 +1,111 @@
+/* opt.c - OPT (OPTForCausalLM): learned positions offset by 2, pre- or
+ * post-LayerNorm blocks (do_layer_norm_before), ReLU MLP, optional
+ * project_in/project_out when word_embed_proj_dim differs from the hidden
+ * size (opt-350m), tied output embedding. Linear weights are [out, in]. */
+#include <stdio.h>
+
+#include "lm.h"
+
+enum { PER_LAYER = 16, POS_OFFSET = 2 };
+
+static bool projected(const col_lm_config *c) { return c->word_embed_proj_dim != c->hidden; }
+static bool final_norm(const col_lm_config *c) { return c->pre_ln; }
+
+int col_opt_param_count(const col_lm_config *c)
+{
+    return 2 + (projected(c) ? 2 : 0) + PER_LAYER * c->n_layer + (final_norm(c) ? 2 : 0) + (c->tie_embeddings ? 0 : 1);
+}
+
+/* order: embeddings, project_in, layers, final norm, project_out, lm_head */
+void col_opt_param_specs(const col_lm_config *c, col_param_spec *s)
+{
+    int64_t C = c->hidden, E = c->word_embed_proj_dim, F = c->ffn;
+    int k = 0;
+    col_spec_set(&s[k++], "model.decoder.embed_tokens.weight", c->vocab_size, E, COL_INIT_NORMAL);
+    col_spec_set(&s[k++], "model.decoder.embed_positions.weight", c->max_positions + POS_OFFSET, C, COL_INIT_NORMAL);
+    if (projected(c))
+        col_spec_set(&s[k++], "model.decoder.project_in.weight", C, E, COL_INIT_NORMAL);
+    for (int l = 0; l < c->n_layer; l++) {
+        char n[80];
+#define P(suffix, d0, d1, init) \
+    snprintf(n, sizeof n, "model.decoder.layers.%d.%s", l, suffix), col_spec_set(&s[k++], n, d0, d1, init)
+        P("self_attn.k_proj.weight", C, C, COL_INIT_NORMAL);
+        P("self_attn.k_proj.bias", C, 0, COL_INIT_ZERO);
+        P("self_attn.v_proj.weight", C, C, COL_INIT_NORMAL);
+        P("self_attn.v_proj.bias", C, 0, COL_INIT_ZERO);
+        P("self_attn.q_proj.weight", C, C, COL_INIT_NORMAL);
+        P("self_attn.q_proj.bias", C, 0, COL_INIT_ZERO);
+        P("self_attn.out_proj.weight", C, C, COL_INIT_RESID);
+        P("self_attn.out_proj.bias", C, 0, COL_INIT_ZERO);
+        P("self_attn_layer_norm.weight", C, 0, COL_INIT_ONE);
+        P("self_attn_layer_norm.bias", C, 0, COL_INIT_ZERO);
+        P("fc1.weight", F, C, COL_INIT_NORMAL);
+        P("fc1.bias", F, 0, COL_INIT_ZERO);
+        P("fc2.weight", C, F, COL_INIT_RESID);
+        P("fc2.bias", C, 0, COL_INIT_ZERO);
+        P("final_layer_norm.weight", C, 0, COL_INIT_ONE);
+        P("final_layer_norm.bias", C, 0, COL_INIT_ZERO);
+#undef P
+    }
+    if (final_norm(c)) {
+        col_spec_set(&s[k++], "model.decoder.final_layer_norm.weight", C, 0, COL_INIT_ONE);
+        col_spec_set(&s[k++], "model.decoder.final_layer_norm.bias", C, 0, COL_INIT_ZERO);
+    }
+    if (projected(c))
+        col_spec_set(&s[k++], "model.decoder.project_out.weight", E, C, COL_INIT_NORMAL);
+    if (!c->tie_embeddings)
+        col_spec_set(&s[k++], "lm_head.weight", c->vocab_size, E, COL_INIT_NORMAL);
+}
+
+/* lp: k, v, q, out projections (weight, bias) */
+static col_node *attention(col_graph *g, col_node *x, col_node **lp, int l, const col_lm_config *c,
+                           const col_lm_build_opts *o, col_lm_graph *out)
+{
+    if (!x)
+        return NULL;
+    int64_t B = x->t.shape[0], T = x->t.shape[1], H = c->n_head, D = c->head_dim;
+    int64_t split[4] = {B, T, H, D};
+    col_node *k = col_transpose(g, col_reshape(g, col_linear(g, x, lp[0], lp[1]), 4, split), 1, 2); /* [B,H,T,D] */
+    col_node *v = col_transpose(g, col_reshape(g, col_linear(g, x, lp[2], lp[3]), 4, split), 1, 2);
+    col_node *q = col_transpose(g, col_reshape(g, col_linear(g, x, lp[4], lp[5]), 4, split), 1, 2);
+    col_node *y = col_lm_attend(g, o, out, l, q, k, v, 0.0f); /* scale head_dim^-0.5, as OPT's q scaling */
+    return col_lm_dropout(g, col_linear(g, y, lp[6], lp[7]), c, o);
+}
+
+col_node *col_opt_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
+{
+    col_node **p = out->params;
+    int k = 0;
+    col_node *wte = p[k++], *wpe = p[k++], *proj_in = projected(c) ? p[k++] : NULL;
+    col_node *x = col_embedding(g, wte, out->ids); /* [B, T, E] */
+    if (proj_in)
+        x = col_linear(g, x, proj_in, NULL);
+    col_node *pos = col_arange(g, o->cache_len ? out->start : NULL, o->seq, POS_OFFSET);
+    x = col_lm_dropout(g, col_add(g, x, col_embedding(g, wpe, pos)), c, o);
+    for (int l = 0; l < c->n_layer; l++, k += PER_LAYER) {
+        col_node **lp = p + k;
+        if (o->checkpoint)
+            col_checkpoint_begin(g);
+        if (c->pre_ln) {
+            x = col_add(g, x, attention(g, col_layernorm(g, x, lp[8], lp[9], c->norm_eps), lp, l, c, o, out));
+            col_node *h = col_layernorm(g, x, lp[14], lp[15], c->norm_eps);
+            h = col_linear(g, col_lm_activation(g, col_linear(g, h, lp[10], lp[11]), c->act), lp[12], lp[13]);
+            x = col_add(g, x, col_lm_dropout(g, h, c, o));
+        } else {
+            x = col_layernorm(g, col_add(g, x, attention(g, x, lp, l, c, o, out)), lp[8], lp[9], c->norm_eps);
+            col_node *h = col_linear(g, col_lm_activation(g, col_linear(g, x, lp[10], lp[11]), c->act), lp[12], lp[13]);
+            x = col_layernorm(g, col_add(g, x, col_lm_dropout(g, h, c, o)), lp[14], lp[15], c->norm_eps);
+        }
+        if (o->checkpoint)
+            col_checkpoint_end(g);
+    }
+    if (final_norm(c)) {
+        x = col_layernorm(g, x, p[k], p[k + 1], c->norm_eps);
+        k += 2;
+    }
+    if (projected(c))
+        x = col_linear(g, x, p[k++], NULL);
+    col_node *head = c->tie_embeddings ? wte : p[k];
+    int64_t flat[2] = {(int64_t)o->batch * o->seq, c->word_embed_proj_dim};
+    return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, head, 0, 1));
+}
