@@ -1,2 +1,1095 @@
-/* PLACEHOLDER: being written */
-/* todo */
+/* tokenizer.c - loading tokenizer.json or vocab.json + merges.txt, added
+ * tokens, and the encode / decode drivers.
+ *
+ * Encoding: added tokens are found in the raw text first (a byte trie,
+ * leftmost longest); each stretch of text between them is normalized, cut
+ * into words and run through BPE (tok_pretok.c, tok_bpe.c); the
+ * post-processor's ids go around the result. Decoding concatenates each id's
+ * decoded bytes, computed once at load time from the decoder description. */
+#define COL_TOK_INTERNAL
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "textio.h"
+#include "tokenizer.h"
+
+#define ID_LIMIT (1 << 24)
+#define FILE_MAX ((size_t)1 << 30)
+
+col_status col_tok_fail(col_err *err, col_status code, const char *name, const char *fmt, ...)
+{
+    char msg[COL_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return col_err_set(err, code, "%s: %s", name, msg);
+}
+
+const char *col_tok_show(const char *s, size_t n, char out[64])
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (k > 50) {
+            memcpy(out + k, "...", 4);
+            return out;
+        }
+        if (c < 0x20 || c == 0x7F || c == '\'' || c == '\\')
+            k += (size_t)snprintf(out + k, 64 - k, "\\x%02X", c);
+        else
+            out[k++] = (char)c;
+    }
+    out[k] = '\0';
+    return out;
+}
+
+void col_tok_free(col_tokenizer *t)
+{
+    if (!t)
+        return;
+    free(t->names);
+    free(t->keys);
+    free(t->dec);
+    free(t->name_off);
+    free(t->name_len);
+    free(t->key_off);
+    free(t->key_len);
+    free(t->dec_off);
+    free(t->dec_len);
+    free(t->flags);
+    col_strmap_free(&t->by_name);
+    col_strmap_free(&t->by_key);
+    col_mergemap_free(&t->merges);
+    free(t->added_id);
+    free(t->trie);
+    for (int i = 0; i < t->n_norm; i++) {
+        free(t->norm[i].a);
+        free(t->norm[i].b);
+    }
+    free(t->norm);
+    col_regex_free(t->re);
+    free(t->prefix_ids);
+    free(t->suffix_ids);
+    free(t);
+}
+
+/* ---- small JSON helpers ---- */
+
+static const cJSON *field(const cJSON *o, const char *key)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, key);
+}
+
+static bool get_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!cJSON_IsNumber(v))
+        return false;
+    double d = v->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi) || (double)(int64_t)d != d)
+        return false;
+    *out = (int64_t)d;
+    return true;
+}
+
+static int get_bool(const cJSON *o, const char *key, int def)
+{
+    const cJSON *v = field(o, key);
+    if (!v || cJSON_IsNull(v))
+        return def;
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1;
+}
+
+static col_status parse_json(const char *text, size_t len, const char *name, cJSON **out, col_err *err)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (root && end) /* only white space may follow */
+        while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+            end++;
+    if (!root || (end && end < text + len && *end != '\0')) {
+        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0, line = 1;
+        for (size_t i = 0; i < at; i++)
+            line += text[i] == '\n';
+        cJSON_Delete(root);
+        return col_tok_fail(err, COL_EFORMAT, name, "%s JSON at byte %zu (line %zu)",
+                            root ? "unexpected data after the" : "invalid", at, line);
+    }
+    *out = root;
+    return COL_OK;
+}
+
+/* ---- vocabulary and added tokens ---- */
+
+static col_status build_vocab(col_tokenizer *t, const cJSON *vocab, const cJSON *added, const char *name,
+                              col_err *err)
+{
+    char s1[64], s2[64];
+    const cJSON *x;
+    if (!cJSON_IsObject(vocab))
+        return col_tok_fail(err, COL_EFORMAT, name, "the vocabulary is not a JSON object of token -> id");
+    if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
+        return col_tok_fail(err, COL_EFORMAT, name, "added_tokens is not an array");
+    size_t nv = 0, na = 0, bytes = 1;
+    int64_t max_id = -1, id;
+    cJSON_ArrayForEach(x, vocab) {
+        if (!get_int(x, 0, ID_LIMIT - 1, &id))
+            return col_tok_fail(err, COL_EFORMAT, name, "vocab: token '%s' has an id that is not an integer in [0, %d)",
+                                col_tok_show(x->string, strlen(x->string), s1), ID_LIMIT);
+        nv++;
+        bytes += strlen(x->string);
+        max_id = id > max_id ? id : max_id;
+    }
+    cJSON_ArrayForEach(x, added) {
+        const char *content = cJSON_GetStringValue(field(x, "content"));
+        if (!content || !get_int(field(x, "id"), 0, ID_LIMIT - 1, &id))
+            return col_tok_fail(err, COL_EFORMAT, name,
+                                "added_tokens[%zu]: needs a \"content\" string and an integer \"id\" in [0, %d)", na,
+                                ID_LIMIT);
+        if (get_bool(x, "special", 0) < 0 || get_bool(x, "lstrip", 0) < 0 || get_bool(x, "rstrip", 0) < 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "added_tokens[%zu]: special/lstrip/rstrip must be booleans", na);
+        na++;
+        bytes += strlen(content);
+        max_id = id > max_id ? id : max_id;
+    }
+    if (nv == 0)
+        return col_tok_fail(err, COL_EFORMAT, name, "the vocabulary is empty");
+    if ((size_t)max_id + 1 > 2 * (nv + na) + 1024)
+        return col_tok_fail(err, COL_EFORMAT, name, "ids are too sparse: id %lld for %zu tokens", (long long)max_id,
+                            nv + na);
+    if (bytes > UINT32_MAX)
+        return col_tok_fail(err, COL_EFORMAT, name, "token strings too large");
+    int32_t n = (int32_t)max_id + 1;
+    t->n_ids = n;
+    t->names = malloc(bytes);
+    t->name_off = calloc((size_t)n, sizeof *t->name_off);
+    t->name_len = calloc((size_t)n, sizeof *t->name_len);
+    t->flags = calloc((size_t)n, 1);
+    t->added_id = malloc((na + 1) * sizeof *t->added_id);
+    if (!t->names || !t->name_off || !t->name_len || !t->flags || !t->added_id)
+        return col_tok_fail(err, COL_ENOMEM, name, "out of memory for %d tokens", n);
+    size_t at = 0;
+    cJSON_ArrayForEach(x, vocab) {
+        get_int(x, 0, ID_LIMIT - 1, &id);
+        size_t len = strlen(x->string);
+        if (t->flags[id])
+            return col_tok_fail(err, COL_EFORMAT, name, "vocab: id %lld is given to both '%s' and '%s'", (long long)id,
+                                col_tok_show(t->names + t->name_off[id], t->name_len[id], s1),
+                                col_tok_show(x->string, len, s2));
+        memcpy(t->names + at, x->string, len);
+        t->name_off[id] = (uint32_t)at;
+        t->name_len[id] = (uint32_t)len;
+        t->flags[id] = COL_TOKF_PRESENT | COL_TOKF_VOCAB;
+        at += len;
+    }
+    col_status st = col_strmap_init(&t->by_name, nv, err);
+    if (st != COL_OK)
+        return st;
+    t->by_name.arena = t->names;
+    t->by_name.off = t->name_off;
+    t->by_name.len = t->name_len;
+    for (int32_t i = 0; i < n; i++) {
+        if (!t->flags[i])
+            continue;
+        int32_t old = col_strmap_put(&t->by_name, i);
+        if (old >= 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "vocab: token '%s' appears twice (ids %d and %d)",
+                                col_tok_show(t->names + t->name_off[i], t->name_len[i], s1), old, i);
+    }
+    cJSON_ArrayForEach(x, added) {
+        const char *content = cJSON_GetStringValue(field(x, "content"));
+        get_int(field(x, "id"), 0, ID_LIMIT - 1, &id);
+        size_t len = strlen(content);
+        if (t->flags[id] & COL_TOKF_ADDED)
+            return col_tok_fail(err, COL_EFORMAT, name, "added_tokens: id %lld appears twice", (long long)id);
+        if (t->flags[id] & COL_TOKF_PRESENT) {
+            if (t->name_len[id] != len || memcmp(t->names + t->name_off[id], content, len) != 0)
+                return col_tok_fail(err, COL_EFORMAT, name, "added_tokens: id %lld is '%s', but the vocabulary gives it to '%s'",
+                                    (long long)id, col_tok_show(content, len, s1),
+                                    col_tok_show(t->names + t->name_off[id], t->name_len[id], s2));
+        } else {
+            memcpy(t->names + at, content, len);
+            t->name_off[id] = (uint32_t)at;
+            t->name_len[id] = (uint32_t)len;
+            at += len;
+        }
+        t->flags[id] |= COL_TOKF_PRESENT | COL_TOKF_ADDED | (get_bool(x, "special", 0) ? COL_TOKF_SPECIAL : 0) |
+                        (get_bool(x, "lstrip", 0) ? COL_TOKF_LSTRIP : 0) | (get_bool(x, "rstrip", 0) ? COL_TOKF_RSTRIP : 0);
+        t->added_id[t->n_added++] = (int32_t)id;
+    }
+    return COL_OK;
+}
+
+/* the byte trie of added tokens (empty ones are never matched) */
+static col_status build_trie(col_tokenizer *t, const char *name, col_err *err)
+{
+    char s1[64];
+    size_t bytes = 1;
+    for (int32_t i = 0; i < t->n_added; i++)
+        bytes += t->name_len[t->added_id[i]];
+    t->trie = malloc(bytes * sizeof *t->trie);
+    if (!t->trie)
+        return col_tok_fail(err, COL_ENOMEM, name, "out of memory");
+    for (int b = 0; b < 256; b++)
+        t->trie_root[b] = -1;
+    t->n_trie = 0;
+    for (int32_t i = 0; i < t->n_added; i++) {
+        int32_t id = t->added_id[i];
+        const unsigned char *s = (const unsigned char *)t->names + t->name_off[id];
+        size_t len = t->name_len[id];
+        int32_t node = -1;
+        for (size_t k = 0; k < len; k++) {
+            int32_t *link = node < 0 ? &t->trie_root[s[k]] : &t->trie[node].child;
+            int32_t c = *link;
+            if (node >= 0)
+                while (c >= 0 && t->trie[c].byte != s[k])
+                    c = t->trie[c].sibling;
+            if (c < 0) {
+                c = t->n_trie++;
+                t->trie[c] = (col_trie_node){-1, node < 0 ? -1 : *link, -1, s[k]};
+                *link = c;
+            }
+            node = c;
+        }
+        if (node < 0)
+            continue;
+        if (t->trie[node].token >= 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "added_tokens: '%s' appears twice",
+                                col_tok_show((const char *)s, len, s1));
+        t->trie[node].token = id;
+    }
+    return COL_OK;
+}
+
+/* the longest added token at s[0..n) that flags allow, or -1 */
+static int32_t match_added(const col_tokenizer *t, const unsigned char *s, size_t n, bool special, size_t *len)
+{
+    int32_t best = -1;
+    int32_t node = t->trie_root[s[0]];
+    for (size_t k = 0; node >= 0;) {
+        int32_t tok = t->trie[node].token;
+        if (tok >= 0 && (special || !(t->flags[tok] & COL_TOKF_SPECIAL))) {
+            best = tok;
+            *len = k + 1;
+        }
+        if (++k >= n)
+            break;
+        node = t->trie[node].child;
+        while (node >= 0 && t->trie[node].byte != s[k])
+            node = t->trie[node].sibling;
+    }
+    return best;
+}
+
+/* ---- merges ---- */
+
+typedef struct {
+    char *p;
+    size_t cap;
+} scratch;
+
+static col_status add_merge(col_tokenizer *t, const char *a, size_t al, const char *b, size_t bl, int32_t rank,
+                            scratch *sc, const char *name, col_err *err)
+{
+    char s1[64], s2[64], s3[64];
+    if (al + bl > sc->cap) {
+        size_t cap = 2 * (al + bl) + 64;
+        char *p = realloc(sc->p, cap);
+        if (!p)
+            return col_tok_fail(err, COL_ENOMEM, name, "out of memory");
+        sc->p = p;
+        sc->cap = cap;
+    }
+    memcpy(sc->p, a, al);
+    memcpy(sc->p + al, b, bl);
+    int32_t ia = col_strmap_get(&t->by_name, a, al), ib = col_strmap_get(&t->by_name, b, bl),
+            ic = col_strmap_get(&t->by_name, sc->p, al + bl);
+    if (ia < 0 || ib < 0 || ic < 0) {
+        const char *bad = ia < 0 ? a : ib < 0 ? b : sc->p;
+        size_t badl = ia < 0 ? al : ib < 0 ? bl : al + bl;
+        return col_tok_fail(err, COL_EFORMAT, name, "merge %d ('%s' '%s') uses '%s', which is not in the vocabulary",
+                            rank + 1, col_tok_show(a, al, s1), col_tok_show(b, bl, s2), col_tok_show(bad, badl, s3));
+    }
+    col_mergemap_put(&t->merges, ia, ib, rank, ic);
+    return COL_OK;
+}
+
+static col_status json_merges(col_tokenizer *t, const cJSON *merges, const char *name, col_err *err)
+{
+    char s1[64];
+    if (!cJSON_IsArray(merges))
+        return col_tok_fail(err, COL_EFORMAT, name, "model.merges is not an array");
+    int n = cJSON_GetArraySize(merges);
+    col_status st = col_mergemap_init(&t->merges, (size_t)n, err);
+    scratch sc = {0};
+    int32_t rank = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, merges) {
+        if (st != COL_OK)
+            break;
+        const char *a, *b;
+        size_t al, bl;
+        if (cJSON_IsString(x)) {
+            const char *sp = strchr(x->valuestring, ' ');
+            if (!sp) {
+                st = col_tok_fail(err, COL_EFORMAT, name, "merge %d ('%s') is not two tokens separated by a space",
+                                  rank + 1, col_tok_show(x->valuestring, strlen(x->valuestring), s1));
+                break;
+            }
+            a = x->valuestring, al = (size_t)(sp - a), b = sp + 1, bl = strlen(b);
+        } else if (cJSON_GetArraySize(x) == 2 && cJSON_IsString(x->child) && cJSON_IsString(x->child->next)) {
+            a = x->child->valuestring, al = strlen(a), b = x->child->next->valuestring, bl = strlen(b);
+        } else {
+            st = col_tok_fail(err, COL_EFORMAT, name, "merge %d is neither \"a b\" nor [\"a\", \"b\"]", rank + 1);
+            break;
+        }
+        st = add_merge(t, a, al, b, bl, rank++, &sc, name, err);
+    }
+    free(sc.p);
+    return st;
+}
+
+static col_status text_merges(col_tokenizer *t, const char *text, size_t len, const char *name, col_err *err)
+{
+    char s1[64];
+    size_t lines = 1;
+    for (size_t i = 0; i < len; i++)
+        lines += text[i] == '\n';
+    col_status st = col_mergemap_init(&t->merges, lines, err);
+    scratch sc = {0};
+    int32_t rank = 0;
+    size_t lineno = 0;
+    for (const char *p = text, *end = text + len; p < end && st == COL_OK;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *e = nl ? nl : end;
+        lineno++;
+        size_t n = (size_t)(e - p);
+        if (n && p[n - 1] == '\r')
+            n--;
+        if (n > 0 && !(lineno == 1 && n >= 8 && memcmp(p, "#version", 8) == 0)) {
+            const char *sp = memchr(p, ' ', n);
+            if (!sp || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1)))
+                st = col_tok_fail(err, COL_EFORMAT, name, "line %zu ('%s') is not two tokens separated by a space",
+                                  lineno, col_tok_show(p, n, s1));
+            else
+                st = add_merge(t, p, (size_t)(sp - p), sp + 1, (size_t)(p + n - sp - 1), rank++, &sc, name, err);
+        }
+        p = e + 1;
+    }
+    free(sc.p);
+    return st;
+}
+
+/* ---- encode keys and decoded bytes ---- */
+
+/* GPT-2 byte-level name -> raw bytes in out; false if a character has no byte */
+static bool bytelevel_raw(const char *s, size_t n, char *out, size_t *outlen)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = col_utf8_char((const unsigned char *)s + i, n - i, &cp);
+        int b = len ? col_bytelevel_byte(cp) : -1;
+        if (b < 0)
+            return false;
+        out[k++] = (char)b;
+        i += len;
+    }
+    *outlen = k;
+    return true;
+}
+
+static col_status build_keys(col_tokenizer *t, const char *name, col_err *err)
+{
+    if (!t->byte_level) {
+        for (int b = 0; b < 256; b++) {
+            char hex[8];
+            snprintf(hex, sizeof hex, "<0x%02X>", b);
+            t->byte_id[b] = t->byte_fallback ? col_strmap_get(&t->by_name, hex, 6) : -1;
+        }
+        return COL_OK;
+    }
+    size_t bytes = 1;
+    for (int32_t i = 0; i < t->n_ids; i++)
+        bytes += t->name_len[i];
+    t->keys = malloc(bytes);
+    t->key_off = calloc((size_t)t->n_ids, sizeof *t->key_off);
+    t->key_len = calloc((size_t)t->n_ids, sizeof *t->key_len);
+    col_status st = t->keys && t->key_off && t->key_len ? col_strmap_init(&t->by_key, (size_t)t->n_ids, err)
+                                                          : col_tok_fail(err, COL_ENOMEM, name, "out of memory");
+    if (st != COL_OK)
+        return st;
+    t->by_key.arena = t->keys;
+    t->by_key.off = t->key_off;
+    t->by_key.len = t->key_len;
+    size_t at = 0, len;
+    for (int32_t i = 0; i < t->n_ids; i++) {
+        if (!(t->flags[i] & COL_TOKF_VOCAB) ||
+            !bytelevel_raw(t->names + t->name_off[i], t->name_len[i], t->keys + at, &len) || len == 0)
+            continue; /* BPE never produces it */
+        t->key_off[i] = (uint32_t)at;
+        t->key_len[i] = (uint32_t)len;
+        at += len;
+        col_strmap_put(&t->by_key, i); /* names differ, so raw bytes differ too */
+    }
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        if ((t->byte_id[b] = col_strmap_get(&t->by_key, &c, 1)) < 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "byte-level vocabulary has no token for byte 0x%02X", b);
+    }
+    return COL_OK;
+}
+
+/* the decoder as a list of per-token steps */
+enum { D_BYTELEVEL, D_REPLACE, D_BYTEFALLBACK };
+typedef struct {
+    int kind;
+    const char *a, *b;
+} dstep;
+typedef struct {
+    dstep s[16];
+    int n;
+} dchain;
+
+static col_status parse_decoder(col_tokenizer *t, const cJSON *d, dchain *ch, const char *name, col_err *err)
+{
+    char s1[64];
+    if (!d || cJSON_IsNull(d))
+        return COL_OK;
+    const char *type = cJSON_IsObject(d) ? cJSON_GetStringValue(field(d, "type")) : NULL;
+    if (!type)
+        return col_tok_fail(err, COL_EFORMAT, name, "decoder: an entry has no \"type\"");
+    if (ch->n >= 15)
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: too many steps");
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = field(d, "decoders"), *x;
+        if (!cJSON_IsArray(list))
+            return col_tok_fail(err, COL_EFORMAT, name, "decoder: Sequence has no \"decoders\" array");
+        cJSON_ArrayForEach(x, list) {
+            col_status st = parse_decoder(t, x, ch, name, err);
+            if (st != COL_OK)
+                return st;
+        }
+    } else if (strcmp(type, "ByteLevel") == 0) {
+        ch->s[ch->n++] = (dstep){D_BYTELEVEL, NULL, NULL};
+    } else if (strcmp(type, "ByteFallback") == 0) {
+        ch->s[ch->n++] = (dstep){D_BYTEFALLBACK, NULL, NULL};
+    } else if (strcmp(type, "Fuse") == 0) {
+        /* concatenation is what decode does anyway */
+    } else if (strcmp(type, "Replace") == 0) {
+        const char *a = cJSON_GetStringValue(field(field(d, "pattern"), "String"));
+        const char *b = cJSON_GetStringValue(field(d, "content"));
+        if (!a || !*a || !b)
+            return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: only Replace of a non-empty String is supported");
+        ch->s[ch->n++] = (dstep){D_REPLACE, a, b};
+    } else if (strcmp(type, "Strip") == 0) {
+        const char *c = cJSON_GetStringValue(field(d, "content"));
+        int64_t start, stop;
+        if (!c || strcmp(c, " ") != 0 || !get_int(field(d, "start"), 0, 1000, &start) ||
+            !get_int(field(d, "stop"), 0, 0, &stop))
+            return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: only Strip of leading spaces is supported");
+        t->strip_leading = (int)start;
+    } else if (strcmp(type, "Metaspace") == 0) {
+        const cJSON *r = field(d, "replacement");
+        const char *repl = r ? cJSON_GetStringValue(r) : "\xE2\x96\x81";
+        const char *scheme = cJSON_GetStringValue(field(d, "prepend_scheme"));
+        int aps = get_bool(d, "add_prefix_space", 1);
+        if (!repl || !*repl || aps < 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "decoder: Metaspace needs a replacement character");
+        ch->s[ch->n++] = (dstep){D_REPLACE, repl, " "};
+        if (scheme ? strcmp(scheme, "never") != 0 : aps)
+            t->strip_leading = -1;
+    } else {
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder type '%s' is not supported",
+                            col_tok_show(type, strlen(type), s1));
+    }
+    return COL_OK;
+}
+
+static bool reserve(scratch *s, size_t n)
+{
+    if (n <= s->cap)
+        return true;
+    char *p = realloc(s->p, 2 * n);
+    if (!p)
+        return false;
+    s->p = p;
+    s->cap = 2 * n;
+    return true;
+}
+
+/* cur[0..*n) with a -> b, through tmp */
+static bool dec_replace(scratch *cur, size_t *n, scratch *tmp, const char *a, const char *b)
+{
+    size_t al = strlen(a), bl = strlen(b), k = 0;
+    if (!reserve(tmp, *n / al * bl + *n + 1))
+        return false;
+    for (size_t i = 0; i < *n;) {
+        if (i + al <= *n && memcmp(cur->p + i, a, al) == 0) {
+            memcpy(tmp->p + k, b, bl);
+            k += bl;
+            i += al;
+        } else
+            tmp->p[k++] = cur->p[i++];
+    }
+    scratch x = *cur;
+    *cur = *tmp;
+    *tmp = x;
+    *n = k;
+    return true;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static col_status build_dec(col_tokenizer *t, const dchain *ch, const char *name, col_err *err)
+{
+    t->dec_off = calloc((size_t)t->n_ids, sizeof *t->dec_off);
+    t->dec_len = calloc((size_t)t->n_ids, sizeof *t->dec_len);
+    scratch out = {0}, cur = {0}, tmp = {0};
+    size_t at = 0;
+    bool ok = t->dec_off && t->dec_len;
+    for (int32_t i = 0; ok && i < t->n_ids; i++) {
+        if (!t->flags[i])
+            continue;
+        size_t n = t->name_len[i];
+        if (!(ok = reserve(&cur, n + 1)))
+            break;
+        memcpy(cur.p, t->names + t->name_off[i], n);
+        for (int k = 0; ok && k < ch->n; k++) {
+            const dstep *s = &ch->s[k];
+            if (s->kind == D_BYTELEVEL) {
+                size_t len;
+                if (!(ok = reserve(&tmp, n + 1)))
+                    break;
+                if (bytelevel_raw(cur.p, n, tmp.p, &len)) {
+                    memcpy(cur.p, tmp.p, len);
+                    n = len;
+                }
+            } else if (s->kind == D_REPLACE) {
+                ok = dec_replace(&cur, &n, &tmp, s->a, s->b);
+            } else if (n == 6 && memcmp(cur.p, "<0x", 3) == 0 && cur.p[5] == '>' && hexval(cur.p[3]) >= 0 &&
+                       hexval(cur.p[4]) >= 0) { /* D_BYTEFALLBACK */
+                cur.p[0] = (char)(hexval(cur.p[3]) * 16 + hexval(cur.p[4]));
+                n = 1;
+            }
+        }
+        if (!ok)
+            break;
+        if (at + n > UINT32_MAX) {
+            ok = false;
+            break;
+        }
+        if (at + n + 1 > out.cap) {
+            size_t cap = 2 * (at + n) + 4096;
+            char *p = realloc(out.p, cap);
+            if (!(ok = p != NULL))
+                break;
+            out.p = p;
+            out.cap = cap;
+        }
+        memcpy(out.p + at, cur.p, n);
+        t->dec_off[i] = (uint32_t)at;
+        t->dec_len[i] = (uint32_t)n;
+        at += n;
+    }
+    free(cur.p);
+    free(tmp.p);
+    t->dec = out.p;
+    return ok ? COL_OK : col_tok_fail(err, COL_ENOMEM, name, "out of memory");
+}
+
+/* ---- post-processor: the ids around the text ---- */
+
+static col_status add_fixed(col_tokenizer *t, bool suffix, int64_t id, const char *what, const char *name,
+                            col_err *err)
+{
+    if (id < 0 || id >= t->n_ids || !t->flags[id])
+        return col_tok_fail(err, COL_EFORMAT, name, "post_processor: %s has id %lld, which names no token", what,
+                            (long long)id);
+    int32_t **arr = suffix ? &t->suffix_ids : &t->prefix_ids;
+    int *n = suffix ? &t->n_suffix : &t->n_prefix;
+    if (*n >= 64)
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "post_processor: too many special tokens");
+    int32_t *p = realloc(*arr, (size_t)(*n + 1) * sizeof *p);
+    if (!p)
+        return col_tok_fail(err, COL_ENOMEM, name, "out of memory");
+    p[(*n)++] = (int32_t)id;
+    *arr = p;
+    return COL_OK;
+}
+
+static col_status parse_post(col_tokenizer *t, const cJSON *pp, const char *name, col_err *err)
+{
+    char s1[64];
+    if (!pp || cJSON_IsNull(pp))
+        return COL_OK;
+    const char *type = cJSON_IsObject(pp) ? cJSON_GetStringValue(field(pp, "type")) : NULL;
+    const cJSON *x;
+    col_status st = COL_OK;
+    if (!type)
+        return col_tok_fail(err, COL_EFORMAT, name, "post_processor: an entry has no \"type\"");
+    if (strcmp(type, "ByteLevel") == 0)
+        return COL_OK;
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = field(pp, "processors");
+        if (!cJSON_IsArray(list))
+            return col_tok_fail(err, COL_EFORMAT, name, "post_processor: Sequence has no \"processors\" array");
+        cJSON_ArrayForEach(x, list) if ((st = parse_post(t, x, name, err)) != COL_OK) return st;
+        return COL_OK;
+    }
+    if (strcmp(type, "RobertaProcessing") == 0 || strcmp(type, "BertProcessing") == 0) {
+        const cJSON *cls = field(pp, "cls"), *sep = field(pp, "sep");
+        int64_t c, s;
+        if (cJSON_GetArraySize(cls) != 2 || cJSON_GetArraySize(sep) != 2 ||
+            !get_int(cJSON_GetArrayItem(cls, 1), 0, ID_LIMIT, &c) || !get_int(cJSON_GetArrayItem(sep, 1), 0, ID_LIMIT, &s))
+            return col_tok_fail(err, COL_EFORMAT, name, "post_processor: %s needs cls and sep as [name, id]", type);
+        st = add_fixed(t, false, c, "cls", name, err);
+        return st != COL_OK ? st : add_fixed(t, true, s, "sep", name, err);
+    }
+    if (strcmp(type, "TemplateProcessing") != 0)
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "post_processor type '%s' is not supported",
+                            col_tok_show(type, strlen(type), s1));
+    const cJSON *single = field(pp, "single"), *specials = field(pp, "special_tokens");
+    if (!cJSON_IsArray(single))
+        return col_tok_fail(err, COL_EFORMAT, name, "post_processor: TemplateProcessing has no \"single\" array");
+    int seen_a = 0;
+    cJSON_ArrayForEach(x, single) {
+        const cJSON *sp = field(x, "SpecialToken"), *sq = field(x, "Sequence");
+        if (sq) {
+            const char *which = cJSON_GetStringValue(field(sq, "id"));
+            if (!which || strcmp(which, "A") != 0 || seen_a++)
+                return col_tok_fail(err, COL_EFORMAT, name, "post_processor: \"single\" must hold sequence A once");
+            continue;
+        }
+        const char *tok = cJSON_GetStringValue(field(sp, "id"));
+        const cJSON *ids = field(field(specials, tok ? tok : ""), "ids"), *y;
+        if (!tok || !cJSON_IsArray(ids))
+            return col_tok_fail(err, COL_EFORMAT, name, "post_processor: special token '%s' has no ids in special_tokens",
+                                tok ? col_tok_show(tok, strlen(tok), s1) : "?");
+        cJSON_ArrayForEach(y, ids) {
+            int64_t id;
+            if (!get_int(y, 0, ID_LIMIT, &id))
+                return col_tok_fail(err, COL_EFORMAT, name, "post_processor: an id of '%s' is not an integer",
+                                    col_tok_show(tok, strlen(tok), s1));
+            if ((st = add_fixed(t, seen_a, id, tok, name, err)) != COL_OK)
+                return st;
+        }
+    }
+    if (!seen_a)
+        return col_tok_fail(err, COL_EFORMAT, name, "post_processor: \"single\" must hold sequence A once");
+    return COL_OK;
+}
+
+/* ---- assembling a tokenizer ---- */
+
+static col_tokenizer *tok_new(void)
+{
+    col_tokenizer *t = calloc(1, sizeof *t);
+    if (t)
+        t->unk_id = t->bos_id = t->eos_id = -1;
+    return t;
+}
+
+static int32_t first_of(const col_tokenizer *t, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = col_tok_token_id(t, names[i]);
+        if (id >= 0)
+            return id;
+    }
+    return -1;
+}
+
+/* added-token trie, word splitting for SentencePiece, default BOS / EOS */
+static col_status finish(col_tokenizer *t, const char *name, col_err *err)
+{
+    col_status st = build_trie(t, name, err);
+    if (st != COL_OK)
+        return st;
+    if (!t->byte_level && t->split == COL_SPLIT_NONE && !t->ignore_merges) {
+        bool safe = true; /* no token has '▁' right after another character */
+        for (int32_t i = 0; safe && i < t->n_ids; i++) {
+            const char *s = t->names + t->name_off[i];
+            for (uint32_t k = 1; safe && (t->flags[i] & COL_TOKF_VOCAB) && k + 3 <= t->name_len[i]; k++)
+                if (memcmp(s + k, "\xE2\x96\x81", 3) == 0 && (k < 3 || memcmp(s + k - 3, "\xE2\x96\x81", 3) != 0))
+                    safe = false;
+        }
+        if (safe)
+            t->split = COL_SPLIT_SPM_WORDS;
+    }
+    static const char *const bos[] = {"<s>", "<|begin_of_text|>", "<|endoftext|>", "<bos>"};
+    static const char *const eos[] = {"</s>", "<|end_of_text|>", "<|endoftext|>", "<eos>"};
+    t->bos_id = t->n_prefix == 1 ? t->prefix_ids[0] : first_of(t, bos, 4);
+    t->eos_id = t->n_suffix == 1 ? t->suffix_ids[0] : first_of(t, eos, 4);
+    return COL_OK;
+}
+
+static col_status from_root(col_tokenizer *t, const cJSON *root, const char *name, col_err *err)
+{
+    char s1[64];
+    const cJSON *model = field(root, "model");
+    if (!cJSON_IsObject(model))
+        return col_tok_fail(err, COL_EFORMAT, name, "no \"model\" object: not a tokenizer.json");
+    const char *type = cJSON_GetStringValue(field(model, "type"));
+    if (type ? strcmp(type, "BPE") != 0 : !field(model, "merges"))
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "model type '%s' is not supported (only BPE)",
+                            type ? col_tok_show(type, strlen(type), s1) : "?");
+    const cJSON *drop = field(model, "dropout");
+    const char *cont = cJSON_GetStringValue(field(model, "continuing_subword_prefix"));
+    const char *eow = cJSON_GetStringValue(field(model, "end_of_word_suffix"));
+    if ((drop && !cJSON_IsNull(drop) && !(cJSON_IsNumber(drop) && drop->valuedouble == 0)) || (cont && *cont) ||
+        (eow && *eow))
+        return col_tok_fail(err, COL_EUNSUPPORTED, name,
+                            "BPE with dropout, continuing_subword_prefix or end_of_word_suffix is not supported");
+    col_status st = build_vocab(t, field(model, "vocab"), field(root, "added_tokens"), name, err);
+    if (st != COL_OK)
+        return st;
+    int bf = get_bool(model, "byte_fallback", 0), fu = get_bool(model, "fuse_unk", 0),
+        im = get_bool(model, "ignore_merges", 0);
+    if (bf < 0 || fu < 0 || im < 0)
+        return col_tok_fail(err, COL_EFORMAT, name, "model: byte_fallback, fuse_unk and ignore_merges must be booleans");
+    t->byte_fallback = bf, t->fuse_unk = fu, t->ignore_merges = im;
+    const cJSON *unk = field(model, "unk_token");
+    if (unk && !cJSON_IsNull(unk)) {
+        if (!cJSON_IsString(unk))
+            return col_tok_fail(err, COL_EFORMAT, name, "model.unk_token is not a string");
+        t->unk_id = col_strmap_get(&t->by_name, unk->valuestring, strlen(unk->valuestring));
+        if (t->unk_id < 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "model.unk_token '%s' is not in the vocabulary",
+                                col_tok_show(unk->valuestring, strlen(unk->valuestring), s1));
+    }
+    if ((st = json_merges(t, field(model, "merges"), name, err)) != COL_OK ||
+        (st = col_tok_parse_pre(t, field(root, "normalizer"), field(root, "pre_tokenizer"), name, err)) != COL_OK ||
+        (st = build_keys(t, name, err)) != COL_OK)
+        return st;
+    dchain ch = {.n = 0};
+    if ((st = parse_decoder(t, field(root, "decoder"), &ch, name, err)) != COL_OK ||
+        (st = build_dec(t, &ch, name, err)) != COL_OK ||
+        (st = parse_post(t, field(root, "post_processor"), name, err)) != COL_OK)
+        return st;
+    return finish(t, name, err);
+}
+
+static col_status from_vocab_merges(col_tokenizer *t, const cJSON *vocab, const char *vname, const char *merges,
+                                    size_t mlen, const char *mname, col_err *err)
+{
+    col_status st = build_vocab(t, vocab, NULL, vname, err);
+    if (st != COL_OK)
+        return st;
+    int32_t eot = col_strmap_get(&t->by_name, "<|endoftext|>", 13); /* GPT-2's one special token */
+    if (eot >= 0) {
+        t->flags[eot] |= COL_TOKF_ADDED | COL_TOKF_SPECIAL;
+        t->added_id[t->n_added++] = eot;
+    }
+    if ((st = text_merges(t, merges, mlen, mname, err)) != COL_OK)
+        return st;
+    t->byte_level = true;
+    if ((st = col_regex_compile(col_gpt2_regex, strlen(col_gpt2_regex), false, &t->re, err)) != COL_OK)
+        return st;
+    t->split = COL_SPLIT_REGEX;
+    dchain ch = {.s = {{D_BYTELEVEL, NULL, NULL}}, .n = 1};
+    if ((st = build_keys(t, vname, err)) != COL_OK || (st = build_dec(t, &ch, vname, err)) != COL_OK)
+        return st;
+    return finish(t, vname, err);
+}
+
+col_status col_tok_from_json(const char *json, size_t len, col_tokenizer **out, col_err *err)
+{
+    *out = NULL;
+    cJSON *root;
+    col_status st = parse_json(json, len, "tokenizer.json", &root, err);
+    if (st != COL_OK)
+        return st;
+    col_tokenizer *t = tok_new();
+    st = t ? from_root(t, root, "tokenizer.json", err) : col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+    cJSON_Delete(root);
+    if (st != COL_OK)
+        col_tok_free(t);
+    else
+        *out = t;
+    return st;
+}
+
+/* bos_token / eos_token from tokenizer_config.json: a string, {"content": ...} or null */
+static col_status apply_config(col_tokenizer *t, const char *path, col_err *err)
+{
+    char *text, s1[64];
+    size_t len;
+    cJSON *root;
+    col_status st = col_read_file(path, FILE_MAX, &text, &len, err);
+    if (st != COL_OK)
+        return st;
+    st = parse_json(text, len, path, &root, err);
+    free(text);
+    if (st != COL_OK)
+        return st;
+    static const char *const keys[2] = {"bos_token", "eos_token"};
+    for (int k = 0; k < 2 && st == COL_OK; k++) {
+        const cJSON *v = field(root, keys[k]);
+        if (!v)
+            continue;
+        const char *tok = cJSON_IsObject(v) ? cJSON_GetStringValue(field(v, "content")) : cJSON_GetStringValue(v);
+        int32_t id = tok ? col_tok_token_id(t, tok) : -1;
+        if (!cJSON_IsNull(v) && id < 0)
+            st = col_tok_fail(err, COL_EFORMAT, path, "%s '%s' is not a token", keys[k],
+                              tok ? col_tok_show(tok, strlen(tok), s1) : "?");
+        *(k ? &t->eos_id : &t->bos_id) = id;
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+static char *join(const char *dir, const char *file)
+{
+    size_t a = strlen(dir), b = strlen(file);
+    char *p = malloc(a + b + 2);
+    if (p)
+        snprintf(p, a + b + 2, "%s/%s", dir, file);
+    return p;
+}
+
+static bool is_file(const char *p)
+{
+    struct stat st;
+    return p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+col_status col_tok_load(const char *path, col_tokenizer **out, col_err *err)
+{
+    *out = NULL;
+    struct stat sb;
+    if (!path || stat(path, &sb) != 0)
+        return col_err_set(err, COL_EIO, "%s: %s", path ? path : "(null)", strerror(path ? errno : EINVAL));
+    char *dir = NULL, *file = NULL, *mpath = NULL, *cpath = NULL, *text = NULL, *mtext = NULL;
+    cJSON *root = NULL;
+    col_tokenizer *t = NULL;
+    size_t len, mlen;
+    col_status st = COL_ENOMEM;
+    if (S_ISDIR(sb.st_mode)) {
+        dir = strdup(path);
+        file = join(path, "tokenizer.json");
+        if (file && !is_file(file)) {
+            free(file);
+            file = join(path, "vocab.json");
+            char *m = join(path, "merges.txt");
+            bool both = is_file(file) && is_file(m);
+            free(m);
+            if (file && !both) {
+                st = col_err_set(err, COL_EIO, "%s: no tokenizer.json, nor vocab.json with merges.txt", path);
+                goto done;
+            }
+        }
+    } else {
+        file = strdup(path);
+        const char *slash = strrchr(path, '/');
+        dir = slash ? strndup(path, (size_t)(slash - path + (slash == path))) : strdup(".");
+    }
+    mpath = dir ? join(dir, "merges.txt") : NULL;
+    cpath = dir ? join(dir, "tokenizer_config.json") : NULL;
+    if (!dir || !file || !mpath || !cpath || !(t = tok_new())) {
+        st = col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+        goto done;
+    }
+    if ((st = col_read_file(file, FILE_MAX, &text, &len, err)) != COL_OK ||
+        (st = parse_json(text, len, file, &root, err)) != COL_OK)
+        goto done;
+    if (field(root, "model")) {
+        st = from_root(t, root, file, err);
+    } else if (!cJSON_IsObject(root)) {
+        st = col_tok_fail(err, COL_EFORMAT, file, "not a JSON object");
+    } else if (!is_file(mpath)) {
+        st = col_tok_fail(err, COL_EFORMAT, file, "not a tokenizer.json (no \"model\"), and no merges.txt beside it");
+    } else if ((st = col_read_file(mpath, FILE_MAX, &mtext, &mlen, err)) == COL_OK) {
+        st = from_vocab_merges(t, root, file, mtext, mlen, mpath, err);
+    }
+    if (st == COL_OK && is_file(cpath))
+        st = apply_config(t, cpath, err);
+done:
+    cJSON_Delete(root);
+    free(text);
+    free(mtext);
+    free(dir);
+    free(file);
+    free(mpath);
+    free(cpath);
+    if (st != COL_OK)
+        col_tok_free(t);
+    else
+        *out = t;
+    return st;
+}
+
+/* ---- encode / decode ---- */
+
+static size_t space_at(const unsigned char *s, size_t n)
+{
+    uint32_t cp;
+    size_t k = col_utf8_char(s, n, &cp);
+    return k && col_unicode_space(cp) ? k : 0;
+}
+
+static size_t space_before(const unsigned char *s, size_t n)
+{
+    for (size_t k = 1; k <= 4 && k <= n; k++) {
+        uint32_t cp;
+        if (col_utf8_char(s + n - k, k, &cp) == k)
+            return col_unicode_space(cp) ? k : 0;
+    }
+    return 0;
+}
+
+col_status col_tok_encode_ex(const col_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+                             size_t *n, col_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!t || (!text && len))
+        return col_err_set(err, COL_EINVAL, "col_tok_encode: no tokenizer or no text");
+    col_tok_ctx *c;
+    col_status st = col_tok_ctx_new(t, &c, err);
+    if (st != COL_OK)
+        return st;
+    for (int i = 0; st == COL_OK && (flags & COL_TOK_ADD_SPECIAL) && i < t->n_prefix; i++)
+        st = col_tok_push_id(c, t->prefix_ids[i], err);
+    const unsigned char *u = (const unsigned char *)text;
+    bool special = flags & COL_TOK_PARSE_SPECIAL;
+    size_t seg = 0;
+    for (size_t p = 0; st == COL_OK && t->n_trie > 0 && p < len;) {
+        size_t ml = 0;
+        int32_t tok = t->trie_root[u[p]] < 0 ? -1 : match_added(t, u + p, len - p, special, &ml);
+        if (tok < 0) {
+            p++;
+            continue;
+        }
+        size_t ms = p, me = p + ml, k;
+        if (t->flags[tok] & COL_TOKF_LSTRIP)
+            while (ms > seg && (k = space_before(u + seg, ms - seg)) > 0)
+                ms -= k;
+        if (t->flags[tok] & COL_TOKF_RSTRIP)
+            while (me < len && (k = space_at(u + me, len - me)) > 0)
+                me += k;
+        st = col_tok_segment(t, c, text + seg, ms - seg, seg == 0, err);
+        if (st == COL_OK)
+            st = col_tok_push_id(c, tok, err);
+        seg = p = me;
+    }
+    if (st == COL_OK)
+        st = col_tok_segment(t, c, text + seg, len - seg, seg == 0, err);
+    for (int i = 0; st == COL_OK && (flags & COL_TOK_ADD_SPECIAL) && i < t->n_suffix; i++)
+        st = col_tok_push_id(c, t->suffix_ids[i], err);
+    if (st == COL_OK) {
+        *ids = col_tok_ctx_take(c, n);
+        if (!*ids && !(*ids = malloc(sizeof **ids)))
+            st = col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+    }
+    col_tok_ctx_free(c);
+    return st;
+}
+
+col_status col_tok_encode(const col_tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+                          size_t *n, col_err *err)
+{
+    unsigned flags = COL_TOK_PARSE_SPECIAL | (add_special ? COL_TOK_ADD_SPECIAL : 0u);
+    return col_tok_encode_ex(t, text, len, flags, ids, n, err);
+}
+
+col_status col_tok_decode(const col_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
+                          size_t *len, col_err *err)
+{
+    *text = NULL;
+    *len = 0;
+    if (!t || (!ids && n))
+        return col_err_set(err, COL_EINVAL, "col_tok_decode: no tokenizer or no ids");
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= t->n_ids)
+            return col_err_set(err, COL_EINVAL, "token id %d at position %zu is out of range [0, %d)", id, i, t->n_ids);
+        if (!t->flags[id])
+            return col_err_set(err, COL_EINVAL, "token id %d at position %zu names no token", id, i);
+        total += t->dec_len[id];
+    }
+    char *out = malloc(total + 1);
+    if (!out)
+        return col_err_set(err, COL_ENOMEM, "col_tok_decode: out of memory for %zu bytes", total);
+    size_t k = 0;
+    bool first = true;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (skip_special && (t->flags[id] & COL_TOKF_SPECIAL))
+            continue;
+        const char *s = t->dec + t->dec_off[id];
+        if (first && t->strip_leading < 0) { /* Metaspace: the first token loses its spaces */
+            for (uint32_t j = 0; j < t->dec_len[id]; j++)
+                if (s[j] != ' ')
+                    out[k++] = s[j];
+        } else {
+            memcpy(out + k, s, t->dec_len[id]);
+            k += t->dec_len[id];
+        }
+        first = false;
+    }
+    size_t strip = 0;
+    while (t->strip_leading > 0 && strip < (size_t)t->strip_leading && strip < k && out[strip] == ' ')
+        strip++;
+    memmove(out, out + strip, k - strip);
+    k -= strip;
+    out[k] = '\0';
+    *text = out;
+    *len = k;
+    return COL_OK;
+}
+
+/* ---- queries ---- */
+
+int32_t col_tok_vocab_size(const col_tokenizer *t)
+{
+    return t->n_ids;
+}
+
+int32_t col_tok_bos_id(const col_tokenizer *t)
+{
+    return t->bos_id;
+}
+
+int32_t col_tok_eos_id(const col_tokenizer *t)
+{
+    return t->eos_id;
+}
+
+int32_t col_tok_token_id(const col_tokenizer *t, const char *name)
+{
+    size_t n = strlen(name);
+    const unsigned char *s = (const unsigned char *)name;
+    int32_t node = n && t->trie ? t->trie_root[s[0]] : -1;
+    for (size_t k = 1; node >= 0 && k < n; k++) {
+        node = t->trie[node].child;
+        while (node >= 0 && t->trie[node].byte != s[k])
+            node = t->trie[node].sibling;
+    }
+    if (node >= 0 && t->trie[node].token >= 0)
+        return t->trie[node].token;
+    return col_strmap_get(&t->by_name, name, n);
+}
+
+const char *col_tok_token_bytes(const col_tokenizer *t, int32_t id, size_t *len)
+{
+    *len = 0;
+    if (id < 0 || id >= t->n_ids || !t->flags[id])
+        return NULL;
+    *len = t->dec_len[id];
+    return t->dec + t->dec_off[id];
+}
+
+bool col_tok_is_special(const col_tokenizer *t, int32_t id)
+{
+    return id >= 0 && id < t->n_ids && (t->flags[id] & COL_TOKF_SPECIAL);
+}

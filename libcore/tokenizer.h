@@ -180,7 +180,7 @@ struct col_tokenizer {
     int32_t n_ids;             /* vocab size: one past the largest id */
 
     /* per id: the name in the files, the decoded bytes, flags */
-    char *names, *dec;
+    char *names, *keys, *dec;
     uint32_t *name_off, *name_len, *dec_off, *dec_len;
     uint32_t *key_off, *key_len; /* encode keys: raw bytes (byte-level) or names */
     uint8_t *flags;            /* COL_TOKF_* */
@@ -210,7 +210,8 @@ struct col_tokenizer {
     int32_t bos_id, eos_id;
 };
 
-enum { COL_TOKF_PRESENT = 1, COL_TOKF_ADDED = 2, COL_TOKF_SPECIAL = 4, COL_TOKF_LSTRIP = 8, COL_TOKF_RSTRIP = 16 };
+enum { COL_TOKF_PRESENT = 1, COL_TOKF_ADDED = 2, COL_TOKF_SPECIAL = 4, COL_TOKF_LSTRIP = 8, COL_TOKF_RSTRIP = 16,
+       COL_TOKF_VOCAB = 32 /* in the model's vocabulary (not only an added token) */ };
 
 typedef struct col_trie_node {
     int32_t child, sibling; /* first child, next sibling; -1 none */

@@ -235,8 +235,23 @@ static col_status pt_read_entry(pt_ctx *c, struct archive *a, const uint8_t *in,
     return COL_OK;
 }
 
+/* The zip's end-of-central-directory record: a truncated file loses it. */
+static bool pt_has_end_record(const uint8_t *in, size_t len)
+{
+    if (len < 22)
+        return false;
+    size_t lo = len - 22 > 65535 ? len - 22 - 65535 : 0;
+    for (size_t i = len - 22 + 1; i-- > lo;)
+        if (!memcmp(in + i, "PK\5\6", 4) && i + 22 + (in[i + 20] | (size_t)in[i + 21] << 8) <= len)
+            return true;
+    return false;
+}
+
 static col_status pt_read_zip(pt_ctx *c, const uint8_t *in, size_t len)
 {
+    if (!pt_has_end_record(in, len))
+        return col_err_set(c->err, COL_EFORMAT, "%s: the zip's end record is missing: the file is truncated or not a "
+                           "zip archive", c->file);
     struct archive *a = archive_read_new();
     if (!a)
         return pt_nomem(c);
@@ -244,7 +259,7 @@ static col_status pt_read_zip(pt_ctx *c, const uint8_t *in, size_t len)
     size_t cap = 0;
     /* stored entries never exceed the input; deflated weights shrink little */
     size_t budget = len > (SIZE_MAX - (1u << 20)) / 8 ? SIZE_MAX : 8 * len + (1u << 20);
-    archive_read_support_format_zip(a);
+    archive_read_support_format_zip_seekable(a);   /* reads the central directory */
     if (archive_read_open_memory(a, in, len) != ARCHIVE_OK) {
         st = col_err_set(c->err, COL_EFORMAT, "%s: not a readable zip archive: %s", c->file,
                          archive_error_string(a) ? archive_error_string(a) : "unknown error");

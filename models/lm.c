@@ -10,42 +10,6 @@
 
 #include "rng.h"
 
-const char *col_arch_name(col_arch a)
-{
-    switch (a) {
-    case COL_ARCH_GPT2: return "gpt2";
-    case COL_ARCH_OPT: return "opt";
-    case COL_ARCH_LLAMA: return "llama";
-    }
-    return "?";
-}
-
-col_status col_lm_check_config(const col_lm_config *c, col_err *err)
-{
-    const char *a = col_arch_name(c->arch);
-    if (c->vocab_size <= 0 || c->max_positions <= 0 || c->hidden <= 0 || c->n_layer <= 0 || c->n_head <= 0 ||
-        c->ffn <= 0 || c->head_dim <= 0)
-        return col_err_set(err, COL_EINVAL,
-                           "%s config: vocab size, positions, hidden size, layers, heads, head_dim and MLP width must "
-                           "all be positive",
-                           a);
-    if (c->arch != COL_ARCH_LLAMA && (c->hidden % c->n_head != 0 || c->head_dim != c->hidden / c->n_head))
-        return col_err_set(err, COL_EINVAL, "%s config: hidden size %d is not n_head %d times head_dim %d", a, c->hidden,
-                           c->n_head, c->head_dim);
-    if (c->n_kv_head <= 0 || c->n_head % c->n_kv_head != 0)
-        return col_err_set(err, COL_EINVAL, "%s config: %d attention heads are not a multiple of %d key/value heads", a,
-                           c->n_head, c->n_kv_head);
-    if (c->arch == COL_ARCH_LLAMA && (c->head_dim % 2 != 0))
-        return col_err_set(err, COL_EINVAL, "%s config: head_dim %d must be even for rotary embeddings", a, c->head_dim);
-    if (c->arch == COL_ARCH_OPT && c->word_embed_proj_dim <= 0)
-        return col_err_set(err, COL_EINVAL, "%s config: word_embed_proj_dim must be positive", a);
-    if (!(c->norm_eps > 0))
-        return col_err_set(err, COL_EINVAL, "%s config: the norm epsilon must be positive", a);
-    if (!(c->dropout >= 0 && c->dropout < 1))
-        return col_err_set(err, COL_EINVAL, "%s config: dropout %g is outside [0, 1)", a, c->dropout);
-    return COL_OK;
-}
-
 int col_lm_param_count(const col_lm_config *c)
 {
     switch (c->arch) {

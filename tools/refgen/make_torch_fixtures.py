@@ -19,6 +19,7 @@ Outputs (tests/fixtures/torchbin/, all small):
   malicious.bin     a zip laid out like torch's whose data.pkl calls os.system via REDUCE
   reference.json    for every valid file: tensor names in order, dtype, shape and the raw
                     little-endian bytes of the contiguous tensor (hex), taken from torch directly
+and the seed corpus of tests/fuzz/fuzz_torchbin.c (tests/fuzz/corpus_torchbin/).
 """
 import collections
 import io
@@ -30,12 +31,21 @@ import zipfile
 import torch
 
 OUT = os.path.join("tests", "fixtures", "torchbin")
+CORPUS = os.path.join("tests", "fuzz", "corpus_torchbin")
 
 DTYPE_NAME = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
     torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
     torch.uint8: "U8", torch.bool: "BOOL",
 }
+
+
+def zinfo(name, compress=zipfile.ZIP_STORED):
+    """A zip entry with a fixed date, so that reruns write the same bytes."""
+    info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+    info.compress_type = compress
+    info.external_attr = 0o644 << 16
+    return info
 
 
 def ref_of(t):
@@ -61,6 +71,43 @@ def save(name, obj, refs, **kw):
     torch.save(obj, path, **kw)
     refs[name] = [dict(name=n, **ref_of(t)) for n, t in flat(obj)]
     return path
+
+
+def write_fuzz_seeds(g):
+    """Seeds for tests/fuzz/fuzz_torchbin.c: whole checkpoints, and bare data.pkl pickles that the
+    harness wraps in a zip whose storages archive/data/0..15 hold 64 bytes each."""
+    os.makedirs(CORPUS, exist_ok=True)
+    for name in ("module.bin", "module_p4.bin", "module_deflate.bin", "params.bin", "views.bin",
+                 "malicious.bin", "legacy.bin"):
+        with open(os.path.join(OUT, name), "rb") as src, open(os.path.join(CORPUS, name), "wb") as dst:
+            dst.write(src.read())
+    m = torch.randn(4, 4, generator=g)
+    sd = collections.OrderedDict()
+    sd["m"] = m                                        # 16 floats = 64 bytes
+    sd["mt"] = m.t()
+    sd["row"] = m[2]
+    sd["col"] = m[:, 1]
+    sd["h"] = torch.randn(32, generator=g).half()
+    sd["bf"] = torch.randn(2, 16, generator=g).bfloat16()[:, ::3]
+    sd["d"] = torch.randn(8, generator=g, dtype=torch.float64).reshape(2, 2, 2).permute(2, 1, 0)
+    sd["l"] = torch.arange(8)
+    sd["i"] = torch.arange(16, dtype=torch.int32).reshape(4, 4)[1:, 1:]
+    sd["s"] = torch.arange(32, dtype=torch.int16)
+    sd["c"] = torch.arange(64, dtype=torch.int8).reshape(8, 8).t()
+    sd["u"] = torch.arange(64, dtype=torch.uint8)[5]
+    sd["b"] = torch.ones(64, dtype=torch.bool).reshape(4, 16)
+    sd["e"] = torch.randn(4, 1, generator=g).expand(4, 4).contiguous()[:, :1].expand(4, 5)
+    for proto in (2, 4):
+        buf = io.BytesIO()
+        torch.save(sd, buf, pickle_protocol=proto)
+        with zipfile.ZipFile(buf) as z:
+            pkl = z.read("archive/data.pkl")
+            assert all(i.file_size == 64 for i in z.infolist() if "/data/" in i.filename)
+        with open(os.path.join(CORPUS, f"state_p{proto}.pkl"), "wb") as fh:
+            fh.write(pkl)
+    with zipfile.ZipFile(os.path.join(OUT, "malicious.bin")) as z, \
+            open(os.path.join(CORPUS, "malicious.pkl"), "wb") as fh:
+        fh.write(z.read("archive/data.pkl"))
 
 
 def main():
@@ -122,7 +169,7 @@ def main():
     with zipfile.ZipFile(os.path.join(OUT, "module.bin")) as zin, \
             zipfile.ZipFile(os.path.join(OUT, "module_deflate.bin"), "w", zipfile.ZIP_DEFLATED) as zout:
         for info in zin.infolist():
-            zout.writestr(info.filename, zin.read(info.filename))
+            zout.writestr(zinfo(info.filename, zipfile.ZIP_DEFLATED), zin.read(info.filename))
     refs["module_deflate.bin"] = refs["module.bin"]
 
     # a training checkpoint: nested dict and plain values
@@ -142,9 +189,11 @@ def main():
             return (os.system, ("echo pwned",))
 
     with zipfile.ZipFile(os.path.join(OUT, "malicious.bin"), "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", pickle.dumps(collections.OrderedDict(w=Evil()), protocol=2))
-        z.writestr("archive/byteorder", "little")
-        z.writestr("archive/version", "3\n")
+        z.writestr(zinfo("archive/data.pkl"), pickle.dumps(collections.OrderedDict(w=Evil()), protocol=2))
+        z.writestr(zinfo("archive/byteorder"), "little")
+        z.writestr(zinfo("archive/version"), "3\n")
+
+    write_fuzz_seeds(g)
 
     with open(os.path.join(OUT, "reference.json"), "w") as fh:
         json.dump(refs, fh, indent=1)
