@@ -1,2 +1,188 @@
-/* PLACEHOLDER: being written */
-int main(void) { return 1; }
+/* colossal-tokenize - text -> token ids and back.
+ *
+ *   colossal-tokenize MODEL < text          prints [id, id, ...]
+ *   colossal-tokenize --decode MODEL < ids   prints the text
+ *
+ * MODEL: a directory with tokenizer.json or vocab.json + merges.txt, a
+ * tokenizer.json / vocab.json path, or one of the bundled tokenizers gpt2,
+ * llama2, llama3. Errors: one line on stderr, exit 1; usage errors exit 2. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "tokenizer.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: colossal-tokenize [--decode] [--no-special] [--split-special] [--skip-special] MODEL\n"
+               "Reads text on stdin and prints its token ids as a JSON array; with --decode, reads a JSON\n"
+               "array of ids and prints the text. MODEL is a directory with tokenizer.json or vocab.json +\n"
+               "merges.txt, a tokenizer.json or vocab.json file, or a bundled tokenizer: gpt2, llama2, llama3.\n"
+               "  --no-special     add no BOS/EOS around the ids\n"
+               "  --split-special  encode special tokens written in the text (\"<|eot_id|>\") as plain text\n"
+               "  --skip-special   with --decode, leave special tokens out of the text\n");
+}
+
+/* the bundled tokenizer dir for a built-in name (installed copy first) */
+static const char *builtin(const char *name, char *buf, size_t size)
+{
+    static const char *const names[] = {"gpt2", "llama2", "llama3"};
+    static const char *const roots[] = {COL_ASSET_DIR "/tokenizers", COL_SRC_ASSET_DIR "/tokenizers"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(name, names[i]) != 0)
+            continue;
+        for (size_t r = 0; r < sizeof roots / sizeof roots[0]; r++) {
+            snprintf(buf, size, "%s/%s", roots[r], name);
+            if (access(buf, R_OK) == 0)
+                return buf;
+        }
+        snprintf(buf, size, "%s/%s", roots[0], name);
+        return buf;
+    }
+    return NULL;
+}
+
+static char *read_stdin(size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *p = malloc(cap);
+    while (p) {
+        if (n + 1 >= cap) {
+            char *q = realloc(p, cap *= 2);
+            if (!q) {
+                free(p);
+                return NULL;
+            }
+            p = q;
+        }
+        size_t k = fread(p + n, 1, cap - n - 1, stdin);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    if (!p || ferror(stdin)) {
+        free(p);
+        return NULL;
+    }
+    p[n] = '\0';
+    *len = n;
+    return p;
+}
+
+static int fail(const char *msg)
+{
+    fprintf(stderr, "colossal-tokenize: %s\n", msg);
+    return 1;
+}
+
+static int encode(const col_tokenizer *t, const char *text, size_t len, unsigned flags)
+{
+    int32_t *ids;
+    size_t n;
+    col_err err = {0};
+    if (col_tok_encode_ex(t, text, len, flags, &ids, &n, &err) != COL_OK)
+        return fail(err.msg);
+    putchar('[');
+    for (size_t i = 0; i < n; i++)
+        printf(i ? ", %d" : "%d", ids[i]);
+    printf("]\n");
+    free(ids);
+    return 0;
+}
+
+static int decode(const col_tokenizer *t, const char *text, size_t len, bool skip_special)
+{
+    cJSON *root = cJSON_ParseWithLength(text, len), *x;
+    if (!cJSON_IsArray(root)) {
+        cJSON_Delete(root);
+        return fail("--decode: stdin is not a JSON array of token ids");
+    }
+    int n = cJSON_GetArraySize(root), i = 0;
+    int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    if (!ids) {
+        cJSON_Delete(root);
+        return fail("out of memory");
+    }
+    cJSON_ArrayForEach(x, root) {
+        double d = cJSON_IsNumber(x) ? x->valuedouble : 0.5;
+        if (!(d >= -2147483648.0 && d <= 2147483647.0) || (double)(int64_t)d != d) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "--decode: element %d of the array is not an integer id", i);
+            free(ids);
+            cJSON_Delete(root);
+            return fail(msg);
+        }
+        ids[i++] = (int32_t)d;
+    }
+    cJSON_Delete(root);
+    char *out;
+    size_t olen;
+    col_err err = {0};
+    col_status st = col_tok_decode(t, ids, (size_t)n, skip_special, &out, &olen, &err);
+    free(ids);
+    if (st != COL_OK)
+        return fail(err.msg);
+    fwrite(out, 1, olen, stdout);
+    free(out);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bool dec = false, skip = false;
+    unsigned flags = COL_TOK_ADD_SPECIAL | COL_TOK_PARSE_SPECIAL;
+    const char *model = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--decode") == 0)
+            dec = true;
+        else if (strcmp(a, "--no-special") == 0)
+            flags &= ~(unsigned)COL_TOK_ADD_SPECIAL;
+        else if (strcmp(a, "--split-special") == 0)
+            flags &= ~(unsigned)COL_TOK_PARSE_SPECIAL;
+        else if (strcmp(a, "--skip-special") == 0)
+            skip = true;
+        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "colossal-tokenize: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else if (model) {
+            fprintf(stderr, "colossal-tokenize: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else
+            model = a;
+    }
+    if (!model) {
+        fprintf(stderr, "colossal-tokenize: no MODEL given\n");
+        usage(stderr);
+        return 2;
+    }
+    char buf[4096];
+    const char *path = model;
+    if (access(model, F_OK) != 0 && builtin(model, buf, sizeof buf))
+        path = buf;
+    col_tokenizer *t;
+    col_err err = {0};
+    if (col_tok_load(path, &t, &err) != COL_OK)
+        return fail(err.msg);
+    size_t len;
+    char *text = read_stdin(&len);
+    if (!text) {
+        col_tok_free(t);
+        return fail("cannot read stdin");
+    }
+    int rc = dec ? decode(t, text, len, skip) : encode(t, text, len, flags);
+    free(text);
+    col_tok_free(t);
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout)))
+        return fail("cannot write to stdout");
+    return rc;
+}

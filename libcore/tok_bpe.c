@@ -1,5 +1,12 @@
 /* tok_bpe.c - the BPE model: hash maps for token strings and merge ranks,
- * the merge loop, and the per-call encoding context with its word cache.
+ * the merge loop, the per-call encoding context with its word cache, and the
+ * encode / decode entry points.
+ *
+ * Encoding: added tokens are found in the raw text first (a byte trie,
+ * leftmost longest); each stretch of text between them is normalized and
+ * cut into words (tok_pretok.c), each word goes through BPE; the
+ * post-processor's ids go around the result. Decoding concatenates each id's
+ * decoded bytes, computed once at load time from the decoder description.
  *
  * The merge loop is Hugging Face's (tokenizers/src/models/bpe/word.rs): the
  * word's symbols form a linked list, candidate pairs sit in a min-heap
@@ -53,6 +60,28 @@ col_status col_strmap_init(col_strmap *m, size_t n_keys, col_err *err)
     return COL_OK;
 }
 
+/* memcmp(a, b, n) == 0 without a call for short keys */
+static inline bool bytes_eq(const char *a, const char *b, size_t n)
+{
+    uint64_t x, y, u, v;
+    if (n >= 8 && n <= 16) {
+        memcpy(&x, a, 8), memcpy(&y, b, 8), memcpy(&u, a + n - 8, 8), memcpy(&v, b + n - 8, 8);
+        return x == y && u == v;
+    }
+    if (n >= 4 && n < 8) {
+        uint32_t p, q, r, w;
+        memcpy(&p, a, 4), memcpy(&q, b, 4), memcpy(&r, a + n - 4, 4), memcpy(&w, b + n - 4, 4);
+        return p == q && r == w;
+    }
+    if (n < 4) {
+        for (size_t i = 0; i < n; i++)
+            if (a[i] != b[i])
+                return false;
+        return true;
+    }
+    return memcmp(a, b, n) == 0;
+}
+
 static int32_t strmap_find(const col_strmap *m, const char *s, size_t n, uint64_t h, uint64_t **slot)
 {
     uint64_t tag = h >> 32 << 32;
@@ -64,7 +93,7 @@ static int32_t strmap_find(const col_strmap *m, const char *s, size_t n, uint64_
         }
         if ((v & 0xFFFFFFFF00000000ull) == tag) {
             int32_t id = (int32_t)(uint32_t)v - 1;
-            if (m->len[id] == n && memcmp(m->arena + m->off[id], s, n) == 0) {
+            if (m->len[id] == n && bytes_eq(m->arena + m->off[id], s, n)) {
                 *slot = &m->slots[i];
                 return id;
             }
@@ -244,8 +273,9 @@ static size_t bpe_merge(const col_mergemap *mm, int32_t *id, int32_t *prv, int32
 #define CACHE_MAX_ENTRIES (1u << 16)
 
 typedef struct {
-    uint64_t hash;
-    uint32_t key_off, key_len, ids_off, n_ids; /* key_len 0: empty */
+    uint32_t tag;             /* high half of the hash */
+    uint16_t key_len, n_ids;  /* key_len 0: empty */
+    uint32_t key_off, ids_off;
 } cache_ent;
 
 struct col_tok_ctx {
@@ -343,7 +373,7 @@ static const cache_ent *cache_get(const col_tok_ctx *c, const char *s, size_t n,
         const cache_ent *e = &c->ce[i];
         if (e->key_len == 0)
             return NULL;
-        if (e->hash == h && e->key_len == n && memcmp(c->ck + e->key_off, s, n) == 0)
+        if (e->tag == (uint32_t)(h >> 32) && e->key_len == n && bytes_eq(c->ck + e->key_off, s, n))
             return e;
     }
 }
@@ -361,7 +391,7 @@ static void cache_put(col_tok_ctx *c, const char *s, size_t n, uint64_t h, const
         for (size_t i = 0; c->ce && i <= c->ce_mask; i++) {
             if (c->ce[i].key_len == 0)
                 continue;
-            size_t j = c->ce[i].hash & (cap - 1);
+            size_t j = col_tok_hash(c->ck + c->ce[i].key_off, c->ce[i].key_len) & (cap - 1);
             while (ne[j].key_len)
                 j = (j + 1) & (cap - 1);
             ne[j] = c->ce[i];
@@ -376,7 +406,7 @@ static void cache_put(col_tok_ctx *c, const char *s, size_t n, uint64_t h, const
     size_t i = h & c->ce_mask;
     while (c->ce[i].key_len)
         i = (i + 1) & c->ce_mask;
-    c->ce[i] = (cache_ent){h, (uint32_t)c->ck_n, (uint32_t)n, (uint32_t)c->cv_n, (uint32_t)k};
+    c->ce[i] = (cache_ent){(uint32_t)(h >> 32), (uint16_t)n, (uint16_t)k, (uint32_t)c->ck_n, (uint32_t)c->cv_n};
     memcpy(c->ck + c->ck_n, s, n);
     memcpy(c->cv + c->cv_n, ids, k * sizeof *ids);
     c->ck_n += n;
@@ -435,17 +465,20 @@ col_status col_tok_word(void *ctx, const char *s, size_t n, col_err *err)
     const col_strmap *keys = t->byte_level ? &t->by_key : &t->by_name;
     if (n == 0)
         return COL_OK;
-    if (t->ignore_merges) {
-        int32_t id = col_strmap_get(keys, s, n);
-        if (id >= 0)
-            return push_ids(c, &id, 1, err);
-    }
-    uint64_t h = 0;
-    if (n <= CACHE_MAX_WORD) {
-        h = col_tok_hash(s, n);
+    uint64_t h = col_tok_hash(s, n), *slot;
+    bool cache = n <= CACHE_MAX_WORD;
+    if (cache) {
         const cache_ent *e = cache_get(c, s, n, h);
         if (e)
             return push_ids(c, c->cv + e->ids_off, e->n_ids, err);
+    }
+    if (t->ignore_merges) {
+        int32_t id = strmap_find(keys, s, n, h, &slot);
+        if (id >= 0) {
+            if (cache)
+                cache_put(c, s, n, h, &id, 1);
+            return push_ids(c, &id, 1, err);
+        }
     }
     if (n > (size_t)INT32_MAX / 4)
         return col_err_set(err, COL_EINVAL, "tokenizer: a word of %zu bytes is too long", n);
@@ -482,7 +515,194 @@ col_status col_tok_word(void *ctx, const char *s, size_t n, col_err *err)
             return st;
     }
     ns = bpe_merge(&t->merges, c->sym, c->prv, c->nxt, c->heap, ns);
-    if (n <= CACHE_MAX_WORD)
+    if (cache)
         cache_put(c, s, n, h, c->sym, ns);
     return push_ids(c, c->sym, ns, err);
+}
+
+/* ---- the encode / decode entry points ---- */
+
+/* the longest added token at s[0..n) that flags allow, or -1 */
+static int32_t match_added(const col_tokenizer *t, const unsigned char *s, size_t n, bool special, size_t *len)
+{
+    int32_t best = -1;
+    int32_t node = t->trie_root[s[0]];
+    for (size_t k = 0; node >= 0;) {
+        int32_t tok = t->trie[node].token;
+        if (tok >= 0 && (special || !(t->flags[tok] & COL_TOKF_SPECIAL))) {
+            best = tok;
+            *len = k + 1;
+        }
+        if (++k >= n)
+            break;
+        node = t->trie[node].child;
+        while (node >= 0 && t->trie[node].byte != s[k])
+            node = t->trie[node].sibling;
+    }
+    return best;
+}
+
+static size_t space_at(const unsigned char *s, size_t n)
+{
+    uint32_t cp;
+    size_t k = col_utf8_char(s, n, &cp);
+    return k && col_unicode_space(cp) ? k : 0;
+}
+
+static size_t space_before(const unsigned char *s, size_t n)
+{
+    for (size_t k = 1; k <= 4 && k <= n; k++) {
+        uint32_t cp;
+        if (col_utf8_char(s + n - k, k, &cp) == k)
+            return col_unicode_space(cp) ? k : 0;
+    }
+    return 0;
+}
+
+col_status col_tok_encode_ex(const col_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+                             size_t *n, col_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!t || (!text && len))
+        return col_err_set(err, COL_EINVAL, "col_tok_encode: no tokenizer or no text");
+    col_tok_ctx *c = NULL;
+    col_status st = col_tok_ctx_new(t, &c, err);
+    if (st != COL_OK)
+        return st;
+    for (int i = 0; st == COL_OK && (flags & COL_TOK_ADD_SPECIAL) && i < t->n_prefix; i++)
+        st = col_tok_push_id(c, t->prefix_ids[i], err);
+    const unsigned char *u = (const unsigned char *)text;
+    bool special = flags & COL_TOK_PARSE_SPECIAL;
+    size_t seg = 0;
+    for (size_t p = 0; st == COL_OK && t->n_trie > 0 && p < len;) {
+        size_t ml = 0;
+        int32_t tok = t->trie_root[u[p]] < 0 ? -1 : match_added(t, u + p, len - p, special, &ml);
+        if (tok < 0) {
+            p++;
+            continue;
+        }
+        size_t ms = p, me = p + ml, k;
+        if (t->flags[tok] & COL_TOKF_LSTRIP)
+            while (ms > seg && (k = space_before(u + seg, ms - seg)) > 0)
+                ms -= k;
+        if (t->flags[tok] & COL_TOKF_RSTRIP)
+            while (me < len && (k = space_at(u + me, len - me)) > 0)
+                me += k;
+        st = col_tok_segment(t, c, text + seg, ms - seg, seg == 0, err);
+        if (st == COL_OK)
+            st = col_tok_push_id(c, tok, err);
+        seg = p = me;
+    }
+    if (st == COL_OK)
+        st = col_tok_segment(t, c, text + seg, len - seg, seg == 0, err);
+    for (int i = 0; st == COL_OK && (flags & COL_TOK_ADD_SPECIAL) && i < t->n_suffix; i++)
+        st = col_tok_push_id(c, t->suffix_ids[i], err);
+    if (st == COL_OK) {
+        *ids = col_tok_ctx_take(c, n);
+        if (!*ids && !(*ids = malloc(sizeof **ids)))
+            st = col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+    }
+    col_tok_ctx_free(c);
+    return st;
+}
+
+col_status col_tok_encode(const col_tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+                          size_t *n, col_err *err)
+{
+    unsigned flags = COL_TOK_PARSE_SPECIAL | (add_special ? COL_TOK_ADD_SPECIAL : 0u);
+    return col_tok_encode_ex(t, text, len, flags, ids, n, err);
+}
+
+col_status col_tok_decode(const col_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
+                          size_t *len, col_err *err)
+{
+    *text = NULL;
+    *len = 0;
+    if (!t || (!ids && n))
+        return col_err_set(err, COL_EINVAL, "col_tok_decode: no tokenizer or no ids");
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= t->n_ids)
+            return col_err_set(err, COL_EINVAL, "token id %d at position %zu is out of range [0, %d)", id, i, t->n_ids);
+        if (!t->flags[id])
+            return col_err_set(err, COL_EINVAL, "token id %d at position %zu names no token", id, i);
+        total += t->dec_len[id];
+    }
+    char *out = malloc(total + 1);
+    if (!out)
+        return col_err_set(err, COL_ENOMEM, "col_tok_decode: out of memory for %zu bytes", total);
+    size_t k = 0;
+    bool first = true;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (skip_special && (t->flags[id] & COL_TOKF_SPECIAL))
+            continue;
+        const char *s = t->dec + t->dec_off[id];
+        if (first && t->strip_leading < 0) { /* Metaspace: the first token loses its spaces */
+            for (uint32_t j = 0; j < t->dec_len[id]; j++)
+                if (s[j] != ' ')
+                    out[k++] = s[j];
+        } else {
+            memcpy(out + k, s, t->dec_len[id]);
+            k += t->dec_len[id];
+        }
+        first = false;
+    }
+    size_t strip = 0;
+    while (t->strip_leading > 0 && strip < (size_t)t->strip_leading && strip < k && out[strip] == ' ')
+        strip++;
+    memmove(out, out + strip, k - strip);
+    k -= strip;
+    out[k] = '\0';
+    *text = out;
+    *len = k;
+    return COL_OK;
+}
+
+/* ---- queries ---- */
+
+int32_t col_tok_vocab_size(const col_tokenizer *t)
+{
+    return t->n_ids;
+}
+
+int32_t col_tok_bos_id(const col_tokenizer *t)
+{
+    return t->bos_id;
+}
+
+int32_t col_tok_eos_id(const col_tokenizer *t)
+{
+    return t->eos_id;
+}
+
+int32_t col_tok_token_id(const col_tokenizer *t, const char *name)
+{
+    size_t n = strlen(name);
+    const unsigned char *s = (const unsigned char *)name;
+    int32_t node = n && t->trie ? t->trie_root[s[0]] : -1;
+    for (size_t k = 1; node >= 0 && k < n; k++) {
+        node = t->trie[node].child;
+        while (node >= 0 && t->trie[node].byte != s[k])
+            node = t->trie[node].sibling;
+    }
+    if (node >= 0 && t->trie[node].token >= 0)
+        return t->trie[node].token;
+    return col_strmap_get(&t->by_name, name, n);
+}
+
+const char *col_tok_token_bytes(const col_tokenizer *t, int32_t id, size_t *len)
+{
+    *len = 0;
+    if (id < 0 || id >= t->n_ids || !t->flags[id])
+        return NULL;
+    *len = t->dec_len[id];
+    return t->dec + t->dec_off[id];
+}
+
+bool col_tok_is_special(const col_tokenizer *t, int32_t id)
+{
+    return id >= 0 && id < t->n_ids && (t->flags[id] & COL_TOKF_SPECIAL);
 }

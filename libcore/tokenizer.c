@@ -1,11 +1,10 @@
-/* tokenizer.c - loading tokenizer.json or vocab.json + merges.txt, added
- * tokens, and the encode / decode drivers.
+/* tokenizer.c - loading tokenizer.json or vocab.json + merges.txt: the
+ * vocabulary, added tokens and their trie, merges, the encode keys of
+ * byte-level vocabularies, the post-processor, tokenizer_config.json.
+ * Every problem with a file fails with one line that names the file.
  *
- * Encoding: added tokens are found in the raw text first (a byte trie,
- * leftmost longest); each stretch of text between them is normalized, cut
- * into words and run through BPE (tok_pretok.c, tok_bpe.c); the
- * post-processor's ids go around the result. Decoding concatenates each id's
- * decoded bytes, computed once at load time from the decoder description. */
+ * Encoding and decoding are in tok_bpe.c; normalizer, pre-tokenizer and
+ * decoder descriptions in tok_pretok.c. */
 #define COL_TOK_INTERNAL
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -266,25 +265,6 @@ static col_status build_trie(col_tokenizer *t, const char *name, col_err *err)
     return COL_OK;
 }
 
-/* the longest added token at s[0..n) that flags allow, or -1 */
-static int32_t match_added(const col_tokenizer *t, const unsigned char *s, size_t n, bool special, size_t *len)
-{
-    int32_t best = -1;
-    int32_t node = t->trie_root[s[0]];
-    for (size_t k = 0; node >= 0;) {
-        int32_t tok = t->trie[node].token;
-        if (tok >= 0 && (special || !(t->flags[tok] & COL_TOKF_SPECIAL))) {
-            best = tok;
-            *len = k + 1;
-        }
-        if (++k >= n)
-            break;
-        node = t->trie[node].child;
-        while (node >= 0 && t->trie[node].byte != s[k])
-            node = t->trie[node].sibling;
-    }
-    return best;
-}
 
 /* ---- merges ---- */
 
@@ -385,24 +365,8 @@ static col_status text_merges(col_tokenizer *t, const char *text, size_t len, co
     return st;
 }
 
-/* ---- encode keys and decoded bytes ---- */
+/* ---- encode keys ---- */
 
-/* GPT-2 byte-level name -> raw bytes in out; false if a character has no byte */
-static bool bytelevel_raw(const char *s, size_t n, char *out, size_t *outlen)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t len = col_utf8_char((const unsigned char *)s + i, n - i, &cp);
-        int b = len ? col_bytelevel_byte(cp) : -1;
-        if (b < 0)
-            return false;
-        out[k++] = (char)b;
-        i += len;
-    }
-    *outlen = k;
-    return true;
-}
 
 static col_status build_keys(col_tokenizer *t, const char *name, col_err *err)
 {
@@ -430,7 +394,7 @@ static col_status build_keys(col_tokenizer *t, const char *name, col_err *err)
     size_t at = 0, len;
     for (int32_t i = 0; i < t->n_ids; i++) {
         if (!(t->flags[i] & COL_TOKF_VOCAB) ||
-            !bytelevel_raw(t->names + t->name_off[i], t->name_len[i], t->keys + at, &len) || len == 0)
+            !col_bytelevel_raw(t->names + t->name_off[i], t->name_len[i], t->keys + at, &len) || len == 0)
             continue; /* BPE never produces it */
         t->key_off[i] = (uint32_t)at;
         t->key_len[i] = (uint32_t)len;
@@ -445,166 +409,6 @@ static col_status build_keys(col_tokenizer *t, const char *name, col_err *err)
     return COL_OK;
 }
 
-/* the decoder as a list of per-token steps */
-enum { D_BYTELEVEL, D_REPLACE, D_BYTEFALLBACK };
-typedef struct {
-    int kind;
-    const char *a, *b;
-} dstep;
-typedef struct {
-    dstep s[16];
-    int n;
-} dchain;
-
-static col_status parse_decoder(col_tokenizer *t, const cJSON *d, dchain *ch, const char *name, col_err *err)
-{
-    char s1[64];
-    if (!d || cJSON_IsNull(d))
-        return COL_OK;
-    const char *type = cJSON_IsObject(d) ? cJSON_GetStringValue(field(d, "type")) : NULL;
-    if (!type)
-        return col_tok_fail(err, COL_EFORMAT, name, "decoder: an entry has no \"type\"");
-    if (ch->n >= 15)
-        return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: too many steps");
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = field(d, "decoders"), *x;
-        if (!cJSON_IsArray(list))
-            return col_tok_fail(err, COL_EFORMAT, name, "decoder: Sequence has no \"decoders\" array");
-        cJSON_ArrayForEach(x, list) {
-            col_status st = parse_decoder(t, x, ch, name, err);
-            if (st != COL_OK)
-                return st;
-        }
-    } else if (strcmp(type, "ByteLevel") == 0) {
-        ch->s[ch->n++] = (dstep){D_BYTELEVEL, NULL, NULL};
-    } else if (strcmp(type, "ByteFallback") == 0) {
-        ch->s[ch->n++] = (dstep){D_BYTEFALLBACK, NULL, NULL};
-    } else if (strcmp(type, "Fuse") == 0) {
-        /* concatenation is what decode does anyway */
-    } else if (strcmp(type, "Replace") == 0) {
-        const char *a = cJSON_GetStringValue(field(field(d, "pattern"), "String"));
-        const char *b = cJSON_GetStringValue(field(d, "content"));
-        if (!a || !*a || !b)
-            return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: only Replace of a non-empty String is supported");
-        ch->s[ch->n++] = (dstep){D_REPLACE, a, b};
-    } else if (strcmp(type, "Strip") == 0) {
-        const char *c = cJSON_GetStringValue(field(d, "content"));
-        int64_t start, stop;
-        if (!c || strcmp(c, " ") != 0 || !get_int(field(d, "start"), 0, 1000, &start) ||
-            !get_int(field(d, "stop"), 0, 0, &stop))
-            return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: only Strip of leading spaces is supported");
-        t->strip_leading = (int)start;
-    } else if (strcmp(type, "Metaspace") == 0) {
-        const cJSON *r = field(d, "replacement");
-        const char *repl = r ? cJSON_GetStringValue(r) : "\xE2\x96\x81";
-        const char *scheme = cJSON_GetStringValue(field(d, "prepend_scheme"));
-        int aps = get_bool(d, "add_prefix_space", 1);
-        if (!repl || !*repl || aps < 0)
-            return col_tok_fail(err, COL_EFORMAT, name, "decoder: Metaspace needs a replacement character");
-        ch->s[ch->n++] = (dstep){D_REPLACE, repl, " "};
-        if (scheme ? strcmp(scheme, "never") != 0 : aps)
-            t->strip_leading = -1;
-    } else {
-        return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder type '%s' is not supported",
-                            col_tok_show(type, strlen(type), s1));
-    }
-    return COL_OK;
-}
-
-static bool reserve(scratch *s, size_t n)
-{
-    if (n <= s->cap)
-        return true;
-    char *p = realloc(s->p, 2 * n);
-    if (!p)
-        return false;
-    s->p = p;
-    s->cap = 2 * n;
-    return true;
-}
-
-/* cur[0..*n) with a -> b, through tmp */
-static bool dec_replace(scratch *cur, size_t *n, scratch *tmp, const char *a, const char *b)
-{
-    size_t al = strlen(a), bl = strlen(b), k = 0;
-    if (!reserve(tmp, *n / al * bl + *n + 1))
-        return false;
-    for (size_t i = 0; i < *n;) {
-        if (i + al <= *n && memcmp(cur->p + i, a, al) == 0) {
-            memcpy(tmp->p + k, b, bl);
-            k += bl;
-            i += al;
-        } else
-            tmp->p[k++] = cur->p[i++];
-    }
-    scratch x = *cur;
-    *cur = *tmp;
-    *tmp = x;
-    *n = k;
-    return true;
-}
-
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-static col_status build_dec(col_tokenizer *t, const dchain *ch, const char *name, col_err *err)
-{
-    t->dec_off = calloc((size_t)t->n_ids, sizeof *t->dec_off);
-    t->dec_len = calloc((size_t)t->n_ids, sizeof *t->dec_len);
-    scratch out = {0}, cur = {0}, tmp = {0};
-    size_t at = 0;
-    bool ok = t->dec_off && t->dec_len;
-    for (int32_t i = 0; ok && i < t->n_ids; i++) {
-        if (!t->flags[i])
-            continue;
-        size_t n = t->name_len[i];
-        if (!(ok = reserve(&cur, n + 1)))
-            break;
-        memcpy(cur.p, t->names + t->name_off[i], n);
-        for (int k = 0; ok && k < ch->n; k++) {
-            const dstep *s = &ch->s[k];
-            if (s->kind == D_BYTELEVEL) {
-                size_t len;
-                if (!(ok = reserve(&tmp, n + 1)))
-                    break;
-                if (bytelevel_raw(cur.p, n, tmp.p, &len)) {
-                    memcpy(cur.p, tmp.p, len);
-                    n = len;
-                }
-            } else if (s->kind == D_REPLACE) {
-                ok = dec_replace(&cur, &n, &tmp, s->a, s->b);
-            } else if (n == 6 && memcmp(cur.p, "<0x", 3) == 0 && cur.p[5] == '>' && hexval(cur.p[3]) >= 0 &&
-                       hexval(cur.p[4]) >= 0) { /* D_BYTEFALLBACK */
-                cur.p[0] = (char)(hexval(cur.p[3]) * 16 + hexval(cur.p[4]));
-                n = 1;
-            }
-        }
-        if (!ok)
-            break;
-        if (at + n > UINT32_MAX) {
-            ok = false;
-            break;
-        }
-        if (at + n + 1 > out.cap) {
-            size_t cap = 2 * (at + n) + 4096;
-            char *p = realloc(out.p, cap);
-            if (!(ok = p != NULL))
-                break;
-            out.p = p;
-            out.cap = cap;
-        }
-        memcpy(out.p + at, cur.p, n);
-        t->dec_off[i] = (uint32_t)at;
-        t->dec_len[i] = (uint32_t)n;
-        at += n;
-    }
-    free(cur.p);
-    free(tmp.p);
-    t->dec = out.p;
-    return ok ? COL_OK : col_tok_fail(err, COL_ENOMEM, name, "out of memory");
-}
 
 /* ---- post-processor: the ids around the text ---- */
 
@@ -770,9 +574,7 @@ static col_status from_root(col_tokenizer *t, const cJSON *root, const char *nam
         (st = col_tok_parse_pre(t, field(root, "normalizer"), field(root, "pre_tokenizer"), name, err)) != COL_OK ||
         (st = build_keys(t, name, err)) != COL_OK)
         return st;
-    dchain ch = {.n = 0};
-    if ((st = parse_decoder(t, field(root, "decoder"), &ch, name, err)) != COL_OK ||
-        (st = build_dec(t, &ch, name, err)) != COL_OK ||
+    if ((st = col_tok_build_decoder(t, field(root, "decoder"), false, name, err)) != COL_OK ||
         (st = parse_post(t, field(root, "post_processor"), name, err)) != COL_OK)
         return st;
     return finish(t, name, err);
@@ -795,8 +597,7 @@ static col_status from_vocab_merges(col_tokenizer *t, const cJSON *vocab, const 
     if ((st = col_regex_compile(col_gpt2_regex, strlen(col_gpt2_regex), false, &t->re, err)) != COL_OK)
         return st;
     t->split = COL_SPLIT_REGEX;
-    dchain ch = {.s = {{D_BYTELEVEL, NULL, NULL}}, .n = 1};
-    if ((st = build_keys(t, vname, err)) != COL_OK || (st = build_dec(t, &ch, vname, err)) != COL_OK)
+    if ((st = build_keys(t, vname, err)) != COL_OK || (st = col_tok_build_decoder(t, NULL, true, vname, err)) != COL_OK)
         return st;
     return finish(t, vname, err);
 }
@@ -901,7 +702,7 @@ col_status col_tok_load(const char *path, col_tokenizer **out, col_err *err)
     if ((st = col_read_file(file, FILE_MAX, &text, &len, err)) != COL_OK ||
         (st = parse_json(text, len, file, &root, err)) != COL_OK)
         goto done;
-    if (field(root, "model")) {
+    if (cJSON_IsObject(field(root, "model"))) {
         st = from_root(t, root, file, err);
     } else if (!cJSON_IsObject(root)) {
         st = col_tok_fail(err, COL_EFORMAT, file, "not a JSON object");
@@ -925,171 +726,4 @@ done:
     else
         *out = t;
     return st;
-}
-
-/* ---- encode / decode ---- */
-
-static size_t space_at(const unsigned char *s, size_t n)
-{
-    uint32_t cp;
-    size_t k = col_utf8_char(s, n, &cp);
-    return k && col_unicode_space(cp) ? k : 0;
-}
-
-static size_t space_before(const unsigned char *s, size_t n)
-{
-    for (size_t k = 1; k <= 4 && k <= n; k++) {
-        uint32_t cp;
-        if (col_utf8_char(s + n - k, k, &cp) == k)
-            return col_unicode_space(cp) ? k : 0;
-    }
-    return 0;
-}
-
-col_status col_tok_encode_ex(const col_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
-                             size_t *n, col_err *err)
-{
-    *ids = NULL;
-    *n = 0;
-    if (!t || (!text && len))
-        return col_err_set(err, COL_EINVAL, "col_tok_encode: no tokenizer or no text");
-    col_tok_ctx *c;
-    col_status st = col_tok_ctx_new(t, &c, err);
-    if (st != COL_OK)
-        return st;
-    for (int i = 0; st == COL_OK && (flags & COL_TOK_ADD_SPECIAL) && i < t->n_prefix; i++)
-        st = col_tok_push_id(c, t->prefix_ids[i], err);
-    const unsigned char *u = (const unsigned char *)text;
-    bool special = flags & COL_TOK_PARSE_SPECIAL;
-    size_t seg = 0;
-    for (size_t p = 0; st == COL_OK && t->n_trie > 0 && p < len;) {
-        size_t ml = 0;
-        int32_t tok = t->trie_root[u[p]] < 0 ? -1 : match_added(t, u + p, len - p, special, &ml);
-        if (tok < 0) {
-            p++;
-            continue;
-        }
-        size_t ms = p, me = p + ml, k;
-        if (t->flags[tok] & COL_TOKF_LSTRIP)
-            while (ms > seg && (k = space_before(u + seg, ms - seg)) > 0)
-                ms -= k;
-        if (t->flags[tok] & COL_TOKF_RSTRIP)
-            while (me < len && (k = space_at(u + me, len - me)) > 0)
-                me += k;
-        st = col_tok_segment(t, c, text + seg, ms - seg, seg == 0, err);
-        if (st == COL_OK)
-            st = col_tok_push_id(c, tok, err);
-        seg = p = me;
-    }
-    if (st == COL_OK)
-        st = col_tok_segment(t, c, text + seg, len - seg, seg == 0, err);
-    for (int i = 0; st == COL_OK && (flags & COL_TOK_ADD_SPECIAL) && i < t->n_suffix; i++)
-        st = col_tok_push_id(c, t->suffix_ids[i], err);
-    if (st == COL_OK) {
-        *ids = col_tok_ctx_take(c, n);
-        if (!*ids && !(*ids = malloc(sizeof **ids)))
-            st = col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
-    }
-    col_tok_ctx_free(c);
-    return st;
-}
-
-col_status col_tok_encode(const col_tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
-                          size_t *n, col_err *err)
-{
-    unsigned flags = COL_TOK_PARSE_SPECIAL | (add_special ? COL_TOK_ADD_SPECIAL : 0u);
-    return col_tok_encode_ex(t, text, len, flags, ids, n, err);
-}
-
-col_status col_tok_decode(const col_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
-                          size_t *len, col_err *err)
-{
-    *text = NULL;
-    *len = 0;
-    if (!t || (!ids && n))
-        return col_err_set(err, COL_EINVAL, "col_tok_decode: no tokenizer or no ids");
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = ids[i];
-        if (id < 0 || id >= t->n_ids)
-            return col_err_set(err, COL_EINVAL, "token id %d at position %zu is out of range [0, %d)", id, i, t->n_ids);
-        if (!t->flags[id])
-            return col_err_set(err, COL_EINVAL, "token id %d at position %zu names no token", id, i);
-        total += t->dec_len[id];
-    }
-    char *out = malloc(total + 1);
-    if (!out)
-        return col_err_set(err, COL_ENOMEM, "col_tok_decode: out of memory for %zu bytes", total);
-    size_t k = 0;
-    bool first = true;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = ids[i];
-        if (skip_special && (t->flags[id] & COL_TOKF_SPECIAL))
-            continue;
-        const char *s = t->dec + t->dec_off[id];
-        if (first && t->strip_leading < 0) { /* Metaspace: the first token loses its spaces */
-            for (uint32_t j = 0; j < t->dec_len[id]; j++)
-                if (s[j] != ' ')
-                    out[k++] = s[j];
-        } else {
-            memcpy(out + k, s, t->dec_len[id]);
-            k += t->dec_len[id];
-        }
-        first = false;
-    }
-    size_t strip = 0;
-    while (t->strip_leading > 0 && strip < (size_t)t->strip_leading && strip < k && out[strip] == ' ')
-        strip++;
-    memmove(out, out + strip, k - strip);
-    k -= strip;
-    out[k] = '\0';
-    *text = out;
-    *len = k;
-    return COL_OK;
-}
-
-/* ---- queries ---- */
-
-int32_t col_tok_vocab_size(const col_tokenizer *t)
-{
-    return t->n_ids;
-}
-
-int32_t col_tok_bos_id(const col_tokenizer *t)
-{
-    return t->bos_id;
-}
-
-int32_t col_tok_eos_id(const col_tokenizer *t)
-{
-    return t->eos_id;
-}
-
-int32_t col_tok_token_id(const col_tokenizer *t, const char *name)
-{
-    size_t n = strlen(name);
-    const unsigned char *s = (const unsigned char *)name;
-    int32_t node = n && t->trie ? t->trie_root[s[0]] : -1;
-    for (size_t k = 1; node >= 0 && k < n; k++) {
-        node = t->trie[node].child;
-        while (node >= 0 && t->trie[node].byte != s[k])
-            node = t->trie[node].sibling;
-    }
-    if (node >= 0 && t->trie[node].token >= 0)
-        return t->trie[node].token;
-    return col_strmap_get(&t->by_name, name, n);
-}
-
-const char *col_tok_token_bytes(const col_tokenizer *t, int32_t id, size_t *len)
-{
-    *len = 0;
-    if (id < 0 || id >= t->n_ids || !t->flags[id])
-        return NULL;
-    *len = t->dec_len[id];
-    return t->dec + t->dec_off[id];
-}
-
-bool col_tok_is_special(const col_tokenizer *t, int32_t id)
-{
-    return id >= 0 && id < t->n_ids && (t->flags[id] & COL_TOKF_SPECIAL);
 }

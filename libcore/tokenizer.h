@@ -226,9 +226,16 @@ col_status col_tok_ctx_new(const col_tokenizer *t, col_tok_ctx **out, col_err *e
 void col_tok_ctx_free(col_tok_ctx *c);
 col_status col_tok_push_id(col_tok_ctx *c, int32_t id, col_err *err);
 col_status col_tok_word(void *ctx, const char *s, size_t n, col_err *err); /* a col_piece_fn */
+struct cJSON;
+/* GPT-2 byte-level name -> raw bytes in out (room for n); false if a
+ * character stands for no byte. */
+bool col_bytelevel_raw(const char *s, size_t n, char *out, size_t *outlen);
+/* Turns tokenizer.json's decoder (may be NULL; bytelevel: a ByteLevel step
+ * first) into t->dec, dec_off, dec_len and t->strip_leading (tok_pretok.c). */
+col_status col_tok_build_decoder(col_tokenizer *t, const struct cJSON *decoder, bool bytelevel, const char *name,
+                                 col_err *err);
 /* Reads tokenizer.json's normalizer and pre_tokenizer (either may be NULL)
  * into t->norm, t->split, t->re and t->byte_level (tok_pretok.c). */
-struct cJSON;
 col_status col_tok_parse_pre(col_tokenizer *t, const struct cJSON *normalizer, const struct cJSON *pre_tokenizer,
                              const char *name, col_err *err);
 /* GPT-2's split regex (ByteLevel with use_regex). */

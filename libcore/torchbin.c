@@ -350,15 +350,12 @@ static bool int_tuple(const col_pk_obj *o, int64_t *out, int *nd)
     return true;
 }
 
-/* Copies a strided view into dst (contiguous, row-major). src is element
- * [0,..,0] of the view; every index was checked against the storage. */
+/* Copies a strided view (nd >= 1: a 0-d tensor is always contiguous) into
+ * dst (contiguous, row-major). src is element [0,..,0] of the view; every
+ * index was checked against the storage. */
 static void pt_gather(uint8_t *dst, const uint8_t *src, size_t es, int nd, const int64_t *size, const int64_t *stride,
                       int64_t numel)
 {
-    if (nd == 0) {
-        memcpy(dst, src, es);
-        return;
-    }
     int64_t idx[COL_MAX_DIMS] = {0};
     int64_t inner = size[nd - 1], is = stride[nd - 1];
     for (int64_t row = 0; row < numel / inner; row++) {

@@ -16,12 +16,13 @@
 #include "testlib.h"
 #include "textio.h"
 
-/* the fixtures written by tools/refgen/make_safetensors_fixtures.py */
 #ifdef COL_SRC_ASSET_DIR
-#define FIX COL_SRC_ASSET_DIR "/../tests/fixtures/safetensors"
+#define FIXTURES COL_SRC_ASSET_DIR "/../tests/fixtures"
 #else
-#define FIX "tests/fixtures/safetensors"
+#define FIXTURES "tests/fixtures"
 #endif
+#define FIX FIXTURES "/safetensors"  /* written by tools/refgen/make_safetensors_fixtures.py */
+#define PT_FIX FIXTURES "/torchbin"  /* PyTorch fixtures of test_torchbin */
 
 static char tmpdir[] = "/tmp/col_st_XXXXXX";
 
@@ -597,6 +598,86 @@ static void test_read_f32(void)
     free(img);
 }
 
+/* ---- the front end over PyTorch files (the reader is tested in test_torchbin) ---- */
+
+static void copy_file(const char *from, const char *to)
+{
+    char *data = NULL;
+    size_t len = 0;
+    col_err err = {0};
+    if (col_read_file(from, 0, &data, &len, &err) != COL_OK) {
+        printf("Bail out! %s\n", err.msg);
+        exit(1);
+    }
+    write_bytes(to, data, len);
+    free(data);
+}
+
+/* Every tensor of the PyTorch file `file` is in c and reads the same. */
+static bool same_as_pt_file(const col_ckpt *c, const char *file)
+{
+    col_pt_file *pf = NULL;
+    col_err err = {0};
+    if (col_pt_open(file, &pf, &err) != COL_OK)
+        return false;
+    bool ok = col_pt_count(pf) > 0;
+    for (int i = 0; ok && i < col_pt_count(pf); i++) {
+        const col_ckpt_tensor *want = col_pt_get(pf, i), *got = col_ckpt_find(c, want->name);
+        int64_t n = numel_of(want->ndim, want->shape);
+        float *a = malloc((size_t)(n ? n : 1) * 4), *b = malloc((size_t)(n ? n : 1) * 4);
+        ok = got && col_ckpt_read_f32(want, want->ndim, want->shape, a, &err) == COL_OK &&
+             col_ckpt_read_f32(got, want->ndim, want->shape, b, &err) == COL_OK && memcmp(a, b, (size_t)n * 4) == 0;
+        free(a);
+        free(b);
+    }
+    col_pt_close(pf);
+    return ok;
+}
+
+static void test_pytorch_front_end(void)
+{
+    col_err err = {0};
+    mkdir(tmp_path("pt"), 0755);
+    copy_file(PT_FIX "/module.bin", tmp_path("pt/pytorch_model.bin"));
+    col_ckpt *c = NULL;
+    col_status st = col_ckpt_open(tmp_path("pt"), &c, &err);
+    TL_OK(st == COL_OK && strcmp(col_ckpt_format(c), "pytorch") == 0 && same_as_pt_file(c, PT_FIX "/module.bin"),
+          "directory with pytorch_model.bin: %s", err.msg);
+    col_ckpt_close(c);
+
+    /* model.safetensors wins over pytorch_model.bin */
+    float v[2] = {1, 2};
+    col_st_out one = {"only", 1, {2}, v};
+    col_st_write_f32(tmp_path("pt/model.safetensors"), &one, 1, NULL, &err);
+    c = NULL;
+    st = col_ckpt_open(tmp_path("pt"), &c, &err);
+    TL_OK(st == COL_OK && strcmp(col_ckpt_format(c), "safetensors") == 0 && col_ckpt_count(c) == 1,
+          "model.safetensors is preferred to pytorch_model.bin: %s", err.msg);
+    col_ckpt_close(c);
+
+    /* a sharded PyTorch checkpoint */
+    mkdir(tmp_path("ptsh"), 0755);
+    copy_file(PT_FIX "/module.bin", tmp_path("ptsh/a.bin"));
+    copy_file(PT_FIX "/params.bin", tmp_path("ptsh/b.bin"));
+    const char *index = "{\"weight_map\":{\"0.weight\":\"a.bin\",\"w\":\"b.bin\",\"b\":\"b.bin\"}}";
+    write_bytes(tmp_path("ptsh/pytorch_model.bin.index.json"), index, strlen(index));
+    c = NULL;
+    st = col_ckpt_open(tmp_path("ptsh"), &c, &err);
+    TL_OK(st == COL_OK && strcmp(col_ckpt_format(c), "pytorch") == 0 && same_as_pt_file(c, PT_FIX "/module.bin") &&
+          same_as_pt_file(c, PT_FIX "/params.bin"), "pytorch_model.bin.index.json with two shards: %s", err.msg);
+    col_ckpt_close(c);
+    col_st_write_f32(tmp_path("ptsh/c.safetensors"), &one, 1, NULL, &err);
+    index = "{\"weight_map\":{\"0.weight\":\"a.bin\",\"only\":\"c.safetensors\"}}";
+    write_bytes(tmp_path("ptsh/pytorch_model.bin.index.json"), index, strlen(index));
+    expect_ckpt_error(tmp_path("ptsh"), COL_EFORMAT, "index mixing formats", "mixes safetensors and PyTorch", NULL);
+
+    /* a non-zip *.bin goes to the PyTorch reader, not the safetensors one */
+    c = NULL;
+    st = col_ckpt_open(PT_FIX "/legacy.bin", &c, &err);
+    TL_OK(st != COL_OK && !c && strstr(err.msg, "legacy.bin") && !strstr(err.msg, "header length"),
+          "legacy .bin is refused by the PyTorch reader: %s", err.msg);
+}
+
 /* ---- missing files, empty files, bad writer arguments ---- */
 
 static void test_missing_and_writer_errors(void)
@@ -689,6 +770,7 @@ int main(void)
     test_corrupt();
     test_valid_edge_cases();
     test_read_f32();
+    test_pytorch_front_end();
     test_missing_and_writer_errors();
     nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return tl_done();

@@ -45,6 +45,8 @@ static uint8_t *slurp(const char *path, size_t *len)
         b = NULL;
     }
     fclose(fp);
+    if (!b)
+        return NULL;
     b[n] = 0;
     *len = (size_t)n;
     return b;
@@ -882,6 +884,7 @@ static void walk(const col_pt_file *f)
             sum += ((const uint8_t *)t->data)[b];
         sum += (unsigned)strlen(t->name);
     }
+    (void)sum;
 }
 
 static void test_damage(void)

@@ -97,13 +97,15 @@ def write_fuzz_seeds(g):
     sd["u"] = torch.arange(64, dtype=torch.uint8)[5]
     sd["b"] = torch.ones(64, dtype=torch.bool).reshape(4, 16)
     sd["e"] = torch.randn(4, 1, generator=g).expand(4, 4).contiguous()[:, :1].expand(4, 5)
-    for proto in (2, 4):
+    ckpt = {"model": collections.OrderedDict(w=sd["m"], b=sd["h"]), "epoch": 3, "lr": 1e-3, "tag": "run",
+            "opt": {"state": {0: {"step": 1}}, "param_groups": [{"lr": 0.1, "params": [0, 1]}]}}
+    for proto, obj, name in ((2, sd, "state_p2"), (4, sd, "state_p4"), (2, ckpt, "ckpt_p2")):
         buf = io.BytesIO()
-        torch.save(sd, buf, pickle_protocol=proto)
+        torch.save(obj, buf, pickle_protocol=proto)
         with zipfile.ZipFile(buf) as z:
             pkl = z.read("archive/data.pkl")
             assert all(i.file_size == 64 for i in z.infolist() if "/data/" in i.filename)
-        with open(os.path.join(CORPUS, f"state_p{proto}.pkl"), "wb") as fh:
+        with open(os.path.join(CORPUS, name + ".pkl"), "wb") as fh:
             fh.write(pkl)
     with zipfile.ZipFile(os.path.join(OUT, "malicious.bin")) as z, \
             open(os.path.join(CORPUS, "malicious.pkl"), "wb") as fh:

@@ -1,0 +1,78 @@
+#!/bin/sh
+# test_tokenize_cli.sh - colossal-tokenize on good and bad input: the ids of
+# the bundled tokenizers (references from Hugging Face tokenizers), decode
+# round trips, and one clear line on stderr with exit 1 (bad files or input)
+# or 2 (usage) for each bad case (TAP output).
+tok=${TOKENIZE:-./apps/colossal-tokenize}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0
+fails=0
+
+# check NAME WANT_RC FIXED_STRING INPUT_FILE -- ARGS...: runs the tool on the
+# input, compares the exit code and looks for the string in stdout + stderr
+check() {
+    name=$1 want=$2 pattern=$3 input=$4
+    shift 5
+    "$tok" "$@" < "$input" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    n=$((n + 1))
+    lines=$(wc -l < "$tmp/err")
+    if [ "$rc" -eq "$want" ] && grep -qF -- "$pattern" "$tmp/out" "$tmp/err" && { [ "$rc" -eq 0 ] || [ "$rc" -eq 2 ] || [ "$lines" -eq 1 ]; }; then
+        echo "ok $n - $name (exit $rc: $(head -n 1 "$tmp/out" "$tmp/err" | grep -v '^==' | grep . | head -n 1 | cut -c1-100))"
+    else
+        fails=$((fails + 1))
+        echo "not ok $n - $name: exit $rc, wanted $want and '$pattern'"
+        sed 's/^/# /' "$tmp/out" "$tmp/err" | head -5
+    fi
+}
+
+# same_bytes NAME FILE_A FILE_B
+same_bytes() {
+    n=$((n + 1))
+    if cmp -s "$2" "$3"; then
+        echo "ok $n - $1"
+    else
+        fails=$((fails + 1))
+        echo "not ok $n - $1: the files differ"
+    fi
+}
+
+printf 'Hello world!' > "$tmp/hello"
+printf 'x<|eot_id|>y' > "$tmp/eot"
+printf '[15496, 995, 0]' > "$tmp/ids"
+printf '[128000, 87, 128009, 88]' > "$tmp/ids3"
+printf 'naïve café — 日本語 😀\n\ttabs  and   spaces\r\n' > "$tmp/utf8"
+printf '[1, 2' > "$tmp/badjson"
+printf '[15496, 50257]' > "$tmp/range"
+printf '[15496, 1.5]' > "$tmp/frac"
+printf '{"model": {"vocab": ' > "$tmp/corrupt.json"
+: > "$tmp/empty"
+
+check "gpt2 ids" 0 "[15496, 995, 0]" "$tmp/hello" -- gpt2
+check "llama2 adds BOS" 0 "[1, 15043, 3186, 29991]" "$tmp/hello" -- llama2
+check "llama2 --no-special" 0 "[15043, 3186, 29991]" "$tmp/hello" -- --no-special llama2
+check "llama3 adds BOS, matches <|eot_id|>" 0 "[128000, 87, 128009, 88]" "$tmp/eot" -- llama3
+check "llama3 --split-special" 0 "[87, 27, 91, 68, 354, 851, 91, 29, 88]" "$tmp/eot" -- --no-special --split-special llama3
+check "empty input" 0 "[]" "$tmp/empty" -- --no-special llama3
+check "a tokenizer.json path" 0 "[1, 15043, 3186, 29991]" "$tmp/hello" -- "${srcdir:-.}/assets/tokenizers/llama2/tokenizer.json"
+check "a vocab.json + merges.txt directory" 0 "[15496, 995, 0]" "$tmp/hello" -- "${srcdir:-.}/assets/tokenizers/gpt2"
+check "gpt2 --decode" 0 "Hello world!" "$tmp/ids" -- --decode gpt2
+check "llama3 --decode keeps special tokens" 0 "<|begin_of_text|>x<|eot_id|>y" "$tmp/ids3" -- --decode llama3
+check "llama3 --decode --skip-special" 0 "xy" "$tmp/ids3" -- --decode --skip-special llama3
+for m in gpt2 llama2 llama3; do
+    "$tok" $m < "$tmp/utf8" > "$tmp/rt.ids" && "$tok" --decode --skip-special $m < "$tmp/rt.ids" > "$tmp/rt.txt"
+    same_bytes "$m: decode(encode(text)) gives the text back" "$tmp/utf8" "$tmp/rt.txt"
+done
+check "missing tokenizer" 1 "No such file" "$tmp/hello" -- "$tmp/nothing-here"
+check "directory without tokenizer files" 1 "no tokenizer.json, nor vocab.json with merges.txt" "$tmp/hello" -- "$tmp"
+check "corrupt tokenizer.json" 1 "invalid JSON at byte" "$tmp/hello" -- "$tmp/corrupt.json"
+check "--decode of invalid JSON" 1 "not a JSON array of token ids" "$tmp/badjson" -- --decode gpt2
+check "--decode of an id out of range" 1 "token id 50257 at position 1 is out of range [0, 50257)" "$tmp/range" -- --decode gpt2
+check "--decode of a fractional id" 1 "element 1 of the array is not an integer id" "$tmp/frac" -- --decode gpt2
+check "unknown option" 2 "usage:" "$tmp/hello" -- --bogus gpt2
+check "no model" 2 "no MODEL given" "$tmp/hello" --
+check "extra argument" 2 "unexpected argument" "$tmp/hello" -- gpt2 llama2
+
+echo "1..$n"
+[ "$fails" -eq 0 ]
