@@ -8,9 +8,11 @@
  *   pre_tokenizer  null | ByteLevel | Split (Regex or String, "Isolated") |
  *                  Metaspace | Sequence of them, with at most one regex split
  *   post_processor null | ByteLevel | TemplateProcessing (the "single" template
- *                  gives the ids that add_special puts around the text)
+ *                  gives the ids that add_special puts around the text) |
+ *                  RobertaProcessing | BertProcessing | Sequence of them
  *   decoder        null | ByteLevel | Replace | ByteFallback | Fuse | Strip |
- *                  Metaspace | Sequence of them
+ *                  Metaspace | Sequence of them (Strip acts on the whole
+ *                  text, as it does after LLaMA's Fuse)
  *   added_tokens   matched in the raw text before anything else, leftmost
  *                  longest; lstrip / rstrip honoured, single_word and
  *                  normalized are not
@@ -22,7 +24,8 @@
  * pre-token, SentencePiece ones send each invalid byte to byte fallback.
  * Decoding gives raw bytes: where Hugging Face would print U+FFFD for byte
  * tokens that do not form UTF-8, this returns the bytes themselves, so that
- * decode(encode(text)) == text for any text without added tokens in it.
+ * decode(encode(text)) == text for any bytes without added tokens in them,
+ * with the GPT-2, LLaMA-2 (texts without '▁') and LLaMA-3 files.
  *
  * A loaded tokenizer is read-only: encode and decode may run on it from many
  * threads at once. */

@@ -750,30 +750,6 @@ static void test_pickle_shapes(void)
     op(&p, 'u');
     op(&p, '.');
     expect(run_pickle(&p, &err), &err, "a storage with two types", "another type", NULL);
-    /* a dict holding itself */
-    START(2);
-    op(&p, '}');
-    op(&p, 'q');
-    op(&p, 0);
-    str(&p, "me");
-    op(&p, 'h');
-    op(&p, 0);
-    op(&p, 's');
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "a dict that holds itself", "deep", NULL);
-    /* a list holding itself, below a key */
-    START(2);
-    op(&p, '}');
-    str(&p, "l");
-    op(&p, ']');
-    op(&p, 'q');
-    op(&p, 1);
-    op(&p, 'h');
-    op(&p, 1);
-    op(&p, 'a');
-    op(&p, 's');
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "a list that holds itself", "too deeply", NULL);
     /* exponential sharing: t[k] = (t[k-1], t[k-1]) */
     START(2);
     op(&p, '}');
@@ -795,80 +771,39 @@ static void test_pickle_shapes(void)
     op(&p, 's');
     op(&p, '.');
     expect(run_pickle(&p, &err), &err, "exponentially shared tuples", "shares objects too often", NULL);
-    /* malformed pickles */
-    START(2);
-    op(&p, '}');
-    expect(run_pickle(&p, &err), &err, "a pickle without STOP", "without STOP", NULL);
-    START(2);
-    op(&p, 'h');
-    op(&p, 9);
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "BINGET of an unset memo slot", "never set", NULL);
-    START(2);
-    op(&p, '}');
-    op(&p, '}');
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "two values at STOP", "exactly one value", NULL);
-    START(2);
-    op(&p, '(');
-    op(&p, 'a');
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "APPEND across a MARK", "not enough values", NULL);
-    START(2);
-    op(&p, 'X');
-    op(&p, 0xff);
-    op(&p, 0xff);
-    op(&p, 0xff);
-    op(&p, 0x7f);
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "a 2 GB string", "longer than 1 MiB", NULL);
-    START(2);
-    op(&p, 'X');
-    op(&p, 100);
-    op(&p, 0);
-    op(&p, 0);
-    op(&p, 0);
-    op(&p, 'a');
-    expect(run_pickle(&p, &err), &err, "a string past the end", "truncated", NULL);
-    START(2);
-    op(&p, 0x8a);
-    op(&p, 9);
-    expect(run_pickle(&p, &err), &err, "a 72-bit LONG1", "wider than 64 bits", NULL);
-    START(9);
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "protocol 9", "protocol", NULL);
-    START(2);
-    odict(&p);
-    op(&p, ']');
-    op(&p, 'b');
-    op(&p, ']');
-    op(&p, '}');
-    op(&p, 'b');
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "BUILD on a list", "BUILD on something", NULL);
-    START(2);
-    global(&p, "collections", "OrderedDict");
-    op(&p, '}');
-    op(&p, 0x85);
-    op(&p, 'R');
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "OrderedDict with arguments", "called with arguments", NULL);
-    START(2);
-    op(&p, '}');
-    op(&p, '(');
-    op(&p, '}');
-    op(&p, 'N');
-    op(&p, 'u');
-    op(&p, '.');
-    expect(run_pickle(&p, &err), &err, "a dict key that is a dict", "key is a list or dict", NULL);
+    /* small malformed or hostile pickles */
+#define PK(lit) lit, sizeof lit - 1
+    static const struct { const char *bytes; size_t len; const char *what, *want; } bad[] = {
+        {PK("\x80\x02}q\x00X\x02\x00\x00\x00meh\x00s."), "a dict that holds itself", "deep"},
+        {PK("\x80\x02}X\x01\x00\x00\x00l]q\x01h\x01" "as."), "a list that holds itself", "too deeply"},
+        {PK("\x80\x02}"), "a pickle without STOP", "without STOP"},
+        {PK("\x80\x02h\x09."), "BINGET of an unset memo slot", "never set"},
+        {PK("\x80\x02}}."), "two values at STOP", "exactly one value"},
+        {PK("\x80\x02(a."), "APPEND across a MARK", "not enough values"},
+        {PK("\x80\x02" "(u."), "SETITEMS with nothing below the MARK", "without a dict"},
+        {PK("\x80\x02X\xff\xff\xff\x7f."), "a 2 GB string", "longer than 1 MiB"},
+        {PK("\x80\x02X\x64\x00\x00\x00" "a"), "a string past the end", "truncated"},
+        {PK("\x80\x02\x8a\x09"), "a 72-bit LONG1", "wider than 64 bits"},
+        {PK("\x80\x09."), "protocol 9", "protocol"},
+        {PK("\x80\x02q\xff"), "BINPUT on an empty stack", "stack is empty"},
+        {PK("\x80\x02\x95\xff\x00\x00\x00\x00\x00\x00\x00}."), "a FRAME past the end", "FRAME longer"},
+        {PK("\x80\x02" "ccollections\nOrderedDict"), "GLOBAL without a newline", "without a newline"},
+        {PK("\x80\x02" "c\nOrderedDict\n."), "GLOBAL with an empty module", "empty, too long"},
+        {PK("\x80\x02" "ccollections\nOrderedDict\n)R]b]}b."), "BUILD on a list", "BUILD on something"},
+        {PK("\x80\x02" "ccollections\nOrderedDict\n}\x85R."), "OrderedDict with arguments", "called with arguments"},
+        {PK("\x80\x02}}N\x86R."), "REDUCE of a dict", "not a global"},
+        {PK("\x80\x02}(}Nu."), "a dict key that is a dict", "key is a list or dict"},
+        {PK("\x80\x02}X\x01\x00\x00\x00kX\x01\x00\x00\x00kQs."), "a bare persistent id", "is a persistent id holding tensors"},
+    };
+#undef PK
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        p.n = 0;
+        raw(&p, bad[i].bytes, bad[i].len);
+        expect(run_pickle(&p, &err), &err, bad[i].what, bad[i].want, NULL);
+    }
     /* a protocol-4 pickle with FRAME and MEMOIZE */
-    START(4);
-    op(&p, 0x95);
-    for (int i = 0; i < 8; i++)
-        op(&p, i == 0 ? 3 : 0);
-    op(&p, '}');
-    op(&p, 0x94);
-    op(&p, '.');
+    p.n = 0;
+    raw(&p, "\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00}\x94.", 14);
     TL_OK(run_pickle(&p, &err) == COL_OK, "protocol 4 FRAME + MEMOIZE: %s", err.msg);
 #undef START
 }
