@@ -190,6 +190,27 @@ static void parity(const char *name)
     }
     TL_OK(ran && good == np, "%s: %d of %d parameter gradients within 1e-4 relative (worst %.2e, %s)", name, good, np,
           worst, worst_name);
+    /* decoding through the key/value cache (a 5-token prompt, then one token
+     * at a time) gives the logits of the full forward pass */
+    if (ran && col_lm_trainer_eval(s, ids, tg, &loss, &logits, &err) == COL_OK) {
+        float *full = malloc(sizeof(float) * (size_t)T * (size_t)V);
+        memcpy(full, logits, sizeof(float) * (size_t)T * (size_t)V); /* row 0 */
+        const float *lg;
+        double e2 = 0, r2 = 0;
+        bool ok = col_lm_trainer_decode_reset(s, T, &err) == COL_OK && col_lm_trainer_decode(s, ids, 5, &lg, &err) == COL_OK;
+        for (int t = 4; ok && t < T; t++) {
+            if (t > 4)
+                ok = col_lm_trainer_decode(s, &ids[t], 1, &lg, &err) == COL_OK;
+            for (int v = 0; ok && v < V; v++) {
+                double d = lg[v] - full[(size_t)t * V + v];
+                e2 += d * d;
+                r2 += (double)full[(size_t)t * V + v] * full[(size_t)t * V + v];
+            }
+        }
+        TL_OK(ok && e2 <= 1e-10 * r2, "%s: cached decoding matches the full forward pass (NMSE %.1e) %s", name,
+              r2 > 0 ? e2 / r2 : 0.0, ok ? "" : err.msg);
+        free(full);
+    }
     /* greedy continuation through the key/value cache */
     int64_t np_, no_;
     double *prompt_d = ref(r, "greedy_prompt", &np_), *gout_d = ref(r, "greedy_output", &no_);
