@@ -1,6 +1,6 @@
 /* tok_bpe.c - the BPE model: hash maps for token strings and merge ranks,
- * the merge loop, the per-call encoding context with its word cache, and the
- * encode / decode entry points.
+ * the merge loop, the per-call encoding context with its word cache, the
+ * encode / decode entry points, and the UTF-8 helpers they share.
  *
  * Encoding: added tokens are found in the raw text first (a byte trie,
  * leftmost longest); each stretch of text between them is normalized and
@@ -11,13 +11,80 @@
  * The merge loop is Hugging Face's (tokenizers/src/models/bpe/word.rs): the
  * word's symbols form a linked list, candidate pairs sit in a min-heap
  * ordered by (rank, position), and a popped pair is applied only if the two
- * symbols are still neighbours with the same merge. This is O(n log n) per
- * word, so a 1 MB word without spaces costs no more than 1 MB of words. */
+ * symbols are still neighbours with the same merge: O(n log n) per word, so
+ * a 1 MB word without spaces is not quadratic. */
 #define COL_TOK_INTERNAL
 #include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer.h"
+
+/* ---- UTF-8 ---- */
+
+size_t col_utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    if (n == 0)
+        return 0;
+    unsigned c = s[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c < 0xC2 || c > 0xF4)
+        return 0;
+    if (c < 0xE0) {
+        if (n < 2 || (s[1] & 0xC0) != 0x80)
+            return 0;
+        *cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+        return 2;
+    }
+    if (c < 0xF0) {
+        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
+            return 0;
+        uint32_t v = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+        if (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))
+            return 0;
+        *cp = v;
+        return 3;
+    }
+    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+        return 0;
+    uint32_t v = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+    if (v < 0x10000 || v > 0x10FFFF)
+        return 0;
+    *cp = v;
+    return 4;
+}
+
+size_t col_utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) { /* eight ASCII bytes at a time */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if ((w & 0x8080808080808080ull) == 0) {
+                i += 8;
+                continue;
+            }
+        }
+        uint32_t cp;
+        size_t k = col_utf8_char(s + i, n - i, &cp);
+        if (k == 0)
+            break;
+        i += k;
+    }
+    return i;
+}
+
+bool col_unicode_space(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+/* ---- hashing ---- */
 
 uint64_t col_tok_hash(const void *p, size_t n)
 {

@@ -1,12 +1,13 @@
-/* tok_pretok.c - the text on either side of BPE: UTF-8 checks, GPT-2's
+/* tok_pretok.c - the text on either side of BPE: GPT-2's
  * byte <-> unicode table, normalizer steps, the pre-tokenizer regex (PCRE2
  * with UTF and UCP, JIT-compiled when the library can), and the decoder,
  * turned at load time into each id's decoded bytes.
  *
  * Hugging Face runs its regexes with Oniguruma, whose \s is Unicode's
- * White_Space property; PCRE2's \s leaves out U+0085 (NEL), so patterns are
- * rewritten to add it. The regexes then give the same splits on the
- * GPT-2 and LLaMA-3 patterns. */
+ * White_Space property (PCRE2's has U+180E and lacks U+0085) and whose
+ * Unicode tables are newer than PCRE2 10.42's, so patterns are rewritten
+ * to give \s, \p{L} and \p{N} Oniguruma's sets. The regexes then split
+ * every code point as Hugging Face does on the GPT-2 and LLaMA-3 patterns. */
 #define COL_TOK_INTERNAL
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>
@@ -17,71 +18,6 @@
 #include <string.h>
 
 #include "tokenizer.h"
-
-/* ---- UTF-8 ---- */
-
-size_t col_utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    if (n == 0)
-        return 0;
-    unsigned c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    if (c < 0xC2 || c > 0xF4)
-        return 0;
-    if (c < 0xE0) {
-        if (n < 2 || (s[1] & 0xC0) != 0x80)
-            return 0;
-        *cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu);
-        return 2;
-    }
-    if (c < 0xF0) {
-        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
-            return 0;
-        uint32_t v = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
-        if (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))
-            return 0;
-        *cp = v;
-        return 3;
-    }
-    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-        return 0;
-    uint32_t v = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
-    if (v < 0x10000 || v > 0x10FFFF)
-        return 0;
-    *cp = v;
-    return 4;
-}
-
-size_t col_utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        if (i + 8 <= n) { /* eight ASCII bytes at a time */
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if ((w & 0x8080808080808080ull) == 0) {
-                i += 8;
-                continue;
-            }
-        }
-        uint32_t cp;
-        size_t k = col_utf8_char(s + i, n - i, &cp);
-        if (k == 0)
-            break;
-        i += k;
-    }
-    return i;
-}
-
-bool col_unicode_space(uint32_t cp)
-{
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-           cp == 0x3000;
-}
 
 /* ---- GPT-2 bytes_to_unicode ---- */
 
@@ -118,88 +54,154 @@ int col_bytelevel_byte(uint32_t cp)
 
 /* ---- regex ---- */
 
+/* Two compiled forms of one pattern: `wide` with Oniguruma's full sets, and
+ * `plain`, exact for text without code points from U+1000 up (no byte >=
+ * 0xE1), which is faster because PCRE2's JIT tests \p{L} more cheaply than
+ * a class with dozens of ranges. */
 struct col_regex {
-    pcre2_code *code;
+    pcre2_code *plain, *wide;
 };
 
-/* Copies the pattern with \s -> [\s\x{85}] (inside a class: \s\x{85}) and
- * \S -> [^\s\x{85}] outside classes. */
-static char *add_nel(const char *p, size_t n, size_t *outlen)
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf;
+
+static bool buf_put(buf *b, const char *s, size_t n)
 {
-    char *o = malloc(5 * n + 1);
-    if (!o)
-        return NULL;
-    size_t k = 0;
-    bool in_class = false;
-#define PUT(str) (memcpy(o + k, str, sizeof str - 1), k += sizeof str - 1)
-    for (size_t i = 0; i < n; i++) {
+    if (n > SIZE_MAX / 4 - b->n)
+        return false;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    return true;
+}
+
+/* Unicode 16's White_Space, and the letters (L) and digits (N) assigned
+ * after Unicode 14, which PCRE2 10.42 knows and Oniguruma 6.9.10 (in
+ * Hugging Face tokenizers 0.23) sees as \p{L} / \p{N}. Found by comparing
+ * every code point's class under both (tools/refgen's venv). */
+static const char SPACE_SET[] = "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+                                "\\x{202F}\\x{205F}\\x{3000}";
+static const char LETTER_EXTRA[] =
+    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}\\x{10D4A}-\\x{10D65}"
+    "\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}"
+    "\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}"
+    "\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}"
+    "\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}"
+    "\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}";
+static const char DIGIT_EXTRA[] =
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}\\x{16130}-\\x{16139}"
+    "\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}";
+
+/* one escape \s, \S, \p{L}, \p{N} as Oniguruma reads it, or NULL: `in` says
+ * whether it stands inside a character class */
+static bool put_class(buf *o, const char *p, size_t n, size_t *used, bool in, bool full)
+{
+    const char *set = NULL, *extra = "";
+    bool neg = false;
+    if (n >= 2 && (p[1] == 's' || (p[1] == 'S' && !in))) {
+        set = full ? SPACE_SET : "\\s\\x{85}";
+        neg = p[1] == 'S';
+        *used = 2;
+    } else if (full && n >= 5 && p[1] == 'p' && p[2] == '{' && (p[3] == 'L' || p[3] == 'N') && p[4] == '}') {
+        set = p[3] == 'L' ? "\\p{L}" : "\\p{N}";
+        extra = p[3] == 'L' ? LETTER_EXTRA : DIGIT_EXTRA;
+        *used = 5;
+    } else
+        return false;
+    return (in || buf_put(o, neg ? "[^" : "[", neg ? 2 : 1)) && buf_put(o, set, strlen(set)) &&
+           buf_put(o, extra, strlen(extra)) && (in || buf_put(o, "]", 1));
+}
+
+/* Copies the pattern with \s, \S, \p{L}, \p{N} widened to Oniguruma's sets
+ * (full), or only \s and \S given U+0085 (!full). */
+static char *widen_classes(const char *p, size_t n, bool full, size_t *outlen)
+{
+    buf o = {0};
+    bool in_class = false, ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
         char ch = p[i];
+        size_t used;
         if (ch == '\\' && i + 1 < n) {
-            char e = p[++i];
-            if (e == 's' && in_class)
-                PUT("\\s\\x{85}");
-            else if (e == 's')
-                PUT("[\\s\\x{85}]");
-            else if (e == 'S' && !in_class)
-                PUT("[^\\s\\x{85}]");
-            else {
-                o[k++] = '\\';
-                o[k++] = e;
-            }
+            if (put_class(&o, p + i, n - i, &used, in_class, full))
+                i += used - 1;
+            else
+                ok = buf_put(&o, p + i++, 2);
         } else if (!in_class && ch == '[') {
             in_class = true;
-            o[k++] = ch;
-            if (i + 1 < n && p[i + 1] == '^')
-                o[k++] = p[++i];
-            if (i + 1 < n && p[i + 1] == ']') /* a leading ] is literal */
-                o[k++] = p[++i];
+            size_t k = 1;
+            if (i + k < n && p[i + k] == '^')
+                k++;
+            if (i + k < n && p[i + k] == ']') /* a leading ] is literal */
+                k++;
+            ok = buf_put(&o, p + i, k);
+            i += k - 1;
         } else if (in_class && ch == '[' && i + 1 < n && p[i + 1] == ':') { /* [:alpha:] */
-            const char *end = NULL;
+            size_t len = 1;
             for (size_t j = i + 2; j + 1 < n; j++)
                 if (p[j] == ':' && p[j + 1] == ']') {
-                    end = p + j + 2;
+                    len = j + 2 - i;
                     break;
                 }
-            size_t len = end ? (size_t)(end - (p + i)) : 1;
-            memcpy(o + k, p + i, len);
-            k += len;
+            ok = buf_put(&o, p + i, len);
             i += len - 1;
         } else {
             if (in_class && ch == ']')
                 in_class = false;
-            o[k++] = ch;
+            ok = buf_put(&o, &ch, 1);
         }
     }
-#undef PUT
-    o[k] = '\0';
-    *outlen = k;
-    return o;
+    if (!ok || !buf_put(&o, "", 1)) {
+        free(o.p);
+        return NULL;
+    }
+    *outlen = o.n - 1;
+    return o.p;
 }
 
-col_status col_regex_compile(const char *pattern, size_t len, bool literal, col_regex **out, col_err *err)
+static col_status compile(const char *pattern, size_t len, bool literal, bool full, pcre2_code **out, col_err *err)
 {
-    *out = NULL;
     size_t plen = len;
-    char *pat = literal ? NULL : add_nel(pattern, len, &plen);
+    char *pat = literal ? NULL : widen_classes(pattern, len, full, &plen);
     if (!literal && !pat)
         return col_err_set(err, COL_ENOMEM, "out of memory compiling the pre-tokenizer regex");
     int code;
     PCRE2_SIZE at;
     uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pattern : pat), plen, opts, &code, &at, NULL);
+    *out = pcre2_compile((PCRE2_SPTR)(literal ? pattern : pat), plen, opts, &code, &at, NULL);
     free(pat);
-    if (!re) {
+    if (!*out) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
         return col_err_set(err, COL_EFORMAT, "pre-tokenizer regex does not compile: %s", (char *)msg);
     }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT, pcre2_match interprets */
-    col_regex *r = malloc(sizeof *r);
-    if (!r) {
-        pcre2_code_free(re);
-        return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+    pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE); /* without JIT, pcre2_match interprets */
+    return COL_OK;
+}
+
+col_status col_regex_compile(const char *pattern, size_t len, bool literal, col_regex **out, col_err *err)
+{
+    *out = NULL;
+    col_regex *r = calloc(1, sizeof *r);
+    if (!r)
+        return col_err_set(err, COL_ENOMEM, "out of memory compiling the pre-tokenizer regex");
+    col_status st = compile(pattern, len, literal, true, &r->wide, err);
+    if (st == COL_OK && !literal)
+        st = compile(pattern, len, literal, false, &r->plain, err);
+    if (st != COL_OK) {
+        col_regex_free(r);
+        return st;
     }
-    r->code = re;
     *out = r;
     return COL_OK;
 }
@@ -208,18 +210,37 @@ void col_regex_free(col_regex *re)
 {
     if (!re)
         return;
-    pcre2_code_free(re->code);
+    pcre2_code_free(re->plain);
+    pcre2_code_free(re->wide);
     free(re);
 }
 
+/* whether s[0..n) has a byte >= 0xE1 (a code point from U+1000 up) */
+static bool has_high(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ull)
+            for (size_t k = 0; k < 8; k++)
+                if (s[i + k] >= 0xE1)
+                    return true;
+    }
+    for (; i < n; i++)
+        if (s[i] >= 0xE1)
+            return true;
+    return false;
+}
+
 /* s[0..n) is valid UTF-8 */
-static col_status split_valid(const col_regex *re, pcre2_match_data *md, const char *s, size_t n,
+static col_status split_valid(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t n,
                               col_piece_fn piece, void *user, col_err *err)
 {
     size_t gap = 0, at = 0; /* the unmatched text starts at gap; search from at */
     col_status st;
     while (at < n) {
-        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0) {
@@ -250,7 +271,7 @@ static col_status split_valid(const col_regex *re, pcre2_match_data *md, const c
 col_status col_regex_split(const col_regex *re, const char *s, size_t n, col_piece_fn piece, void *user,
                            col_err *err)
 {
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re->code, NULL);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re->wide, NULL); /* same groups in both */
     if (!md)
         return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
     col_status st = COL_OK;
@@ -259,7 +280,8 @@ col_status col_regex_split(const col_regex *re, const char *s, size_t n, col_pie
     while (i < n && st == COL_OK) {
         size_t v = col_utf8_valid(u + i, n - i);
         if (v > 0) {
-            st = split_valid(re, md, s + i, v, piece, user, err);
+            const pcre2_code *code = re->plain && !has_high(u + i, v) ? re->plain : re->wide;
+            st = split_valid(code, md, s + i, v, piece, user, err);
             i += v;
             continue;
         }
@@ -275,30 +297,6 @@ col_status col_regex_split(const col_regex *re, const char *s, size_t n, col_pie
 }
 
 /* ---- normalizer steps and word splitting ---- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} buf;
-
-static bool buf_put(buf *b, const char *s, size_t n)
-{
-    if (n > SIZE_MAX / 4 - b->n)
-        return false;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    return true;
-}
 
 /* out = s with every a replaced by b (a non-empty, left to right) */
 static bool replace_all(buf *out, const char *s, size_t n, const char *a, size_t alen, const char *b, size_t blen)

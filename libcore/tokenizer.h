@@ -107,8 +107,10 @@ bool col_unicode_space(uint32_t cp);
 uint32_t col_bytelevel_cp(unsigned b);
 int col_bytelevel_byte(uint32_t cp);
 
-/* A compiled pre-tokenizer regex (PCRE2, UTF + UCP, JIT when available). As
- * in Oniguruma, which Hugging Face uses, \s also matches U+0085. */
+/* A compiled pre-tokenizer regex (PCRE2, UTF + UCP, JIT when available),
+ * with \s, \p{L} and \p{N} given the sets of Hugging Face's Oniguruma
+ * (Unicode 16: White_Space, and the letters and digits PCRE2 10.42's
+ * Unicode 14 lacks). */
 typedef struct col_regex col_regex;
 col_status col_regex_compile(const char *pattern, size_t len, bool literal, col_regex **out, col_err *err);
 void col_regex_free(col_regex *re);

@@ -58,6 +58,9 @@ POOLS = [
     "مرحبا بالعالم", "Привет мир", "नमस्ते१२३", "٣٤٥", "ⅫⅣ", "²³½",
     "ſK\u212a",   # long s, Kelvin sign: case folding in (?i:'s)
     "\u2581",     # SentencePiece's space
+    "\u1c89\ua7cb\U00013460\U0001e5d0\U00031350\U0002ebf0",  # letters newer than Unicode 14 (PCRE2 10.42)
+    "\U00010d40\U0001e5f1\U0001ccf0",  # digits newer than Unicode 14
+    "\u180e",     # Mongolian vowel separator: not White_Space since Unicode 6.3
     "<|endoftext|>", "<|eot_id|>", "<|begin_of_text|>", "<s>", "</s>", "<unk>", "<|", "|>", "<bos>", "<eos>",
     "<mask>",
     "hello", "world", "the", "The", "in", " the", "ing",
@@ -86,6 +89,7 @@ EDGE = [
     "x  \x85", "x  \x85y", "a\x85b \x85 c  \x85 \x85\n", "\xa0\xa0x", "x \u2028 y", "x\x0b\x0c y",
     "x\x1c\x1dy  \x1c", "\u3000\u3000", "tab\t\tx", "\r\n\r\n", " \r\n x", "a  \n  b", "   \n",
     "\u2581", "a\u2581b", " \u2581 ", "\u2581\u2581x",
+    "\U00013460's", " \U00013460\U00013461 x", "1\U00010d40\U00010d41\U00010d42\U00010d43", "a\u180eb  \u180e",
     "😀", "👍🏽", "🇫🇷", "e\u0301", "\u200b", "\ufeff",
     "a" * 200, " " * 100, "\n" * 30, "ab" * 60, "😀" * 20, "9" * 40, ".," * 30,
     "<mask>", "a <mask> b", "x<mask>y", "<eos>  z", "<bos>", "hello world the",
