@@ -4,8 +4,8 @@
  *   colossal-tokenize --decode MODEL < ids   prints the text
  *
  * MODEL: a directory with tokenizer.json or vocab.json + merges.txt, a
- * tokenizer.json / vocab.json path, or one of the bundled tokenizers gpt2,
- * llama2, llama3. Errors: one line on stderr, exit 1; usage errors exit 2. */
+ * tokenizer.json / vocab.json path, a hub id (org/name) in the Hugging Face
+ * cache, or one of the bundled tokenizers gpt2, llama2, llama3. Errors: one line on stderr, exit 1; usage errors exit 2. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "hf_config.h"
 #include "tokenizer.h"
 
 static void usage(FILE *f)
@@ -21,7 +22,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: colossal-tokenize [--decode] [--no-special] [--split-special] [--skip-special] MODEL\n"
                "Reads text on stdin and prints its token ids as a JSON array; with --decode, reads a JSON\n"
                "array of ids and prints the text. MODEL is a directory with tokenizer.json or vocab.json +\n"
-               "merges.txt, a tokenizer.json or vocab.json file, or a bundled tokenizer: gpt2, llama2, llama3.\n"
+               "merges.txt, a tokenizer.json or vocab.json file, a hub id (org/name) already in the Hugging Face\n"
+               "cache, or a bundled tokenizer: gpt2, llama2, llama3.\n"
                "  --no-special     add no BOS/EOS around the ids\n"
                "  --split-special  encode special tokens written in the text (\"<|eot_id|>\") as plain text\n"
                "  --skip-special   with --decode, leave special tokens out of the text\n");
@@ -167,10 +169,18 @@ int main(int argc, char **argv)
     }
     char buf[4096];
     const char *path = model;
-    if (access(model, F_OK) != 0 && builtin(model, buf, sizeof buf))
-        path = buf;
-    col_tokenizer *t;
     col_err err = {0};
+    if (access(model, F_OK) != 0) {
+        if (builtin(model, buf, sizeof buf))
+            path = buf;
+        else if (strchr(model, '/') && model[0] != '/' && model[0] != '.') {
+            /* a hub id: the model's directory in the Hugging Face cache */
+            if (col_hf_resolve(model, buf, sizeof buf, &err) != COL_OK)
+                return fail(err.msg);
+            path = buf;
+        }
+    }
+    col_tokenizer *t;
     if (col_tok_load(path, &t, &err) != COL_OK)
         return fail(err.msg);
     size_t len;

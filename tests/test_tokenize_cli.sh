@@ -64,6 +64,13 @@ for m in gpt2 llama2 llama3; do
     "$tok" $m < "$tmp/utf8" > "$tmp/rt.ids" && "$tok" --decode --skip-special $m < "$tmp/rt.ids" > "$tmp/rt.txt"
     same_bytes "$m: decode(encode(text)) gives the text back" "$tmp/utf8" "$tmp/rt.txt"
 done
+# a hub id found in a Hugging Face cache laid out as huggingface_hub writes it
+snap="$tmp/hf/hub/models--acme--tiny-gpt/snapshots/0123abcd"
+mkdir -p "$snap" "$tmp/hf/hub/models--acme--tiny-gpt/refs"
+printf '0123abcd' > "$tmp/hf/hub/models--acme--tiny-gpt/refs/main"
+cp "${srcdir:-.}/assets/tokenizers/gpt2/vocab.json" "${srcdir:-.}/assets/tokenizers/gpt2/merges.txt" "$snap/"
+HF_HOME="$tmp/hf" check "a hub id from the Hugging Face cache" 0 "[15496, 995, 0]" "$tmp/hello" -- acme/tiny-gpt
+HF_HOME="$tmp/hf" check "a hub id missing from the cache" 1 "huggingface-cli download acme/other" "$tmp/hello" -- acme/other
 check "missing tokenizer" 1 "No such file" "$tmp/hello" -- "$tmp/nothing-here"
 check "directory without tokenizer files" 1 "no tokenizer.json, nor vocab.json with merges.txt" "$tmp/hello" -- "$tmp"
 check "corrupt tokenizer.json" 1 "invalid JSON at byte" "$tmp/hello" -- "$tmp/corrupt.json"
