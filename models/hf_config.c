@@ -272,6 +272,107 @@ col_status col_hf_load_config(const char *dir, col_lm_config *out, col_err *err)
     return st;
 }
 
+/* ---- writing ---- */
+
+static const char *act_name(col_act a)
+{
+    switch (a) {
+    case COL_ACT_GELU_TANH: return "gelu_new";
+    case COL_ACT_GELU: return "gelu";
+    case COL_ACT_RELU: return "relu";
+    case COL_ACT_SILU: return "silu";
+    }
+    return "?";
+}
+
+col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
+{
+    *json = NULL;
+    col_status st = col_lm_check_config(c, err);
+    if (st != COL_OK)
+        return st;
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return col_err_set(err, COL_ENOMEM, "config.json: out of memory");
+#define NUM(k, v) cJSON_AddNumberToObject(o, k, (double)(v))
+#define BOOL(k, v) cJSON_AddBoolToObject(o, k, (v) ? 1 : 0)
+#define STR(k, v) cJSON_AddStringToObject(o, k, v)
+    STR("model_type", col_arch_name(c->arch));
+    NUM("vocab_size", c->vocab_size);
+    if (c->arch == COL_ARCH_GPT2) {
+        cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+        cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+        NUM("n_positions", c->max_positions);
+        NUM("n_ctx", c->max_positions);
+        NUM("n_embd", c->hidden);
+        NUM("n_layer", c->n_layer);
+        NUM("n_head", c->n_head);
+        NUM("n_inner", c->ffn);
+        NUM("layer_norm_epsilon", c->norm_eps);
+        STR("activation_function", act_name(c->act));
+        NUM("resid_pdrop", c->dropout);
+        NUM("embd_pdrop", c->dropout);
+        NUM("attn_pdrop", 0);
+        BOOL("tie_word_embeddings", true);
+    } else if (c->arch == COL_ARCH_OPT) {
+        cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+        cJSON_AddItemToArray(arch, cJSON_CreateString("OPTForCausalLM"));
+        NUM("max_position_embeddings", c->max_positions);
+        NUM("hidden_size", c->hidden);
+        NUM("num_hidden_layers", c->n_layer);
+        NUM("num_attention_heads", c->n_head);
+        NUM("ffn_dim", c->ffn);
+        NUM("word_embed_proj_dim", c->word_embed_proj_dim);
+        BOOL("do_layer_norm_before", c->pre_ln);
+        STR("activation_function", act_name(c->act));
+        NUM("dropout", c->dropout);
+        NUM("attention_dropout", 0);
+        BOOL("enable_bias", true);
+        BOOL("tie_word_embeddings", c->tie_embeddings);
+    } else {
+        cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+        cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+        NUM("max_position_embeddings", c->max_positions);
+        NUM("hidden_size", c->hidden);
+        NUM("num_hidden_layers", c->n_layer);
+        NUM("num_attention_heads", c->n_head);
+        NUM("num_key_value_heads", c->n_kv_head);
+        NUM("head_dim", c->head_dim);
+        NUM("intermediate_size", c->ffn);
+        NUM("rms_norm_eps", c->norm_eps);
+        NUM("rope_theta", c->rope.theta);
+        STR("hidden_act", "silu");
+        BOOL("attention_bias", c->attn_bias);
+        BOOL("mlp_bias", c->mlp_bias);
+        BOOL("tie_word_embeddings", c->tie_embeddings);
+        if (c->rope.llama3_factor > 0) {
+            cJSON *rs = cJSON_AddObjectToObject(o, "rope_scaling");
+            cJSON_AddStringToObject(rs, "rope_type", "llama3");
+            cJSON_AddNumberToObject(rs, "factor", c->rope.llama3_factor);
+            cJSON_AddNumberToObject(rs, "low_freq_factor", c->rope.llama3_low_freq_factor);
+            cJSON_AddNumberToObject(rs, "high_freq_factor", c->rope.llama3_high_freq_factor);
+            cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope.llama3_original_max_pos);
+        }
+        if (c->rope.rotary_dims && c->rope.rotary_dims != c->head_dim)
+            NUM("partial_rotary_factor", (double)c->rope.rotary_dims / c->head_dim);
+    }
+    if (c->bos_id >= 0)
+        NUM("bos_token_id", c->bos_id);
+    if (c->eos_id >= 0)
+        NUM("eos_token_id", c->eos_id);
+    if (c->pad_id >= 0)
+        NUM("pad_token_id", c->pad_id);
+    STR("torch_dtype", "float32");
+#undef NUM
+#undef BOOL
+#undef STR
+    *json = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!*json)
+        return col_err_set(err, COL_ENOMEM, "config.json: out of memory");
+    return COL_OK;
+}
+
 /* ---- presets ---- */
 
 col_lm_config col_gpt2_config(int vocab, int positions, int hidden, int layers, int heads)

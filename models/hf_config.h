@@ -15,6 +15,10 @@ col_status col_hf_parse_config(const char *json, size_t len, const char *name, c
 /* Reads DIR/config.json. */
 col_status col_hf_load_config(const char *dir, col_lm_config *out, col_err *err);
 
+/* config.json text for a model (transformers 4.x spelling, loadable by
+ * transformers and by col_hf_parse_config); free() the result. */
+col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err);
+
 /* Built-in architectures for training from scratch (--init random):
  * gpt2, gpt2-medium, gpt2-large, gpt2-xl, opt-125m, opt-350m, opt-1.3b,
  * llama-7b-shaped, llama3-8b-shaped, and the small test shapes

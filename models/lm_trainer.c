@@ -295,6 +295,17 @@ float *col_lm_trainer_param(col_lm_trainer *t, int i, const col_param_spec **spe
     return t->ot[i].w;
 }
 
+float *col_lm_trainer_state(col_lm_trainer *t, int i, int slot)
+{
+    if (i < 0 || i >= t->np)
+        return NULL;
+    return slot == 0 ? t->ot[i].m : slot == 1 ? t->ot[i].v : NULL;
+}
+
+int64_t col_lm_trainer_steps(const col_lm_trainer *t) { return t->step; }
+void col_lm_trainer_set_steps(col_lm_trainer *t, int64_t steps) { t->step = steps; }
+const col_lm_train_config *col_lm_trainer_config(const col_lm_trainer *t) { return &t->cfg; }
+
 float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->np) ? t->ot[i].g : NULL; }
 
 /* ---- loading ---- */

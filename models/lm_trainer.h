@@ -57,6 +57,22 @@ float *col_lm_trainer_grad(col_lm_trainer *t, int i);
 col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
                                  col_err *err);
 
+/* Optimizer state slot (0: first moment / momentum, 1: second moment) of
+ * parameter i, or NULL when the optimizer has no such slot. */
+float *col_lm_trainer_state(col_lm_trainer *t, int i, int slot);
+int64_t col_lm_trainer_steps(const col_lm_trainer *t);
+void col_lm_trainer_set_steps(col_lm_trainer *t, int64_t steps); /* when resuming */
+const col_lm_train_config *col_lm_trainer_config(const col_lm_trainer *t);
+
+/* Saving and resuming (lm_checkpoint.c). The model goes out in Hugging Face
+ * layout (config.json + model.safetensors, loadable by transformers); the
+ * optimizer state and step count go to optimizer.safetensors. Each file is
+ * written atomically (temp file, fsync, rename). Resuming from both gives
+ * bit-for-bit the run that never stopped. */
+col_status col_lm_trainer_save_model(col_lm_trainer *t, const char *dir, col_err *err);
+col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col_err *err);
+col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col_err *err);
+
 /* Copies every parameter from a checkpoint, by Hugging Face name (a name is
  * also found without its base-model prefix, "transformer." or "model.", as
  * in older checkpoints). A missing tensor or a shape mismatch is an error
