@@ -4,6 +4,7 @@
 #include "dataset.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,17 +65,27 @@ const char *col_chat_role_name(col_chat_role r)
     return "?";
 }
 
-col_status col_chat_emit_text(col_chat_out *out, const char *text, size_t len, bool train, col_err *err)
+static col_status emit(col_chat_out *out, const char *text, size_t len, unsigned flags, bool train, col_err *err)
 {
     if (len == 0)
         return COL_OK;
     int32_t *ids = NULL;
     size_t n = 0;
-    col_status st = col_tok_encode_ex(out->tok, text, len, COL_TOK_PARSE_SPECIAL, &ids, &n, err);
+    col_status st = col_tok_encode_ex(out->tok, text, len, flags, &ids, &n, err);
     if (st == COL_OK)
         st = stream_push(out->s, ids, n, train, err);
     free(ids);
     return st;
+}
+
+col_status col_chat_emit_text(col_chat_out *out, const char *text, size_t len, bool train, col_err *err)
+{
+    return emit(out, text, len, COL_TOK_PARSE_SPECIAL, train, err);
+}
+
+col_status col_chat_emit_content(col_chat_out *out, const char *text, size_t len, bool train, col_err *err)
+{
+    return emit(out, text, len, 0, train, err);
 }
 
 col_status col_chat_emit_id(col_chat_out *out, int32_t id, bool train, col_err *err)
@@ -96,7 +107,7 @@ static col_status chatml_render(void *user, const col_chat_msg *m, col_chat_out 
     // {content}<|im_end|>  (trained for the assistant)
     bool train = m->role == COL_ROLE_ASSISTANT;
     if (st == COL_OK)
-        st = col_chat_emit_text(out, m->content, m->content_len, train, err);
+        st = col_chat_emit_content(out, m->content, m->content_len, train, err);
     if (st == COL_OK)
         st = col_chat_emit_text(out, "<|im_end|>", 10, train, err);
     // \n  (never trained)
@@ -270,7 +281,7 @@ static col_status chat_line(const char *path, long lineno, const char *text, siz
             goto out;
         }
         if (!cJSON_IsString(content)) {
-            st = col_err_set(err, COL_EFORMAT, "%s:%ld: message %d content is %s, not a string", path, lineno, i,
+            st = col_err_set(err, COL_EFORMAT, "%s:%ld: message %d content is %s", path, lineno, i,
                              content ? "not a string" : "missing");
             goto out;
         }

@@ -51,11 +51,16 @@ typedef struct {
 } col_chat_msg;
 
 /* Where a template writes a rendered message: a sequence of pieces, each
- * either text (tokenized on its own, with special added tokens such as
- * "<|im_end|>" or "<|eot_id|>" matched when the tokenizer has them) or a
- * token id. Each piece says whether its tokens are trained on (mask 1). */
+ * tokenized on its own and appended to the stream. Each piece says whether
+ * its tokens are trained on (mask 1).
+ *   emit_text     template markup: special added tokens such as "<|im_end|>"
+ *                 or "<|eot_id|>" are matched when the tokenizer has them
+ *   emit_content  message text: special tokens in it stay plain text, so a
+ *                 conversation cannot forge turn markers
+ *   emit_id       one token id (checked against the tokenizer's vocabulary) */
 typedef struct col_chat_out col_chat_out;
 col_status col_chat_emit_text(col_chat_out *out, const char *text, size_t len, bool train, col_err *err);
+col_status col_chat_emit_content(col_chat_out *out, const char *text, size_t len, bool train, col_err *err);
 col_status col_chat_emit_id(col_chat_out *out, int32_t id, bool train, col_err *err);
 
 /* Renders one message by calling col_chat_emit_* on out, in order; called for

@@ -1,0 +1,195 @@
+/* bench_lm - whole-model speed on the CPU: a training step of GPT-2 124M
+ * (B=4, T=64, f32, forward + backward + AdamW) against the sgemm rate, and
+ * generation (prompt and per-token decode with the KV cache) for GPT-2 124M
+ * and a ~1B LLaMA-shaped model against a memory-copy rate, both ceilings
+ * measured in the same run. Weights are random (--init random): speed does
+ * not depend on their values.
+ *
+ *   bench_lm [train|generate|all] [reps]
+ *
+ * Training FLOPs per step: 6 * N * tokens + 6 * L * C * T * tokens (llm.c's
+ * count, N = parameters without position embeddings... here all parameters).
+ * Decode is bandwidth-bound: every new token reads all weights once, so its
+ * ceiling is weight bytes / copy rate. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "blas.h"
+#include "hf_config.h"
+#include "lm_trainer.h"
+#include "rng.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double sgemm_rate(const col_blas *blas, int M, int K, int N)
+{
+    float *a = calloc((size_t)M * K, 4), *b = calloc((size_t)K * N, 4), *c = calloc((size_t)M * N, 4);
+    col_fill_uniform(a, (int64_t)M * K, 1, -1, 1);
+    col_fill_uniform(b, (int64_t)K * N, 2, -1, 1);
+    double t[5];
+    for (int r = 0; r < 6; r++) {
+        double t0 = now();
+        blas->sgemm(COL_BLAS_ROW_MAJOR, COL_BLAS_NO_TRANS, COL_BLAS_NO_TRANS, M, N, K, 1, a, K, b, N, 0, c, N);
+        if (r)
+            t[r - 1] = now() - t0;
+    }
+    free(a), free(b), free(c);
+    return 2.0 * M * K * N / median(t, 5) / 1e9;
+}
+
+/* read + write bandwidth of a parallel copy of n floats, in GB/s (bytes moved both ways) */
+static double copy_rate(size_t n)
+{
+    float *a = malloc(n * 4), *b = malloc(n * 4);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        a[i] = (float)i, b[i] = 0;
+    double t[5];
+    for (int r = 0; r < 6; r++) {
+        double t0 = now();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            b[i] = a[i];
+        if (r)
+            t[r - 1] = now() - t0;
+    }
+    free(a), free(b);
+    return 2.0 * (double)n * 4 / median(t, 5) / 1e9;
+}
+
+static col_lm_trainer *session(const char *preset, int B, int T, col_backend *be)
+{
+    col_lm_config m;
+    col_err err = {0};
+    if (col_lm_preset(preset, &m, &err) != COL_OK) {
+        fprintf(stderr, "bench_lm: %s\n", err.msg);
+        exit(1);
+    }
+    col_lm_train_config c = {.model = m, .batch = B, .seq = T, .opt = col_opt_defaults(COL_OPT_ADAMW), .seed = 1};
+    c.lr.lr_max = 1e-4f;
+    col_lm_trainer *t = NULL;
+    if (col_lm_trainer_create(&c, be, &t, &err) != COL_OK) {
+        fprintf(stderr, "bench_lm: %s: %s\n", preset, err.msg);
+        exit(1);
+    }
+    return t;
+}
+
+static void bench_train(col_backend *be, const col_blas *blas, int reps)
+{
+    enum { B = 4, T = 64 };
+    col_lm_trainer *t = session("gpt2", B, T, be);
+    const col_lm_config *m = &col_lm_trainer_config(t)->model;
+    int32_t ids[B * T], tg[B * T];
+    col_rng r;
+    col_rng_init(&r, 3);
+    for (int i = 0; i < B * T; i++)
+        ids[i] = (int32_t)col_rng_below(&r, 50257), tg[i] = (int32_t)col_rng_below(&r, 50257);
+    col_err err = {0};
+    double times[32];
+    col_lm_step_info info;
+    double ceil1 = sgemm_rate(blas, B * T, 768, 3072);
+    for (int k = 0; k <= reps; k++) {
+        double t0 = now();
+        if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
+            fprintf(stderr, "bench_lm: %s\n", err.msg);
+            exit(1);
+        }
+        if (k)
+            times[k - 1] = now() - t0;
+    }
+    double ceil2 = sgemm_rate(blas, B * T, 768, 3072), ceiling = ceil1 > ceil2 ? ceil1 : ceil2;
+    double step = median(times, reps), N = (double)col_lm_trainer_param_count(t), tokens = B * T;
+    double flops = 6 * N * tokens + 6.0 * m->n_layer * m->hidden * T * tokens;
+    printf("train gpt2 124M (%.1fM params), B=%d T=%d, AdamW: %.0f ms/step, %.0f tok/s, %.1f GFLOP/s, "
+           "%.2f of sgemm (%.1f GFLOP/s on %dx768x3072, best of 2 samples %.1f/%.1f)\n",
+           N / 1e6, B, T, 1000 * step, tokens / step, flops / step / 1e9, flops / step / 1e9 / ceiling, ceiling,
+           B * T, ceil1, ceil2);
+    col_lm_trainer_free(t);
+}
+
+static void bench_generate(col_backend *be, const char *preset, int reps)
+{
+    enum { P = 128, N = 64 };
+    col_lm_trainer *t = session(preset, 1, 8, be);
+    const col_lm_config *m = &col_lm_trainer_config(t)->model;
+    int32_t prompt[P], next;
+    col_rng r;
+    col_rng_init(&r, 4);
+    for (int i = 0; i < P; i++)
+        prompt[i] = (int32_t)col_rng_below(&r, (uint64_t)m->vocab_size);
+    col_err err = {0};
+    double tp[32], tg[32];
+    for (int k = 0; k <= reps; k++) {
+        const float *lg;
+        double t0 = now();
+        if (col_lm_trainer_decode_reset(t, P + N, &err) != COL_OK || col_lm_trainer_decode(t, prompt, P, &lg, &err) != COL_OK) {
+            fprintf(stderr, "bench_lm: %s\n", err.msg);
+            exit(1);
+        }
+        double t1 = now();
+        next = prompt[P - 1];
+        for (int j = 0; j < N; j++)
+            if (col_lm_trainer_decode(t, &next, 1, &lg, &err) != COL_OK) {
+                fprintf(stderr, "bench_lm: %s\n", err.msg);
+                exit(1);
+            }
+        if (k) {
+            tp[k - 1] = t1 - t0;
+            tg[k - 1] = (now() - t1) / N;
+        }
+    }
+    double weights = 4.0 * (double)col_lm_trainer_param_count(t), bw = copy_rate((size_t)64 << 20);
+    double per_tok = median(tg, reps);
+    printf("generate %s (%.2fB params, f32): prompt %d tokens %.0f tok/s; decode %.1f tok/s (%.0f ms/token); "
+           "weights %.2f GB per token = %.1f GB/s, %.2f of the copy rate %.1f GB/s\n",
+           preset, (double)col_lm_trainer_param_count(t) / 1e9, P, P / median(tp, reps), 1 / per_tok, 1000 * per_tok,
+           weights / 1e9, weights / per_tok / 1e9, weights / per_tok / 1e9 / bw, bw);
+    col_lm_trainer_free(t);
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "all";
+    int reps = argc > 2 ? atoi(argv[2]) : 5;
+    if (reps < 1 || reps > 31 || (strcmp(what, "train") && strcmp(what, "generate") && strcmp(what, "all"))) {
+        fprintf(stderr, "usage: bench_lm [train|generate|all] [reps 1..31]\n");
+        return 2;
+    }
+    col_err err = {0};
+    col_backend be;
+    col_blas blas;
+    if (col_cpu_backend_init(&be, &err) != COL_OK || col_blas_load(&blas, &err) != COL_OK) {
+        fprintf(stderr, "bench_lm: %s\n", err.msg);
+        return 1;
+    }
+    printf("# bench_lm: %d threads, OpenBLAS %s (%s), median of %d\n", omp_get_max_threads(), blas.core, blas.path, reps);
+    if (strcmp(what, "generate"))
+        bench_train(&be, &blas, reps);
+    if (strcmp(what, "train")) {
+        bench_generate(&be, "gpt2", reps);
+        bench_generate(&be, "llama-1b-shaped", reps);
+    }
+    col_cpu_backend_free(&be);
+    return 0;
+}
