@@ -62,7 +62,7 @@ const char *col_chat_role_name(col_chat_role r)
     case COL_ROLE_USER: return "user";
     case COL_ROLE_ASSISTANT: return "assistant";
     }
-    return "?";
+    return NULL;
 }
 
 static col_status emit(col_chat_out *out, const char *text, size_t len, unsigned flags, bool train, col_err *err)

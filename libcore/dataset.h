@@ -30,15 +30,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat.h"
 #include "status.h"
 #include "tokenizer.h"
 
 /* ---- chat templates ---- */
 
-typedef enum { COL_ROLE_SYSTEM, COL_ROLE_USER, COL_ROLE_ASSISTANT } col_chat_role;
-
-/* "system", "user", "assistant". */
-const char *col_chat_role_name(col_chat_role r);
 
 /* One message of a conversation, as a template sees it. content is the JSON
  * string decoded to UTF-8 (NUL-terminated, content_len bytes). */

@@ -30,16 +30,6 @@ const col_chat_family_info *col_chat_info(col_chat_family f)
     return &families[f];
 }
 
-const char *col_chat_role_name(col_chat_role r)
-{
-    switch (r) {
-    case COL_ROLE_SYSTEM: return "system";
-    case COL_ROLE_USER: return "user";
-    case COL_ROLE_ASSISTANT: return "assistant";
-    }
-    return NULL;
-}
-
 col_status col_chat_family_parse(const char *name, col_chat_family *out, col_err *err)
 {
     for (int i = 0; name && i < NFAMILIES; i++)
@@ -138,7 +128,7 @@ static void put_stripped(sbuf *b, const char *s)
 
 /* ---- families ---- */
 
-static col_status render_llama2(sbuf *b, const col_chat_msg *m, int n, col_chat_span *sp, col_err *err)
+static col_status render_llama2(sbuf *b, const col_chat_message *m, int n, col_chat_span *sp, col_err *err)
 {
     int i0 = 0;
     const char *sys = NULL;
@@ -178,7 +168,7 @@ static col_status render_llama2(sbuf *b, const col_chat_msg *m, int n, col_chat_
     return COL_OK;
 }
 
-static void render_llama3(sbuf *b, const col_chat_msg *m, int n, bool gen, col_chat_span *sp)
+static void render_llama3(sbuf *b, const col_chat_message *m, int n, bool gen, col_chat_span *sp)
 {
     for (int i = 0; i < n; i++) {
         if (i == 0)
@@ -200,7 +190,7 @@ static void render_llama3(sbuf *b, const col_chat_msg *m, int n, bool gen, col_c
 }
 
 /* chatml and plain: "{pre}{role}{mid}{content}{eot}{post}" */
-static void render_simple(sbuf *b, const col_chat_msg *m, int n, bool gen, col_chat_span *sp, const char *pre,
+static void render_simple(sbuf *b, const col_chat_message *m, int n, bool gen, col_chat_span *sp, const char *pre,
                           const char *mid, const char *eot, const char *post, const char *gen_prompt)
 {
     for (int i = 0; i < n; i++) {
@@ -221,7 +211,7 @@ static void render_simple(sbuf *b, const col_chat_msg *m, int n, bool gen, col_c
         put(b, gen_prompt);
 }
 
-col_status col_chat_render(col_chat_family f, const col_chat_msg *msgs, int n, bool add_generation_prompt,
+col_status col_chat_render(col_chat_family f, const col_chat_message *msgs, int n, bool add_generation_prompt,
                            char **out, size_t *len, col_chat_span *spans, col_err *err)
 {
     *out = NULL;

@@ -25,15 +25,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "chat.h"
 #include "status.h"
 
 typedef enum { COL_CHAT_LLAMA2, COL_CHAT_LLAMA3, COL_CHAT_CHATML, COL_CHAT_PLAIN } col_chat_family;
-typedef enum { COL_ROLE_SYSTEM, COL_ROLE_USER, COL_ROLE_ASSISTANT } col_chat_role;
 
 typedef struct {
     col_chat_role role;
     const char *content; /* UTF-8, NUL-terminated */
-} col_chat_msg;
+} col_chat_message;
 
 /* Where message i landed in the rendered text (byte offsets, end exclusive). */
 typedef struct {
@@ -51,13 +51,12 @@ typedef struct {
 } col_chat_family_info;
 
 const col_chat_family_info *col_chat_info(col_chat_family f);
-const char *col_chat_role_name(col_chat_role r);
 /* "llama2" | "llama3" | "chatml" | "plain" -> family; error naming the options otherwise. */
 col_status col_chat_family_parse(const char *name, col_chat_family *out, col_err *err);
 
 /* Renders msgs[0..n) into a malloc'ed NUL-terminated string *out (length
  * *len; free() it). spans: NULL, or n entries filled per message. */
-col_status col_chat_render(col_chat_family f, const col_chat_msg *msgs, int n, bool add_generation_prompt,
+col_status col_chat_render(col_chat_family f, const col_chat_message *msgs, int n, bool add_generation_prompt,
                            char **out, size_t *len, col_chat_span *spans, col_err *err);
 
 /* Recognises the family of the "chat_template" field of tokenizer_config.json

@@ -36,7 +36,7 @@ static char *slurp(const char *name, size_t *len)
 #define A COL_ROLE_ASSISTANT
 
 /* the conversations of make_chat_fixtures.py */
-static const col_chat_msg conv3[] = {
+static const col_chat_message conv3[] = {
     {S, "You are a terse assistant.\nAnswer in one line."},
     {U, "What is 2+2?"},
     {A, "4."},
@@ -44,8 +44,8 @@ static const col_chat_msg conv3[] = {
     {A, "\"Paris\" \xe2\x80\x94 <b>Paris</b>."},
     {U, "Thanks!\nBye."},
 };
-static const col_chat_msg nosys[] = {{U, "Hi"}, {A, "Hello! How can I help?"}};
-static const col_chat_msg ws[] = {
+static const col_chat_message nosys[] = {{U, "Hi"}, {A, "Hello! How can I help?"}};
+static const col_chat_message ws[] = {
     {S, "  sys with spaces \n"},
     {U, "\n\t user text  \n"},
     {A, "  answer\xc2\xa0 \n"},
@@ -54,7 +54,7 @@ static const col_chat_msg ws[] = {
 
 static const struct {
     const char *name;
-    const col_chat_msg *m;
+    const col_chat_message *m;
     int n;
     bool gen;
 } cases[] = {
@@ -102,7 +102,7 @@ static void test_literal(void)
         "<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n",
         "system: SYS\nuser: U1\nassistant: A1\nuser: U2\nassistant: ",
     };
-    const col_chat_msg m[] = {{S, "SYS"}, {U, "U1"}, {A, "A1"}, {U, "U2"}};
+    const col_chat_message m[] = {{S, "SYS"}, {U, "U1"}, {A, "A1"}, {U, "U2"}};
     for (int f = 0; f < 4; f++) {
         char *got = NULL;
         size_t len = 0;
@@ -165,11 +165,11 @@ static void test_render_errors(void)
     char *out = NULL;
     size_t len = 0;
     col_err err = {0};
-    const col_chat_msg two_users[] = {{U, "a"}, {U, "b"}};
+    const col_chat_message two_users[] = {{U, "a"}, {U, "b"}};
     col_status st = col_chat_render(COL_CHAT_LLAMA2, two_users, 2, true, &out, &len, NULL, &err);
     TL_OK(st == COL_EINVAL && !out && strstr(err.msg, "llama2") && strstr(err.msg, "alternate"),
           "llama2 rejects non-alternating roles: %s", err.msg);
-    const col_chat_msg late_sys[] = {{U, "a"}, {S, "b"}};
+    const col_chat_message late_sys[] = {{U, "a"}, {S, "b"}};
     st = col_chat_render(COL_CHAT_LLAMA2, late_sys, 2, true, &out, &len, NULL, &err);
     TL_OK(st == COL_EINVAL && strstr(err.msg, "system"), "llama2 rejects a system message after the first: %s",
           err.msg);
@@ -177,10 +177,10 @@ static void test_render_errors(void)
     TL_OK(st == COL_OK && strcmp(out, "<|im_start|>user\na<|im_end|>\n<|im_start|>system\nb<|im_end|>\n") == 0,
           "chatml takes any role order, as its template does");
     free(out);
-    const col_chat_msg bad_role[] = {{(col_chat_role)7, "x"}};
+    const col_chat_message bad_role[] = {{(col_chat_role)7, "x"}};
     st = col_chat_render(COL_CHAT_CHATML, bad_role, 1, false, &out, &len, NULL, &err);
     TL_OK(st == COL_EINVAL && strstr(err.msg, "role 7"), "bad role: %s", err.msg);
-    const col_chat_msg null_content[] = {{U, NULL}};
+    const col_chat_message null_content[] = {{U, NULL}};
     st = col_chat_render(COL_CHAT_PLAIN, null_content, 1, false, &out, &len, NULL, &err);
     TL_OK(st == COL_EINVAL && strstr(err.msg, "no content"), "NULL content: %s", err.msg);
     st = col_chat_render((col_chat_family)9, conv3, 6, false, &out, &len, NULL, &err);
@@ -190,7 +190,7 @@ static void test_render_errors(void)
           "llama3 empty conversation: only the generation prompt (as the template)");
     free(out);
     /* an all-whitespace user turn after a system prompt: llama2 strips into the <<SYS>> block */
-    const col_chat_msg blank[] = {{S, "s"}, {U, " \n "}};
+    const col_chat_message blank[] = {{S, "s"}, {U, " \n "}};
     st = col_chat_render(COL_CHAT_LLAMA2, blank, 2, true, &out, &len, NULL, &err);
     TL_OK(st == COL_OK && strcmp(out, "<s>[INST] <<SYS>>\ns\n<</SYS>> [/INST]") == 0,
           "llama2 strips system block + user text as one string");
