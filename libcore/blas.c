@@ -65,11 +65,12 @@ col_status col_blas_load(col_blas *b, col_err *err)
         return col_err_set(err, COL_EUNSUPPORTED,
                            "cannot load OpenBLAS (libopenblas.so.0): install the Debian package libopenblas0");
     b->sgemm = (col_sgemm_fn)dlsym(b->handle, "cblas_sgemm");
+    b->sgemv = (col_sgemv_fn)dlsym(b->handle, "cblas_sgemv");
     char *(*corename)(void) = (char *(*)(void))dlsym(b->handle, "openblas_get_corename");
-    if (!b->sgemm) {
+    if (!b->sgemm || !b->sgemv) {
         dlclose(b->handle);
         b->handle = NULL;
-        return col_err_set(err, COL_EUNSUPPORTED, "the loaded OpenBLAS has no cblas_sgemm");
+        return col_err_set(err, COL_EUNSUPPORTED, "the loaded OpenBLAS has no cblas_sgemm or cblas_sgemv");
     }
     if (corename) {
         const char *c = corename();

@@ -16,9 +16,13 @@ enum { COL_BLAS_ROW_MAJOR = 101, COL_BLAS_NO_TRANS = 111, COL_BLAS_TRANS = 112 }
 typedef void (*col_sgemm_fn)(int order, int transa, int transb, int m, int n, int k, float alpha,
                              const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
+typedef void (*col_sgemv_fn)(int order, int trans, int m, int n, float alpha, const float *a, int lda, const float *x,
+                             int incx, float beta, float *y, int incy);
+
 typedef struct {
     void *handle;
     col_sgemm_fn sgemm;
+    col_sgemv_fn sgemv;
     char core[64];              /* kernel set OpenBLAS reports */
     char chosen[64];            /* what we asked for ("" = left to OpenBLAS) */
     char path[256];             /* the library file loaded */

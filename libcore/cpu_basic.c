@@ -234,8 +234,19 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
             oa += i * a->stride[d];
             ob += i * b->stride[d];
         }
-        ctx->blas.sgemm(COL_BLAS_ROW_MAJOR, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)a->data + oa, lda,
-                        (const float *)b->data + ob, ldb, 0.0f, c + bi * M * N, (int)N);
+        const float *pa = (const float *)a->data + oa, *pb = (const float *)b->data + ob;
+        if (M == 1) { /* one row (decoding a token): a matrix-vector product, bandwidth-bound */
+            int inca = ta == COL_BLAS_NO_TRANS ? 1 : lda;
+            if (tb == COL_BLAS_NO_TRANS) /* c = b^T a, b stored K x N */
+                ctx->blas.sgemv(COL_BLAS_ROW_MAJOR, COL_BLAS_TRANS, (int)K, (int)N, 1.0f, pb, ldb, pa, inca, 0.0f,
+                                c + bi * N, 1);
+            else /* b stored N x K */
+                ctx->blas.sgemv(COL_BLAS_ROW_MAJOR, COL_BLAS_NO_TRANS, (int)N, (int)K, 1.0f, pb, ldb, pa, inca, 0.0f,
+                                c + bi * N, 1);
+            continue;
+        }
+        ctx->blas.sgemm(COL_BLAS_ROW_MAJOR, ta, tb, (int)M, (int)N, (int)K, 1.0f, pa, lda, pb, ldb, 0.0f,
+                        c + bi * M * N, (int)N);
     }
     return COL_OK;
 }

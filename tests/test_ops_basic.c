@@ -215,9 +215,10 @@ static void test_matmul(void)
 {
     col_rng r;
     col_rng_init(&r, 8);
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < 8; c++) {
         mm_case mc = {c & 1, (c >> 1) & 1};
-        int64_t B = 2, M = 1 + (int64_t)col_rng_below(&r, 6), K = 1 + (int64_t)col_rng_below(&r, 6),
+        /* c >= 4: a single row, which the CPU backend computes as a matrix-vector product */
+        int64_t B = 2, M = c >= 4 ? 1 : 1 + (int64_t)col_rng_below(&r, 6), K = 2 + (int64_t)col_rng_below(&r, 6),
                 N = 1 + (int64_t)col_rng_below(&r, 6);
         /* a: [B, M, K] (stored [B, K, M] when transposed); b: [K, N] broadcast over B */
         int64_t sa[3] = {B, mc.ta ? K : M, mc.ta ? M : K}, sb[2] = {mc.tb ? N : K, mc.tb ? K : N};
