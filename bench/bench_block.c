@@ -25,25 +25,7 @@
 #include "ops.h"
 #include "plan.h"
 #include "rng.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 static double sgemm_rate(const col_blas *blas, int M, int K, int N, int reps)
 {
@@ -54,14 +36,14 @@ static double sgemm_rate(const col_blas *blas, int M, int K, int N, int reps)
     double t[32];
     blas->sgemm(COL_BLAS_ROW_MAJOR, COL_BLAS_NO_TRANS, COL_BLAS_NO_TRANS, M, N, K, 1, a, K, b, N, 0, c, N);
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         blas->sgemm(COL_BLAS_ROW_MAJOR, COL_BLAS_NO_TRANS, COL_BLAS_NO_TRANS, M, N, K, 1, a, K, b, N, 0, c, N);
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
     }
     free(a);
     free(b);
     free(c);
-    return 2.0 * M * K * N / median(t, reps) / 1e9;
+    return 2.0 * M * K * N / bench_median(t, reps) / 1e9;
 }
 
 typedef struct {
@@ -155,15 +137,15 @@ int main(int argc, char **argv)
         double times[32];
         int ok = col_plan_run(plan, &be, &err) == COL_OK; /* warm-up */
         for (int k = 0; ok && k < reps; k++) {
-            double t0 = now();
+            double t0 = bench_now();
             ok = col_plan_run(plan, &be, &err) == COL_OK;
-            times[k] = now() - t0;
+            times[k] = bench_now() - t0;
         }
         if (!ok) {
             fprintf(stderr, "bench_block: %s\n", err.msg);
             return 1;
         }
-        double t = median(times, reps);
+        double t = bench_median(times, reps);
         double flops = 3.0 * (double)(B * T) * (24.0 * C * C + 2.0 * C * (T + 1));
         rates[ti] = flops / t / 1e9;
         ms[ti] = 1000 * t;

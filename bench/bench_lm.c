@@ -21,25 +21,7 @@
 #include "hf_config.h"
 #include "lm_trainer.h"
 #include "rng.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 static double sgemm_rate(const col_blas *blas, int M, int K, int N)
 {
@@ -48,13 +30,13 @@ static double sgemm_rate(const col_blas *blas, int M, int K, int N)
     col_fill_uniform(b, (int64_t)K * N, 2, -1, 1);
     double t[5];
     for (int r = 0; r < 6; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         blas->sgemm(COL_BLAS_ROW_MAJOR, COL_BLAS_NO_TRANS, COL_BLAS_NO_TRANS, M, N, K, 1, a, K, b, N, 0, c, N);
         if (r)
-            t[r - 1] = now() - t0;
+            t[r - 1] = bench_now() - t0;
     }
     free(a), free(b), free(c);
-    return 2.0 * M * K * N / median(t, 5) / 1e9;
+    return 2.0 * M * K * N / bench_median(t, 5) / 1e9;
 }
 
 /* read + write bandwidth of a parallel copy of n floats, in GB/s (bytes moved both ways) */
@@ -66,15 +48,15 @@ static double copy_rate(size_t n)
         a[i] = (float)i, b[i] = 0;
     double t[5];
     for (int r = 0; r < 6; r++) {
-        double t0 = now();
+        double t0 = bench_now();
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++)
             b[i] = a[i];
         if (r)
-            t[r - 1] = now() - t0;
+            t[r - 1] = bench_now() - t0;
     }
     free(a), free(b);
-    return 2.0 * (double)n * 4 / median(t, 5) / 1e9;
+    return 2.0 * (double)n * 4 / bench_median(t, 5) / 1e9;
 }
 
 static col_lm_trainer *session(const char *preset, int B, int T, col_backend *be)
@@ -110,16 +92,16 @@ static void bench_train(col_backend *be, const col_blas *blas, int reps)
     col_lm_step_info info;
     double ceil1 = sgemm_rate(blas, B * T, 768, 3072);
     for (int k = 0; k <= reps; k++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
             fprintf(stderr, "bench_lm: %s\n", err.msg);
             exit(1);
         }
         if (k)
-            times[k - 1] = now() - t0;
+            times[k - 1] = bench_now() - t0;
     }
     double ceil2 = sgemm_rate(blas, B * T, 768, 3072), ceiling = ceil1 > ceil2 ? ceil1 : ceil2;
-    double step = median(times, reps), N = (double)col_lm_trainer_param_count(t), tokens = B * T;
+    double step = bench_median(times, reps), N = (double)col_lm_trainer_param_count(t), tokens = B * T;
     double flops = 6 * N * tokens + 6.0 * m->n_layer * m->hidden * T * tokens;
     printf("train gpt2 124M (%.1fM params), B=%d T=%d, AdamW: %.0f ms/step, %.0f tok/s, %.1f GFLOP/s, "
            "%.2f of sgemm (%.1f GFLOP/s on %dx768x3072, best of 2 samples %.1f/%.1f)\n",
@@ -142,12 +124,12 @@ static void bench_generate(col_backend *be, const char *preset, int reps)
     double tp[32], tg[32];
     for (int k = 0; k <= reps; k++) {
         const float *lg;
-        double t0 = now();
+        double t0 = bench_now();
         if (col_lm_trainer_decode_reset(t, P + N, &err) != COL_OK || col_lm_trainer_decode(t, prompt, P, &lg, &err) != COL_OK) {
             fprintf(stderr, "bench_lm: %s\n", err.msg);
             exit(1);
         }
-        double t1 = now();
+        double t1 = bench_now();
         next = prompt[P - 1];
         for (int j = 0; j < N; j++)
             if (col_lm_trainer_decode(t, &next, 1, &lg, &err) != COL_OK) {
@@ -156,14 +138,14 @@ static void bench_generate(col_backend *be, const char *preset, int reps)
             }
         if (k) {
             tp[k - 1] = t1 - t0;
-            tg[k - 1] = (now() - t1) / N;
+            tg[k - 1] = (bench_now() - t1) / N;
         }
     }
     double weights = 4.0 * (double)col_lm_trainer_param_count(t), bw = copy_rate((size_t)64 << 20);
-    double per_tok = median(tg, reps);
+    double per_tok = bench_median(tg, reps);
     printf("generate %s (%.2fB params, f32): prompt %d tokens %.0f tok/s; decode %.1f tok/s (%.0f ms/token); "
            "weights %.2f GB per token = %.1f GB/s, %.2f of the copy rate %.1f GB/s\n",
-           preset, (double)col_lm_trainer_param_count(t) / 1e9, P, P / median(tp, reps), 1 / per_tok, 1000 * per_tok,
+           preset, (double)col_lm_trainer_param_count(t) / 1e9, P, P / bench_median(tp, reps), 1 / per_tok, 1000 * per_tok,
            weights / 1e9, weights / per_tok / 1e9, weights / per_tok / 1e9 / bw, bw);
     col_lm_trainer_free(t);
 }

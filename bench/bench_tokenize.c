@@ -16,25 +16,7 @@
 
 #include "textio.h"
 #include "tokenizer.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 static const char *asset(const char *rel, char *buf, size_t size)
 {
@@ -66,22 +48,22 @@ int main(int argc, char **argv)
     /* ceilings over the same bytes */
     volatile size_t sink = 0;
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         size_t lines = 0;
         for (const char *p = text, *end = text + len; (p = memchr(p, '\n', (size_t)(end - p))) != NULL; p++)
             lines++;
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
         sink += lines;
     }
-    double memchr_rate = mb / median(t, reps);
+    double memchr_rate = mb / bench_median(t, reps);
     char *copy = malloc(len);
     for (int r = 0; r < reps && copy; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         memcpy(copy, text, len);
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
         sink += (unsigned char)copy[r];
     }
-    double memcpy_rate = mb / median(t, reps);
+    double memcpy_rate = mb / bench_median(t, reps);
     free(copy);
 
     printf("corpus: %.2f MB; ceilings: memchr('\\n') %.0f MB/s, memcpy %.0f MB/s (medians of %d)\n\n", mb,
@@ -95,41 +77,41 @@ int main(int argc, char **argv)
         char rel[64];
         snprintf(rel, sizeof rel, "tokenizers/%s", names[k]);
         col_tokenizer *tok;
-        double t0 = now();
+        double t0 = bench_now();
         if (col_tok_load(asset(rel, path, sizeof path), &tok, &err) != COL_OK) {
             fprintf(stderr, "bench_tokenize: %s\n", err.msg);
             free(text);
             return 1;
         }
-        double load_ms = 1e3 * (now() - t0);
+        double load_ms = 1e3 * (bench_now() - t0);
         int32_t *ids = NULL;
         size_t n = 0;
         for (int r = 0; r < reps; r++) {
             free(ids);
-            t0 = now();
+            t0 = bench_now();
             if (col_tok_encode(tok, text, len, false, &ids, &n, &err) != COL_OK) {
                 fprintf(stderr, "bench_tokenize: %s: %s\n", names[k], err.msg);
                 return 1;
             }
-            t[r] = now() - t0;
+            t[r] = bench_now() - t0;
         }
-        double enc = mb / median(t, reps);
+        double enc = mb / bench_median(t, reps);
         for (int r = 0; r < reps; r++) {
             char *back;
             size_t blen;
-            t0 = now();
+            t0 = bench_now();
             if (col_tok_decode(tok, ids, n, false, &back, &blen, &err) != COL_OK) {
                 fprintf(stderr, "bench_tokenize: %s: %s\n", names[k], err.msg);
                 return 1;
             }
-            t[r] = now() - t0;
+            t[r] = bench_now() - t0;
             if (blen != len || memcmp(back, text, len) != 0) {
                 fprintf(stderr, "bench_tokenize: %s: decode(encode(corpus)) differs from the corpus\n", names[k]);
                 return 1;
             }
             free(back);
         }
-        double dec = mb / median(t, reps);
+        double dec = mb / bench_median(t, reps);
         printf("| %-9s | %7.0f | %9zu | %11.2f | %11.1f | %8.4f | %11.0f |\n", names[k], load_ms, n,
                (double)len / (double)n, enc, enc / memchr_rate, dec);
         free(ids);

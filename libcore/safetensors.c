@@ -19,6 +19,7 @@
  * another process truncating the file while it is open (SIGBUS).
  */
 #include "checkpoint.h"
+#include "textio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -617,66 +618,23 @@ static col_status check_out(const char *path, const col_st_out *const *sorted, i
     return COL_OK;
 }
 
-static bool write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len < (1u << 30) ? len : (1u << 30));
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        p += w;
-        len -= (size_t)w;
-    }
-    return true;
-}
-
 /* Streams the header and the tensors to a temporary file next to path, then
- * fsync + rename + fsync of the directory (like col_write_file_atomic, but
- * without building a copy of all the weights in memory). */
+ * fsync + rename + fsync of the directory (col_atomic_* in textio.h; like
+ * col_write_file_atomic, but without a copy of all the weights in memory). */
 static col_status write_stream(const char *path, const sbuf *hdr, const col_st_out *const *sorted, int n,
                                const size_t *sizes, col_err *err)
 {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp)
-        return col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
-    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        col_status st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
-        free(tmp);
+    col_atomic_file f;
+    col_status st = col_atomic_begin(path, &f, err);
+    if (st != COL_OK)
         return st;
-    }
-    fchmod(fd, 0644); /* mkstemp makes 0600; a checkpoint is an ordinary file */
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)hdr->n >> (8 * i));
-    bool ok = write_all(fd, len8, 8) && write_all(fd, hdr->p, hdr->n);
+    bool ok = col_write_all(f.fd, len8, 8) && col_write_all(f.fd, hdr->p, hdr->n);
     for (int i = 0; ok && i < n; i++)
-        ok = write_all(fd, sorted[i]->data, sizes[i]);
-    col_status st = COL_OK;
-    if (!ok || fsync(fd) != 0)
-        st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (close(fd) != 0 && st == COL_OK)
-        st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (st == COL_OK && rename(tmp, path) != 0)
-        st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (st != COL_OK) {
-        unlink(tmp);
-    } else {
-        char *slash = strrchr(tmp, '/');
-        if (slash)
-            slash[slash == tmp ? 1 : 0] = '\0';
-        int dfd = open(slash ? tmp : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-    }
-    free(tmp);
-    return st;
+        ok = col_write_all(f.fd, sorted[i]->data, sizes[i]);
+    return col_atomic_end(&f, path, ok, err);
 }
 
 col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, const char *const *metadata,

@@ -83,52 +83,74 @@ col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t
     return COL_OK;
 }
 
-col_status col_write_file_atomic(const char *path, const void *data, size_t len, col_err *err)
+col_status col_atomic_begin(const char *path, col_atomic_file *f, col_err *err)
 {
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp)
+    f->fd = -1;
+    f->tmp = malloc(plen + 16);
+    if (!f->tmp)
         return col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
-    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
+    snprintf(f->tmp, plen + 16, "%s.tmpXXXXXX", path);
+    f->fd = mkstemp(f->tmp);
+    if (f->fd < 0) {
         col_status st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
-        free(tmp);
+        free(f->tmp);
+        f->tmp = NULL;
         return st;
     }
+    fchmod(f->fd, 0644); /* mkstemp makes 0600; the result is an ordinary file */
+    return COL_OK;
+}
+
+bool col_write_all(int fd, const void *data, size_t len)
+{
     const char *p = data;
-    size_t left = len;
-    col_status st = COL_OK;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
-            break;
-        }
+    while (len > 0) {
+        ssize_t w = write(fd, p, len < ((size_t)1 << 30) ? len : ((size_t)1 << 30));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
         p += w;
-        left -= (size_t)w;
+        len -= (size_t)w;
     }
-    if (st == COL_OK && fsync(fd) != 0)
+    return true;
+}
+
+col_status col_atomic_end(col_atomic_file *f, const char *path, bool ok, col_err *err)
+{
+    col_status st = COL_OK;
+    if (!ok || fsync(f->fd) != 0)
         st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (close(fd) != 0 && st == COL_OK)
+    if (close(f->fd) != 0 && st == COL_OK)
         st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (st == COL_OK && rename(tmp, path) != 0)
+    if (st == COL_OK && rename(f->tmp, path) != 0)
         st = col_err_set(err, COL_EIO, "cannot write %s: %s", path, strerror(errno));
     if (st != COL_OK) {
-        unlink(tmp);
+        unlink(f->tmp);
     } else {
         /* make the rename itself durable: fsync the directory */
-        char *slash = strrchr(tmp, '/');
+        char *slash = strrchr(f->tmp, '/');
         if (slash)
-            slash[slash == tmp ? 1 : 0] = '\0';
-        int dfd = open(slash ? tmp : ".", O_RDONLY | O_DIRECTORY);
+            slash[slash == f->tmp ? 1 : 0] = '\0';
+        int dfd = open(slash ? f->tmp : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0) {
             fsync(dfd);
             close(dfd);
         }
     }
-    free(tmp);
+    free(f->tmp);
+    f->tmp = NULL;
+    f->fd = -1;
     return st;
+}
+
+col_status col_write_file_atomic(const char *path, const void *data, size_t len, col_err *err)
+{
+    col_atomic_file f;
+    col_status st = col_atomic_begin(path, &f, err);
+    if (st != COL_OK)
+        return st;
+    bool ok = col_write_all(f.fd, data, len);
+    return col_atomic_end(&f, path, ok, err);
 }

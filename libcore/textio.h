@@ -3,6 +3,7 @@
 #ifndef COL_TEXTIO_H
 #define COL_TEXTIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "status.h"
@@ -16,5 +17,19 @@ col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t
 /* Writes data to path atomically: a temporary file in the same directory,
  * fsync, then rename; on any failure the old file (if any) is untouched. */
 col_status col_write_file_atomic(const char *path, const void *data, size_t len, col_err *err);
+
+/* The steps of col_write_file_atomic, for writers that stream their output:
+ * col_atomic_begin opens a new temporary file beside path (mode 0644);
+ * col_write_all writes len bytes (retrying short writes); col_atomic_end
+ * fsyncs and closes it and, if ok, renames it over path and fsyncs the
+ * directory; otherwise, or if any step fails, it removes the temporary
+ * file. It always frees tmp. */
+typedef struct {
+    int fd;
+    char *tmp;
+} col_atomic_file;
+col_status col_atomic_begin(const char *path, col_atomic_file *f, col_err *err);
+bool col_write_all(int fd, const void *data, size_t len);
+col_status col_atomic_end(col_atomic_file *f, const char *path, bool ok, col_err *err);
 
 #endif

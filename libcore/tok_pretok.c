@@ -417,21 +417,6 @@ col_status col_tok_segment(const col_tokenizer *t, col_tok_ctx *c, const char *s
 
 const char col_gpt2_regex[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-static const cJSON *field(const cJSON *o, const char *key)
-{
-    return cJSON_GetObjectItemCaseSensitive(o, key);
-}
-
-static bool get_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (!cJSON_IsNumber(v))
-        return false;
-    double d = v->valuedouble;
-    if (!(d >= (double)lo && d <= (double)hi) || (double)(int64_t)d != d)
-        return false;
-    *out = (int64_t)d;
-    return true;
-}
 
 static const char *type_of(const cJSON *o)
 {
@@ -636,13 +621,13 @@ static col_status parse_decoder(col_tokenizer *t, const cJSON *d, dchain *ch, co
     char s1[64];
     if (!d || cJSON_IsNull(d))
         return COL_OK;
-    const char *type = cJSON_IsObject(d) ? cJSON_GetStringValue(field(d, "type")) : NULL;
+    const char *type = cJSON_IsObject(d) ? cJSON_GetStringValue(col_tok_json_field(d, "type")) : NULL;
     if (!type)
         return col_tok_fail(err, COL_EFORMAT, name, "decoder: an entry has no \"type\"");
     if (ch->n >= 15)
         return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: too many steps");
     if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = field(d, "decoders"), *x;
+        const cJSON *list = col_tok_json_field(d, "decoders"), *x;
         if (!cJSON_IsArray(list))
             return col_tok_fail(err, COL_EFORMAT, name, "decoder: Sequence has no \"decoders\" array");
         cJSON_ArrayForEach(x, list) {
@@ -657,22 +642,22 @@ static col_status parse_decoder(col_tokenizer *t, const cJSON *d, dchain *ch, co
     } else if (strcmp(type, "Fuse") == 0) {
         /* concatenation is what decode does anyway */
     } else if (strcmp(type, "Replace") == 0) {
-        const char *a = cJSON_GetStringValue(field(field(d, "pattern"), "String"));
-        const char *b = cJSON_GetStringValue(field(d, "content"));
+        const char *a = cJSON_GetStringValue(col_tok_json_field(col_tok_json_field(d, "pattern"), "String"));
+        const char *b = cJSON_GetStringValue(col_tok_json_field(d, "content"));
         if (!a || !*a || !b)
             return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: only Replace of a non-empty String is supported");
         ch->s[ch->n++] = (dstep){D_REPLACE, a, b};
     } else if (strcmp(type, "Strip") == 0) {
-        const char *c = cJSON_GetStringValue(field(d, "content"));
+        const char *c = cJSON_GetStringValue(col_tok_json_field(d, "content"));
         int64_t start, stop;
-        if (!c || strcmp(c, " ") != 0 || !get_int(field(d, "start"), 0, 1000, &start) ||
-            !get_int(field(d, "stop"), 0, 0, &stop))
+        if (!c || strcmp(c, " ") != 0 || !col_tok_json_int(col_tok_json_field(d, "start"), 0, 1000, &start) ||
+            !col_tok_json_int(col_tok_json_field(d, "stop"), 0, 0, &stop))
             return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: only Strip of leading spaces is supported");
         t->strip_leading = (int)start;
     } else if (strcmp(type, "Metaspace") == 0) {
-        const cJSON *r = field(d, "replacement");
+        const cJSON *r = col_tok_json_field(d, "replacement");
         const char *repl = r ? cJSON_GetStringValue(r) : "\xE2\x96\x81";
-        const char *scheme = cJSON_GetStringValue(field(d, "prepend_scheme"));
+        const char *scheme = cJSON_GetStringValue(col_tok_json_field(d, "prepend_scheme"));
         int aps = bool_field(d, "add_prefix_space", 1);
         if (!repl || !*repl || aps < 0)
             return col_tok_fail(err, COL_EFORMAT, name, "decoder: Metaspace needs a replacement character");

@@ -80,12 +80,12 @@ void col_tok_free(col_tokenizer *t)
 
 /* ---- small JSON helpers ---- */
 
-static const cJSON *field(const cJSON *o, const char *key)
+const cJSON *col_tok_json_field(const cJSON *o, const char *key)
 {
     return cJSON_GetObjectItemCaseSensitive(o, key);
 }
 
-static bool get_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
+bool col_tok_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
 {
     if (!cJSON_IsNumber(v))
         return false;
@@ -98,7 +98,7 @@ static bool get_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
 
 static int get_bool(const cJSON *o, const char *key, int def)
 {
-    const cJSON *v = field(o, key);
+    const cJSON *v = col_tok_json_field(o, key);
     if (!v || cJSON_IsNull(v))
         return def;
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1;
@@ -137,7 +137,7 @@ static col_status build_vocab(col_tokenizer *t, const cJSON *vocab, const cJSON 
     size_t nv = 0, na = 0, bytes = 1;
     int64_t max_id = -1, id;
     cJSON_ArrayForEach(x, vocab) {
-        if (!get_int(x, 0, ID_LIMIT - 1, &id))
+        if (!col_tok_json_int(x, 0, ID_LIMIT - 1, &id))
             return col_tok_fail(err, COL_EFORMAT, name, "vocab: token '%s' has an id that is not an integer in [0, %d)",
                                 col_tok_show(x->string, strlen(x->string), s1), ID_LIMIT);
         nv++;
@@ -145,8 +145,8 @@ static col_status build_vocab(col_tokenizer *t, const cJSON *vocab, const cJSON 
         max_id = id > max_id ? id : max_id;
     }
     cJSON_ArrayForEach(x, added) {
-        const char *content = cJSON_GetStringValue(field(x, "content"));
-        if (!content || !get_int(field(x, "id"), 0, ID_LIMIT - 1, &id))
+        const char *content = cJSON_GetStringValue(col_tok_json_field(x, "content"));
+        if (!content || !col_tok_json_int(col_tok_json_field(x, "id"), 0, ID_LIMIT - 1, &id))
             return col_tok_fail(err, COL_EFORMAT, name,
                                 "added_tokens[%zu]: needs a \"content\" string and an integer \"id\" in [0, %d)", na,
                                 ID_LIMIT);
@@ -174,7 +174,7 @@ static col_status build_vocab(col_tokenizer *t, const cJSON *vocab, const cJSON 
         return col_tok_fail(err, COL_ENOMEM, name, "out of memory for %d tokens", n);
     size_t at = 0;
     cJSON_ArrayForEach(x, vocab) {
-        get_int(x, 0, ID_LIMIT - 1, &id);
+        col_tok_json_int(x, 0, ID_LIMIT - 1, &id);
         size_t len = strlen(x->string);
         if (t->flags[id])
             return col_tok_fail(err, COL_EFORMAT, name, "vocab: id %lld is given to both '%s' and '%s'", (long long)id,
@@ -201,8 +201,8 @@ static col_status build_vocab(col_tokenizer *t, const cJSON *vocab, const cJSON 
                                 col_tok_show(t->names + t->name_off[i], t->name_len[i], s1), old, i);
     }
     cJSON_ArrayForEach(x, added) {
-        const char *content = cJSON_GetStringValue(field(x, "content"));
-        get_int(field(x, "id"), 0, ID_LIMIT - 1, &id);
+        const char *content = cJSON_GetStringValue(col_tok_json_field(x, "content"));
+        col_tok_json_int(col_tok_json_field(x, "id"), 0, ID_LIMIT - 1, &id);
         size_t len = strlen(content);
         if (t->flags[id] & COL_TOKF_ADDED)
             return col_tok_fail(err, COL_EFORMAT, name, "added_tokens: id %lld appears twice", (long long)id);
@@ -435,7 +435,7 @@ static col_status parse_post(col_tokenizer *t, const cJSON *pp, const char *name
     char s1[64];
     if (!pp || cJSON_IsNull(pp))
         return COL_OK;
-    const char *type = cJSON_IsObject(pp) ? cJSON_GetStringValue(field(pp, "type")) : NULL;
+    const char *type = cJSON_IsObject(pp) ? cJSON_GetStringValue(col_tok_json_field(pp, "type")) : NULL;
     const cJSON *x;
     col_status st = COL_OK;
     if (!type)
@@ -443,17 +443,17 @@ static col_status parse_post(col_tokenizer *t, const cJSON *pp, const char *name
     if (strcmp(type, "ByteLevel") == 0)
         return COL_OK;
     if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = field(pp, "processors");
+        const cJSON *list = col_tok_json_field(pp, "processors");
         if (!cJSON_IsArray(list))
             return col_tok_fail(err, COL_EFORMAT, name, "post_processor: Sequence has no \"processors\" array");
         cJSON_ArrayForEach(x, list) if ((st = parse_post(t, x, name, err)) != COL_OK) return st;
         return COL_OK;
     }
     if (strcmp(type, "RobertaProcessing") == 0 || strcmp(type, "BertProcessing") == 0) {
-        const cJSON *cls = field(pp, "cls"), *sep = field(pp, "sep");
+        const cJSON *cls = col_tok_json_field(pp, "cls"), *sep = col_tok_json_field(pp, "sep");
         int64_t c, s;
         if (cJSON_GetArraySize(cls) != 2 || cJSON_GetArraySize(sep) != 2 ||
-            !get_int(cJSON_GetArrayItem(cls, 1), 0, ID_LIMIT, &c) || !get_int(cJSON_GetArrayItem(sep, 1), 0, ID_LIMIT, &s))
+            !col_tok_json_int(cJSON_GetArrayItem(cls, 1), 0, ID_LIMIT, &c) || !col_tok_json_int(cJSON_GetArrayItem(sep, 1), 0, ID_LIMIT, &s))
             return col_tok_fail(err, COL_EFORMAT, name, "post_processor: %s needs cls and sep as [name, id]", type);
         st = add_fixed(t, false, c, "cls", name, err);
         return st != COL_OK ? st : add_fixed(t, true, s, "sep", name, err);
@@ -461,26 +461,26 @@ static col_status parse_post(col_tokenizer *t, const cJSON *pp, const char *name
     if (strcmp(type, "TemplateProcessing") != 0)
         return col_tok_fail(err, COL_EUNSUPPORTED, name, "post_processor type '%s' is not supported",
                             col_tok_show(type, strlen(type), s1));
-    const cJSON *single = field(pp, "single"), *specials = field(pp, "special_tokens");
+    const cJSON *single = col_tok_json_field(pp, "single"), *specials = col_tok_json_field(pp, "special_tokens");
     if (!cJSON_IsArray(single))
         return col_tok_fail(err, COL_EFORMAT, name, "post_processor: TemplateProcessing has no \"single\" array");
     int seen_a = 0;
     cJSON_ArrayForEach(x, single) {
-        const cJSON *sp = field(x, "SpecialToken"), *sq = field(x, "Sequence");
+        const cJSON *sp = col_tok_json_field(x, "SpecialToken"), *sq = col_tok_json_field(x, "Sequence");
         if (sq) {
-            const char *which = cJSON_GetStringValue(field(sq, "id"));
+            const char *which = cJSON_GetStringValue(col_tok_json_field(sq, "id"));
             if (!which || strcmp(which, "A") != 0 || seen_a++)
                 return col_tok_fail(err, COL_EFORMAT, name, "post_processor: \"single\" must hold sequence A once");
             continue;
         }
-        const char *tok = cJSON_GetStringValue(field(sp, "id"));
-        const cJSON *ids = field(field(specials, tok ? tok : ""), "ids"), *y;
+        const char *tok = cJSON_GetStringValue(col_tok_json_field(sp, "id"));
+        const cJSON *ids = col_tok_json_field(col_tok_json_field(specials, tok ? tok : ""), "ids"), *y;
         if (!tok || !cJSON_IsArray(ids))
             return col_tok_fail(err, COL_EFORMAT, name, "post_processor: special token '%s' has no ids in special_tokens",
                                 tok ? col_tok_show(tok, strlen(tok), s1) : "?");
         cJSON_ArrayForEach(y, ids) {
             int64_t id;
-            if (!get_int(y, 0, ID_LIMIT, &id))
+            if (!col_tok_json_int(y, 0, ID_LIMIT, &id))
                 return col_tok_fail(err, COL_EFORMAT, name, "post_processor: an id of '%s' is not an integer",
                                     col_tok_show(tok, strlen(tok), s1));
             if ((st = add_fixed(t, seen_a, id, tok, name, err)) != COL_OK)
@@ -539,21 +539,21 @@ static col_status finish(col_tokenizer *t, const char *name, col_err *err)
 static col_status from_root(col_tokenizer *t, const cJSON *root, const char *name, col_err *err)
 {
     char s1[64];
-    const cJSON *model = field(root, "model");
+    const cJSON *model = col_tok_json_field(root, "model");
     if (!cJSON_IsObject(model))
         return col_tok_fail(err, COL_EFORMAT, name, "no \"model\" object: not a tokenizer.json");
-    const char *type = cJSON_GetStringValue(field(model, "type"));
-    if (type ? strcmp(type, "BPE") != 0 : !field(model, "merges"))
+    const char *type = cJSON_GetStringValue(col_tok_json_field(model, "type"));
+    if (type ? strcmp(type, "BPE") != 0 : !col_tok_json_field(model, "merges"))
         return col_tok_fail(err, COL_EUNSUPPORTED, name, "model type '%s' is not supported (only BPE)",
                             type ? col_tok_show(type, strlen(type), s1) : "?");
-    const cJSON *drop = field(model, "dropout");
-    const char *cont = cJSON_GetStringValue(field(model, "continuing_subword_prefix"));
-    const char *eow = cJSON_GetStringValue(field(model, "end_of_word_suffix"));
+    const cJSON *drop = col_tok_json_field(model, "dropout");
+    const char *cont = cJSON_GetStringValue(col_tok_json_field(model, "continuing_subword_prefix"));
+    const char *eow = cJSON_GetStringValue(col_tok_json_field(model, "end_of_word_suffix"));
     if ((drop && !cJSON_IsNull(drop) && !(cJSON_IsNumber(drop) && drop->valuedouble == 0)) || (cont && *cont) ||
         (eow && *eow))
         return col_tok_fail(err, COL_EUNSUPPORTED, name,
                             "BPE with dropout, continuing_subword_prefix or end_of_word_suffix is not supported");
-    col_status st = build_vocab(t, field(model, "vocab"), field(root, "added_tokens"), name, err);
+    col_status st = build_vocab(t, col_tok_json_field(model, "vocab"), col_tok_json_field(root, "added_tokens"), name, err);
     if (st != COL_OK)
         return st;
     int bf = get_bool(model, "byte_fallback", 0), fu = get_bool(model, "fuse_unk", 0),
@@ -561,7 +561,7 @@ static col_status from_root(col_tokenizer *t, const cJSON *root, const char *nam
     if (bf < 0 || fu < 0 || im < 0)
         return col_tok_fail(err, COL_EFORMAT, name, "model: byte_fallback, fuse_unk and ignore_merges must be booleans");
     t->byte_fallback = bf, t->fuse_unk = fu, t->ignore_merges = im;
-    const cJSON *unk = field(model, "unk_token");
+    const cJSON *unk = col_tok_json_field(model, "unk_token");
     if (unk && !cJSON_IsNull(unk)) {
         if (!cJSON_IsString(unk))
             return col_tok_fail(err, COL_EFORMAT, name, "model.unk_token is not a string");
@@ -570,12 +570,12 @@ static col_status from_root(col_tokenizer *t, const cJSON *root, const char *nam
             return col_tok_fail(err, COL_EFORMAT, name, "model.unk_token '%s' is not in the vocabulary",
                                 col_tok_show(unk->valuestring, strlen(unk->valuestring), s1));
     }
-    if ((st = json_merges(t, field(model, "merges"), name, err)) != COL_OK ||
-        (st = col_tok_parse_pre(t, field(root, "normalizer"), field(root, "pre_tokenizer"), name, err)) != COL_OK ||
+    if ((st = json_merges(t, col_tok_json_field(model, "merges"), name, err)) != COL_OK ||
+        (st = col_tok_parse_pre(t, col_tok_json_field(root, "normalizer"), col_tok_json_field(root, "pre_tokenizer"), name, err)) != COL_OK ||
         (st = build_keys(t, name, err)) != COL_OK)
         return st;
-    if ((st = col_tok_build_decoder(t, field(root, "decoder"), false, name, err)) != COL_OK ||
-        (st = parse_post(t, field(root, "post_processor"), name, err)) != COL_OK)
+    if ((st = col_tok_build_decoder(t, col_tok_json_field(root, "decoder"), false, name, err)) != COL_OK ||
+        (st = parse_post(t, col_tok_json_field(root, "post_processor"), name, err)) != COL_OK)
         return st;
     return finish(t, name, err);
 }
@@ -634,10 +634,10 @@ static col_status apply_config(col_tokenizer *t, const char *path, col_err *err)
         return st;
     static const char *const keys[2] = {"bos_token", "eos_token"};
     for (int k = 0; k < 2 && st == COL_OK; k++) {
-        const cJSON *v = field(root, keys[k]);
+        const cJSON *v = col_tok_json_field(root, keys[k]);
         if (!v)
             continue;
-        const char *tok = cJSON_IsObject(v) ? cJSON_GetStringValue(field(v, "content")) : cJSON_GetStringValue(v);
+        const char *tok = cJSON_IsObject(v) ? cJSON_GetStringValue(col_tok_json_field(v, "content")) : cJSON_GetStringValue(v);
         int32_t id = tok ? col_tok_token_id(t, tok) : -1;
         if (!cJSON_IsNull(v) && id < 0)
             st = col_tok_fail(err, COL_EFORMAT, path, "%s '%s' is not a token", keys[k],
@@ -702,7 +702,7 @@ col_status col_tok_load(const char *path, col_tokenizer **out, col_err *err)
     if ((st = col_read_file(file, FILE_MAX, &text, &len, err)) != COL_OK ||
         (st = parse_json(text, len, file, &root, err)) != COL_OK)
         goto done;
-    if (cJSON_IsObject(field(root, "model"))) {
+    if (cJSON_IsObject(col_tok_json_field(root, "model"))) {
         st = from_root(t, root, file, err);
     } else if (!cJSON_IsObject(root)) {
         st = col_tok_fail(err, COL_EFORMAT, file, "not a JSON object");

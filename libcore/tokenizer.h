@@ -93,6 +93,12 @@ bool col_tok_is_special(const col_tokenizer *t, int32_t id);
 /* ---- internal: shared by tokenizer.c, tok_bpe.c and tok_pretok.c only ---- */
 #ifdef COL_TOK_INTERNAL
 
+/* JSON helpers for the tokenizer.json readers: the member key of o (case
+ * sensitive, NULL if absent), and an integer in [lo, hi] (false otherwise). */
+struct cJSON;
+const struct cJSON *col_tok_json_field(const struct cJSON *o, const char *key);
+bool col_tok_json_int(const struct cJSON *v, int64_t lo, int64_t hi, int64_t *out);
+
 /* UTF-8: the length of the valid character at s[0..n), or 0 if the bytes
  * there are not one (overlong forms, surrogates and values past U+10FFFF
  * are invalid); *cp gets the code point. */
