@@ -557,8 +557,8 @@ static col_status vm_step(pk_vm *vm, uint8_t op, bool *stop)
     case 0x89: return vm_push(vm, vm->no);
     case 'N': return vm_push(vm, vm->none);
     case 'c': { /* GLOBAL */
-        const char *m, *n;
-        size_t ml, nl;
+        const char *m = NULL, *n = NULL;
+        size_t ml = 0, nl = 0;
         if ((st = vm_read_line(vm, &m, &ml)) || (st = vm_read_line(vm, &n, &nl)))
             return st;
         return vm_global(vm, m, ml, n, nl);
