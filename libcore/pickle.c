@@ -469,7 +469,7 @@ static col_status vm_step(pk_vm *vm, uint8_t op, bool *stop)
 {
     const uint8_t *b;
     col_pk_obj *o, *v, *k;
-    size_t start;
+    size_t start = 0;
     col_status st;
     switch (op) {
     case 0x80: /* PROTO */
