@@ -514,63 +514,30 @@ void col_st_close(col_st_file *f)
 
 /* ---- writer ---- */
 
-/* A growing text buffer for the header. */
-typedef struct {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->cap - b->n < n + 1) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->n < n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
-}
-
 /* Writes s as a JSON string literal (s is valid UTF-8; escape as serde_json does). */
-static void sb_json_str(sbuf *b, const char *s)
+static void sb_json_str(col_strbuf *b, const char *s)
 {
-    sb_put(b, "\"", 1);
+    col_strbuf_put(b, "\"", 1);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         char esc[8];
         if (c == '"' || c == '\\') {
             esc[0] = '\\', esc[1] = (char)c;
-            sb_put(b, esc, 2);
+            col_strbuf_put(b, esc, 2);
         } else if (c < 0x20) {
             const char *named = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : c == '\b' ? "\\b"
                                 : c == '\f' ? "\\f" : NULL;
             if (named)
-                sb_str(b, named);
+                col_strbuf_puts(b, named);
             else {
                 snprintf(esc, sizeof esc, "\\u%04x", c);
-                sb_str(b, esc);
+                col_strbuf_puts(b, esc);
             }
         } else {
-            sb_put(b, (const char *)&c, 1);
+            col_strbuf_put(b, (const char *)&c, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    col_strbuf_put(b, "\"", 1);
 }
 
 static int cmp_out_by_name(const void *a, const void *b)
@@ -621,7 +588,7 @@ static col_status check_out(const char *path, const col_st_out *const *sorted, i
 /* Streams the header and the tensors to a temporary file next to path, then
  * fsync + rename + fsync of the directory (col_atomic_* in textio.h; like
  * col_write_file_atomic, but without a copy of all the weights in memory). */
-static col_status write_stream(const char *path, const sbuf *hdr, const col_st_out *const *sorted, int n,
+static col_status write_stream(const char *path, const col_strbuf *hdr, const col_st_out *const *sorted, int n,
                                const size_t *sizes, col_err *err)
 {
     col_atomic_file f;
@@ -630,8 +597,8 @@ static col_status write_stream(const char *path, const sbuf *hdr, const col_st_o
         return st;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
-        len8[i] = (unsigned char)((uint64_t)hdr->n >> (8 * i));
-    bool ok = col_write_all(f.fd, len8, 8) && col_write_all(f.fd, hdr->p, hdr->n);
+        len8[i] = (unsigned char)((uint64_t)hdr->len >> (8 * i));
+    bool ok = col_write_all(f.fd, len8, 8) && col_write_all(f.fd, hdr->p, hdr->len);
     for (int i = 0; ok && i < n; i++)
         ok = col_write_all(f.fd, sorted[i]->data, sizes[i]);
     return col_atomic_end(&f, path, ok, err);
@@ -645,7 +612,7 @@ col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, 
                            path ? path : "NULL", n);
     const col_st_out **sorted = malloc(((size_t)n + 1) * sizeof *sorted);
     size_t *sizes = malloc(((size_t)n + 1) * sizeof *sizes);
-    sbuf hdr = {0};
+    col_strbuf hdr = {0};
     col_status st = COL_OK;
     if (!sorted || !sizes) {
         st = col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
@@ -664,37 +631,37 @@ col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, 
     if ((st = check_out(path, sorted, n, metadata, sizes, err)) != COL_OK)
         goto done;
 
-    sb_str(&hdr, "{");
+    col_strbuf_puts(&hdr, "{");
     if (metadata && metadata[0]) {
-        sb_str(&hdr, "\"__metadata__\":{");
+        col_strbuf_puts(&hdr, "\"__metadata__\":{");
         for (int i = 0; metadata[i]; i += 2) {
             if (i)
-                sb_str(&hdr, ",");
+                col_strbuf_puts(&hdr, ",");
             sb_json_str(&hdr, metadata[i]);
-            sb_str(&hdr, ":");
+            col_strbuf_puts(&hdr, ":");
             sb_json_str(&hdr, metadata[i + 1]);
         }
-        sb_str(&hdr, n ? "}," : "}");
+        col_strbuf_puts(&hdr, n ? "}," : "}");
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         char num[64];
         if (i)
-            sb_str(&hdr, ",");
+            col_strbuf_puts(&hdr, ",");
         sb_json_str(&hdr, sorted[i]->name);
-        sb_str(&hdr, ":{\"dtype\":\"F32\",\"shape\":[");
+        col_strbuf_puts(&hdr, ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < sorted[i]->ndim; d++) {
             snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)sorted[i]->shape[d]);
-            sb_str(&hdr, num);
+            col_strbuf_puts(&hdr, num);
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
                  (unsigned long long)(off + sizes[i]));
-        sb_str(&hdr, num);
+        col_strbuf_puts(&hdr, num);
         off += sizes[i];
     }
-    sb_str(&hdr, "}");
-    while (!hdr.oom && hdr.n % 8 != 0) /* pad with spaces so the data is 8-byte aligned */
-        sb_str(&hdr, " ");
+    col_strbuf_puts(&hdr, "}");
+    while (!hdr.oom && hdr.len % 8 != 0) /* pad with spaces so the data is 8-byte aligned */
+        col_strbuf_puts(&hdr, " ");
     if (hdr.oom) {
         st = col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
         goto done;

@@ -154,3 +154,26 @@ col_status col_write_file_atomic(const char *path, const void *data, size_t len,
     bool ok = col_write_all(f.fd, data, len);
     return col_atomic_end(&f, path, ok, err);
 }
+
+void col_strbuf_put(col_strbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+void col_strbuf_puts(col_strbuf *b, const char *s) { col_strbuf_put(b, s, strlen(s)); }

@@ -32,4 +32,14 @@ col_status col_atomic_begin(const char *path, col_atomic_file *f, col_err *err);
 bool col_write_all(int fd, const void *data, size_t len);
 col_status col_atomic_end(col_atomic_file *f, const char *path, bool ok, col_err *err);
 
+/* A growing NUL-terminated text buffer. After an allocation failure oom is
+ * set and further appends do nothing; free(p) when done. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} col_strbuf;
+void col_strbuf_put(col_strbuf *b, const char *s, size_t n);
+void col_strbuf_puts(col_strbuf *b, const char *s);
+
 #endif

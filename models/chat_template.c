@@ -2,6 +2,8 @@
  * tokenizer_config.json (see chat_template.h for the formats). */
 #include "chat_template.h"
 
+#include "textio.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,39 +67,11 @@ static size_t ws_at(const unsigned char *s, size_t i, size_t n)
     return 0;
 }
 
-/* ---- output buffer ---- */
+/* ---- output buffer: col_strbuf (textio.h) ---- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void put_n(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void put(sbuf *b, const char *s) { put_n(b, s, strlen(s)); }
 
 /* Strips whitespace from both ends of b->p[from..len). */
-static void strip_tail(sbuf *b, size_t from)
+static void strip_tail(col_strbuf *b, size_t from)
 {
     if (b->oom)
         return;
@@ -119,16 +93,16 @@ static void strip_tail(sbuf *b, size_t from)
     b->p[b->len] = '\0';
 }
 
-static void put_stripped(sbuf *b, const char *s)
+static void put_stripped(col_strbuf *b, const char *s)
 {
     size_t from = b->len;
-    put(b, s);
+    col_strbuf_puts(b, s);
     strip_tail(b, from);
 }
 
 /* ---- families ---- */
 
-static col_status render_llama2(sbuf *b, const col_chat_message *m, int n, col_chat_span *sp, col_err *err)
+static col_status render_llama2(col_strbuf *b, const col_chat_message *m, int n, col_chat_span *sp, col_err *err)
 {
     int i0 = 0;
     const char *sys = NULL;
@@ -144,21 +118,21 @@ static col_status render_llama2(sbuf *b, const col_chat_message *m, int n, col_c
                                "alternate user/assistant/user/...", i, col_chat_role_name(m[i].role));
         col_chat_span s = {b->len, 0, 0, 0};
         if (want == COL_ROLE_USER) {
-            put(b, "<s>[INST] ");
+            col_strbuf_puts(b, "<s>[INST] ");
             size_t from = b->len;
             if (i == i0 && sys) {
-                put(b, "<<SYS>>\n");
-                put(b, sys);
-                put(b, "\n<</SYS>>\n\n");
+                col_strbuf_puts(b, "<<SYS>>\n");
+                col_strbuf_puts(b, sys);
+                col_strbuf_puts(b, "\n<</SYS>>\n\n");
             }
-            put(b, m[i].content);
+            col_strbuf_puts(b, m[i].content);
             strip_tail(b, from); /* the template strips system block + user text as one string */
-            put(b, " [/INST]");
+            col_strbuf_puts(b, " [/INST]");
         } else {
-            put(b, " ");
+            col_strbuf_puts(b, " ");
             s.train_begin = b->len;
             put_stripped(b, m[i].content);
-            put(b, " </s>");
+            col_strbuf_puts(b, " </s>");
             s.train_end = b->len;
         }
         s.end = b->len;
@@ -168,47 +142,47 @@ static col_status render_llama2(sbuf *b, const col_chat_message *m, int n, col_c
     return COL_OK;
 }
 
-static void render_llama3(sbuf *b, const col_chat_message *m, int n, bool gen, col_chat_span *sp)
+static void render_llama3(col_strbuf *b, const col_chat_message *m, int n, bool gen, col_chat_span *sp)
 {
     for (int i = 0; i < n; i++) {
         if (i == 0)
-            put(b, "<|begin_of_text|>");
+            col_strbuf_puts(b, "<|begin_of_text|>");
         col_chat_span s = {b->len, 0, 0, 0};
-        put(b, "<|start_header_id|>");
-        put(b, col_chat_role_name(m[i].role));
-        put(b, "<|end_header_id|>\n\n");
+        col_strbuf_puts(b, "<|start_header_id|>");
+        col_strbuf_puts(b, col_chat_role_name(m[i].role));
+        col_strbuf_puts(b, "<|end_header_id|>\n\n");
         s.train_begin = b->len;
         put_stripped(b, m[i].content);
-        put(b, "<|eot_id|>");
+        col_strbuf_puts(b, "<|eot_id|>");
         s.end = b->len;
         s.train_end = m[i].role == COL_ROLE_ASSISTANT ? b->len : s.train_begin;
         if (sp)
             sp[i] = s;
     }
     if (gen)
-        put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        col_strbuf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /* chatml and plain: "{pre}{role}{mid}{content}{eot}{post}" */
-static void render_simple(sbuf *b, const col_chat_message *m, int n, bool gen, col_chat_span *sp, const char *pre,
+static void render_simple(col_strbuf *b, const col_chat_message *m, int n, bool gen, col_chat_span *sp, const char *pre,
                           const char *mid, const char *eot, const char *post, const char *gen_prompt)
 {
     for (int i = 0; i < n; i++) {
         col_chat_span s = {b->len, 0, 0, 0};
-        put(b, pre);
-        put(b, col_chat_role_name(m[i].role));
-        put(b, mid);
+        col_strbuf_puts(b, pre);
+        col_strbuf_puts(b, col_chat_role_name(m[i].role));
+        col_strbuf_puts(b, mid);
         s.train_begin = b->len;
-        put(b, m[i].content);
-        put(b, eot);
+        col_strbuf_puts(b, m[i].content);
+        col_strbuf_puts(b, eot);
         s.train_end = m[i].role == COL_ROLE_ASSISTANT ? b->len : s.train_begin;
-        put(b, post);
+        col_strbuf_puts(b, post);
         s.end = b->len;
         if (sp)
             sp[i] = s;
     }
     if (gen)
-        put(b, gen_prompt);
+        col_strbuf_puts(b, gen_prompt);
 }
 
 col_status col_chat_render(col_chat_family f, const col_chat_message *msgs, int n, bool add_generation_prompt,
@@ -229,8 +203,8 @@ col_status col_chat_render(col_chat_family f, const col_chat_message *msgs, int 
         if (spans)
             spans[i] = (col_chat_span){0, 0, 0, 0};
     }
-    sbuf b = {0};
-    put(&b, ""); /* an empty conversation still gives an empty string */
+    col_strbuf b = {0};
+    col_strbuf_puts(&b, ""); /* an empty conversation still gives an empty string */
     col_status st = COL_OK;
     switch (f) {
     case COL_CHAT_LLAMA2: st = render_llama2(&b, msgs, n, spans, err); break;
