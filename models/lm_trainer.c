@@ -101,6 +101,8 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         return st;
     if ((st = col_opt_validate(&cfg->opt, err)) != COL_OK || (st = col_lr_validate(&cfg->lr, err)) != COL_OK)
         return st;
+    if (cfg->grad_accum < 0 || cfg->grad_accum > 65536)
+        return col_err_set(err, COL_EINVAL, "gradient accumulation of %d micro-batches (1..65536)", cfg->grad_accum);
     col_lm_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
@@ -198,25 +200,46 @@ static void load_batch(col_lm_graph *gg, const int32_t *ids, const int32_t *targ
     memcpy(col_data(gg->targets), targets, sizeof(int32_t) * (size_t)n);
 }
 
-col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
-                                 col_err *err)
+static int accum(const col_lm_trainer *t) { return t->cfg.grad_accum > 1 ? t->cfg.grad_accum : 1; }
+
+/* forward+backward of micro-batch k of the step, adding into the gradients */
+static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, int k, float *loss,
+                              col_err *err)
 {
-    mt_zero(t->pool, MT_GRAD);
-    col_graph_set_rng_counter(t->g, t->step + 1); /* fresh dropout masks each step */
-    load_batch(&t->gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq);
+    int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
+    col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
+    load_batch(&t->gg, ids + k * n, targets + k * n, n);
     col_status st = col_plan_run(t->plan, t->be, err);
     if (st == COL_OK && loss)
         *loss = *(const float *)col_data(t->gg.loss);
     return st;
 }
 
+col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
+                                 col_err *err)
+{
+    mt_zero(t->pool, MT_GRAD);
+    return micro_batch(t, ids, targets, 0, loss, err);
+}
+
 col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int32_t *targets,
                                 col_lm_step_info *info, col_err *err)
 {
     float loss = 0;
-    col_status st = col_lm_trainer_grads(t, ids, targets, &loss, err);
-    if (st != COL_OK)
-        return st;
+    int na = accum(t);
+    mt_zero(t->pool, MT_GRAD);
+    for (int k = 0; k < na; k++) {
+        float l = 0;
+        col_status st = micro_batch(t, ids, targets, k, &l, err);
+        if (st != COL_OK)
+            return st;
+        loss += l / (float)na;
+    }
+    if (na > 1)
+        for (int i = 0; i < t->np; i++)
+            for (int64_t j = 0; j < t->ot[i].n; j++)
+                t->ot[i].g[j] /= (float)na;
+    col_status st = COL_OK;
     double norm = 0;
     if (t->cfg.grad_clip <= 0) {
         norm = col_grad_global_norm(t->ot, t->np);
@@ -305,6 +328,7 @@ float *col_lm_trainer_state(col_lm_trainer *t, int i, int slot)
 int64_t col_lm_trainer_steps(const col_lm_trainer *t) { return t->step; }
 void col_lm_trainer_set_steps(col_lm_trainer *t, int64_t steps) { t->step = steps; }
 const col_lm_train_config *col_lm_trainer_config(const col_lm_trainer *t) { return &t->cfg; }
+const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t) { return t->pool; }
 
 float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->np) ? t->ot[i].g : NULL; }
 

@@ -20,6 +20,7 @@ typedef struct {
     uint64_t seed;        /* initialisation and dropout */
     size_t host_budget;   /* memtier host budget in bytes, 0 = unlimited */
     bool decay_all;       /* weight decay on every tensor (torch's AdamW(model.parameters())), not matrices only */
+    int grad_accum;       /* micro-batches of [batch, seq] per optimizer step (0 or 1: one) */
 } col_lm_train_config;
 
 typedef struct col_lm_trainer col_lm_trainer;
@@ -35,8 +36,10 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
                                   col_err *err);
 void col_lm_trainer_free(col_lm_trainer *t);
 
-/* One optimizer step on a batch: ids and targets are [batch, seq] token ids
- * (targets -1 are ignored). */
+/* One optimizer step on a batch: ids and targets are [grad_accum * batch, seq]
+ * token ids (targets -1 are ignored). With gradient accumulation the
+ * gradient is the mean over the micro-batches of their mean-loss gradients,
+ * and info->loss the mean of their losses. */
 col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int32_t *targets,
                                 col_lm_step_info *info, col_err *err);
 /* Mean loss of a batch without training; if logits is not NULL it receives
@@ -63,6 +66,10 @@ float *col_lm_trainer_state(col_lm_trainer *t, int i, int slot);
 int64_t col_lm_trainer_steps(const col_lm_trainer *t);
 void col_lm_trainer_set_steps(col_lm_trainer *t, int64_t steps); /* when resuming */
 const col_lm_train_config *col_lm_trainer_config(const col_lm_trainer *t);
+/* The memtier pool holding parameters, gradients and optimizer states (for
+ * memory reports). */
+struct mt_pool;
+const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t);
 
 /* Saving and resuming (lm_checkpoint.c). The model goes out in Hugging Face
  * layout (config.json + model.safetensors, loadable by transformers); the

@@ -221,6 +221,40 @@ static void test_errors(void)
     col_lm_trainer_free(t);
 }
 
+/* two micro-batches of one row give the gradient of one batch of two rows
+ * (each row has the same number of counted targets) */
+static void test_grad_accum(void)
+{
+    col_lm_train_config a = tiny(), b = tiny();
+    a.opt = b.opt = col_opt_defaults(COL_OPT_SGD);
+    b.batch = 1;
+    b.grad_accum = 2;
+    col_lm_trainer *ta = make(&a), *tb = make(&b);
+    int32_t ids[B * T], tg[B * T];
+    batch(5, ids, tg);
+    tg[3] = 0; /* no ignored position: both rows count the same */
+    col_lm_step_info ia = {0}, ib = {0};
+    col_err err = {0};
+    bool ok = ta && tb && col_lm_trainer_step(ta, ids, tg, &ia, &err) == COL_OK &&
+              col_lm_trainer_step(tb, ids, tg, &ib, &err) == COL_OK;
+    TL_OK(ok, "steps with and without accumulation run: %s", err.msg);
+    TL_OK(ok && fabsf(ia.loss - ib.loss) < 1e-6f && fabs(ia.grad_norm - ib.grad_norm) < 1e-6 * ia.grad_norm,
+          "accumulated loss %.7f vs %.7f, gradient norm %.7g vs %.7g", ia.loss, ib.loss, ia.grad_norm, ib.grad_norm);
+    double worst = 0;
+    for (int i = 0; ok && col_lm_trainer_param(ta, i, NULL); i++) {
+        const col_param_spec *s;
+        const float *wa = col_lm_trainer_param(ta, i, &s), *wb = col_lm_trainer_param(tb, i, NULL);
+        for (int64_t j = 0; j < col_param_numel(s); j++)
+            worst = fmax(worst, fabs((double)wa[j] - wb[j]));
+    }
+    TL_OK(ok && worst < 1e-6, "parameters after one SGD step agree (worst difference %.3g)", worst);
+    b.grad_accum = -1;
+    col_lm_trainer *tc = NULL;
+    TL_OK(col_lm_trainer_create(&b, &be, &tc, &err) == COL_EINVAL && strstr(err.msg, "accumulation"), "%s", err.msg);
+    col_lm_trainer_free(ta);
+    col_lm_trainer_free(tb);
+}
+
 int main(void)
 {
     tl_cpu_backend(&be);
@@ -228,6 +262,7 @@ int main(void)
     test_determinism();
     test_learns_and_samples();
     test_errors();
+    test_grad_accum();
     col_cpu_backend_free(&be);
     return tl_done();
 }
