@@ -5,7 +5,7 @@
  *
  * MODEL: a directory with tokenizer.json or vocab.json + merges.txt, a
  * tokenizer.json / vocab.json path, a hub id (org/name) in the Hugging Face
- * cache, or one of the bundled tokenizers gpt2, llama2, llama3. Errors: one line on stderr, exit 1; usage errors exit 2. */
+ * cache, or one of the bundled tokenizers gpt2, llama2, llama3, bytes. Errors: one line on stderr, exit 1; usage errors exit 2. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "hf_config.h"
+#include "lm_source.h"
 #include "tokenizer.h"
 
 static void usage(FILE *f)
@@ -23,29 +24,10 @@ static void usage(FILE *f)
                "Reads text on stdin and prints its token ids as a JSON array; with --decode, reads a JSON\n"
                "array of ids and prints the text. MODEL is a directory with tokenizer.json or vocab.json +\n"
                "merges.txt, a tokenizer.json or vocab.json file, a hub id (org/name) already in the Hugging Face\n"
-               "cache, or a bundled tokenizer: gpt2, llama2, llama3.\n"
+               "cache, or a bundled tokenizer: gpt2, llama2, llama3, bytes.\n"
                "  --no-special     add no BOS/EOS around the ids\n"
                "  --split-special  encode special tokens written in the text (\"<|eot_id|>\") as plain text\n"
                "  --skip-special   with --decode, leave special tokens out of the text\n");
-}
-
-/* the bundled tokenizer dir for a built-in name (installed copy first) */
-static const char *builtin(const char *name, char *buf, size_t size)
-{
-    static const char *const names[] = {"gpt2", "llama2", "llama3"};
-    static const char *const roots[] = {COL_ASSET_DIR "/tokenizers", COL_SRC_ASSET_DIR "/tokenizers"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcmp(name, names[i]) != 0)
-            continue;
-        for (size_t r = 0; r < sizeof roots / sizeof roots[0]; r++) {
-            snprintf(buf, size, "%s/%s", roots[r], name);
-            if (access(buf, R_OK) == 0)
-                return buf;
-        }
-        snprintf(buf, size, "%s/%s", roots[0], name);
-        return buf;
-    }
-    return NULL;
 }
 
 static char *read_stdin(size_t *len)
@@ -171,7 +153,7 @@ int main(int argc, char **argv)
     const char *path = model;
     col_err err = {0};
     if (access(model, F_OK) != 0) {
-        if (builtin(model, buf, sizeof buf))
+        if (col_bundled_tokenizer(model, buf, sizeof buf))
             path = buf;
         else if (strchr(model, '/') && model[0] != '/' && model[0] != '.') {
             /* a hub id: the model's directory in the Hugging Face cache */

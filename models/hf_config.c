@@ -429,8 +429,8 @@ col_status col_lm_preset(const char *name, col_lm_config *out, col_err *err)
     else if (strcmp(name, "llama-7b-shaped") == 0) *out = llama_config(32000, 4096, 4096, 32, 32, 32, 11008, 1e4f, false);
     else if (strcmp(name, "llama3-8b-shaped") == 0) *out = llama_config(128256, 8192, 4096, 32, 32, 8, 14336, 5e5f, true);
     else if (strcmp(name, "llama-1b-shaped") == 0) *out = llama_config(32000, 2048, 2048, 16, 32, 8, 5632, 1e4f, false);
-    else if (strcmp(name, "gpt2-tiny") == 0) *out = col_gpt2_config(256, 128, 64, 2, 4);
-    else if (strcmp(name, "llama-tiny") == 0) *out = llama_config(256, 128, 64, 2, 4, 2, 128, 1e4f, false);
+    else if (strcmp(name, "gpt2-tiny") == 0) *out = col_gpt2_config(257, 128, 64, 2, 4);
+    else if (strcmp(name, "llama-tiny") == 0) *out = llama_config(257, 128, 64, 2, 4, 2, 128, 1e4f, false);
     else {
         char list[512] = "";
         for (int i = 0; col_lm_preset_names[i]; i++)

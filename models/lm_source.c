@@ -1,0 +1,173 @@
+/* lm_source.c - opening the model a command line names (see lm_source.h). */
+#include "lm_source.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hf_config.h"
+#include "textio.h"
+
+static bool is_dir(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static bool exists_in(const char *dir, const char *name)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+const char *col_bundled_tokenizer(const char *name, char *buf, size_t size)
+{
+    static const char *const names[] = {"gpt2", "llama2", "llama3", "bytes"};
+    static const char *const roots[] = {COL_ASSET_DIR "/tokenizers", COL_SRC_ASSET_DIR "/tokenizers"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(name, names[i]) != 0)
+            continue;
+        for (size_t r = 0; r < sizeof roots / sizeof roots[0]; r++) {
+            snprintf(buf, size, "%s/%s", roots[r], name);
+            if (access(buf, R_OK) == 0)
+                return buf;
+        }
+        snprintf(buf, size, "%s/%s", roots[0], name);
+        return buf;
+    }
+    return NULL;
+}
+
+/* the bundled tokenizer a preset architecture is trained with */
+static const char *preset_tokenizer(const char *preset)
+{
+    if (strstr(preset, "-tiny"))
+        return "bytes";
+    if (strncmp(preset, "llama3", 6) == 0)
+        return "llama3";
+    if (strncmp(preset, "llama", 5) == 0)
+        return "llama2";
+    return "gpt2";
+}
+
+static col_status open_tokenizer(col_lm_source *s, const char *path, col_err *err)
+{
+    char buf[4096];
+    const char *p = path;
+    if (access(path, F_OK) != 0 && col_bundled_tokenizer(path, buf, sizeof buf))
+        p = buf;
+    col_status st = col_tok_load(p, &s->tok, err);
+    if (st != COL_OK)
+        return st;
+    snprintf(s->tok_dir, sizeof s->tok_dir, "%s", p);
+    if (!is_dir(p)) { /* a tokenizer.json or vocab.json file: its directory */
+        char *slash = strrchr(s->tok_dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(s->tok_dir, sizeof s->tok_dir, ".");
+    }
+    return COL_OK;
+}
+
+/* the chat template family of tok_dir/tokenizer_config.json, if it names one */
+static void detect_chat(col_lm_source *s)
+{
+    char path[4200], *json = NULL;
+    size_t len = 0;
+    col_err e = {0};
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", s->tok_dir);
+    if (access(path, R_OK) != 0 || col_read_file(path, (size_t)64 << 20, &json, &len, &e) != COL_OK)
+        return;
+    s->has_chat = col_chat_detect(json, len, &s->chat, &e) == COL_OK;
+    free(json);
+}
+
+col_status col_lm_source_open(const char *model, const char *tokenizer, bool need_tokenizer, col_lm_source *out,
+                              col_err *err)
+{
+    memset(out, 0, sizeof *out);
+    col_status st;
+    if (!model || !*model)
+        return col_err_set(err, COL_EINVAL, "no model given");
+    if (access(model, F_OK) != 0 && !strchr(model, '/')) {
+        /* not a path, not a hub id: a built-in architecture */
+        if ((st = col_lm_preset(model, &out->config, err)) != COL_OK)
+            return col_err_set(err, st, "model '%s' is not a directory, a hub id (org/name) or a built-in architecture: %s",
+                               model, err->msg);
+        snprintf(out->preset, sizeof out->preset, "%s", model);
+    } else {
+        if ((st = col_hf_resolve(model, out->dir, sizeof out->dir, err)) != COL_OK)
+            return st;
+        if ((st = col_hf_load_config(out->dir, &out->config, err)) != COL_OK ||
+            (st = col_ckpt_open(out->dir, &out->weights, err)) != COL_OK) {
+            col_lm_source_close(out);
+            return st;
+        }
+    }
+    if (tokenizer)
+        st = open_tokenizer(out, tokenizer, err);
+    else if (out->preset[0])
+        st = open_tokenizer(out, preset_tokenizer(out->preset), err);
+    else if (exists_in(out->dir, "tokenizer.json") || exists_in(out->dir, "vocab.json"))
+        st = open_tokenizer(out, out->dir, err);
+    else if (need_tokenizer)
+        st = col_err_set(err, COL_EIO,
+                         "%s has no tokenizer files (tokenizer.json, or vocab.json + merges.txt): copy them from the "
+                         "base model or name one with --tokenizer",
+                         out->dir);
+    if (st == COL_OK && out->tok && col_tok_vocab_size(out->tok) > out->config.vocab_size)
+        st = col_err_set(err, COL_EFORMAT, "the tokenizer in %s has %d ids but the model's vocabulary has %d: they do "
+                         "not belong together", out->tok_dir, (int)col_tok_vocab_size(out->tok),
+                         out->config.vocab_size);
+    if (st != COL_OK) {
+        col_lm_source_close(out);
+        return st;
+    }
+    if (out->tok)
+        detect_chat(out);
+    return COL_OK;
+}
+
+void col_lm_source_close(col_lm_source *s)
+{
+    if (!s)
+        return;
+    col_ckpt_close(s->weights);
+    col_tok_free(s->tok);
+    s->weights = NULL;
+    s->tok = NULL;
+}
+
+static bool same_dir(const char *a, const char *b)
+{
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return realpath(a, ra) && realpath(b, rb) && strcmp(ra, rb) == 0;
+}
+
+col_status col_lm_source_copy_tokenizer(const col_lm_source *s, const char *dir, col_err *err)
+{
+    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "vocab.json",     "merges.txt",            "tokenizer.model"};
+    if (!s->tok_dir[0] || same_dir(s->tok_dir, dir))
+        return COL_OK;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char src[4200], dst[4200], *data = NULL;
+        size_t len = 0;
+        snprintf(src, sizeof src, "%s/%s", s->tok_dir, files[i]);
+        if (access(src, F_OK) != 0)
+            continue;
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        col_status st = col_read_file(src, (size_t)1 << 30, &data, &len, err);
+        if (st == COL_OK)
+            st = col_write_file_atomic(dst, data, len, err);
+        free(data);
+        if (st != COL_OK)
+            return st;
+    }
+    return COL_OK;
+}

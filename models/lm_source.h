@@ -1,0 +1,50 @@
+/* lm_source.h - what MODEL names on a command line: a Hugging Face model
+ * directory (config.json + weights + tokenizer files), a hub id already in
+ * the Hugging Face cache, or a built-in architecture trained from scratch
+ * (hf_config.h's presets), together with its tokenizer and chat template.
+ *
+ * Everything read here is untrusted; each problem fails with one line naming
+ * the file and what to do. */
+#ifndef COL_MODELS_LM_SOURCE_H
+#define COL_MODELS_LM_SOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "chat_template.h"
+#include "checkpoint.h"
+#include "lm.h"
+#include "tokenizer.h"
+
+typedef struct {
+    char dir[4096];          /* the model directory; "" for a preset */
+    char preset[64];         /* the preset's name; "" for a directory */
+    col_lm_config config;
+    col_ckpt *weights;       /* NULL for a preset (random initialisation) */
+    col_tokenizer *tok;      /* NULL when no tokenizer was found or asked for */
+    char tok_dir[4096];      /* the directory the tokenizer files came from; "" if none */
+    bool has_chat;           /* tokenizer_config.json names a chat template of a built-in family */
+    col_chat_family chat;
+} col_lm_source;
+
+/* Opens MODEL (directory, hub id, or preset name). tokenizer: NULL to use the
+ * model directory's own files (for a preset: the bundled tokenizer of its
+ * family: gpt2 for gpt2-* and opt-*, llama2 for llama-*, llama3 for
+ * llama3-*), or a tokenizer path or bundled name that replaces them.
+ * need_tokenizer: fail when none is found (instead of leaving tok NULL).
+ * A tokenizer with more ids than the model's vocabulary is an error. */
+col_status col_lm_source_open(const char *model, const char *tokenizer, bool need_tokenizer, col_lm_source *out,
+                              col_err *err);
+void col_lm_source_close(col_lm_source *s);
+
+/* Copies the tokenizer files found in s->tok_dir (tokenizer.json,
+ * tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
+ * tokenizer.model) into dir, each written atomically. Nothing to copy is
+ * not an error. */
+col_status col_lm_source_copy_tokenizer(const col_lm_source *s, const char *dir, col_err *err);
+
+/* The directory of a tokenizer bundled with colossal (gpt2, llama2, llama3,
+ * bytes), installed copy first; NULL for another name. */
+const char *col_bundled_tokenizer(const char *name, char *buf, size_t size);
+
+#endif
