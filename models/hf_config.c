@@ -415,7 +415,7 @@ static col_lm_config llama_config(int vocab, int positions, int hidden, int laye
 
 const char *const col_lm_preset_names[] = {"gpt2",     "gpt2-medium",     "gpt2-large",      "gpt2-xl",    "opt-125m",
                                            "opt-350m", "opt-1.3b",        "llama-7b-shaped", "llama3-8b-shaped",
-                                           "llama-1b-shaped", "gpt2-tiny", "llama-tiny",      NULL};
+                                           "llama-1b-shaped", "gpt2-tiny", "llama-tiny", "gpt2-bytes", NULL};
 
 col_status col_lm_preset(const char *name, col_lm_config *out, col_err *err)
 {
@@ -430,6 +430,7 @@ col_status col_lm_preset(const char *name, col_lm_config *out, col_err *err)
     else if (strcmp(name, "llama3-8b-shaped") == 0) *out = llama_config(128256, 8192, 4096, 32, 32, 8, 14336, 5e5f, true);
     else if (strcmp(name, "llama-1b-shaped") == 0) *out = llama_config(32000, 2048, 2048, 16, 32, 8, 5632, 1e4f, false);
     else if (strcmp(name, "gpt2-tiny") == 0) *out = col_gpt2_config(257, 128, 64, 2, 4);
+    else if (strcmp(name, "gpt2-bytes") == 0) *out = col_gpt2_config(257, 128, 192, 3, 6);
     else if (strcmp(name, "llama-tiny") == 0) *out = llama_config(257, 128, 64, 2, 4, 2, 128, 1e4f, false);
     else {
         char list[512] = "";

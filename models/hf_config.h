@@ -22,7 +22,9 @@ col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
 /* Built-in architectures for training from scratch (--init random):
  * gpt2, gpt2-medium, gpt2-large, gpt2-xl, opt-125m, opt-350m, opt-1.3b,
  * llama-7b-shaped, llama3-8b-shaped, and the small test shapes
- * gpt2-tiny, llama-tiny. NULL-terminated list of names: */
+ * gpt2-tiny, llama-tiny (257 ids: the bundled byte-level tokenizer), and
+ * gpt2-bytes, colossal-finetune's embedded default (3 blocks of width 192
+ * over bytes, 128 positions). NULL-terminated list of names: */
 extern const char *const col_lm_preset_names[];
 col_status col_lm_preset(const char *name, col_lm_config *out, col_err *err);
 /* A GPT-2 config from its five sizes (dropout 0, eps 1e-5, 4x MLP). */

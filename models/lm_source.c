@@ -45,7 +45,7 @@ const char *col_bundled_tokenizer(const char *name, char *buf, size_t size)
 /* the bundled tokenizer a preset architecture is trained with */
 static const char *preset_tokenizer(const char *preset)
 {
-    if (strstr(preset, "-tiny"))
+    if (strstr(preset, "-tiny") || strstr(preset, "-bytes"))
         return "bytes";
     if (strncmp(preset, "llama3", 6) == 0)
         return "llama3";

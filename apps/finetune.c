@@ -1,0 +1,620 @@
+/* colossal-finetune - trains a language model (GPT-2, OPT, LLaMA; full or
+ * LoRA) on text, llm.c token files or chat data, and writes it as a Hugging
+ * Face model directory that also holds what --resume needs to continue the
+ * run bit for bit. With no arguments it runs the embedded default: a small
+ * byte-level GPT trained from scratch on the bundled corpus. */
+#include <dirent.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "backend.h"
+#include "finetune.h"
+#include "lm_source.h"
+#include "memtier.h"
+#include "outdir.h"
+#include "sampling.h"
+
+/* Ctrl-C / SIGTERM: finish the step, save, exit 130. The one piece of global
+ * state: a signal handler can reach nothing else. SA_RESETHAND makes a
+ * second Ctrl-C stop the program at once. */
+static volatile sig_atomic_t g_interrupted;
+static void on_signal(int sig) { g_interrupted = sig; }
+
+typedef struct {
+    ft_opts o;
+    ft_state state;
+    col_lm_source src;
+    col_dataset *ds;
+    col_lm_trainer *tr;
+    col_backend be;
+    bool be_ready;
+    int32_t *ids, *tg;      /* [grad_accum * batch * seq] */
+    col_sampler sampler;
+    bool tty;               /* progress on a terminal: one live line */
+    double t0;
+} run;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(const char *msg)
+{
+    fprintf(stderr, "colossal-finetune: %s\n", msg);
+    return 1;
+}
+
+static bool exists(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* a path given on the command line, made absolute so --resume works from
+ * any directory (names that are not files - presets, hub ids - stay as they are) */
+static void absolutize(char *p, size_t n)
+{
+    char buf[PATH_MAX];
+    if (p[0] && exists(p) && realpath(p, buf) && strlen(buf) < n)
+        snprintf(p, n, "%s", buf);
+}
+
+static const char *bundled_corpus(void)
+{
+    static const char *const candidates[] = {COL_ASSET_DIR "/kjv.txt.gz", COL_SRC_ASSET_DIR "/corpus/kjv.txt.gz"};
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
+        if (access(candidates[i], R_OK) == 0)
+            return candidates[i];
+    return candidates[0];
+}
+
+/* The embedded default: a 3-block byte-level GPT (gpt2-bytes) on the King
+ * James Bible, sized to show a clearly falling loss and KJV-like samples in
+ * about 3 minutes on 2 cores. The user's own options go on top. */
+static bool embedded_defaults(ft_opts *o, char *msg, size_t n)
+{
+    static const char *const pairs[][2] = {
+        {"out", "colossal-default"}, {"steps", "600"}, {"batch", "16"}, {"seq", "128"}, {"lr", "2e-3"},
+        {"weight-decay", "0.1"}, {"beta2", "0.95"}, {"warmup", "30"}, {"eval-every", "60"}, {"eval-batches", "4"},
+        {"sample-every", "200"}, {"sample-prompt", "And God said"}, {"overwrite", ""},
+    };
+    ft_opts user = *o; /* the options as parsed: replayed after the defaults */
+    ft_defaults(o);
+    snprintf(o->model, sizeof o->model, "gpt2-bytes");
+    snprintf(o->data, sizeof o->data, "%s", bundled_corpus());
+    o->embedded = true;
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (!ft_set(o, pairs[i][0], pairs[i][1], msg, n) || !ft_remember(o, pairs[i][0], pairs[i][1]))
+            return false;
+    for (int i = 0; i < user.nargs; i++)
+        if (!ft_set(o, user.arg_name[i], user.arg_value[i], msg, n) ||
+            !ft_remember(o, user.arg_name[i], user.arg_value[i]))
+            return false;
+    ft_free(&user);
+    return true;
+}
+
+/* --resume DIR: the saved options, then the runtime ones given now */
+static bool resume_options(ft_opts *o, ft_state *s, col_err *err)
+{
+    ft_opts given = *o;
+    ft_defaults(o);
+    snprintf(o->resume, sizeof o->resume, "%s", given.resume);
+    col_outdir_recover(given.resume, err);
+    if (ft_state_read(given.resume, o, s, err) != COL_OK) {
+        ft_free(&given);
+        return false;
+    }
+    snprintf(o->out, sizeof o->out, "%s", given.resume);
+    char msg[512];
+    bool ok = true;
+    for (int i = 0; i < given.nargs && ok; i++) {
+        if (!ft_runtime_option(given.arg_name[i])) {
+            col_err_set(err, COL_EINVAL, "--%s cannot change when resuming (the run's options are in %s/trainer_state.json)",
+                        given.arg_name[i], given.resume);
+            ok = false;
+        } else if (!ft_set(o, given.arg_name[i], given.arg_value[i], msg, sizeof msg)) {
+            col_err_set(err, COL_EINVAL, "%s", msg);
+            ok = false;
+        }
+    }
+    ft_free(&given);
+    return ok;
+}
+
+static bool dir_empty(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    bool empty = d != NULL;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            empty = false;
+    if (d)
+        closedir(d);
+    return empty;
+}
+
+/* The output directory must be ours to replace: absent, empty, or an earlier
+ * colossal-finetune output (then only with --resume or --overwrite). */
+static bool check_out(const ft_opts *o, col_err *err)
+{
+    char path[4200], stage[4200];
+    struct stat sb;
+    if (col_outdir_recover(o->out, err) != COL_OK)
+        return false;
+    if (stat(o->out, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            return col_err_set(err, COL_EIO, "--out %s exists and is not a directory", o->out), false;
+        snprintf(path, sizeof path, "%s/trainer_state.json", o->out);
+        if (exists(path)) {
+            if (!o->resume[0] && !o->overwrite)
+                return col_err_set(err, COL_EIO, "%s holds a run already: continue it with --resume %s, replace it "
+                                   "with --overwrite, or choose another --out", o->out, o->out), false;
+        } else if (!dir_empty(o->out)) {
+            return col_err_set(err, COL_EIO, "--out %s is not empty and is not a colossal-finetune output: choose "
+                               "another directory", o->out), false;
+        }
+    }
+    if (col_outdir_begin(o->out, stage, sizeof stage, err) != COL_OK)
+        return false;
+    col_outdir_abort(stage);
+    return true;
+}
+
+/* writes the whole output directory at once (outdir.h) */
+static col_status save(run *r, col_err *err)
+{
+    char stage[4200];
+    col_status st = col_outdir_begin(r->o.out, stage, sizeof stage, err);
+    if (st != COL_OK)
+        return st;
+    r->state.step = col_lm_trainer_steps(r->tr);
+    if ((st = col_lm_trainer_save_model(r->tr, stage, err)) == COL_OK &&
+        (st = col_lm_trainer_save_optimizer(r->tr, stage, err)) == COL_OK &&
+        (st = col_lm_source_copy_tokenizer(&r->src, stage, err)) == COL_OK &&
+        (st = ft_state_write(stage, &r->o, &r->state, err)) == COL_OK)
+        st = col_outdir_commit(r->o.out, stage, err);
+    if (st != COL_OK)
+        col_outdir_abort(stage);
+    return st;
+}
+
+static col_status open_data(run *r, col_err *err)
+{
+    const ft_opts *o = &r->o;
+    col_dataset_opts dopts = {.tok = r->src.tok, .vocab_size = r->src.config.vocab_size, .val_percent = o->val_percent};
+    col_status st = col_dataset_load(o->data, &dopts, &r->ds, err);
+    if (st != COL_OK)
+        return st;
+    int64_t need = o->shuffle ? (int64_t)o->seq + 1 : (int64_t)o->batch * o->seq + 1;
+    size_t ntrain = col_dataset_n_train(r->ds);
+    if (!o->eval_only && (int64_t)ntrain < need)
+        return col_err_set(err, COL_EINVAL,
+                           "%s has %zu training tokens; --batch %d --seq %d needs at least %lld: use a smaller --seq "
+                           "or --batch, or more data", o->data, ntrain, o->batch, o->seq, (long long)need);
+    r->state.data_tokens = col_dataset_n_tokens(r->ds);
+    r->state.data_hash = ft_token_hash(col_dataset_tokens(r->ds), col_dataset_n_tokens(r->ds));
+    return COL_OK;
+}
+
+static col_status make_trainer(run *r, col_err *err)
+{
+    const ft_opts *o = &r->o;
+    col_lm_train_config tc = {0};
+    tc.model = r->src.config;
+    if (o->dropout >= 0)
+        tc.model.dropout = o->dropout;
+    tc.batch = o->batch;
+    tc.seq = o->seq;
+    tc.grad_accum = o->grad_accum;
+    tc.opt = ft_opt_config(o);
+    if (isnan(o->lr) && (o->optimizer == COL_OPT_ADAMW || o->optimizer == COL_OPT_LAMB))
+        tc.opt.lr = r->src.weights ? 1e-4f : 1e-3f;
+    int64_t warm = o->warmup >= 0 ? o->warmup : o->steps / 20;
+    if (o->schedule != COL_LR_CONSTANT && warm >= o->steps)
+        warm = o->steps - 1;
+    tc.lr = (col_lr_sched){.kind = o->schedule, .lr_max = tc.opt.lr, .lr_min = tc.opt.lr * o->min_lr_ratio,
+                           .warmup_steps = warm, .total_steps = o->steps};
+    tc.grad_clip = o->grad_clip;
+    tc.checkpoint = o->checkpointing;
+    tc.seed = o->seed;
+    tc.host_budget = o->cpu_mem;
+    col_status st = col_lm_trainer_create(&tc, &r->be, &r->tr, err);
+    if (st != COL_OK)
+        return st;
+    if (o->resume[0]) {
+        col_ckpt *ck = NULL;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/model.safetensors", o->resume);
+        if ((st = col_ckpt_open(path, &ck, err)) == COL_OK && (st = col_lm_trainer_load(r->tr, ck, err)) == COL_OK)
+            st = col_lm_trainer_load_optimizer(r->tr, o->resume, err);
+        col_ckpt_close(ck);
+        if (st == COL_OK && col_lm_trainer_steps(r->tr) != r->state.step)
+            st = col_err_set(err, COL_EFORMAT, "%s: the optimizer state is at step %lld but the run state at %lld: the "
+                             "directory is inconsistent", o->resume, (long long)col_lm_trainer_steps(r->tr),
+                             (long long)r->state.step);
+    } else if (r->src.weights) {
+        st = col_lm_trainer_load(r->tr, r->src.weights, err);
+        if (st != COL_OK)
+            col_err_set(err, st, "%s: %s", r->src.dir, err->msg);
+    }
+    return st;
+}
+
+/* mean loss over the first eval_batches validation batches; NAN when the
+ * validation split is shorter than one batch */
+static col_status evaluate(run *r, double *loss, int *nb, col_err *err)
+{
+    int64_t avail = col_dataset_n_val_batches(r->ds, r->o.batch, r->o.seq);
+    int n = avail < r->o.eval_batches ? (int)avail : r->o.eval_batches;
+    *nb = n;
+    *loss = NAN;
+    double sum = 0;
+    for (int k = 0; k < n; k++) {
+        float l;
+        col_status st = col_dataset_val_batch(r->ds, k, r->o.batch, r->o.seq, r->ids, r->tg, err);
+        if (st == COL_OK)
+            st = col_lm_trainer_eval(r->tr, r->ids, r->tg, &l, NULL, err);
+        if (st != COL_OK)
+            return st;
+        sum += l;
+    }
+    if (n > 0)
+        *loss = sum / n;
+    return COL_OK;
+}
+
+/* a sample of sample_len tokens after the prompt (or the first tokens of
+ * the validation data); *text is malloc'ed */
+static col_status sample(run *r, char **text, col_err *err)
+{
+    const ft_opts *o = &r->o;
+    const col_lm_config *c = &col_lm_trainer_config(r->tr)->model;
+    int32_t *prompt = NULL;
+    size_t np = 0;
+    col_status st;
+    *text = NULL;
+    if (!r->src.tok)
+        return col_err_set(err, COL_EINVAL, "samples need a tokenizer");
+    if (o->sample_prompt[0]) {
+        if ((st = col_tok_encode(r->src.tok, o->sample_prompt, strlen(o->sample_prompt), false, &prompt, &np, err)) != COL_OK)
+            return st;
+    } else {
+        np = 8;
+        prompt = malloc(np * sizeof *prompt);
+        if (!prompt)
+            return col_err_set(err, COL_ENOMEM, "sample: out of memory");
+        const int32_t *tok = col_dataset_tokens(r->ds) + col_dataset_n_train(r->ds);
+        size_t nval = col_dataset_n_tokens(r->ds) - col_dataset_n_train(r->ds);
+        if (nval < np)
+            tok = col_dataset_tokens(r->ds), nval = col_dataset_n_tokens(r->ds);
+        np = nval < np ? nval : np;
+        memcpy(prompt, tok, np * sizeof *prompt);
+    }
+    int len = (int)np + o->sample_len;
+    if (len > c->max_positions)
+        len = c->max_positions;
+    if (np == 0 || (int)np >= len) {
+        free(prompt);
+        return col_err_set(err, COL_EINVAL, "sample prompt of %zu tokens leaves no room in the model's %d positions",
+                           np, c->max_positions);
+    }
+    int32_t *seq = malloc((size_t)len * sizeof *seq);
+    if (!seq) {
+        free(prompt);
+        return col_err_set(err, COL_ENOMEM, "sample: out of memory");
+    }
+    memcpy(seq, prompt, np * sizeof *seq);
+    free(prompt);
+    col_sample_opts so = col_sample_defaults();
+    so.temperature = o->sample_temperature;
+    so.seed = o->seed + (uint64_t)col_lm_trainer_steps(r->tr);
+    const float *lg;
+    int n = (int)np;
+    st = col_lm_trainer_decode_reset(r->tr, len, err);
+    if (st == COL_OK)
+        st = col_lm_trainer_decode(r->tr, seq, n, &lg, err);
+    while (st == COL_OK && n < len) {
+        if ((st = col_sample(&r->sampler, lg, seq, n, &so, (uint64_t)n, &seq[n], err)) != COL_OK)
+            break;
+        n++;
+        if (seq[n - 1] == col_tok_eos_id(r->src.tok) || n == len)
+            break;
+        st = col_lm_trainer_decode(r->tr, &seq[n - 1], 1, &lg, err);
+    }
+    size_t tl;
+    if (st == COL_OK)
+        st = col_tok_decode(r->src.tok, seq, (size_t)n, true, text, &tl, err);
+    free(seq);
+    return st;
+}
+
+static void fmt_secs(double s, char *buf, size_t n)
+{
+    if (!isfinite(s) || s < 0)
+        snprintf(buf, n, "?");
+    else if (s < 60)
+        snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}
+
+static void fmt_bytes(double b, char *buf, size_t n)
+{
+    if (b < 1e6)
+        snprintf(buf, n, "%.0fK", b / 1e3);
+    else if (b < 1e9)
+        snprintf(buf, n, "%.1fM", b / 1e6);
+    else
+        snprintf(buf, n, "%.2fG", b / 1e9);
+}
+
+/* a line above the live progress line (or a plain line) */
+static void say(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(run *r, const char *fmt, ...)
+{
+    if (r->o.quiet || r->o.json)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (r->tty)
+        fputs("\r\033[K", stderr), vfprintf(stderr, fmt, ap), fputc('\n', stderr);
+    else
+        vprintf(fmt, ap), putchar('\n'), fflush(stdout);
+    va_end(ap);
+}
+
+static void json_event(const char *key, double step, const char *skey, const char *sval, const char *nkey, double nval)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, key, step);
+    if (skey)
+        cJSON_AddStringToObject(j, skey, sval);
+    if (nkey)
+        cJSON_AddNumberToObject(j, nkey, nval);
+    char *s = cJSON_PrintUnformatted(j);
+    if (s)
+        puts(s), fflush(stdout);
+    free(s);
+    cJSON_Delete(j);
+}
+
+static void progress(run *r, const col_lm_step_info *info, double tok_s, double elapsed)
+{
+    const ft_opts *o = &r->o;
+    if (o->json) {
+        /* %.9g: the float loss exactly, so runs can be compared bit for bit */
+        printf("{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tok_per_s\":%.1f,\"elapsed_s\":%.3f}\n",
+               (long long)info->step, info->loss, info->lr, info->grad_norm, tok_s, elapsed);
+        fflush(stdout);
+        return;
+    }
+    if (o->quiet)
+        return;
+    mt_pool_stats ms;
+    mt_stats(col_lm_trainer_pool(r->tr), &ms);
+    char eta[32], host[32], comp[32];
+    fmt_secs((double)(o->steps - info->step) * (elapsed / (double)(info->step - r->state.step)), eta, sizeof eta);
+    fmt_bytes((double)ms.host_bytes, host, sizeof host);
+    fmt_bytes((double)col_lm_trainer_arena_bytes(r->tr), comp, sizeof comp);
+    if (r->tty) {
+        fprintf(stderr, "\r\033[Kstep %lld/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s  mem: compute %s host %s nvme 0",
+                (long long)info->step, o->steps, info->loss, info->lr, tok_s, eta, comp, host);
+        fflush(stderr);
+    } else {
+        int every = o->steps >= 20 ? o->steps / 20 : 1;
+        if (info->step % every == 0 || info->step == o->steps || info->step == 1)
+            say(r, "step %lld/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s  mem: compute %s host %s nvme 0",
+                (long long)info->step, o->steps, info->loss, info->lr, tok_s, eta, comp, host);
+    }
+}
+
+static int train(run *r)
+{
+    ft_opts *o = &r->o;
+    col_err err = {0};
+    int eval_every = o->eval_every > 0 ? o->eval_every : (o->steps >= 10 ? o->steps / 10 : 1);
+    bool can_eval = col_dataset_n_val_batches(r->ds, o->batch, o->seq) > 0;
+    if (!can_eval && o->val_percent > 0)
+        say(r, "note: the validation split is shorter than one batch of %d x %d tokens: no evaluation", o->batch, o->seq);
+    col_batch_state bs = o->resume[0] ? r->state.batches
+                                      : col_batch_state_init(o->shuffle ? COL_BATCH_SHUFFLED : COL_BATCH_SEQUENTIAL,
+                                                             o->seed);
+    int64_t n = (int64_t)o->batch * o->seq;
+    double t_start = now(), t_last = t_start;
+    int rc = 0;
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    while (col_lm_trainer_steps(r->tr) < o->steps && !g_interrupted) {
+        col_status st = COL_OK;
+        for (int k = 0; k < o->grad_accum && st == COL_OK; k++)
+            st = col_dataset_next_batch(r->ds, &bs, o->batch, o->seq, r->ids + k * n, r->tg + k * n, &err);
+        col_lm_step_info info;
+        if (st == COL_OK)
+            st = col_lm_trainer_step(r->tr, r->ids, r->tg, &info, &err);
+        if (st != COL_OK) {
+            say(r, "%s", "");
+            rc = fail(err.msg);
+            break;
+        }
+        r->state.batches = bs;
+        double t = now();
+        progress(r, &info, (double)(n * o->grad_accum) / (t - t_last), t - t_start);
+        t_last = t;
+        int64_t s = info.step;
+        if (can_eval && (s % eval_every == 0 || s == o->steps)) {
+            double vl;
+            int nb;
+            if (evaluate(r, &vl, &nb, &err) != COL_OK) {
+                rc = fail(err.msg);
+                break;
+            }
+            if (o->json)
+                json_event("step", (double)s, NULL, NULL, "val_loss", vl);
+            else
+                say(r, "step %lld: validation loss %.4f (%d batches)", (long long)s, vl, nb);
+        }
+        if (o->sample_every > 0 && (s % o->sample_every == 0 || s == o->steps) && r->src.tok) {
+            char *text = NULL;
+            if (sample(r, &text, &err) != COL_OK) {
+                rc = fail(err.msg);
+                break;
+            }
+            if (o->json)
+                json_event("step", (double)s, "sample", text, NULL, 0);
+            else
+                say(r, "sample at step %lld:\n%s\n", (long long)s, text);
+            free(text);
+        }
+        bool last = s == o->steps || g_interrupted;
+        if (last || (o->save_every > 0 && s % o->save_every == 0)) {
+            if (save(r, &err) != COL_OK) {
+                say(r, "%s", "");
+                fprintf(stderr, "colossal-finetune: saving step %lld: %s\n", (long long)s, err.msg);
+                rc = 1;
+                break;
+            }
+            t_last = now(); /* saving is not training time */
+        }
+    }
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (rc == 0 && g_interrupted) {
+        say(r, "%s", "");
+        fprintf(stderr, "colossal-finetune: interrupted: step %lld saved in %s; continue with --resume %s\n",
+                (long long)col_lm_trainer_steps(r->tr), o->out, o->out);
+        return 130;
+    }
+    if (rc == 0 && !o->quiet && !o->json) {
+        if (r->tty)
+            fputc('\n', stderr);
+        printf("done: %lld steps in %.1f s; the model is in %s/\n", (long long)col_lm_trainer_steps(r->tr),
+               now() - r->t0, o->out);
+    }
+    return rc;
+}
+
+static void cleanup(run *r)
+{
+    col_lm_trainer_free(r->tr);
+    col_dataset_free(r->ds);
+    col_lm_source_close(&r->src);
+    col_sampler_free(&r->sampler);
+    if (r->be_ready)
+        col_cpu_backend_free(&r->be);
+    free(r->ids);
+    free(r->tg);
+    ft_free(&r->o);
+}
+
+int main(int argc, char **argv)
+{
+    run r = {0};
+    r.t0 = now();
+    ft_opts *o = &r.o;
+    col_err err = {0};
+    char msg[512];
+    int rc;
+    ft_defaults(o);
+    if (!ft_parse(argc, argv, o, &rc)) {
+        ft_free(o);
+        return rc;
+    }
+    if (o->embedded && !embedded_defaults(o, msg, sizeof msg)) {
+        ft_free(o);
+        return fprintf(stderr, "colossal-finetune: %s\n", msg), 2;
+    }
+    if (o->resume[0] && !resume_options(o, &r.state, &err)) {
+        ft_free(o);
+        return fail(err.msg) + (err.code == COL_EINVAL);
+    }
+    absolutize(o->model, sizeof o->model);
+    absolutize(o->data, sizeof o->data);
+    absolutize(o->tokenizer, sizeof o->tokenizer);
+    r.tty = isatty(STDERR_FILENO) && !o->json && !o->quiet;
+    rc = 1;
+    if (!o->eval_only && !check_out(o, &err))
+        goto out;
+    if (col_lm_source_open(o->model, o->tokenizer[0] ? o->tokenizer : NULL, false, &r.src, &err) != COL_OK)
+        goto out;
+    if (o->seq == 0)
+        o->seq = r.src.config.max_positions < 256 ? r.src.config.max_positions : 256;
+    if (o->seq > r.src.config.max_positions) {
+        col_err_set(&err, COL_EINVAL, "--seq %d is longer than %s allows (%d positions)", o->seq, o->model,
+                    r.src.config.max_positions);
+        goto out;
+    }
+    if (open_data(&r, &err) != COL_OK)
+        goto out;
+    if (o->resume[0] && (r.state.data_tokens != col_dataset_n_tokens(r.ds) ||
+                         r.state.data_hash != ft_token_hash(col_dataset_tokens(r.ds), col_dataset_n_tokens(r.ds)))) {
+        col_err_set(&err, COL_EFORMAT, "%s changed since the run started (other tokens): resuming needs the same data",
+                    o->data);
+        goto out;
+    }
+    size_t nb = (size_t)o->grad_accum * (size_t)o->batch * (size_t)o->seq;
+    r.ids = malloc(nb * sizeof *r.ids);
+    r.tg = malloc(nb * sizeof *r.tg);
+    if (!r.ids || !r.tg) {
+        col_err_set(&err, COL_ENOMEM, "out of memory for the batches");
+        goto out;
+    }
+    if (col_cpu_backend_init(&r.be, &err) != COL_OK)
+        goto out;
+    r.be_ready = true;
+    if (make_trainer(&r, &err) != COL_OK ||
+        col_sampler_init(&r.sampler, r.src.config.vocab_size, &err) != COL_OK)
+        goto out;
+    if (o->eval_only) {
+        double vl;
+        int nbat;
+        if (evaluate(&r, &vl, &nbat, &err) != COL_OK)
+            goto out;
+        if (nbat == 0) {
+            col_err_set(&err, COL_EINVAL, "the validation split of %s (%.1f%%) is shorter than one batch of %d x %d "
+                        "tokens: raise --val-percent or lower --batch/--seq", o->data, o->val_percent, o->batch, o->seq);
+            goto out;
+        }
+        if (o->json)
+            json_event("step", (double)col_lm_trainer_steps(r.tr), NULL, NULL, "val_loss", vl);
+        else
+            printf("validation loss %.6f over %d batches of %d x %d tokens\n", vl, nbat, o->batch, o->seq);
+        rc = 0;
+        goto out;
+    }
+    if (!o->quiet && !o->json) {
+        const col_lm_config *c = &r.src.config;
+        say(&r, "model: %s (%s, %d layers, width %d, %.2fM parameters)%s", o->model, col_arch_name(c->arch),
+            c->n_layer, c->hidden, (double)col_lm_trainer_param_count(r.tr) / 1e6,
+            r.src.weights || o->resume[0] ? "" : ", trained from scratch");
+        say(&r, "data: %s: %zu tokens, %zu for training; batch %d x %d%s, %s", o->data, col_dataset_n_tokens(r.ds),
+            col_dataset_n_train(r.ds), o->batch, o->seq, o->grad_accum > 1 ? " with accumulation" : "",
+            o->shuffle ? "shuffled" : "in order");
+        say(&r, "cpu: %d threads, OpenBLAS %s; %s to %d steps into %s/", omp_get_max_threads(),
+            col_cpu_backend_blas_core(&r.be), o->resume[0] ? "resuming" : "training", o->steps, o->out);
+    }
+    rc = train(&r);
+out:
+    if (rc == 1 && err.msg[0])
+        fail(err.msg);
+    cleanup(&r);
+    return rc;
+}

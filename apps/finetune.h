@@ -1,0 +1,91 @@
+/* finetune.h - colossal-finetune's pieces: the options (finetune_opts.c),
+ * the run state saved beside the model (finetune_state.c) and the training
+ * loop (finetune.c). */
+#ifndef COL_APPS_FINETUNE_H
+#define COL_APPS_FINETUNE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dataset.h"
+#include "lm_trainer.h"
+#include "optim.h"
+
+enum { FT_MAX_ARGS = 64 };
+
+typedef struct {
+    /* what and where */
+    char model[4096], data[4096], tokenizer[4096], out[4096], resume[4096];
+    char chat_template[32];      /* "" = the model's own */
+    bool embedded;               /* no MODEL: the embedded default run */
+    /* batches */
+    int steps, batch, seq, grad_accum;
+    bool shuffle;
+    uint64_t seed;
+    double val_percent;
+    /* evaluation, samples, saving */
+    int eval_every, eval_batches;
+    bool eval_only;
+    int sample_every, sample_len;
+    char sample_prompt[256];
+    float sample_temperature;
+    int save_every;
+    /* optimisation: NaN = the optimizer's default */
+    col_opt_kind optimizer;
+    float lr, beta1, beta2, eps, weight_decay, momentum;
+    bool nesterov;
+    col_lr_kind schedule;
+    float min_lr_ratio;          /* lr_min = lr * ratio */
+    int64_t warmup;
+    float grad_clip;
+    float dropout;               /* < 0: the model config's */
+    bool checkpointing;
+    size_t cpu_mem;              /* memtier host budget, 0 = unlimited */
+    /* LoRA */
+    int lora_rank;
+    float lora_alpha;
+    char lora_targets[256];
+    bool merge_lora;
+    /* output */
+    bool json, quiet, overwrite;
+    /* the options as given (name, value) - what a resumed run replays */
+    int nargs;
+    char *arg_name[FT_MAX_ARGS], *arg_value[FT_MAX_ARGS];
+} ft_opts;
+
+/* ---- finetune_opts.c ---- */
+/* Exit codes: 0 done, 1 error, 2 usage error, 130 interrupted (and saved). */
+void ft_usage(FILE *f);
+void ft_defaults(ft_opts *o);
+/* Parses argv; on a usage error prints one line and returns false with
+ * *exit_code 2 (or 0 for --help). */
+bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code);
+/* Sets one option by its long name ("lr", "batch", ...) from text; false
+ * with a message in msg when the value is invalid or the name unknown. */
+bool ft_set(ft_opts *o, const char *name, const char *value, char *msg, size_t n);
+/* Options that do not change the math of a run and may differ on --resume. */
+bool ft_runtime_option(const char *name);
+/* The optimizer settings: the kind's defaults with the options given on top. */
+col_opt_config ft_opt_config(const ft_opts *o);
+/* Records an option as given (for the run state); false when out of room. */
+bool ft_remember(ft_opts *o, const char *name, const char *value);
+void ft_free(ft_opts *o);
+
+/* ---- finetune_state.c ---- */
+typedef struct {
+    int64_t step;                /* optimizer steps done */
+    col_batch_state batches;     /* where the data stream stands */
+    uint64_t data_tokens;        /* the data's token count and hash: resuming on other data is refused */
+    uint64_t data_hash;
+} ft_state;
+
+/* Writes dir/trainer_state.json: the state plus the options to replay. */
+col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, col_err *err);
+/* Reads dir/trainer_state.json into *s and replays its options into *o
+ * (which holds the defaults). */
+col_status ft_state_read(const char *dir, ft_opts *o, ft_state *s, col_err *err);
+/* FNV-1a over the token stream. */
+uint64_t ft_token_hash(const int32_t *tokens, size_t n);
+
+#endif

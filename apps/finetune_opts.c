@@ -1,0 +1,350 @@
+/* finetune_opts.c - colossal-finetune's command line: every option is set by
+ * name from text through ft_set, so a resumed run replays the options saved
+ * in trainer_state.json through the same checks. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "finetune.h"
+
+typedef struct {
+    const char *name;
+    bool has_arg;
+    bool runtime; /* may change on --resume: does not touch the run's math */
+} ft_optdef;
+
+static const ft_optdef optdefs[] = {
+    {"tokenizer", true, false},   {"template", true, false},     {"out", true, false},
+    {"resume", true, true},       {"overwrite", false, true},    {"steps", true, false},
+    {"batch", true, false},       {"seq", true, false},          {"grad-accum", true, false},
+    {"no-shuffle", false, false}, {"seed", true, false},         {"val-percent", true, false},
+    {"eval-every", true, true},   {"eval-batches", true, true},  {"eval-only", false, true},
+    {"sample-every", true, true}, {"sample-len", true, true},    {"sample-prompt", true, true},
+    {"sample-temperature", true, true}, {"save-every", true, true}, {"optimizer", true, false},
+    {"lr", true, false},          {"beta1", true, false},        {"beta2", true, false},
+    {"eps", true, false},         {"weight-decay", true, false}, {"momentum", true, false},
+    {"nesterov", false, false},   {"schedule", true, false},     {"min-lr-ratio", true, false},
+    {"warmup", true, false},      {"grad-clip", true, false},    {"dropout", true, false},
+    {"checkpointing", false, true}, {"cpu-mem", true, true},     {"lora-rank", true, false},
+    {"lora-alpha", true, false},  {"lora-targets", true, false}, {"merge-lora", false, true},
+    {"json", false, true},        {"quiet", false, true},        {"help", false, true},
+};
+#define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
+
+void ft_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: colossal-finetune [MODEL DATA] [options]\n"
+        "       colossal-finetune --resume DIR\n"
+        "Trains a language model and writes it as a Hugging Face model directory.\n"
+        "With no MODEL: the embedded default, a small byte-level GPT trained from scratch on the bundled\n"
+        "King James Bible for about 3 minutes, written to colossal-default/ (replacing an earlier one).\n"
+        "\n"
+        "MODEL  a Hugging Face model directory (config.json, model.safetensors or pytorch_model.bin, tokenizer\n"
+        "       files), a hub id (org/name) already in the Hugging Face cache, or an architecture trained from\n"
+        "       scratch: gpt2, gpt2-medium, gpt2-large, gpt2-xl, opt-125m, opt-350m, opt-1.3b, llama-1b-shaped,\n"
+        "       llama-7b-shaped, llama3-8b-shaped, gpt2-tiny, llama-tiny, gpt2-bytes\n"
+        "DATA   plain text (.txt or anything else), llm.c token files (.bin), or chat data (.jsonl: one\n"
+        "       {\"messages\":[{\"role\",\"content\"},...]} per line; the loss is taken on assistant turns only);\n"
+        "       .gz, .xz and .zst files are read directly\n"
+        "\n"
+        "  --out DIR              where the model goes (default finetune-out); written whole at each save\n"
+        "  --resume DIR           continue a run saved in DIR exactly where it stopped\n"
+        "  --overwrite            replace a run already in --out\n"
+        "  --tokenizer PATH       a tokenizer directory or file, or gpt2 | llama2 | llama3 | bytes\n"
+        "  --template NAME        chat template for .jsonl data: llama2 | llama3 | chatml | plain\n"
+        "                         (default: the one tokenizer_config.json names, else chatml)\n"
+        "  --steps N              optimizer steps (default 200)\n"
+        "  --batch B --seq T      B rows of T tokens per micro-batch (default 4 x 256, T at most the model's)\n"
+        "  --grad-accum N         micro-batches per step (default 1)\n"
+        "  --no-shuffle           batch k is the next B*T+1 tokens of the data (as llm.c); default: random\n"
+        "                         windows drawn with --seed\n"
+        "  --seed N               data order, dropout and initialisation (default 1337)\n"
+        "  --val-percent P        the last P%% of the data is held out for evaluation (default 5)\n"
+        "  --eval-every N         evaluate every N steps (default steps/10); --eval-batches N (default 8)\n"
+        "  --eval-only            print the evaluation loss of MODEL on DATA and exit\n"
+        "  --sample-every N       print a sample every N steps (default 0: never)\n"
+        "  --sample-len N --sample-prompt TEXT --sample-temperature T   (defaults 200, the data's start, 0.8)\n"
+        "  --save-every N         save every N steps (default: at the end and on Ctrl-C only)\n"
+        "  --optimizer NAME       adamw (default) | sgd | lamb | lars\n"
+        "  --lr LR                peak learning rate (default 1e-4 for a model directory, 1e-3 from scratch,\n"
+        "                         the optimizer's own for sgd and lars)\n"
+        "  --beta1 --beta2 --eps --weight-decay --momentum --nesterov   optimizer settings\n"
+        "  --schedule NAME        cosine (default) | linear | constant; --min-lr-ratio R (default 0.1)\n"
+        "  --warmup N             linear warmup steps (default steps/20)\n"
+        "  --grad-clip C          clip the gradient norm at C (default 1; 0 = off)\n"
+        "  --dropout P            dropout probability, replacing the model's (0 for exact comparisons)\n"
+        "  --checkpointing        recompute activations in backward (less memory, ~30%% more compute)\n"
+        "  --cpu-mem SIZE         host memory budget for parameters, gradients and optimizer states (e.g. 8G)\n"
+        "  --lora-rank R          train rank-R LoRA adapters instead of all weights; --lora-alpha A (default R)\n"
+        "  --lora-targets LIST    modules to adapt, e.g. q_proj,v_proj (default: the architecture's usual)\n"
+        "  --merge-lora           write the adapters merged into model.safetensors\n"
+        "  --json                 one JSON object per step on stdout instead of the progress line\n"
+        "  --quiet                no progress output\n"
+        "Ctrl-C finishes the current step, saves, and exits with status 130.\n");
+}
+
+void ft_defaults(ft_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    snprintf(o->out, sizeof o->out, "finetune-out");
+    o->steps = 200;
+    o->batch = 4;
+    o->seq = 0; /* 256, capped at the model's positions */
+    o->grad_accum = 1;
+    o->shuffle = true;
+    o->seed = 1337;
+    o->val_percent = 5;
+    o->eval_every = 0; /* steps / 10 */
+    o->eval_batches = 8;
+    o->sample_len = 200;
+    o->sample_temperature = 0.8f;
+    o->optimizer = COL_OPT_ADAMW;
+    o->lr = o->beta1 = o->beta2 = o->eps = o->weight_decay = o->momentum = NAN;
+    o->schedule = COL_LR_COSINE;
+    o->min_lr_ratio = 0.1f;
+    o->warmup = -1; /* steps / 20 */
+    o->grad_clip = 1.0f;
+    o->dropout = -1;
+    o->lora_alpha = 0;
+}
+
+void ft_free(ft_opts *o)
+{
+    for (int i = 0; i < o->nargs; i++)
+        free(o->arg_name[i]), free(o->arg_value[i]);
+    o->nargs = 0;
+}
+
+bool ft_runtime_option(const char *name)
+{
+    for (int i = 0; i < NOPTS; i++)
+        if (strcmp(optdefs[i].name, name) == 0)
+            return optdefs[i].runtime;
+    return false;
+}
+
+static bool int_in(const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi)
+        return false;
+    *out = (int)x;
+    return true;
+}
+
+static bool num_in(const char *v, double lo, double hi, bool lo_open, float *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+        return false;
+    *out = (float)x;
+    return true;
+}
+
+/* "8G", "512M", "4096" -> bytes */
+static bool size_arg(const char *v, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    double mult = 1;
+    if (*end == 'K' || *end == 'k') mult = 1024, end++;
+    else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, end++;
+    else if (*end == 'T' || *end == 't') mult = 1024.0 * 1024 * 1024 * 1024, end++;
+    if (*end == 'B' || *end == 'b' || *end == 'i')
+        end++;
+    if (v == end || *end || errno || !(x > 0) || x * mult > 1e18)
+        return false;
+    *out = (size_t)(x * mult);
+    return true;
+}
+
+static bool copy_str(char *dst, size_t n, const char *v)
+{
+    if (strlen(v) >= n)
+        return false;
+    snprintf(dst, n, "%s", v);
+    return true;
+}
+
+#define BAD(...) (snprintf(msg, n, __VA_ARGS__), false)
+
+bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
+{
+    int i;
+    float f;
+    if (!strcmp(name, "tokenizer")) return copy_str(o->tokenizer, sizeof o->tokenizer, v) || BAD("--tokenizer: path too long");
+    if (!strcmp(name, "template")) {
+        static const char *const names[] = {"llama2", "llama3", "chatml", "plain"};
+        for (i = 0; i < 4; i++)
+            if (!strcmp(v, names[i]))
+                return copy_str(o->chat_template, sizeof o->chat_template, v);
+        return BAD("--template must be llama2, llama3, chatml or plain (got '%s')", v);
+    }
+    if (!strcmp(name, "out")) return (*v && copy_str(o->out, sizeof o->out, v)) || BAD("--out: give a directory path");
+    if (!strcmp(name, "resume")) return (*v && copy_str(o->resume, sizeof o->resume, v)) || BAD("--resume: give a directory");
+    if (!strcmp(name, "overwrite")) return o->overwrite = true;
+    if (!strcmp(name, "steps")) return int_in(v, 1, 100000000, &o->steps) || BAD("--steps must be an integer in 1..1e8 (got '%s')", v);
+    if (!strcmp(name, "batch")) return int_in(v, 1, 65536, &o->batch) || BAD("--batch must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "seq")) return int_in(v, 1, 1 << 20, &o->seq) || BAD("--seq must be an integer in 1..1048576 (got '%s')", v);
+    if (!strcmp(name, "grad-accum")) return int_in(v, 1, 65536, &o->grad_accum) || BAD("--grad-accum must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "no-shuffle")) return !(o->shuffle = false);
+    if (!strcmp(name, "seed")) {
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*v || *end || errno || *v == '-')
+            return BAD("--seed must be a non-negative integer (got '%s')", v);
+        o->seed = x;
+        return true;
+    }
+    if (!strcmp(name, "val-percent")) {
+        if (!num_in(v, 0, 100, false, &f) || f >= 100)
+            return BAD("--val-percent must be a number in [0, 100) (got '%s')", v);
+        o->val_percent = f;
+        return true;
+    }
+    if (!strcmp(name, "eval-every")) return int_in(v, 0, 100000000, &o->eval_every) || BAD("--eval-every must be an integer >= 0 (got '%s')", v);
+    if (!strcmp(name, "eval-batches")) return int_in(v, 1, 1000000, &o->eval_batches) || BAD("--eval-batches must be an integer >= 1 (got '%s')", v);
+    if (!strcmp(name, "eval-only")) return o->eval_only = true;
+    if (!strcmp(name, "sample-every")) return int_in(v, 0, 100000000, &o->sample_every) || BAD("--sample-every must be an integer >= 0 (got '%s')", v);
+    if (!strcmp(name, "sample-len")) return int_in(v, 1, 100000, &o->sample_len) || BAD("--sample-len must be an integer in 1..100000 (got '%s')", v);
+    if (!strcmp(name, "sample-prompt")) return copy_str(o->sample_prompt, sizeof o->sample_prompt, v) || BAD("--sample-prompt: at most 255 bytes");
+    if (!strcmp(name, "sample-temperature")) return num_in(v, 0, 100, false, &o->sample_temperature) || BAD("--sample-temperature must be a number in [0, 100] (got '%s')", v);
+    if (!strcmp(name, "save-every")) return int_in(v, 0, 100000000, &o->save_every) || BAD("--save-every must be an integer >= 0 (got '%s')", v);
+    if (!strcmp(name, "optimizer")) {
+        static const char *const names[] = {"sgd", "adamw", "lamb", "lars"};
+        static const col_opt_kind kinds[] = {COL_OPT_SGD, COL_OPT_ADAMW, COL_OPT_LAMB, COL_OPT_LARS};
+        for (i = 0; i < 4; i++)
+            if (!strcmp(v, names[i]))
+                return (o->optimizer = kinds[i]), true;
+        return BAD("--optimizer must be sgd, adamw, lamb or lars (got '%s')", v);
+    }
+    if (!strcmp(name, "lr")) return num_in(v, 0, 10, true, &o->lr) || BAD("--lr must be a number in (0, 10] (got '%s')", v);
+    if (!strcmp(name, "beta1")) return (num_in(v, 0, 1, false, &o->beta1) && o->beta1 < 1) || BAD("--beta1 must be in [0, 1) (got '%s')", v);
+    if (!strcmp(name, "beta2")) return (num_in(v, 0, 1, false, &o->beta2) && o->beta2 < 1) || BAD("--beta2 must be in [0, 1) (got '%s')", v);
+    if (!strcmp(name, "eps")) return num_in(v, 0, 1, false, &o->eps) || BAD("--eps must be in [0, 1] (got '%s')", v);
+    if (!strcmp(name, "weight-decay")) return num_in(v, 0, 10, false, &o->weight_decay) || BAD("--weight-decay must be in [0, 10] (got '%s')", v);
+    if (!strcmp(name, "momentum")) return (num_in(v, 0, 1, false, &o->momentum) && o->momentum < 1) || BAD("--momentum must be in [0, 1) (got '%s')", v);
+    if (!strcmp(name, "nesterov")) return o->nesterov = true;
+    if (!strcmp(name, "schedule")) {
+        if (!strcmp(v, "cosine")) o->schedule = COL_LR_COSINE;
+        else if (!strcmp(v, "linear")) o->schedule = COL_LR_LINEAR;
+        else if (!strcmp(v, "constant")) o->schedule = COL_LR_CONSTANT;
+        else return BAD("--schedule must be cosine, linear or constant (got '%s')", v);
+        return true;
+    }
+    if (!strcmp(name, "min-lr-ratio")) return num_in(v, 0, 1, false, &o->min_lr_ratio) || BAD("--min-lr-ratio must be in [0, 1] (got '%s')", v);
+    if (!strcmp(name, "warmup")) {
+        if (!int_in(v, 0, 100000000, &i))
+            return BAD("--warmup must be an integer >= 0 (got '%s')", v);
+        o->warmup = i;
+        return true;
+    }
+    if (!strcmp(name, "grad-clip")) return num_in(v, 0, 1e6, false, &o->grad_clip) || BAD("--grad-clip must be a number >= 0 (got '%s')", v);
+    if (!strcmp(name, "dropout")) return (num_in(v, 0, 1, false, &o->dropout) && o->dropout < 1) || BAD("--dropout must be in [0, 1) (got '%s')", v);
+    if (!strcmp(name, "checkpointing")) return o->checkpointing = true;
+    if (!strcmp(name, "cpu-mem")) return size_arg(v, &o->cpu_mem) || BAD("--cpu-mem must be a size like 8G or 512M (got '%s')", v);
+    if (!strcmp(name, "lora-rank")) return int_in(v, 1, 65536, &o->lora_rank) || BAD("--lora-rank must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "lora-alpha")) return num_in(v, 0, 1e6, true, &o->lora_alpha) || BAD("--lora-alpha must be a number > 0 (got '%s')", v);
+    if (!strcmp(name, "lora-targets")) return (*v && copy_str(o->lora_targets, sizeof o->lora_targets, v)) || BAD("--lora-targets: give module names like q_proj,v_proj");
+    if (!strcmp(name, "merge-lora")) return o->merge_lora = true;
+    if (!strcmp(name, "json")) return o->json = true;
+    if (!strcmp(name, "quiet")) return o->quiet = true;
+    return BAD("unknown option --%s", name);
+}
+
+col_opt_config ft_opt_config(const ft_opts *o)
+{
+    col_opt_config c = col_opt_defaults(o->optimizer);
+    if (!isnan(o->lr)) c.lr = o->lr;
+    if (!isnan(o->beta1)) c.beta1 = o->beta1;
+    if (!isnan(o->beta2)) c.beta2 = o->beta2;
+    if (!isnan(o->eps)) c.eps = o->eps;
+    if (!isnan(o->weight_decay)) c.weight_decay = o->weight_decay;
+    if (!isnan(o->momentum)) c.momentum = o->momentum;
+    c.nesterov = o->nesterov;
+    return c;
+}
+
+bool ft_remember(ft_opts *o, const char *name, const char *value)
+{
+    if (o->nargs == FT_MAX_ARGS)
+        return false;
+    o->arg_name[o->nargs] = strdup(name);
+    o->arg_value[o->nargs] = strdup(value ? value : "");
+    if (!o->arg_name[o->nargs] || !o->arg_value[o->nargs])
+        return false;
+    o->nargs++;
+    return true;
+}
+
+bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code)
+{
+    struct option lo[NOPTS + 1];
+    for (int i = 0; i < NOPTS; i++)
+        lo[i] = (struct option){optdefs[i].name, optdefs[i].has_arg ? required_argument : no_argument, NULL, 0};
+    lo[NOPTS] = (struct option){0, 0, 0, 0};
+    *exit_code = 2;
+    char msg[512];
+    int idx, c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", lo, &idx)) != -1) {
+        if (c == 'h') {
+            ft_usage(stdout);
+            *exit_code = 0;
+            return false;
+        }
+        if (c == ':') {
+            fprintf(stderr, "colossal-finetune: option '%s' needs a value\n", argv[optind - 1]);
+            return false;
+        }
+        if (c == '?') {
+            fprintf(stderr, "colossal-finetune: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            return false;
+        }
+        const char *name = lo[idx].name;
+        if (!strcmp(name, "help")) {
+            ft_usage(stdout);
+            *exit_code = 0;
+            return false;
+        }
+        if (!ft_set(o, name, optarg ? optarg : "", msg, sizeof msg)) {
+            fprintf(stderr, "colossal-finetune: %s\n", msg);
+            return false;
+        }
+        if (!ft_remember(o, name, optarg)) {
+            fprintf(stderr, "colossal-finetune: too many options\n");
+            return false;
+        }
+    }
+    int npos = argc - optind;
+    if (npos == 1) {
+        fprintf(stderr, "colossal-finetune: give DATA after MODEL (a text, .bin or .jsonl file)\n");
+        return false;
+    }
+    if (npos > 2) {
+        fprintf(stderr, "colossal-finetune: unexpected argument '%s' (MODEL DATA, then options)\n", argv[optind + 2]);
+        return false;
+    }
+    if (npos == 2 && (!copy_str(o->model, sizeof o->model, argv[optind]) ||
+                      !copy_str(o->data, sizeof o->data, argv[optind + 1]))) {
+        fprintf(stderr, "colossal-finetune: MODEL or DATA path too long\n");
+        return false;
+    }
+    if (npos == 2 && o->resume[0]) {
+        fprintf(stderr, "colossal-finetune: --resume DIR continues a saved run: give no MODEL and DATA with it\n");
+        return false;
+    }
+    o->embedded = npos == 0 && !o->resume[0];
+    *exit_code = 0;
+    return true;
+}

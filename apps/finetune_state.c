@@ -1,0 +1,143 @@
+/* finetune_state.c - trainer_state.json: how far a run got and the options
+ * that define it, so --resume continues it bit for bit. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "finetune.h"
+#include "textio.h"
+
+#define STATE_FORMAT "colossal-finetune run state 1"
+
+uint64_t ft_token_hash(const int32_t *tokens, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)tokens[i];
+        for (int b = 0; b < 4; b++) {
+            h ^= (v >> (8 * b)) & 0xff;
+            h *= 0x100000001b3ull;
+        }
+    }
+    return h;
+}
+
+/* 64-bit values as decimal strings: JSON numbers are doubles */
+static cJSON *u64(uint64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRIu64, v);
+    return cJSON_CreateString(buf);
+}
+
+col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, col_err *err)
+{
+    cJSON *root = cJSON_CreateObject(), *b = cJSON_CreateObject(), *args = cJSON_CreateArray();
+    cJSON_AddStringToObject(root, "format", STATE_FORMAT);
+    cJSON_AddItemToObject(root, "step", u64((uint64_t)s->step));
+    cJSON_AddStringToObject(root, "model", o->model);
+    cJSON_AddStringToObject(root, "data", o->data);
+    cJSON_AddItemToObject(root, "data_tokens", u64(s->data_tokens));
+    cJSON_AddItemToObject(root, "data_hash", u64(s->data_hash));
+    cJSON_AddItemToObject(b, "mode", u64(s->batches.mode));
+    cJSON_AddItemToObject(b, "seed", u64(s->batches.seed));
+    cJSON_AddItemToObject(b, "counter", u64(s->batches.counter));
+    cJSON_AddItemToObject(b, "pos", u64(s->batches.pos));
+    cJSON_AddItemToObject(b, "step", u64(s->batches.step));
+    cJSON_AddItemToObject(root, "batches", b);
+    for (int i = 0; i < o->nargs; i++) {
+        if (ft_runtime_option(o->arg_name[i]))
+            continue;
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateString(o->arg_name[i]));
+        cJSON_AddItemToArray(pair, cJSON_CreateString(o->arg_value[i]));
+        cJSON_AddItemToArray(args, pair);
+    }
+    cJSON_AddItemToObject(root, "options", args);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        return col_err_set(err, COL_ENOMEM, "run state: out of memory");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    col_status st = col_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return st;
+}
+
+static bool get_u64(const cJSON *o, const char *key, uint64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(v) || !v->valuestring[0] || v->valuestring[0] == '-')
+        return false;
+    char *end;
+    unsigned long long x = strtoull(v->valuestring, &end, 10);
+    if (*end)
+        return false;
+    *out = x;
+    return true;
+}
+
+static bool get_str(const cJSON *o, const char *key, char *dst, size_t n)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= n)
+        return false;
+    snprintf(dst, n, "%s", v->valuestring);
+    return true;
+}
+
+col_status ft_state_read(const char *dir, ft_opts *o, ft_state *s, col_err *err)
+{
+    char path[4200], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    col_status st = col_read_file(path, (size_t)1 << 20, &text, &len, err);
+    if (st != COL_OK)
+        return col_err_set(err, st, "%s: %s (is it a colossal-finetune output directory?)", dir, err->msg);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "batches");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "options");
+    uint64_t step = 0, mode = 0;
+    memset(s, 0, sizeof *s);
+    if (!root)
+        st = col_err_set(err, COL_EFORMAT, "%s is not valid JSON: the run state is damaged", path);
+    else if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0)
+        st = col_err_set(err, COL_EFORMAT, "%s is not a colossal-finetune run state (format \"%s\" expected)", path,
+                         STATE_FORMAT);
+    else if (!get_u64(root, "step", &step) || !get_str(root, "model", o->model, sizeof o->model) ||
+             !get_str(root, "data", o->data, sizeof o->data) || !get_u64(root, "data_tokens", &s->data_tokens) ||
+             !get_u64(root, "data_hash", &s->data_hash) || !cJSON_IsObject(b) || !get_u64(b, "mode", &mode) ||
+             mode > 1 || !get_u64(b, "seed", &s->batches.seed) || !get_u64(b, "counter", &s->batches.counter) ||
+             !get_u64(b, "pos", &s->batches.pos) || !get_u64(b, "step", &s->batches.step) || !cJSON_IsArray(args) ||
+             step > (uint64_t)INT64_MAX)
+        st = col_err_set(err, COL_EFORMAT, "%s: a field is missing or has the wrong type: the run state is damaged",
+                         path);
+    s->step = (int64_t)step;
+    s->batches.mode = (uint32_t)mode;
+    const cJSON *pair;
+    char msg[512];
+    const cJSON *list = st == COL_OK ? args : (const cJSON *)NULL;
+    cJSON_ArrayForEach(pair, list)
+    {
+        const cJSON *k = cJSON_GetArrayItem(pair, 0), *v = cJSON_GetArrayItem(pair, 1);
+        if (!cJSON_IsString(k) || !cJSON_IsString(v) || cJSON_GetArraySize(pair) != 2) {
+            st = col_err_set(err, COL_EFORMAT, "%s: an option entry is not a [name, value] pair", path);
+            break;
+        }
+        if (!ft_set(o, k->valuestring, v->valuestring, msg, sizeof msg)) {
+            st = col_err_set(err, COL_EFORMAT, "%s: saved option: %s", path, msg);
+            break;
+        }
+        if (!ft_remember(o, k->valuestring, v->valuestring)) {
+            st = col_err_set(err, COL_ENOMEM, "%s: too many saved options", path);
+            break;
+        }
+    }
+    cJSON_Delete(root);
+    return st;
+}
