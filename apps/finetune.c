@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "backend.h"
+#include "chat_sft.h"
 #include "finetune.h"
 #include "lm_source.h"
 #include "memtier.h"
@@ -196,8 +197,22 @@ static col_status save(run *r, col_err *err)
 static col_status open_data(run *r, col_err *err)
 {
     const ft_opts *o = &r->o;
-    col_dataset_opts dopts = {.tok = r->src.tok, .vocab_size = r->src.config.vocab_size, .val_percent = o->val_percent};
-    col_status st = col_dataset_load(o->data, &dopts, &r->ds, err);
+    /* chat data goes through the model's template (or --template; ChatML when the model names none) */
+    col_chat_family fam = COL_CHAT_CHATML;
+    col_status st = COL_OK;
+    if (o->chat_template[0])
+        st = col_chat_family_parse(o->chat_template, &fam, err);
+    else if (r->src.has_chat)
+        fam = r->src.chat;
+    col_chat_sft *sft = NULL;
+    if (st == COL_OK)
+        st = col_chat_sft_new(fam, &sft, err);
+    if (st != COL_OK)
+        return st;
+    col_dataset_opts dopts = {.tok = r->src.tok, .vocab_size = r->src.config.vocab_size, .val_percent = o->val_percent,
+                              .tmpl = col_chat_sft_tmpl(sft)};
+    st = col_dataset_load(o->data, &dopts, &r->ds, err);
+    col_chat_sft_free(sft);
     if (st != COL_OK)
         return st;
     int64_t need = o->shuffle ? (int64_t)o->seq + 1 : (int64_t)o->batch * o->seq + 1;
@@ -562,10 +577,10 @@ int main(int argc, char **argv)
                     r.src.config.max_positions);
         goto out;
     }
+    uint64_t saved_tokens = r.state.data_tokens, saved_hash = r.state.data_hash;
     if (open_data(&r, &err) != COL_OK)
         goto out;
-    if (o->resume[0] && (r.state.data_tokens != col_dataset_n_tokens(r.ds) ||
-                         r.state.data_hash != ft_token_hash(col_dataset_tokens(r.ds), col_dataset_n_tokens(r.ds)))) {
+    if (o->resume[0] && (saved_tokens != r.state.data_tokens || saved_hash != r.state.data_hash)) {
         col_err_set(&err, COL_EFORMAT, "%s changed since the run started (other tokens): resuming needs the same data",
                     o->data);
         goto out;

@@ -1,12 +1,16 @@
 #include "status.h"
 
 #include <stdio.h>
+#include <string.h>
 
 col_status col_err_vset(col_err *e, col_status code, const char *fmt, va_list ap)
 {
     if (e) {
+        /* formatted aside first: a message may quote the previous one (e->msg as an argument) */
+        char buf[sizeof e->msg];
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        memcpy(e->msg, buf, sizeof buf);
         e->code = code;
-        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     }
     return code;
 }

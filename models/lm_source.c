@@ -96,9 +96,14 @@ col_status col_lm_source_open(const char *model, const char *tokenizer, bool nee
         return col_err_set(err, COL_EINVAL, "no model given");
     if (access(model, F_OK) != 0 && !strchr(model, '/')) {
         /* not a path, not a hub id: a built-in architecture */
-        if ((st = col_lm_preset(model, &out->config, err)) != COL_OK)
-            return col_err_set(err, st, "model '%s' is not a directory, a hub id (org/name) or a built-in architecture: %s",
-                               model, err->msg);
+        if (col_lm_preset(model, &out->config, err) != COL_OK) {
+            char list[512] = "";
+            for (int i = 0; col_lm_preset_names[i]; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                         col_lm_preset_names[i]);
+            return col_err_set(err, COL_EIO, "model '%s' is not a directory, a hub id (org/name) or a built-in "
+                               "architecture (%s)", model, list);
+        }
         snprintf(out->preset, sizeof out->preset, "%s", model);
     } else {
         if ((st = col_hf_resolve(model, out->dir, sizeof out->dir, err)) != COL_OK)

@@ -1,0 +1,163 @@
+#!/bin/sh
+# test_finetune_cli.sh - colossal-finetune end to end: training writes a
+# complete Hugging Face directory, kill -9 and Ctrl-C followed by --resume
+# give exactly the losses of a run that never stopped, and every bad input
+# gets one clear line and a non-zero exit (TAP output).
+ft=${FINETUNE:-./apps/colossal-finetune}
+src=$(cd "${SRCDIR:-.}" && pwd)
+tmp=$(mktemp -d)
+trap 'kill -9 $bg 2>/dev/null; rm -rf "$tmp"' EXIT
+bg=
+n=0
+fails=0
+
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
+# check NAME WANT_RC PATTERN -- ARGS...: runs colossal-finetune in $tmp, compares exit code and output
+check() {
+    name=$1 want=$2 pattern=$3
+    shift 4
+    (cd "$tmp" && "$ft" "$@") > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    if [ "$rc" -eq "$want" ] && grep -q -- "$pattern" "$tmp/err" "$tmp/out"; then
+        ok "$name (exit $rc: $(head -n 1 "$tmp/err"))"
+    else
+        notok "$name: exit $rc, wanted $want and '$pattern'"
+        sed 's/^/# /' "$tmp/err" | head -5
+    fi
+}
+# the per-step JSON lines without the timing fields
+losses() { grep '"loss"' "$1" | sed 's/,"tok_per_s".*//'; }
+# step number in DIR/trainer_state.json (0 if none)
+saved_step() { sed -n 's/.*"step":[[:space:]]*"\([0-9]*\)".*/\1/p' "$1/trainer_state.json" 2>/dev/null | head -n 1; }
+
+# a small fast configuration of the embedded default's architecture
+small="--steps 40 --batch 4 --seq 32 --eval-every 20 --eval-batches 2 --warmup 4 --lr 3e-3"
+
+# ---- the embedded default, shortened: it learns and writes a complete output ----
+check "embedded default runs (shortened)" 0 "the model is in colossal-default" -- $small
+for f in config.json model.safetensors optimizer.safetensors tokenizer.json tokenizer_config.json trainer_state.json; do
+    [ -s "$tmp/colossal-default/$f" ] && ok "output has $f" || notok "output lacks $f"
+done
+first=$(grep -m1 '^step 1/' "$tmp/out" | sed 's/.*loss \([0-9.]*\).*/\1/')
+last=$(grep '^step 40/' "$tmp/out" | sed 's/.*loss \([0-9.]*\).*/\1/')
+if [ -n "$first" ] && [ -n "$last" ] && awk "BEGIN { exit !($last < $first - 1.0) }"; then
+    ok "the loss falls by more than 1 nat in 40 steps ($first -> $last)"
+else
+    notok "the loss did not fall enough ($first -> $last)"
+fi
+grep -q "validation loss" "$tmp/out" && ok "evaluation runs" || notok "no evaluation line"
+[ ! -e "$tmp/colossal-default.partial" ] && ok "no staging directory left behind" || notok "staging directory left"
+check "a second default run replaces the first" 0 "the model is in colossal-default" -- --steps 2 --batch 2 --seq 16
+
+# ---- kill -9 in the middle, resume: the same losses as the uninterrupted run ----
+run="gpt2-tiny $tmp/corpus.txt --steps 150 --batch 4 --seq 32 --save-every 3 --dropout 0.1 --json --lr 3e-3"
+awk 'BEGIN { srand(3); for (i = 0; i < 4000; i++) printf "line %d of the %s corpus\n", i, (rand() < 0.5 ? "small" : "test") }' > "$tmp/corpus.txt"
+(cd "$tmp" && "$ft" $run --out ref) > "$tmp/ref.json" 2> "$tmp/err"
+[ "$(losses "$tmp/ref.json" | wc -l)" -eq 150 ] && ok "reference run: 150 steps" || notok "reference run failed: $(head -n 2 "$tmp/err")"
+
+(cd "$tmp" && exec "$ft" $run --out killed) > "$tmp/killed.json" 2> /dev/null &
+bg=$!
+tries=0
+while [ "$(saved_step "$tmp/killed")" = "" ] || [ "$(saved_step "$tmp/killed")" -lt 20 ]; do
+    tries=$((tries + 1))
+    [ $tries -gt 3000 ] && break
+    kill -0 $bg 2>/dev/null || break
+    sleep 0.01
+done
+kill -9 $bg 2>/dev/null
+wait $bg 2>/dev/null
+k=$(saved_step "$tmp/killed")
+if [ -n "$k" ] && [ "$k" -lt 150 ]; then
+    ok "killed with -9 after the save of step $k"
+else
+    notok "the run was not killed mid-way (saved step '$k')"
+fi
+check "resume after kill -9" 0 "" -- --resume killed --json
+losses "$tmp/out" > "$tmp/resumed.txt"
+losses "$tmp/ref.json" | sed -n "$((k + 1)),\$p" > "$tmp/ref_tail.txt"
+if [ -s "$tmp/resumed.txt" ] && cmp -s "$tmp/resumed.txt" "$tmp/ref_tail.txt"; then
+    ok "steps $((k + 1))..150 after kill -9 + resume are bit-identical to the uninterrupted run"
+else
+    notok "resumed losses differ from the uninterrupted run"
+    diff "$tmp/resumed.txt" "$tmp/ref_tail.txt" | head -4 | sed 's/^/# /'
+fi
+cmp -s "$tmp/killed/model.safetensors" "$tmp/ref/model.safetensors" && ok "final weights are byte-identical" ||
+    notok "final weights differ"
+
+# ---- Ctrl-C: finishes the step, saves, exits 130; resume continues exactly ----
+(cd "$tmp" && exec "$ft" $run --out intr --save-every 0) > "$tmp/intr.json" 2> "$tmp/intr.err" &
+bg=$!
+tries=0
+while [ "$(losses "$tmp/intr.json" | wc -l)" -lt 10 ] && [ $tries -lt 3000 ] && kill -0 $bg 2>/dev/null; do
+    tries=$((tries + 1))
+    sleep 0.01
+done
+kill -INT $bg
+wait $bg
+rc=$?
+k=$(saved_step "$tmp/intr")
+if [ "$rc" -eq 130 ] && grep -q "interrupted: step $k saved" "$tmp/intr.err" && [ "$k" -lt 150 ]; then
+    ok "Ctrl-C saves step $k and exits 130"
+else
+    notok "Ctrl-C: exit $rc, saved step '$k': $(head -n 1 "$tmp/intr.err")"
+fi
+[ "$(losses "$tmp/intr.json" | wc -l)" -eq "$k" ] && ok "the interrupted run stopped right after the saved step" ||
+    notok "steps printed and saved differ"
+check "resume after Ctrl-C" 0 "" -- --resume intr --json
+losses "$tmp/out" > "$tmp/resumed.txt"
+losses "$tmp/ref.json" | sed -n "$((k + 1)),\$p" > "$tmp/ref_tail.txt"
+cmp -s "$tmp/resumed.txt" "$tmp/ref_tail.txt" && ok "resumed after Ctrl-C: identical losses" ||
+    notok "resumed after Ctrl-C: losses differ"
+
+# ---- fine-tuning a model directory; --eval-only; in-order batches ----
+python_free_llmc() { # an llm.c token file (magic 20240520, version 1, uint16 tokens) of $2 tokens < 96
+    awk -v n="$2" 'function u32(v) { printf "%c%c%c%c", v % 256, int(v / 256) % 256, int(v / 65536) % 256, int(v / 16777216) }
+        BEGIN { u32(20240520); u32(1); u32(n); for (i = 3; i < 256; i++) u32(0);
+                srand(5); for (i = 0; i < n; i++) { t = int(rand() * 95) + 1; printf "%c%c", t, 0 } }' > "$1"
+}
+LC_ALL=C python_free_llmc "$tmp/tokens.bin" 3000
+check "fine-tunes a model directory on llm.c tokens, in order" 0 "the model is in ft" -- \
+    "$src/tests/fixtures/hf/gpt2" tokens.bin --out ft --steps 5 --batch 2 --seq 16 --no-shuffle
+check "--eval-only prints the loss" 0 "validation loss" -- ft tokens.bin --eval-only --batch 2 --seq 16
+check "resuming with a changed option is refused" 2 "cannot change when resuming" -- --resume ft --lr 1
+echo "line one" > "$tmp/other.txt"
+cp -r "$tmp/ft" "$tmp/ft2"
+sed -i 's|"data":[^,]*,|"data": "'"$tmp"'/other.bin",|' "$tmp/ft2/trainer_state.json"
+LC_ALL=C python_free_llmc "$tmp/other.bin" 2900
+check "resuming on other data is refused" 1 "changed since the run started" -- --resume ft2
+
+# ---- supervised fine-tuning on chat data ----
+awk 'BEGIN { for (i = 0; i < 300; i++) printf "{\"messages\": [{\"role\": \"user\", \"content\": \"what is %d plus %d?\"}, {\"role\": \"assistant\", \"content\": \"%d\"}]}\n", i, i + 1, 2 * i + 1 }' > "$tmp/chat.jsonl"
+check "trains on .jsonl chat data" 0 "the model is in sft" -- gpt2-tiny chat.jsonl --out sft --steps 3 --batch 2 --seq 64 --template plain
+printf '{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [{"role": "wizard", "content": "x"}]}\n' > "$tmp/bad.jsonl"
+check "bad chat line is named" 1 "bad.jsonl:2" -- gpt2-tiny bad.jsonl --out e5 --steps 1
+check "unknown chat template" 2 "--template must be" -- gpt2-tiny chat.jsonl --template jinja
+
+# ---- bad input ----
+mkdir -p "$tmp/badcfg" && echo '{"model_type": "gpt2", "n_embd": "wide"' > "$tmp/badcfg/config.json"
+: > "$tmp/empty.txt"
+printf 'tiny' > "$tmp/short.txt"
+mkdir -p "$tmp/foreign" && echo keep > "$tmp/foreign/notes.txt"
+check "missing model" 1 "nosuch" -- "$tmp/nosuch" corpus.txt
+check "corrupt config.json" 1 "config.json" -- "$tmp/badcfg" corpus.txt
+check "unknown architecture" 1 "not a directory, a hub id" -- gpt5 corpus.txt
+check "empty data" 1 "empty.txt" -- gpt2-tiny empty.txt --out e1
+check "data too short" 1 "training tokens" -- gpt2-tiny short.txt --out e2
+check "missing data" 1 "missing.txt" -- gpt2-tiny missing.txt --out e3
+check "sequence longer than the model allows" 1 "longer than" -- gpt2-tiny corpus.txt --seq 4096 --out e4
+check "tokenizer that does not fit the model" 1 "do not belong together" -- "$src/tests/fixtures/hf/gpt2" corpus.txt --tokenizer bytes
+check "unknown option" 2 "unknown option" -- --bogus
+check "option without its value" 2 "needs a value" -- --steps
+check "bad number" 2 "--lr must be" -- --lr fast
+check "MODEL without DATA" 2 "give DATA" -- gpt2-tiny
+check "output directory not writable" 1 "cannot write the output directory" -- gpt2-tiny corpus.txt --out "$tmp/corpus.txt/x" --steps 1
+check "output directory holds other files" 1 "not a colossal-finetune output" -- gpt2-tiny corpus.txt --out foreign --steps 1
+[ "$(cat "$tmp/foreign/notes.txt")" = keep ] && ok "the foreign directory is untouched" || notok "foreign files touched"
+check "existing run without --resume or --overwrite" 1 "holds a run already" -- gpt2-tiny corpus.txt --out ref --steps 1
+check "resume from a directory that is no run" 1 "trainer_state.json" -- --resume foreign
+echo '{"format": "colossal-finetune run state 1", "step": "x"}' > "$tmp/foreign/trainer_state.json"
+check "damaged run state" 1 "damaged" -- --resume foreign
+
+echo "1..$n"
+[ "$fails" -eq 0 ]
