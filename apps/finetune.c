@@ -43,6 +43,7 @@ typedef struct {
     col_sampler sampler;
     bool tty;               /* progress on a terminal: one live line */
     double t0;
+    int64_t start_step;     /* where this process started (for the ETA) */
 } run;
 
 static double now(void)
@@ -425,7 +426,7 @@ static void progress(run *r, const col_lm_step_info *info, double tok_s, double 
     mt_pool_stats ms;
     mt_stats(col_lm_trainer_pool(r->tr), &ms);
     char eta[32], host[32], comp[32];
-    fmt_secs((double)(o->steps - info->step) * (elapsed / (double)(info->step - r->state.step)), eta, sizeof eta);
+    fmt_secs((double)(o->steps - info->step) * (elapsed / (double)(info->step - r->start_step)), eta, sizeof eta);
     fmt_bytes((double)ms.host_bytes, host, sizeof host);
     fmt_bytes((double)col_lm_trainer_arena_bytes(r->tr), comp, sizeof comp);
     if (r->tty) {
@@ -452,13 +453,16 @@ static int train(run *r)
                                       : col_batch_state_init(o->shuffle ? COL_BATCH_SHUFFLED : COL_BATCH_SEQUENTIAL,
                                                              o->seed);
     int64_t n = (int64_t)o->batch * o->seq;
-    double t_start = now(), t_last = t_start;
+    double t_start = now();
     int rc = 0;
-    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
+    r->start_step = col_lm_trainer_steps(r->tr);
+    /* SA_RESTART: a signal during a save must not turn a write into EINTR */
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND | SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     while (col_lm_trainer_steps(r->tr) < o->steps && !g_interrupted) {
+        double t_step = now();
         col_status st = COL_OK;
         for (int k = 0; k < o->grad_accum && st == COL_OK; k++)
             st = col_dataset_next_batch(r->ds, &bs, o->batch, o->seq, r->ids + k * n, r->tg + k * n, &err);
@@ -472,8 +476,7 @@ static int train(run *r)
         }
         r->state.batches = bs;
         double t = now();
-        progress(r, &info, (double)(n * o->grad_accum) / (t - t_last), t - t_start);
-        t_last = t;
+        progress(r, &info, (double)(n * o->grad_accum) / (t - t_step), t - t_start);
         int64_t s = info.step;
         if (can_eval && (s % eval_every == 0 || s == o->steps)) {
             double vl;
@@ -507,7 +510,6 @@ static int train(run *r)
                 rc = 1;
                 break;
             }
-            t_last = now(); /* saving is not training time */
         }
     }
     signal(SIGINT, SIG_DFL);
