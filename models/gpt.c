@@ -37,15 +37,17 @@ void col_gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
     col_spec_set(&s[k++], "transformer.ln_f.bias", C, 0, COL_INIT_ZERO);
 }
 
-/* x [B, T, in] @ w [in, out] + b: GPT-2's Conv1D */
-static col_node *conv1d(col_graph *g, col_node *x, col_node *w, col_node *b)
+/* x [B, T, in] @ w [in, out] + b: GPT-2's Conv1D (wp points into out->params), plus its LoRA path */
+static col_node *conv1d(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *wp,
+                        col_node *b)
 {
     if (!x)
         return NULL;
+    col_node *w = *wp;
     int64_t flat[2] = {-1, w->t.shape[0]};
     col_node *y = col_add(g, col_matmul(g, col_reshape(g, x, 2, flat), w), b);
     int64_t shape[3] = {x->t.shape[0], x->t.shape[1], w->t.shape[1]};
-    return col_reshape(g, y, 3, shape);
+    return col_lm_lora(g, o, out, x, col_reshape(g, y, 3, shape), wp);
 }
 
 /* causal self-attention; x [B, T, C] -> [B, T, C] */
@@ -55,7 +57,7 @@ static col_node *attention(col_graph *g, col_node *x, col_node **p, int l, const
     if (!x)
         return NULL;
     int64_t B = x->t.shape[0], T = x->t.shape[1], H = c->n_head, D = c->head_dim;
-    col_node *qkv = conv1d(g, x, p[0], p[1]); /* [B, T, 3C] */
+    col_node *qkv = conv1d(g, o, out, x, &p[0], p[1]); /* [B, T, 3C] */
     /* q, k, v as strided views of qkv: [B,T,3,H,D] -> [3,B,H,T,D] */
     int64_t split[5] = {B, T, 3, H, D}, heads[4] = {B, H, T, D};
     col_node *qkv5 = col_permute(g, col_reshape(g, qkv, 5, split), (int[]){2, 0, 3, 1, 4});
@@ -63,7 +65,7 @@ static col_node *attention(col_graph *g, col_node *x, col_node **p, int l, const
     col_node *k = col_reshape(g, col_slice(g, qkv5, 0, 1, 1), 4, heads);
     col_node *v = col_reshape(g, col_slice(g, qkv5, 0, 2, 1), 4, heads);
     col_node *y = col_lm_attend(g, o, out, l, q, k, v, 0.0f);
-    return col_lm_dropout(g, conv1d(g, y, p[2], p[3]), c, o);
+    return col_lm_dropout(g, conv1d(g, o, out, y, &p[2], p[3]), c, o);
 }
 
 col_node *col_gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
@@ -81,8 +83,8 @@ col_node *col_gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm_bu
         col_node *h = col_layernorm(g, x, lp[0], lp[1], c->norm_eps);
         x = col_add(g, x, attention(g, h, lp + 2, l, c, o, out));
         h = col_layernorm(g, x, lp[6], lp[7], c->norm_eps);
-        h = col_lm_activation(g, conv1d(g, h, lp[8], lp[9]), c->act);
-        x = col_add(g, x, col_lm_dropout(g, conv1d(g, h, lp[10], lp[11]), c, o));
+        h = col_lm_activation(g, conv1d(g, o, out, h, &lp[8], lp[9]), c->act);
+        x = col_add(g, x, col_lm_dropout(g, conv1d(g, o, out, h, &lp[10], lp[11]), c, o));
         if (o->checkpoint)
             col_checkpoint_end(g);
     }

@@ -53,13 +53,13 @@ void col_llama_param_specs(const col_lm_config *c, col_param_spec *s)
 }
 
 /* x [B, T, C] -> heads [B, H, T, D] of a projection, rotated when pos is given */
-static col_node *heads(col_graph *g, col_node *x, col_node *w, col_node *b, int64_t H, int64_t D, col_node *pos,
-                       const col_rope_cfg *rope)
+static col_node *heads(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
+                       col_node *b, int64_t H, int64_t D, col_node *pos, const col_rope_cfg *rope)
 {
     if (!x)
         return NULL;
     int64_t split[4] = {x->t.shape[0], x->t.shape[1], H, D};
-    col_node *h = col_transpose(g, col_reshape(g, col_linear(g, x, w, b), 4, split), 1, 2);
+    col_node *h = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, w, b), 4, split), 1, 2);
     return pos ? col_rope(g, h, pos, rope) : h;
 }
 
@@ -73,22 +73,25 @@ col_node *col_llama_forward(col_graph *g, const col_lm_config *c, const col_lm_b
     for (int l = 0; l < c->n_layer; l++) {
         col_node **lp = p + k;
         int i = 0;
-        col_node *ln1 = lp[i++], *wq = lp[i++], *bq = c->attn_bias ? lp[i++] : NULL;
-        col_node *wk = lp[i++], *bk = c->attn_bias ? lp[i++] : NULL, *wv = lp[i++], *bv = c->attn_bias ? lp[i++] : NULL;
-        col_node *wo = lp[i++], *ln2 = lp[i++], *wg = lp[i++], *bg = c->mlp_bias ? lp[i++] : NULL;
-        col_node *wu = lp[i++], *bu = c->mlp_bias ? lp[i++] : NULL, *wd = lp[i++], *bd = c->mlp_bias ? lp[i++] : NULL;
+        /* weights as pointers into out->params (col_lm_linear finds their adapters by position) */
+        col_node *ln1 = lp[i++], **wq = &lp[i++], *bq = c->attn_bias ? lp[i++] : NULL;
+        col_node **wk = &lp[i++], *bk = c->attn_bias ? lp[i++] : NULL, **wv = &lp[i++];
+        col_node *bv = c->attn_bias ? lp[i++] : NULL;
+        col_node **wo = &lp[i++], *ln2 = lp[i++], **wg = &lp[i++], *bg = c->mlp_bias ? lp[i++] : NULL;
+        col_node **wu = &lp[i++], *bu = c->mlp_bias ? lp[i++] : NULL, **wd = &lp[i++];
+        col_node *bd = c->mlp_bias ? lp[i++] : NULL;
         k += per_layer(c);
         if (o->checkpoint)
             col_checkpoint_begin(g);
         col_node *h = col_rmsnorm(g, x, ln1, c->norm_eps);
-        col_node *q = heads(g, h, wq, bq, H, D, pos, &c->rope);
-        col_node *kk = heads(g, h, wk, bk, Hkv, D, pos, &c->rope);
-        col_node *v = heads(g, h, wv, bv, Hkv, D, NULL, NULL);
+        col_node *q = heads(g, o, out, h, wq, bq, H, D, pos, &c->rope);
+        col_node *kk = heads(g, o, out, h, wk, bk, Hkv, D, pos, &c->rope);
+        col_node *v = heads(g, o, out, h, wv, bv, Hkv, D, NULL, NULL);
         col_node *y = col_lm_attend(g, o, out, l, q, kk, v, 0.0f);
-        x = col_add(g, x, col_lm_dropout(g, col_linear(g, y, wo, NULL), c, o));
+        x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, y, wo, NULL), c, o));
         h = col_rmsnorm(g, x, ln2, c->norm_eps);
-        h = col_swiglu(g, col_linear(g, h, wg, bg), col_linear(g, h, wu, bu));
-        x = col_add(g, x, col_lm_dropout(g, col_linear(g, h, wd, bd), c, o));
+        h = col_swiglu(g, col_lm_linear(g, o, out, h, wg, bg), col_lm_linear(g, o, out, h, wu, bu));
+        x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, h, wd, bd), c, o));
         if (o->checkpoint)
             col_checkpoint_end(g);
     }

@@ -72,6 +72,30 @@ col_node *col_lm_activation(col_graph *g, col_node *x, col_act act)
     return NULL;
 }
 
+col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *y,
+                      col_node *const *w)
+{
+    if (!o->lora_of || !x || !y)
+        return y;
+    int j = o->lora_of[w - out->params];
+    if (j < 0)
+        return y;
+    col_node *a = out->lora[2 * j], *b = out->lora[2 * j + 1];
+    if (!a || !b)
+        return NULL;
+    int64_t flat[2] = {-1, a->t.shape[1]};
+    /* PEFT: lora_B(lora_A(x)) * scaling; the scale is applied to the narrow [N, r] product */
+    col_node *h = col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, a, 0, 1));
+    h = col_matmul(g, col_scale(g, h, o->lora_scale, 0.0f), col_transpose(g, b, 0, 1));
+    return h ? col_add(g, y, col_reshape(g, h, y->t.ndim, y->t.shape)) : NULL;
+}
+
+col_node *col_lm_linear(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
+                        col_node *b)
+{
+    return col_lm_lora(g, o, out, x, col_linear(g, x, *w, b), w);
+}
+
 col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out)
 {
     return col_arange(g, o->cache_len ? out->start : NULL, o->seq, 0);
@@ -115,7 +139,27 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         return col_err_set(err, COL_ENOMEM, "model: out of memory");
     col_lm_param_specs(c, specs);
     for (int i = 0; i < np; i++)
-        out->params[i] = col_param(g, specs[i].name, COL_F32, specs[i].ndim, specs[i].shape);
+        out->params[i] = o->lora_of ? col_input(g, specs[i].name, COL_F32, specs[i].ndim, specs[i].shape)
+                                    : col_param(g, specs[i].name, COL_F32, specs[i].ndim, specs[i].shape);
+    /* adapters after the base leaves, in adapter order (lora_of numbers them in spec order) */
+    for (int i = 0; o->lora_of && i < np; i++) {
+        int j = o->lora_of[i];
+        if (j < 0)
+            continue;
+        if (specs[i].ndim != 2 || o->lora_rank <= 0) {
+            col_err_set(err, COL_EINVAL, "LoRA on %s: only matrices with a positive rank", specs[i].name);
+            free(specs);
+            return COL_EINVAL;
+        }
+        bool conv1d = c->arch == COL_ARCH_GPT2; /* Conv1D weights are [in, out] */
+        int64_t in = specs[i].shape[conv1d ? 0 : 1], outf = specs[i].shape[conv1d ? 1 : 0];
+        int64_t sa[2] = {o->lora_rank, in}, sb[2] = {outf, o->lora_rank};
+        char n[48];
+        snprintf(n, sizeof n, "lora_A.%d", j);
+        out->lora[2 * j] = col_param(g, n, COL_F32, 2, sa);
+        snprintf(n, sizeof n, "lora_B.%d", j);
+        out->lora[2 * j + 1] = col_param(g, n, COL_F32, 2, sb);
+    }
     free(specs);
     int64_t bt[2] = {o->batch, o->seq};
     out->ids = col_input(g, "ids", COL_I32, 2, bt);

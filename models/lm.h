@@ -71,6 +71,12 @@ typedef struct {
     /* incremental decoding: attend to a key/value cache of `cache_len`
      * positions per layer; the graph takes the start position at run time */
     int cache_len;          /* 0 = no cache (positions 0..seq-1) */
+    /* LoRA (lora.h): with lora_of set, the base parameters are built as inputs (frozen, no
+     * gradient) and every weight i with lora_of[i] = j >= 0 gets the trainable adapter leaves
+     * out->lora[2j] (A [r, in]) and out->lora[2j+1] (B [out, r]): y = base(x) + scale (x A^T) B^T */
+    const int *lora_of;     /* per base parameter: adapter index or -1; NULL = no LoRA */
+    int lora_rank;
+    float lora_scale;       /* alpha / rank */
 } col_lm_build_opts;
 
 typedef struct {
@@ -83,6 +89,7 @@ typedef struct {
      * caller-provided array of 2*n_layer) and the i64 [1] start position */
     col_node **cache;
     col_node *start;
+    col_node **lora;        /* with opts.lora_of: 2 per adapter, A then B (caller-provided array) */
 } col_lm_graph;
 
 col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out,
@@ -107,6 +114,13 @@ col_node *col_lm_activation(col_graph *g, col_node *x, col_act act);
  * through the KV cache when the graph has one (layer index l) */
 col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, int l, col_node *q, col_node *k,
                         col_node *v, float scale);
+/* y = the base projection of x by the weight at w (a pointer into out->params), plus
+ * the LoRA path when that weight is adapted (two small matmuls, never B@A) */
+col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *y,
+                      col_node *const *w);
+/* col_linear (weight [out, in]) with the LoRA path */
+col_node *col_lm_linear(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
+                        col_node *b);
 /* positions 0..seq-1 (or start..start+seq-1 with a cache) as an i32 [seq] node */
 col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out);
 

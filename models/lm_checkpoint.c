@@ -1,5 +1,6 @@
 /* lm_checkpoint.c - a training session to and from disk: the model in
- * Hugging Face layout, the optimizer state beside it. */
+ * Hugging Face layout, LoRA adapters in PEFT's, the optimizer state beside
+ * them. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,8 +23,55 @@ static col_status ensure_dir(const char *dir, col_err *err)
 }
 
 static int nparams(col_lm_trainer *t) { return col_lm_param_count(&col_lm_trainer_config(t)->model); }
+static bool lora_on(col_lm_trainer *t) { return col_lm_trainer_n_params(t) > nparams(t); }
+
+static col_st_out st_out(const char *name, const col_param_spec *s, const float *data)
+{
+    return (col_st_out){.name = name, .ndim = s->ndim, .shape = {s->shape[0], s->shape[1]}, .data = data};
+}
+
+/* adapter_model.safetensors + adapter_config.json */
+static col_status save_adapter(col_lm_trainer *t, const char *dir, col_err *err)
+{
+    int np = nparams(t), nt = col_lm_trainer_n_params(t);
+    const col_lm_train_config *cfg = col_lm_trainer_config(t);
+    col_st_out *out = calloc((size_t)(nt - np), sizeof *out);
+    if (!out)
+        return col_err_set(err, COL_ENOMEM, "saving %s: out of memory", dir);
+    for (int i = np; i < nt; i++) {
+        const col_param_spec *s;
+        const float *d = col_lm_trainer_param(t, i, &s);
+        out[i - np] = st_out(s->name, s, d);
+    }
+    static const char *const meta[] = {"format", "pt", NULL};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    col_status st = col_st_write_f32(path, out, nt - np, meta, err);
+    free(out);
+    char *json = NULL;
+    if (st == COL_OK)
+        st = col_lora_config_json(&cfg->model, &cfg->lora, &json, err);
+    if (st == COL_OK) {
+        snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+        size_t n = strlen(json);
+        char *text = realloc(json, n + 2); /* with a final newline, as PEFT writes it */
+        if (text) {
+            json = text;
+            json[n++] = '\n';
+            json[n] = 0;
+        }
+        st = col_write_file_atomic(path, json, n, err);
+    }
+    free(json);
+    return st;
+}
 
 col_status col_lm_trainer_save_model(col_lm_trainer *t, const char *dir, col_err *err)
+{
+    return col_lm_trainer_save_model_ex(t, dir, 0, err);
+}
+
+col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
 {
     col_status st = ensure_dir(dir, err);
     if (st != COL_OK)
@@ -37,23 +85,39 @@ col_status col_lm_trainer_save_model(col_lm_trainer *t, const char *dir, col_err
     }
     free(json);
     int np = nparams(t);
+    bool merge = lora_on(t) && (flags & COL_SAVE_MERGE_LORA);
     col_st_out *out = calloc((size_t)np, sizeof *out);
-    if (st == COL_OK && !out)
+    float **merged = calloc((size_t)np, sizeof *merged); /* the merged weights, apart from the session's */
+    if (st == COL_OK && (!out || !merged))
         st = col_err_set(err, COL_ENOMEM, "saving %s: out of memory", dir);
     for (int i = 0; st == COL_OK && i < np; i++) {
         const col_param_spec *s;
-        out[i].data = col_lm_trainer_param(t, i, &s);
-        out[i].name = s->name;
-        out[i].ndim = s->ndim;
-        out[i].shape[0] = s->shape[0];
-        out[i].shape[1] = s->shape[1];
+        const float *d = col_lm_trainer_param(t, i, &s);
+        if (merge) {
+            float *buf = malloc(sizeof(float) * (size_t)col_param_numel(s));
+            if (!buf) {
+                st = col_err_set(err, COL_ENOMEM, "saving %s: no memory to merge %s", dir, s->name);
+                break;
+            }
+            d = col_lm_trainer_merged(t, i, buf);
+            if (d == buf)
+                merged[i] = buf;
+            else
+                free(buf);
+        }
+        out[i] = st_out(s->name, s, d);
     }
     if (st == COL_OK) {
         static const char *const meta[] = {"format", "pt", NULL};
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         st = col_st_write_f32(path, out, np, meta, err);
     }
+    for (int i = 0; merged && i < np; i++)
+        free(merged[i]);
+    free(merged);
     free(out);
+    if (st == COL_OK && lora_on(t) && !merge)
+        st = save_adapter(t, dir, err);
     return st;
 }
 
@@ -62,9 +126,10 @@ col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col
     col_status st = ensure_dir(dir, err);
     if (st != COL_OK)
         return st;
-    int np = nparams(t), n = 0;
+    /* every trained tensor (base parameters, or the adapters under LoRA) */
+    int np = col_lm_trainer_n_params(t), n = 0;
     col_st_out *out = calloc((size_t)(2 * np) + 1, sizeof *out);
-    char (*names)[96] = calloc((size_t)(2 * np) + 1, sizeof *names);
+    char (*names)[128] = calloc((size_t)(2 * np) + 1, sizeof *names);
     if (!out || !names) {
         free(out), free(names);
         return col_err_set(err, COL_ENOMEM, "saving %s: out of memory", dir);
@@ -77,7 +142,7 @@ col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col
             if (!d)
                 continue;
             snprintf(names[n], sizeof names[n], "%s.%s", slot ? "exp_avg_sq" : "exp_avg", s->name);
-            out[n] = (col_st_out){.name = names[n], .ndim = s->ndim, .shape = {s->shape[0], s->shape[1]}, .data = d};
+            out[n] = st_out(names[n], s, d);
             n++;
         }
     char steps[32], seed[32], path[4096];
@@ -115,7 +180,7 @@ col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col
     if (st == COL_OK && (!seed || strcmp(seed, want_seed) != 0))
         st = col_err_set(err, COL_EFORMAT, "%s was written by a run with seed %s; resume with the same seed (not %s)", path,
                          seed ? seed : "(none)", want_seed);
-    int np = nparams(t);
+    int np = col_lm_trainer_n_params(t);
     for (int slot = 0; slot < 2 && st == COL_OK; slot++)
         for (int i = 0; i < np && st == COL_OK; i++) {
             const col_param_spec *s;
@@ -123,7 +188,7 @@ col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col
             float *d = col_lm_trainer_state(t, i, slot);
             if (!d)
                 continue;
-            char name[96];
+            char name[128];
             snprintf(name, sizeof name, "%s.%s", slot ? "exp_avg_sq" : "exp_avg", s->name);
             const col_ckpt_tensor *x = NULL;
             for (int k = 0; k < col_st_count(f) && !x; k++)
@@ -137,5 +202,58 @@ col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col
     if (st == COL_OK)
         col_lm_trainer_set_steps(t, step);
     col_st_close(f);
+    return st;
+}
+
+col_status col_lm_trainer_load_adapter(col_lm_trainer *t, const char *dir, col_err *err)
+{
+    const col_lm_train_config *cfg = col_lm_trainer_config(t);
+    if (!lora_on(t))
+        return col_err_set(err, COL_ESTATE, "loading the adapter in %s: this run has no LoRA (rank 0)", dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    char *json = NULL;
+    size_t len = 0;
+    col_status st = col_read_file(path, 1 << 20, &json, &len, err);
+    if (st == COL_OK)
+        st = col_lora_check_config_json(json, len, path, &cfg->model, &cfg->lora, err);
+    free(json);
+    if (st != COL_OK)
+        return st;
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return col_err_set(err, COL_EIO, "cannot read %s: %s", path, strerror(errno));
+    col_ckpt *ck = NULL;
+    st = col_ckpt_open(path, &ck, err);
+    if (st != COL_OK)
+        return st;
+    /* read into a copy first: a bad file leaves the adapters as they were */
+    int np = nparams(t), nt = col_lm_trainer_n_params(t);
+    float **tmp = calloc((size_t)nt, sizeof *tmp);
+    if (!tmp)
+        st = col_err_set(err, COL_ENOMEM, "loading %s: out of memory", path);
+    for (int i = np; i < nt && st == COL_OK; i++) {
+        const col_param_spec *s;
+        col_lm_trainer_param(t, i, &s);
+        const col_ckpt_tensor *x = col_ckpt_find(ck, s->name);
+        tmp[i] = malloc(sizeof(float) * (size_t)col_param_numel(s));
+        if (!x)
+            st = col_err_set(err, COL_EFORMAT, "%s has no tensor '%s' (rank %d adapter of %s)", path, s->name,
+                             cfg->lora.rank, col_arch_name(cfg->model.arch));
+        else if (!tmp[i])
+            st = col_err_set(err, COL_ENOMEM, "loading %s: out of memory", path);
+        else
+            st = col_ckpt_read_f32(x, s->ndim, s->shape, tmp[i], err); /* names the tensor and the file */
+    }
+    for (int i = np; i < nt && st == COL_OK; i++) {
+        const col_param_spec *s;
+        float *w = col_lm_trainer_param(t, i, &s);
+        memcpy(w, tmp[i], sizeof(float) * (size_t)col_param_numel(s));
+    }
+    for (int i = np; tmp && i < nt; i++)
+        free(tmp[i]);
+    free(tmp);
+    col_ckpt_close(ck);
     return st;
 }

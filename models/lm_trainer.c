@@ -1,3 +1,4 @@
+/* lm_trainer.c - the training session: memory, graphs, steps, decoding. */
 #include "lm_trainer.h"
 
 #include <stdlib.h>
@@ -10,7 +11,11 @@
 struct col_lm_trainer {
     col_lm_train_config cfg;
     const col_backend *be;
-    int np;
+    int np;             /* base parameters */
+    int nt;             /* tensors: base parameters, then 2 per LoRA adapter */
+    int train0;         /* first trained tensor: 0, or np with LoRA (the base is frozen) */
+    int *lora_of;       /* per base parameter: adapter index or -1 (NULL without LoRA) */
+    float lora_scale;
     col_param_spec *specs;
     mt_pool *pool;
     col_opt_tensor *ot;
@@ -36,33 +41,57 @@ struct col_lm_trainer {
     int64_t kv_pos;
 };
 
+/* binds every tensor (before planning, so the planner gives them no arena space) */
 static col_status bind_params(col_lm_trainer *t, col_lm_graph *gg, bool grads, col_err *err)
 {
-    for (int i = 0; i < t->np; i++) {
-        col_status st = col_bind(gg->params[i], t->ot[i].w, err);
-        if (st == COL_OK && grads)
-            st = col_bind_grad(gg->params[i], t->ot[i].g, err);
+    for (int i = 0; i < t->nt; i++) {
+        col_node *n = i < t->np ? gg->params[i] : gg->lora[i - t->np];
+        col_status st = col_bind(n, t->ot[i].w, err);
+        if (st == COL_OK && grads && i >= t->train0)
+            st = col_bind_grad(n, t->ot[i].g, err);
         if (st != COL_OK)
             return st;
     }
     return COL_OK;
 }
 
+/* the graph arrays of a build: parameter and adapter leaves */
+static bool graph_arrays(col_lm_trainer *t, col_lm_graph *gg)
+{
+    gg->params = calloc((size_t)t->np, sizeof(col_node *));
+    gg->lora = calloc((size_t)(t->nt - t->np) + 1, sizeof(col_node *));
+    return gg->params && gg->lora;
+}
+
+static void graph_arrays_free(col_lm_graph *gg)
+{
+    free(gg->params);
+    free(gg->lora);
+    gg->params = gg->lora = NULL;
+}
+
+static void lora_opts(const col_lm_trainer *t, col_lm_build_opts *o)
+{
+    o->lora_of = t->lora_of;
+    o->lora_rank = t->cfg.lora.rank;
+    o->lora_scale = t->lora_scale;
+}
+
 static col_status build_train(col_lm_trainer *t, col_err *err)
 {
     t->g = col_graph_new();
-    t->gg.params = calloc((size_t)t->np, sizeof(col_node *));
-    if (!t->g || !t->gg.params)
+    if (!t->g || !graph_arrays(t, &t->gg))
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     col_lm_build_opts o = {.batch = t->cfg.batch, .seq = t->cfg.seq, .with_loss = true, .training = true,
                             .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed};
+    lora_opts(t, &o);
     col_status st = col_lm_build(t->g, &t->cfg.model, &o, &t->gg, err);
     if (st == COL_OK)
         st = col_graph_backward(t->g, t->gg.loss, err);
     if (st == COL_OK)
-        st = col_plan_create(t->g, &t->plan, err);
-    if (st == COL_OK)
         st = bind_params(t, &t->gg, true, err);
+    if (st == COL_OK)
+        st = col_plan_create(t->g, &t->plan, err);
     return st;
 }
 
@@ -73,22 +102,29 @@ static col_status build_forward(col_lm_trainer *t, int batch, col_err *err)
         return COL_OK;
     col_plan_free(t->fplan);
     col_graph_free(t->fg);
-    free(t->fgg.params);
+    graph_arrays_free(&t->fgg);
     t->fplan = NULL;
     t->fg = col_graph_new();
-    t->fgg.params = calloc((size_t)t->np, sizeof(col_node *));
     t->fbatch = batch;
-    if (!t->fg || !t->fgg.params)
+    if (!t->fg || !graph_arrays(t, &t->fgg))
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     col_lm_build_opts o = {.batch = batch, .seq = t->cfg.seq, .with_loss = true, .training = false};
+    lora_opts(t, &o);
     col_status st = col_lm_build(t->fg, &t->cfg.model, &o, &t->fgg, err);
     if (st == COL_OK) {
         col_mark_output(t->fgg.loss);
         col_mark_output(t->fgg.logits);
-        st = col_plan_create(t->fg, &t->fplan, err);
+        st = bind_params(t, &t->fgg, false, err);
     }
     if (st == COL_OK)
-        st = bind_params(t, &t->fgg, false, err);
+        st = col_plan_create(t->fg, &t->fplan, err);
+    if (st != COL_OK) { /* rebuilt on the next call */
+        col_plan_free(t->fplan);
+        col_graph_free(t->fg);
+        graph_arrays_free(&t->fgg);
+        t->fplan = NULL;
+        t->fg = NULL;
+    }
     return st;
 }
 
@@ -109,35 +145,65 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     t->cfg = *cfg;
     t->be = be;
     t->np = col_lm_param_count(&cfg->model);
-    t->specs = calloc((size_t)t->np, sizeof *t->specs);
-    t->ot = calloc((size_t)t->np, sizeof *t->ot);
-    if (!t->specs || !t->ot) {
+    col_param_spec *base = calloc((size_t)t->np, sizeof *base);
+    int *lora_of = calloc((size_t)t->np, sizeof *lora_of);
+    int na = 0;
+    if (!base || !lora_of) {
+        free(base), free(lora_of);
         col_lm_trainer_free(t);
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     }
-    col_lm_param_specs(&cfg->model, t->specs);
+    col_lm_param_specs(&cfg->model, base);
+    st = col_lora_plan(&cfg->model, &cfg->lora, base, t->np, lora_of, &na, err);
+    if (st != COL_OK) {
+        free(base), free(lora_of);
+        col_lm_trainer_free(t);
+        return st;
+    }
+    t->nt = t->np + 2 * na;
+    t->train0 = na ? t->np : 0;
+    t->lora_scale = col_lora_scale(&cfg->lora);
+    t->specs = calloc((size_t)t->nt, sizeof *t->specs);
+    t->ot = calloc((size_t)t->nt, sizeof *t->ot);
+    if (na)
+        t->lora_of = lora_of;
+    else
+        free(lora_of);
+    if (!t->specs || !t->ot) {
+        free(base);
+        col_lm_trainer_free(t);
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    }
+    memcpy(t->specs, base, sizeof *base * (size_t)t->np);
+    free(base);
+    for (int i = 0; i < t->np; i++)
+        if (na && t->lora_of[i] >= 0) {
+            int j = t->np + 2 * t->lora_of[i];
+            col_lora_specs(&cfg->model, &t->specs[i], cfg->lora.rank, &t->specs[j], &t->specs[j + 1]);
+        }
     /* chunks of the default size, or one chunk per kind for a model smaller
      * than that (choosing chunk sizes to waste the least is memtier's job once
      * it moves chunks between tiers) */
     size_t total = 0;
-    for (int i = 0; i < t->np; i++)
+    for (int i = 0; i < t->nt; i++)
         total += (sizeof(float) * (size_t)col_param_numel(&t->specs[i]) + 63) & ~(size_t)63;
     mt_config mc = {.chunk_bytes = total < MT_DEFAULT_CHUNK_BYTES ? total : 0, .host_budget = cfg->host_budget};
     st = mt_create(&mc, &t->pool, err);
     int slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
-    /* parameters, then gradients, then states, each kind in first-use order */
-    mt_ref *refs = calloc((size_t)t->np * 4, sizeof *refs);
+    /* parameters, then gradients, then states, each kind in first-use order;
+     * frozen tensors (the base under LoRA) get no gradient and no state */
+    mt_ref *refs = calloc((size_t)t->nt * 4, sizeof *refs);
     if (!refs && st == COL_OK)
         st = col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     mt_kind kinds[4] = {MT_PARAM, MT_GRAD, MT_OPTSTATE, MT_OPTSTATE};
     col_status first_fail = COL_OK;
     col_err fail_err = {0};
     for (int k = 0; k < 2 + slots && st == COL_OK; k++)
-        for (int i = 0; i < t->np; i++) {
+        for (int i = k ? t->train0 : 0; i < t->nt; i++) {
             const col_param_spec *s = &t->specs[i];
             int64_t n = col_param_numel(s);
             /* keep planning after a budget failure so the message names the full need */
-            col_status a = mt_alloc(t->pool, kinds[k], sizeof(float) * (size_t)n, &refs[k * t->np + i], &fail_err);
+            col_status a = mt_alloc(t->pool, kinds[k], sizeof(float) * (size_t)n, &refs[k * t->nt + i], &fail_err);
             if (a != COL_OK && a != COL_ENOMEM)
                 st = col_err_set(err, a, "%s", fail_err.msg);
             else if (a == COL_ENOMEM)
@@ -145,15 +211,19 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         }
     if (st == COL_OK && first_fail != COL_OK)
         st = col_err_set(err, first_fail, "%s", fail_err.msg);
-    for (int i = 0; i < t->np && st == COL_OK; i++) {
+    for (int i = 0; i < t->nt && st == COL_OK; i++) {
         const col_param_spec *s = &t->specs[i];
+        bool trained = i >= t->train0;
         t->ot[i].n = col_param_numel(s);
         t->ot[i].decay = s->decay || cfg->decay_all;
         t->ot[i].w = mt_ptr(t->pool, refs[i]);
-        t->ot[i].g = mt_ptr(t->pool, refs[t->np + i]);
-        t->ot[i].m = slots > 0 ? mt_ptr(t->pool, refs[2 * t->np + i]) : NULL;
-        t->ot[i].v = slots > 1 ? mt_ptr(t->pool, refs[3 * t->np + i]) : NULL;
-        col_lm_init_param(&cfg->model, s, i, t->ot[i].w, cfg->seed);
+        t->ot[i].g = trained ? mt_ptr(t->pool, refs[t->nt + i]) : NULL;
+        t->ot[i].m = trained && slots > 0 ? mt_ptr(t->pool, refs[2 * t->nt + i]) : NULL;
+        t->ot[i].v = trained && slots > 1 ? mt_ptr(t->pool, refs[3 * t->nt + i]) : NULL;
+        if (i < t->np)
+            col_lm_init_param(&cfg->model, s, i, t->ot[i].w, cfg->seed);
+        else
+            col_lora_init(s, (i - t->np) % 2 == 0, i, t->ot[i].w, cfg->seed);
     }
     free(refs);
     if (st == COL_OK)
@@ -170,7 +240,7 @@ static void dec_free(struct dec_graph *d)
 {
     col_plan_free(d->plan);
     col_graph_free(d->g);
-    free(d->lg.params);
+    graph_arrays_free(&d->lg);
     free(d->lg.cache);
     memset(d, 0, sizeof *d);
 }
@@ -184,11 +254,12 @@ void col_lm_trainer_free(col_lm_trainer *t)
     free(t->kv);
     col_plan_free(t->plan);
     col_graph_free(t->g);
-    free(t->gg.params);
+    graph_arrays_free(&t->gg);
     col_plan_free(t->fplan);
     col_graph_free(t->fg);
-    free(t->fgg.params);
+    graph_arrays_free(&t->fgg);
     mt_destroy(t->pool);
+    free(t->lora_of);
     free(t->specs);
     free(t->ot);
     free(t);
@@ -235,22 +306,24 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
             return st;
         loss += l / (float)na;
     }
+    col_opt_tensor *tr = t->ot + t->train0; /* the trained tensors */
+    int ntr = t->nt - t->train0;
     if (na > 1)
-        for (int i = 0; i < t->np; i++)
-            for (int64_t j = 0; j < t->ot[i].n; j++)
-                t->ot[i].g[j] /= (float)na;
+        for (int i = 0; i < ntr; i++)
+            for (int64_t j = 0; j < tr[i].n; j++)
+                tr[i].g[j] /= (float)na;
     col_status st = COL_OK;
     double norm = 0;
     if (t->cfg.grad_clip <= 0) {
-        norm = col_grad_global_norm(t->ot, t->np);
+        norm = col_grad_global_norm(tr, ntr);
     } else {
-        st = col_clip_grad_norm(t->ot, t->np, t->cfg.grad_clip, &norm, err);
+        st = col_clip_grad_norm(tr, ntr, t->cfg.grad_clip, &norm, err);
         if (st != COL_OK)
             return col_err_set(err, st, "step %lld: gradient norm is %g (loss %g): training diverged; lower the learning rate",
                                (long long)t->step + 1, norm, loss);
     }
     float lr = col_lr_at(&t->cfg.lr, t->step);
-    st = col_opt_step(&t->cfg.opt, lr, t->step + 1, t->ot, t->np, err);
+    st = col_opt_step(&t->cfg.opt, lr, t->step + 1, tr, ntr, err);
     if (st != COL_OK)
         return st;
     t->step++;
@@ -299,19 +372,51 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
     return st;
 }
 
+int col_lm_trainer_n_params(const col_lm_trainer *t) { return t->nt; }
+
 int64_t col_lm_trainer_param_count(const col_lm_trainer *t)
 {
     int64_t n = 0;
-    for (int i = 0; i < t->np; i++)
+    for (int i = 0; i < t->nt; i++)
         n += t->ot[i].n;
     return n;
+}
+
+int64_t col_lm_trainer_trainable_count(const col_lm_trainer *t)
+{
+    int64_t n = 0;
+    for (int i = t->train0; i < t->nt; i++)
+        n += t->ot[i].n;
+    return n;
+}
+
+int col_lm_trainer_lora_target(const col_lm_trainer *t, int i)
+{
+    if (!t->lora_of || i < t->np || i >= t->nt)
+        return -1;
+    for (int k = 0; k < t->np; k++)
+        if (t->lora_of[k] == (i - t->np) / 2)
+            return k;
+    return -1;
+}
+
+const float *col_lm_trainer_merged(col_lm_trainer *t, int i, float *scratch)
+{
+    if (i < 0 || i >= t->np)
+        return NULL;
+    if (!t->lora_of || t->lora_of[i] < 0)
+        return t->ot[i].w;
+    int a = t->np + 2 * t->lora_of[i];
+    col_lora_merge(&t->cfg.model, &t->specs[i], t->ot[i].w, t->ot[a].w, t->ot[a + 1].w, t->cfg.lora.rank,
+                   t->lora_scale, scratch);
+    return scratch;
 }
 
 size_t col_lm_trainer_arena_bytes(const col_lm_trainer *t) { return col_plan_arena_bytes(t->plan); }
 
 float *col_lm_trainer_param(col_lm_trainer *t, int i, const col_param_spec **spec)
 {
-    if (i < 0 || i >= t->np)
+    if (i < 0 || i >= t->nt)
         return NULL;
     if (spec)
         *spec = &t->specs[i];
@@ -320,7 +425,7 @@ float *col_lm_trainer_param(col_lm_trainer *t, int i, const col_param_spec **spe
 
 float *col_lm_trainer_state(col_lm_trainer *t, int i, int slot)
 {
-    if (i < 0 || i >= t->np)
+    if (i < 0 || i >= t->nt)
         return NULL;
     return slot == 0 ? t->ot[i].m : slot == 1 ? t->ot[i].v : NULL;
 }
@@ -330,7 +435,7 @@ void col_lm_trainer_set_steps(col_lm_trainer *t, int64_t steps) { t->step = step
 const col_lm_train_config *col_lm_trainer_config(const col_lm_trainer *t) { return &t->cfg; }
 const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t) { return t->pool; }
 
-float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->np) ? t->ot[i].g : NULL; }
+float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->nt) ? t->ot[i].g : NULL; }
 
 /* ---- loading ---- */
 
@@ -373,22 +478,22 @@ static col_status dec_build(col_lm_trainer *t, struct dec_graph *d, int seq, col
     dec_free(d);
     const col_lm_config *c = &t->cfg.model;
     d->g = col_graph_new();
-    d->lg.params = calloc((size_t)t->np, sizeof(col_node *));
     d->lg.cache = calloc((size_t)(2 * c->n_layer), sizeof(col_node *));
-    if (!d->g || !d->lg.params || !d->lg.cache)
+    if (!d->g || !graph_arrays(t, &d->lg) || !d->lg.cache)
         return col_err_set(err, COL_ENOMEM, "decode: out of memory");
     d->seq = seq;
     col_lm_build_opts o = {.batch = 1, .seq = seq, .cache_len = t->kv_len};
+    lora_opts(t, &o);
     col_status st = col_lm_build(d->g, c, &o, &d->lg, err);
     if (st == COL_OK) {
         col_mark_output(d->lg.logits);
-        st = col_plan_create(d->g, &d->plan, err);
+        st = bind_params(t, &d->lg, false, err);
     }
-    if (st == COL_OK)
-        st = bind_params(t, (col_lm_graph *)&d->lg, false, err);
     size_t per = (size_t)c->n_kv_head * (size_t)t->kv_len * (size_t)c->head_dim;
     for (int l = 0; l < 2 * c->n_layer && st == COL_OK; l++)
         st = col_bind(d->lg.cache[l], t->kv + (size_t)l * per, err);
+    if (st == COL_OK)
+        st = col_plan_create(d->g, &d->plan, err);
     return st;
 }
 

@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "lm.h"
+#include "lora.h"
 #include "optim.h"
 
 typedef struct {
@@ -21,6 +22,7 @@ typedef struct {
     size_t host_budget;   /* memtier host budget in bytes, 0 = unlimited */
     bool decay_all;       /* weight decay on every tensor (torch's AdamW(model.parameters())), not matrices only */
     int grad_accum;       /* micro-batches of [batch, seq] per optimizer step (0 or 1: one) */
+    col_lora_config lora; /* rank > 0: train LoRA adapters only, the base model frozen (lora.h) */
 } col_lm_train_config;
 
 typedef struct col_lm_trainer col_lm_trainer;
@@ -51,11 +53,27 @@ col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int3
 col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, int n, const float **logits,
                                        col_err *err);
 
-int64_t col_lm_trainer_param_count(const col_lm_trainer *t);     /* elements */
+/* Tensors: indices [0, col_lm_param_count(&cfg.model)) are the base model's
+ * parameters in spec order; with LoRA on, the adapters follow, A then B for
+ * each adapted weight in spec order (col_lm_trainer_lora_target names the
+ * weight). Without LoRA every tensor is trainable; with LoRA only the
+ * adapters are: the base tensors have no gradient and no optimizer state
+ * (col_lm_trainer_grad / _state return NULL for them). */
+int col_lm_trainer_n_params(const col_lm_trainer *t);            /* tensors, adapters included */
+int64_t col_lm_trainer_param_count(const col_lm_trainer *t);     /* elements of all tensors */
+int64_t col_lm_trainer_trainable_count(const col_lm_trainer *t); /* elements that are trained */
 size_t col_lm_trainer_arena_bytes(const col_lm_trainer *t);      /* training activation arena */
-/* Parameter tensor i (spec order) and its data, for tests and export. */
+/* Parameter tensor i and its data, for tests and export (adapter specs carry
+ * PEFT's names, e.g. "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"). */
 float *col_lm_trainer_param(col_lm_trainer *t, int i, const col_param_spec **spec);
 float *col_lm_trainer_grad(col_lm_trainer *t, int i);
+/* LoRA: for adapter tensor i, the index of the base weight it adapts; -1 for
+ * any other i. */
+int col_lm_trainer_lora_target(const col_lm_trainer *t, int i);
+/* Base parameter i as the merged model holds it: with an adapter,
+ * W + scale B@A (Conv1D: W + scale (B@A)^T) written to scratch (numel floats)
+ * and returned; otherwise the parameter itself. The session is not changed. */
+const float *col_lm_trainer_merged(col_lm_trainer *t, int i, float *scratch);
 /* Runs forward+backward only (no optimizer step), leaving gradients in place. */
 col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
                                  col_err *err);
@@ -76,11 +94,26 @@ const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t);
  * optimizer state and step count go to optimizer.safetensors. Each file is
  * written atomically (temp file, fsync, rename). Resuming from both gives
  * bit-for-bit the run that never stopped. */
-col_status col_lm_trainer_save_model(col_lm_trainer *t, const char *dir, col_err *err);
+col_status col_lm_trainer_save_model(col_lm_trainer *t, const char *dir, col_err *err); /* = _ex(t, dir, 0, err) */
+/* With LoRA on, save_model writes the unchanged base model and the adapter
+ * beside it in PEFT's layout (adapter_model.safetensors with PEFT's tensor
+ * names + adapter_config.json); with COL_SAVE_MERGE_LORA model.safetensors
+ * holds the merged weights instead and no adapter files are written (the
+ * merge goes to temporary buffers, never into the session's weights).
+ * Without LoRA the flag changes nothing. */
+enum { COL_SAVE_MERGE_LORA = 1u << 0 };
+col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err);
+/* The optimizer state of the trainable tensors (the adapters when LoRA is on). */
 col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col_err *err);
 col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col_err *err);
+/* Reads dir/adapter_model.safetensors into the adapters after checking that
+ * dir/adapter_config.json has this run's rank, alpha and target modules. A
+ * missing or corrupt file, a missing tensor or a wrong shape is an error
+ * naming the file and the tensor. To resume a LoRA run: col_lm_trainer_load
+ * (the base), col_lm_trainer_load_adapter, col_lm_trainer_load_optimizer. */
+col_status col_lm_trainer_load_adapter(col_lm_trainer *t, const char *dir, col_err *err);
 
-/* Copies every parameter from a checkpoint, by Hugging Face name (a name is
+/* Copies every base parameter from a checkpoint, by Hugging Face name (a name is
  * also found without its base-model prefix, "transformer." or "model.", as
  * in older checkpoints). A missing tensor or a shape mismatch is an error
  * naming the tensor; tensors the model does not use are ignored. */

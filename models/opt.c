@@ -65,11 +65,12 @@ static col_node *attention(col_graph *g, col_node *x, col_node **lp, int l, cons
         return NULL;
     int64_t B = x->t.shape[0], T = x->t.shape[1], H = c->n_head, D = c->head_dim;
     int64_t split[4] = {B, T, H, D};
-    col_node *k = col_transpose(g, col_reshape(g, col_linear(g, x, lp[0], lp[1]), 4, split), 1, 2); /* [B,H,T,D] */
-    col_node *v = col_transpose(g, col_reshape(g, col_linear(g, x, lp[2], lp[3]), 4, split), 1, 2);
-    col_node *q = col_transpose(g, col_reshape(g, col_linear(g, x, lp[4], lp[5]), 4, split), 1, 2);
+    /* [B, H, T, D] each */
+    col_node *k = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[0], lp[1]), 4, split), 1, 2);
+    col_node *v = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[2], lp[3]), 4, split), 1, 2);
+    col_node *q = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[4], lp[5]), 4, split), 1, 2);
     col_node *y = col_lm_attend(g, o, out, l, q, k, v, 0.0f); /* scale head_dim^-0.5, as OPT's q scaling */
-    return col_lm_dropout(g, col_linear(g, y, lp[6], lp[7]), c, o);
+    return col_lm_dropout(g, col_lm_linear(g, o, out, y, &lp[6], lp[7]), c, o);
 }
 
 col_node *col_opt_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
@@ -89,11 +90,13 @@ col_node *col_opt_forward(col_graph *g, const col_lm_config *c, const col_lm_bui
         if (c->pre_ln) {
             x = col_add(g, x, attention(g, col_layernorm(g, x, lp[8], lp[9], c->norm_eps), lp, l, c, o, out));
             col_node *h = col_layernorm(g, x, lp[14], lp[15], c->norm_eps);
-            h = col_linear(g, col_lm_activation(g, col_linear(g, h, lp[10], lp[11]), c->act), lp[12], lp[13]);
+            h = col_lm_activation(g, col_lm_linear(g, o, out, h, &lp[10], lp[11]), c->act);
+            h = col_lm_linear(g, o, out, h, &lp[12], lp[13]);
             x = col_add(g, x, col_lm_dropout(g, h, c, o));
         } else {
             x = col_layernorm(g, col_add(g, x, attention(g, x, lp, l, c, o, out)), lp[8], lp[9], c->norm_eps);
-            col_node *h = col_linear(g, col_lm_activation(g, col_linear(g, x, lp[10], lp[11]), c->act), lp[12], lp[13]);
+            col_node *h = col_lm_activation(g, col_lm_linear(g, o, out, x, &lp[10], lp[11]), c->act);
+            h = col_lm_linear(g, o, out, h, &lp[12], lp[13]);
             x = col_layernorm(g, col_add(g, x, col_lm_dropout(g, h, c, o)), lp[14], lp[15], c->norm_eps);
         }
         if (o->checkpoint)
