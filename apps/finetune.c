@@ -178,14 +178,16 @@ static bool check_out(const ft_opts *o, col_err *err)
 }
 
 /* writes the whole output directory at once (outdir.h) */
-static col_status save(run *r, col_err *err)
+static col_status save(run *r, bool final, col_err *err)
 {
     char stage[4200];
+    /* LoRA: checkpoints keep base + adapter (resumable); the final export may merge */
+    unsigned flags = final && r->o.merge_lora ? COL_SAVE_MERGE_LORA : 0;
     col_status st = col_outdir_begin(r->o.out, stage, sizeof stage, err);
     if (st != COL_OK)
         return st;
     r->state.step = col_lm_trainer_steps(r->tr);
-    if ((st = col_lm_trainer_save_model(r->tr, stage, err)) == COL_OK &&
+    if ((st = col_lm_trainer_save_model_ex(r->tr, stage, flags, err)) == COL_OK &&
         (st = col_lm_trainer_save_optimizer(r->tr, stage, err)) == COL_OK &&
         (st = col_lm_source_copy_tokenizer(&r->src, stage, err)) == COL_OK &&
         (st = ft_state_write(stage, &r->o, &r->state, err)) == COL_OK)
@@ -249,6 +251,16 @@ static col_status make_trainer(run *r, col_err *err)
     tc.checkpoint = o->checkpointing;
     tc.seed = o->seed;
     tc.host_budget = o->cpu_mem;
+    tc.lora.rank = o->lora_rank;
+    tc.lora.alpha = o->lora_alpha;
+    snprintf(tc.lora.targets, sizeof tc.lora.targets, "%s", o->lora_targets);
+    if (r->src.has_adapter) { /* MODEL is a LoRA output: go on training its adapter */
+        if (o->lora_rank && o->lora_rank != r->src.lora.rank)
+            return col_err_set(err, COL_EINVAL, "%s holds a rank %d LoRA adapter: train it with --lora-rank %d, or "
+                               "export a merged model (--merge-lora) and fine-tune that", r->src.dir,
+                               r->src.lora.rank, r->src.lora.rank);
+        tc.lora = r->src.lora;
+    }
     col_status st = col_lm_trainer_create(&tc, &r->be, &r->tr, err);
     if (st != COL_OK)
         return st;
@@ -256,7 +268,8 @@ static col_status make_trainer(run *r, col_err *err)
         col_ckpt *ck = NULL;
         char path[4200];
         snprintf(path, sizeof path, "%s/model.safetensors", o->resume);
-        if ((st = col_ckpt_open(path, &ck, err)) == COL_OK && (st = col_lm_trainer_load(r->tr, ck, err)) == COL_OK)
+        if ((st = col_ckpt_open(path, &ck, err)) == COL_OK && (st = col_lm_trainer_load(r->tr, ck, err)) == COL_OK &&
+            (tc.lora.rank == 0 || (st = col_lm_trainer_load_adapter(r->tr, o->resume, err)) == COL_OK))
             st = col_lm_trainer_load_optimizer(r->tr, o->resume, err);
         col_ckpt_close(ck);
         if (st == COL_OK && col_lm_trainer_steps(r->tr) != r->state.step)
@@ -267,6 +280,8 @@ static col_status make_trainer(run *r, col_err *err)
         st = col_lm_trainer_load(r->tr, r->src.weights, err);
         if (st != COL_OK)
             col_err_set(err, st, "%s: %s", r->src.dir, err->msg);
+        else if (r->src.has_adapter)
+            st = col_lm_trainer_load_adapter(r->tr, r->src.dir, err);
     }
     return st;
 }
@@ -504,7 +519,7 @@ static int train(run *r)
         }
         bool last = s == o->steps || g_interrupted;
         if (last || (o->save_every > 0 && s % o->save_every == 0)) {
-            if (save(r, &err) != COL_OK) {
+            if (save(r, s == o->steps, &err) != COL_OK) {
                 say(r, "%s", "");
                 fprintf(stderr, "colossal-finetune: saving step %lld: %s\n", (long long)s, err.msg);
                 rc = 1;
@@ -563,6 +578,12 @@ int main(int argc, char **argv)
         ft_free(o);
         return fail(err.msg) + (err.code == COL_EINVAL);
     }
+    if (o->resume[0] && r.state.step >= o->steps && !o->eval_only) {
+        printf("%s holds a finished run (%lld of %d steps): nothing to resume\n", o->resume, (long long)r.state.step,
+               o->steps);
+        ft_free(o);
+        return 0;
+    }
     absolutize(o->model, sizeof o->model);
     absolutize(o->data, sizeof o->data);
     absolutize(o->tokenizer, sizeof o->tokenizer);
@@ -619,9 +640,10 @@ int main(int argc, char **argv)
     }
     if (!o->quiet && !o->json) {
         const col_lm_config *c = &r.src.config;
-        say(&r, "model: %s (%s, %d layers, width %d, %.2fM parameters)%s", o->model, col_arch_name(c->arch),
-            c->n_layer, c->hidden, (double)col_lm_trainer_param_count(r.tr) / 1e6,
-            r.src.weights || o->resume[0] ? "" : ", trained from scratch");
+        say(&r, "model: %s (%s, %d layers, width %d, %.2fM parameters, %.2fM trained%s)", o->model,
+            col_arch_name(c->arch), c->n_layer, c->hidden, (double)col_lm_trainer_param_count(r.tr) / 1e6,
+            (double)col_lm_trainer_trainable_count(r.tr) / 1e6,
+            o->lora_rank ? " by LoRA" : r.src.weights || o->resume[0] ? "" : ", from scratch");
         say(&r, "data: %s: %zu tokens, %zu for training; batch %d x %d%s, %s", o->data, col_dataset_n_tokens(r.ds),
             col_dataset_n_train(r.ds), o->batch, o->seq, o->grad_accum > 1 ? " with accumulation" : "",
             o->shuffle ? "shuffled" : "in order");

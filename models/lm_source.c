@@ -91,7 +91,7 @@ col_status col_lm_source_open(const char *model, const char *tokenizer, bool nee
                               col_err *err)
 {
     memset(out, 0, sizeof *out);
-    col_status st;
+    col_status st = COL_OK;
     if (!model || !*model)
         return col_err_set(err, COL_EINVAL, "no model given");
     if (access(model, F_OK) != 0 && !strchr(model, '/')) {
@@ -114,7 +114,19 @@ col_status col_lm_source_open(const char *model, const char *tokenizer, bool nee
             return st;
         }
     }
-    if (tokenizer)
+    if (out->dir[0] && exists_in(out->dir, "adapter_config.json") && exists_in(out->dir, "adapter_model.safetensors")) {
+        char path[4200], *json = NULL;
+        size_t len = 0;
+        snprintf(path, sizeof path, "%s/adapter_config.json", out->dir);
+        st = col_read_file(path, (size_t)1 << 20, &json, &len, err);
+        if (st == COL_OK)
+            st = col_lora_read_config_json(json, len, path, &out->config, &out->lora, err);
+        free(json);
+        out->has_adapter = st == COL_OK;
+    }
+    if (st != COL_OK)
+        ;
+    else if (tokenizer)
         st = open_tokenizer(out, tokenizer, err);
     else if (out->preset[0])
         st = open_tokenizer(out, preset_tokenizer(out->preset), err);

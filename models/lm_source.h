@@ -14,6 +14,7 @@
 #include "chat_template.h"
 #include "checkpoint.h"
 #include "lm.h"
+#include "lora.h"
 #include "tokenizer.h"
 
 typedef struct {
@@ -25,6 +26,9 @@ typedef struct {
     char tok_dir[4096];      /* the directory the tokenizer files came from; "" if none */
     bool has_chat;           /* tokenizer_config.json names a chat template of a built-in family */
     col_chat_family chat;
+    bool has_adapter;        /* the directory holds a LoRA adapter (adapter_config.json +
+                                adapter_model.safetensors) over the base weights of model.safetensors */
+    col_lora_config lora;    /* its settings: create the trainer with them, then col_lm_trainer_load_adapter(dir) */
 } col_lm_source;
 
 /* Opens MODEL (directory, hub id, or preset name). tokenizer: NULL to use the

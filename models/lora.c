@@ -322,3 +322,33 @@ col_status col_lora_check_config_json(const char *json, size_t len, const char *
     cJSON_Delete(o);
     return st;
 }
+
+col_status col_lora_read_config_json(const char *json, size_t len, const char *name, const col_lm_config *c,
+                                     col_lora_config *out, col_err *err)
+{
+    memset(out, 0, sizeof *out);
+    cJSON *o = cJSON_ParseWithLength(json, len);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "r");
+    const cJSON *al = cJSON_GetObjectItemCaseSensitive(o, "lora_alpha");
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(o, "target_modules");
+    if (cJSON_IsNumber(r) && r->valuedouble >= 1 && r->valuedouble <= 1e6)
+        out->rank = (int)r->valuedouble;
+    if (cJSON_IsNumber(al) && isfinite(al->valuedouble) && al->valuedouble > 0)
+        out->alpha = (float)al->valuedouble;
+    const cJSON *x;
+    const cJSON *list = cJSON_IsArray(tm) ? tm : NULL;
+    if (cJSON_IsString(tm))
+        snprintf(out->targets, sizeof out->targets, "%s", tm->valuestring);
+    cJSON_ArrayForEach(x, list)
+    {
+        size_t used = strlen(out->targets);
+        if (cJSON_IsString(x) && used + strlen(x->valuestring) + 2 < sizeof out->targets)
+            snprintf(out->targets + used, sizeof out->targets - used, "%s%s", used ? "," : "", x->valuestring);
+    }
+    cJSON_Delete(o);
+    /* every field is then checked against what was read (type, peft_type, DoRA, module names) */
+    col_status st = col_lora_check_config_json(json, len, name, c, out, err);
+    if (st == COL_OK && !out->targets[0])
+        st = col_err_set(err, COL_EFORMAT, "%s: \"target_modules\" is empty", name);
+    return st;
+}

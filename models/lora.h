@@ -63,5 +63,9 @@ col_status col_lora_config_json(const col_lm_config *c, const col_lora_config *l
  * messages. */
 col_status col_lora_check_config_json(const char *json, size_t len, const char *name, const col_lm_config *c,
                                       const col_lora_config *l, col_err *err);
+/* Reads the LoRA settings of an adapter_config.json (PEFT) for a model of
+ * config c: rank, alpha and target modules, each checked as above. */
+col_status col_lora_read_config_json(const char *json, size_t len, const char *name, const col_lm_config *c,
+                                     col_lora_config *out, col_err *err);
 
 #endif

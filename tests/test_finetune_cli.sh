@@ -73,6 +73,7 @@ if [ -n "$k" ] && [ "$k" -lt 150 ]; then
 else
     notok "the run was not killed mid-way (saved step '$k')"
 fi
+cp -r "$tmp/killed" "$tmp/killed_copy"
 check "resume after kill -9" 0 "" -- --resume killed --json
 losses "$tmp/out" > "$tmp/resumed.txt"
 losses "$tmp/ref.json" | sed -n "$((k + 1)),\$p" > "$tmp/ref_tail.txt"
@@ -121,11 +122,27 @@ check "fine-tunes a model directory on llm.c tokens, in order" 0 "the model is i
     "$src/tests/fixtures/hf/gpt2" tokens.bin --out ft --steps 5 --batch 2 --seq 16 --no-shuffle
 check "--eval-only prints the loss" 0 "validation loss" -- ft tokens.bin --eval-only --batch 2 --seq 16
 check "resuming with a changed option is refused" 2 "cannot change when resuming" -- --resume ft --lr 1
-echo "line one" > "$tmp/other.txt"
-cp -r "$tmp/ft" "$tmp/ft2"
-sed -i 's|"data":[^,]*,|"data": "'"$tmp"'/other.bin",|' "$tmp/ft2/trainer_state.json"
-LC_ALL=C python_free_llmc "$tmp/other.bin" 2900
-check "resuming on other data is refused" 1 "changed since the run started" -- --resume ft2
+sed 's/small/SMALL/' "$tmp/corpus.txt" > "$tmp/other.txt"
+sed -i 's|"data":[^,]*,|"data": "'"$tmp"'/other.txt",|' "$tmp/killed_copy/trainer_state.json"
+check "resuming on other data is refused" 1 "changed since the run started" -- --resume killed_copy
+
+# ---- LoRA: adapter files, merged export, loading an adapter directory ----
+lora="$src/tests/fixtures/hf/gpt2 tokens.bin --steps 6 --batch 2 --seq 16 --lr 1e-2 --lora-rank 4 --lora-targets c_attn,c_fc"
+check "LoRA fine-tune" 0 "trained by LoRA" -- $lora --out lora
+[ -s "$tmp/lora/adapter_model.safetensors" ] && grep -Eq '"r":[[:space:]]*4' "$tmp/lora/adapter_config.json" &&
+    ok "the output has a PEFT adapter" || notok "no adapter files"
+check "LoRA fine-tune merged on export" 0 "the model is in lora_merged" -- $lora --out lora_merged --merge-lora
+[ ! -e "$tmp/lora_merged/adapter_model.safetensors" ] && ok "a merged export has no adapter files" ||
+    notok "adapter files beside a merged export"
+evalloss() { (cd "$tmp" && "$ft" "$1" tokens.bin --eval-only --batch 2 --seq 16 --json) | sed 's/.*"val_loss":\([^}]*\)}.*/\1/'; }
+a=$(evalloss lora) b=$(evalloss lora_merged) base=$(evalloss "$src/tests/fixtures/hf/gpt2")
+if [ -n "$a" ] && awk "BEGIN { d = $a - $b; if (d < 0) d = -d; exit !(d <= 1e-5 * $a && $a != $base) }"; then
+    ok "base + adapter and the merged export give the same loss ($a, $b; base model $base)"
+else
+    notok "adapter vs merged loss: '$a' vs '$b' (base '$base')"
+fi
+check "LoRA adapter directory trained further with another rank" 1 "rank 4 LoRA adapter" -- lora tokens.bin --out e6 --lora-rank 8
+check "LoRA target the model lacks" 1 "c_attn" -- "$src/tests/fixtures/hf/gpt2" tokens.bin --out e7 --lora-rank 2 --lora-targets q_proj
 
 # ---- supervised fine-tuning on chat data ----
 awk 'BEGIN { for (i = 0; i < 300; i++) printf "{\"messages\": [{\"role\": \"user\", \"content\": \"what is %d plus %d?\"}, {\"role\": \"assistant\", \"content\": \"%d\"}]}\n", i, i + 1, 2 * i + 1 }' > "$tmp/chat.jsonl"
