@@ -1,0 +1,600 @@
+/* colossal-chat - talk to a language model in the terminal, or complete one
+ * prompt for a script (see usage() for the rules).
+ *
+ * Interactive when stdin is a terminal: a line editor with history, the
+ * reply streamed as it is generated, ctrl-c stops a reply. Otherwise each
+ * line of stdin is a user turn and each reply is printed on its own line.
+ * Errors: one line on stderr; exit 2 for usage errors, 1 for the rest. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "chat.h"
+#include "lineedit.h"
+#include "lm_source.h"
+
+#define PROG "colossal-chat"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: " PROG " MODEL [options]\n"
+        "Chats with MODEL: a Hugging Face model directory (config.json, model.safetensors or pytorch_model.bin,\n"
+        "tokenizer files: what colossal-finetune writes, a LoRA adapter beside its base weights included), a\n"
+        "hub id (org/name) already in the Hugging Face cache, or a built-in architecture (random weights).\n"
+        "Interactive when stdin is a terminal; otherwise each line of stdin is one user turn, and each reply is\n"
+        "printed followed by a newline (exit 1 at the end if a turn failed).\n"
+        "\n"
+        "Chat or completion:\n"
+        "  The conversation is rendered with --template, else with the chat template that the model's\n"
+        "  tokenizer_config.json names. A model without one (a base model, as colossal-finetune trains by default)\n"
+        "  is a text completer: each input is completed as it is (--raw), with no conversation.\n"
+        "  --template NAME        llama2 | llama3 | chatml | plain\n"
+        "  --raw                  complete the text as it is, with no template\n"
+        "  --system TEXT          system prompt (chat only)\n"
+        "  --prompt TEXT          generate one reply to TEXT (or complete it with --raw), print it and a newline\n"
+        "  --prompt-ids LIST      generate after these token ids (e.g. 1,2,3: no template, no BOS added)\n"
+        "  --json                 with --prompt or --prompt-ids: print {\"ids\":[...]}, the generated ids (the\n"
+        "                         EOS, or the token that completed a stop string, included), instead of text\n"
+        "Sampling (as transformers' generate):\n"
+        "  --temperature T        0 = greedy (default 0.7)\n"
+        "  --top-k K              keep the K most likely tokens (default 0 = off)\n"
+        "  --top-p P              keep the most likely tokens up to probability P, in (0, 1] (default 0.9)\n"
+        "  --repetition-penalty R >0; 1 = off (default 1)\n"
+        "  --seed N               default: from the clock\n"
+        "Stopping and context:\n"
+        "  --max-new-tokens N     most tokens per reply (default 256, at most half the context)\n"
+        "  --stop STR             stop when the reply contains STR (repeatable; added to the template's own\n"
+        "                         end-of-turn strings); STR itself is not printed\n"
+        "  --ctx N                context limit in tokens (default: the model's positions); when a conversation\n"
+        "                         and --max-new-tokens no longer fit, the oldest turns are dropped\n"
+        "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
+        "Generation stops at the end-of-sequence token, a stop string or --max-new-tokens.\n"
+        "Interactive: arrows, home/end, ctrl-a/e/k/u/w edit the line; up/down recall earlier lines (kept in\n"
+        "$XDG_STATE_HOME/colossal/chat_history, else ~/.local/state/colossal/chat_history); ctrl-c stops a\n"
+        "reply; ctrl-d or ctrl-c on an empty line quits.\n"
+        "Commands (interactive or piped): /reset (forget the conversation), /system TEXT (set or, without TEXT,\n"
+        "clear the system prompt), /quit. A line starting with // sends the text after the first /.\n");
+}
+
+static _Noreturn void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, PROG ": ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see " PROG " --help)\n");
+    va_end(ap);
+    exit(2);
+}
+
+static long long parse_int(const char *s, const char *opt, long long lo, long long hi)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || errno || v < lo || v > hi) {
+        fprintf(stderr, PROG ": %s must be an integer in %lld..%lld (got '%s')\n", opt, lo, hi, s);
+        exit(2);
+    }
+    return v;
+}
+
+static float parse_float(const char *s, const char *opt)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !isfinite(v) || fabs(v) > 1e30)
+        usage_error("%s must be a number (got '%s')", opt, s);
+    return (float)v;
+}
+
+/* "1, 2,3" -> ids; exit 2 on anything else */
+static int32_t *parse_ids(const char *s, int *n)
+{
+    size_t cap = 16, k = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    const char *p = s;
+    while (ids) {
+        while (*p == ' ')
+            p++;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX)
+            usage_error("--prompt-ids must be a comma-separated list of token ids (got '%s')", s);
+        if (k == cap) {
+            int32_t *q = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!q)
+                break;
+            ids = q;
+        }
+        ids[k++] = (int32_t)v;
+        p = end;
+        while (*p == ' ')
+            p++;
+        if (*p == '\0') {
+            *n = (int)k;
+            return ids;
+        }
+        if (*p++ != ',')
+            usage_error("--prompt-ids must be a comma-separated list of token ids (got '%s')", s);
+    }
+    fprintf(stderr, PROG ": out of memory\n");
+    exit(1);
+}
+
+typedef struct {
+    const char *model, *tokenizer, *system, *prompt, *prompt_ids;
+    bool raw, json, has_template, has_seed;
+    col_chat_family family;
+    col_sample_opts so;
+    long long max_new, ctx; /* -1: default */
+    const char **stops;
+    int nstops;
+} options;
+
+static void parse_options(int argc, char **argv, options *o)
+{
+    enum { O_TEMPLATE = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_REP, O_SEED, O_MAXNEW, O_STOP, O_CTX, O_TOK,
+           O_PROMPT, O_RAW, O_IDS, O_JSON };
+    static const struct option opts[] = {
+        {"template", required_argument, 0, O_TEMPLATE}, {"system", required_argument, 0, O_SYSTEM},
+        {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
+        {"top-p", required_argument, 0, O_TOPP}, {"repetition-penalty", required_argument, 0, O_REP},
+        {"seed", required_argument, 0, O_SEED}, {"max-new-tokens", required_argument, 0, O_MAXNEW},
+        {"stop", required_argument, 0, O_STOP}, {"ctx", required_argument, 0, O_CTX},
+        {"tokenizer", required_argument, 0, O_TOK}, {"prompt", required_argument, 0, O_PROMPT},
+        {"raw", no_argument, 0, O_RAW}, {"prompt-ids", required_argument, 0, O_IDS},
+        {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->so = col_sample_defaults();
+    o->so.temperature = 0.7f;
+    o->so.top_p = 0.9f;
+    o->max_new = o->ctx = -1;
+    o->stops = calloc((size_t)argc + 1, sizeof *o->stops);
+    if (!o->stops) {
+        fprintf(stderr, PROG ": out of memory\n");
+        exit(1);
+    }
+    col_err err = {0};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_TEMPLATE:
+            if (col_chat_family_parse(optarg, &o->family, &err) != COL_OK)
+                usage_error("--template: %s", err.msg);
+            o->has_template = true;
+            break;
+        case O_SYSTEM: o->system = optarg; break;
+        case O_TEMP: o->so.temperature = parse_float(optarg, "--temperature"); break;
+        case O_TOPK: o->so.top_k = (int)parse_int(optarg, "--top-k", 0, INT_MAX); break;
+        case O_TOPP: o->so.top_p = parse_float(optarg, "--top-p"); break;
+        case O_REP: o->so.repetition_penalty = parse_float(optarg, "--repetition-penalty"); break;
+        case O_SEED:
+            o->so.seed = (uint64_t)parse_int(optarg, "--seed", 0, LLONG_MAX);
+            o->has_seed = true;
+            break;
+        case O_MAXNEW: o->max_new = parse_int(optarg, "--max-new-tokens", 0, 1 << 24); break;
+        case O_STOP:
+            if (!*optarg)
+                usage_error("--stop needs a non-empty string");
+            o->stops[o->nstops++] = optarg;
+            break;
+        case O_CTX: o->ctx = parse_int(optarg, "--ctx", 2, 1 << 24); break;
+        case O_TOK: o->tokenizer = optarg; break;
+        case O_PROMPT: o->prompt = optarg; break;
+        case O_RAW: o->raw = true; break;
+        case O_IDS: o->prompt_ids = optarg; break;
+        case O_JSON: o->json = true; break;
+        case 'h': usage(stdout); exit(0);
+        case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        usage_error("no MODEL given");
+    o->model = argv[optind++];
+    if (optind < argc)
+        usage_error("unexpected argument '%s'", argv[optind]);
+    if (col_sample_check(&o->so, &err) != COL_OK)
+        usage_error("%s", err.msg);
+    if (o->prompt && o->prompt_ids)
+        usage_error("--prompt and --prompt-ids exclude each other");
+    if (o->raw && o->has_template)
+        usage_error("--raw and --template exclude each other");
+    if (o->prompt_ids && (o->has_template || o->system || o->raw))
+        usage_error("--prompt-ids takes the ids as they are: no --template, --system or --raw");
+    if (o->json && !o->prompt && !o->prompt_ids)
+        usage_error("--json goes with --prompt or --prompt-ids");
+    if (o->raw && o->system)
+        usage_error("--system needs a chat template, not --raw");
+}
+
+/* ---- interactive mode ---- */
+
+static volatile sig_atomic_t g_interrupted; /* SIGINT during a reply (the only state a signal handler may touch) */
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+}
+
+static void history_path(char *buf, size_t size)
+{
+    const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    char dir[4096];
+    buf[0] = '\0';
+    if (state && state[0] == '/')
+        snprintf(dir, sizeof dir, "%s", state);
+    else if (home && home[0] == '/')
+        snprintf(dir, sizeof dir, "%s/.local/state", home);
+    else
+        return;
+    /* mkdir -p of dir/colossal; failures only mean no history file */
+    for (char *p = dir + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            mkdir(dir, 0700);
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    int k = snprintf(buf, size, "%s/colossal", dir);
+    if (k < 0 || (size_t)k >= size || (mkdir(buf, 0700) != 0 && errno != EEXIST)) {
+        buf[0] = '\0';
+        return;
+    }
+    snprintf(buf + k, size - (size_t)k, "/chat_history");
+}
+
+typedef struct {
+    chat_engine *g;
+    chat_conv *conv; /* NULL: raw completion */
+    bool interactive;
+    int failures;
+} session;
+
+/* One line of input: a command, or a turn. Returns false to quit. */
+static bool handle_line(session *s, const char *line, col_err *err)
+{
+    if (line[0] == '\0')
+        return true;
+    if (line[0] == '/' && line[1] != '/') {
+        const char *arg = strchr(line, ' ');
+        size_t cmd = arg ? (size_t)(arg - line) : strlen(line);
+        arg = arg ? arg + 1 : "";
+        if (cmd == 5 && strncmp(line, "/quit", 5) == 0)
+            return false;
+        if (cmd == 6 && strncmp(line, "/reset", 6) == 0) {
+            if (s->conv)
+                chat_conv_reset(s->conv);
+            if (s->interactive)
+                fprintf(stderr, "(conversation cleared)\n");
+        } else if (cmd == 7 && strncmp(line, "/system", 7) == 0) {
+            if (!s->conv)
+                fprintf(stderr, PROG ": /system needs a chat template (this model completes text: use --template)\n");
+            else if (chat_conv_set_system(s->conv, arg, err) != COL_OK)
+                fprintf(stderr, PROG ": %s\n", err->msg);
+            else if (s->interactive)
+                fprintf(stderr, *arg ? "(system prompt set)\n" : "(system prompt cleared)\n");
+        } else {
+            fprintf(stderr, PROG ": unknown command '%.*s': /reset, /system TEXT or /quit (// sends a line "
+                            "starting with /)\n", (int)cmd, line);
+            if (!s->interactive)
+                s->failures++;
+        }
+        return true;
+    }
+    if (line[0] == '/')
+        line++;
+    chat_reply r;
+    bool skipped = false;
+    col_status st;
+    struct sigaction sa = {.sa_handler = on_sigint}, old;
+    g_interrupted = 0;
+    if (s->interactive)
+        sigaction(SIGINT, &sa, &old);
+    if (s->conv) {
+        st = chat_turn(s->g, s->conv, line, stdout, &r, &skipped, err);
+    } else {
+        int32_t *ids;
+        int n;
+        st = chat_encode(s->g, line, COL_TOK_ADD_SPECIAL | COL_TOK_PARSE_SPECIAL, &ids, &n, err);
+        if (st == COL_OK && (n < 1 || n + s->g->max_new > s->g->ctx)) {
+            fprintf(stderr, PROG ": this text does not fit: %d tokens plus --max-new-tokens %d exceed the context "
+                            "of %d; shorten it, lower --max-new-tokens or raise --ctx (skipped)\n",
+                    n, s->g->max_new, s->g->ctx);
+            skipped = true;
+        } else if (st == COL_OK) {
+            st = chat_generate(s->g, ids, n, stdout, &r, err);
+        }
+        free(ids);
+    }
+    if (s->interactive)
+        sigaction(SIGINT, &old, NULL);
+    if (st != COL_OK) {
+        fprintf(stderr, PROG ": %s\n", err->msg);
+        s->failures++;
+        return s->interactive; /* piped input: stop at a real error */
+    }
+    if (skipped) {
+        s->failures++;
+        return true;
+    }
+    printf("\n");
+    if (r.finish == CHAT_FINISH_INTERRUPT)
+        fprintf(stderr, "(reply stopped)\n");
+    fflush(stdout);
+    chat_reply_free(&r);
+    return true;
+}
+
+static int run_interactive(session *s, col_err *err)
+{
+    le_editor *ed = le_new(1000);
+    if (!ed) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
+    char hp[4200];
+    history_path(hp, sizeof hp);
+    if (hp[0] && !le_history_load(ed, hp))
+        fprintf(stderr, PROG ": cannot read the history file %s: %s (going on without it)\n", hp, strerror(errno));
+    fprintf(stderr, "%s. /reset, /system TEXT, /quit; ctrl-c stops a reply, ctrl-d quits.\n",
+            s->conv ? "Chat" : "Text completion (no chat template)");
+    for (;;) {
+        char *line = NULL;
+        int a = le_readline(ed, "> ", STDIN_FILENO, STDOUT_FILENO, &line);
+        if (a == LE_CANCEL)
+            continue;
+        if (a != LE_DONE)
+            break;
+        le_history_add(ed, line);
+        le_history_save_line(ed, line);
+        bool go_on = handle_line(s, line, err);
+        free(line);
+        if (!go_on)
+            break;
+    }
+    le_free(ed);
+    return 0;
+}
+
+static int run_piped(session *s, col_err *err)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    bool go_on = true;
+    while (go_on && (n = getline(&line, &cap, stdin)) >= 0) {
+        if (n > 0 && line[n - 1] == '\n')
+            line[--n] = '\0';
+        if (n > 0 && line[n - 1] == '\r')
+            line[--n] = '\0';
+        go_on = handle_line(s, line, err);
+    }
+    free(line);
+    return s->failures ? 1 : 0;
+}
+
+/* ---- one prompt ---- */
+
+static int print_json(const chat_reply *r)
+{
+    printf("{\"ids\":[");
+    for (int i = 0; i < r->nids; i++)
+        printf(i ? ",%d" : "%d", (int)r->ids[i]);
+    printf("]}\n");
+    return 0;
+}
+
+static int run_prompt(session *s, const options *o, col_err *err)
+{
+    chat_reply r;
+    col_status st;
+    bool skipped = false;
+    FILE *out = o->json ? NULL : stdout;
+    if (o->prompt_ids) {
+        int n;
+        int32_t *ids = parse_ids(o->prompt_ids, &n);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= s->g->vocab) {
+                fprintf(stderr, PROG ": --prompt-ids: id %d (at position %d) is out of range: the model's "
+                                "vocabulary has %d ids\n", (int)ids[i], i, s->g->vocab);
+                free(ids);
+                return 1;
+            }
+        if (n + s->g->max_new > s->g->ctx) {
+            fprintf(stderr, PROG ": %d prompt ids plus --max-new-tokens %d exceed the context of %d; lower "
+                            "--max-new-tokens or raise --ctx\n", n, s->g->max_new, s->g->ctx);
+            free(ids);
+            return 1;
+        }
+        st = chat_generate(s->g, ids, n, out, &r, err);
+        free(ids);
+    } else if (s->conv) {
+        st = chat_turn(s->g, s->conv, o->prompt, out, &r, &skipped, err);
+    } else {
+        int32_t *ids;
+        int n;
+        st = chat_encode(s->g, o->prompt, COL_TOK_ADD_SPECIAL | COL_TOK_PARSE_SPECIAL, &ids, &n, err);
+        if (st == COL_OK && n < 1)
+            st = col_err_set(err, COL_EINVAL, "--prompt: the text gives no tokens: nothing to continue");
+        else if (st == COL_OK && n + s->g->max_new > s->g->ctx)
+            st = col_err_set(err, COL_EINVAL, "--prompt: %s%d tokens plus --max-new-tokens %d exceed the context "
+                             "of %d; shorten it, lower --max-new-tokens or raise --ctx", n > s->g->ctx ? "more than " : "",
+                             n > s->g->ctx ? s->g->ctx : n, s->g->max_new, s->g->ctx);
+        if (st == COL_OK)
+            st = chat_generate(s->g, ids, n, out, &r, err);
+        free(ids);
+    }
+    if (st != COL_OK) {
+        fprintf(stderr, PROG ": %s\n", err->msg);
+        return 1;
+    }
+    if (skipped)
+        return 1;
+    if (o->json)
+        print_json(&r);
+    else
+        printf("\n");
+    chat_reply_free(&r);
+    return 0;
+}
+
+/* everything after the options; returns the exit code */
+static int run(const options *opt)
+{
+    const options o = *opt;
+    col_err err = {0};
+    col_lm_source src;
+    bool text_needed = !o.prompt_ids;
+    if (col_lm_source_open(o.model, o.tokenizer, text_needed, &src, &err) != COL_OK) {
+        fprintf(stderr, PROG ": %s\n", err.msg);
+        return 1;
+    }
+    const col_lm_config *mc = &src.config;
+    int rc = 1;
+    if (o.ctx > mc->max_positions) {
+        fprintf(stderr, PROG ": --ctx %lld is more than the model's %d positions\n", o.ctx, mc->max_positions);
+        col_lm_source_close(&src);
+        return 2;
+    }
+    int ctx = o.ctx > 0 ? (int)o.ctx : mc->max_positions;
+    int max_new = o.max_new >= 0 ? (int)o.max_new : (256 < ctx / 2 ? 256 : ctx / 2);
+    if (max_new >= ctx) {
+        fprintf(stderr, PROG ": --max-new-tokens %d leaves no room for a prompt in a context of %d tokens\n", max_new,
+                ctx);
+        col_lm_source_close(&src);
+        return 2;
+    }
+    if (o.nstops > 0 && !src.tok) {
+        fprintf(stderr, PROG ": --stop needs a tokenizer: %s has none; name one with --tokenizer\n", src.dir);
+        col_lm_source_close(&src);
+        return 1;
+    }
+    if (o.prompt_ids && !o.json && !src.tok) {
+        fprintf(stderr, PROG ": %s has no tokenizer to print the reply as text: add --json or --tokenizer\n",
+                src.dir);
+        col_lm_source_close(&src);
+        return 1;
+    }
+    /* the rule of --help: an explicit --template, else the model's own template, else raw completion */
+    bool chat = !o.prompt_ids && !o.raw && (o.has_template || src.has_chat);
+    col_chat_family family = o.has_template ? o.family : src.chat;
+    if (o.system && !chat && !o.prompt_ids) {
+        fprintf(stderr, PROG ": --system needs a chat template: %s has none in tokenizer_config.json; choose one "
+                        "with --template\n", src.tok_dir[0] ? src.tok_dir : o.model);
+        col_lm_source_close(&src);
+        return 2;
+    }
+
+    col_backend be;
+    col_lm_trainer *tr = NULL;
+    /* a session for decoding only: batch 1 x 1 training graph, SGD without state */
+    col_lm_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.model = *mc;
+    tc.batch = 1;
+    tc.seq = 1;
+    tc.opt = col_opt_defaults(COL_OPT_SGD);
+    if (src.has_adapter) /* a LoRA run's output: the base weights plus the adapter beside them */
+        tc.lora = src.lora;
+    if (col_cpu_backend_init(&be, &err) != COL_OK) {
+        fprintf(stderr, PROG ": %s\n", err.msg);
+        col_lm_source_close(&src);
+        return 1;
+    }
+    chat_engine g;
+    chat_conv conv = {.family = family};
+    memset(&g, 0, sizeof g);
+    const char **stops = NULL;
+    if (col_lm_trainer_create(&tc, &be, &tr, &err) != COL_OK ||
+        (src.weights && col_lm_trainer_load(tr, src.weights, &err) != COL_OK) ||
+        (src.has_adapter && col_lm_trainer_load_adapter(tr, src.dir, &err) != COL_OK) ||
+        chat_engine_init(&g, tr, src.tok, mc->vocab_size, ctx, &err) != COL_OK) {
+        fprintf(stderr, PROG ": %s\n", err.msg);
+        goto done;
+    }
+    col_ckpt_close(src.weights); /* the weights are in the session now */
+    src.weights = NULL;
+    if (src.preset[0])
+        fprintf(stderr, PROG ": %s is a built-in architecture with random weights: expect noise\n", src.preset);
+    g.max_new = max_new;
+    g.so = o.so;
+    if (!o.has_seed)
+        g.so.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    g.interrupted = &g_interrupted;
+    if (src.tok && col_tok_eos_id(src.tok) >= 0)
+        g.eos[g.neos++] = col_tok_eos_id(src.tok);
+    if (mc->eos_id >= 0 && mc->eos_id < mc->vocab_size && (g.neos == 0 || g.eos[0] != mc->eos_id))
+        g.eos[g.neos++] = mc->eos_id;
+    /* stop strings: the family's (chat only) and --stop */
+    const col_chat_family_info *fi = col_chat_info(family);
+    int nfam = 0;
+    while (chat && fi->stop[nfam])
+        nfam++;
+    stops = calloc((size_t)(nfam + o.nstops) + 1, sizeof *stops);
+    if (!stops) {
+        fprintf(stderr, PROG ": out of memory\n");
+        goto done;
+    }
+    for (int i = 0; i < nfam; i++)
+        stops[g.nstops++] = fi->stop[i];
+    for (int i = 0; i < o.nstops; i++)
+        stops[g.nstops++] = o.stops[i];
+    g.stops = stops;
+    g.strip_leading_space = chat && family == COL_CHAT_LLAMA2;
+    if (chat && chat_conv_set_system(&conv, o.system, &err) != COL_OK) {
+        fprintf(stderr, PROG ": %s\n", err.msg);
+        goto done;
+    }
+    session s = {.g = &g, .conv = chat ? &conv : NULL};
+    if (o.prompt || o.prompt_ids)
+        rc = run_prompt(&s, &o, &err);
+    else if (isatty(STDIN_FILENO)) {
+        s.interactive = true;
+        rc = run_interactive(&s, &err);
+    } else
+        rc = run_piped(&s, &err);
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
+        fprintf(stderr, PROG ": cannot write to stdout\n");
+        rc = 1;
+    }
+done:
+    free(stops);
+    chat_conv_free(&conv);
+    chat_engine_free(&g);
+    col_lm_trainer_free(tr);
+    col_cpu_backend_free(&be);
+    col_lm_source_close(&src);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    parse_options(argc, argv, &o);
+    int rc = run(&o);
+    free(o.stops);
+    return rc;
+}

@@ -1,0 +1,355 @@
+/* chat_gen.c - colossal-chat's generation: the key/value cache kept across
+ * turns, sampling, streaming output that holds back what may be the start of
+ * a stop string, and conversations that drop their oldest turns to fit the
+ * context (see chat.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memmem */
+#endif
+#include "chat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+col_status chat_engine_init(chat_engine *g, col_lm_trainer *tr, const col_tokenizer *tok, int vocab, int ctx,
+                            col_err *err)
+{
+    memset(g, 0, sizeof *g);
+    g->tr = tr;
+    g->tok = tok;
+    g->vocab = vocab;
+    g->ctx = ctx;
+    g->so = col_sample_defaults();
+    g->cache = malloc(sizeof *g->cache * (size_t)ctx);
+    if (!g->cache)
+        return col_err_set(err, COL_ENOMEM, "out of memory");
+    return col_sampler_init(&g->sampler, vocab, err);
+}
+
+void chat_engine_free(chat_engine *g)
+{
+    col_sampler_free(&g->sampler);
+    free(g->cache);
+    g->cache = NULL;
+}
+
+void chat_reply_free(chat_reply *r)
+{
+    free(r->ids);
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}
+
+/* a growable byte buffer */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf_t;
+
+static bool buf_add(buf_t *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = (b->n + n + 1) * 2 + 64;
+        char *q = realloc(b->p, cap);
+        if (!q)
+            return false;
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return true;
+}
+
+/* the earliest stop string in s[0..n): its offset, or -1 */
+static long find_stop(const chat_engine *g, const char *s, size_t n)
+{
+    long best = -1;
+    for (int i = 0; i < g->nstops; i++) {
+        const char *hit = memmem(s, n, g->stops[i], strlen(g->stops[i]));
+        if (hit && (best < 0 || hit - s < best))
+            best = (long)(hit - s);
+    }
+    return best;
+}
+
+/* the length of the longest suffix of s[0..n) that is a proper prefix of a stop string */
+static size_t stop_prefix(const chat_engine *g, const char *s, size_t n)
+{
+    size_t hold = 0;
+    for (int i = 0; i < g->nstops; i++) {
+        size_t L = strlen(g->stops[i]);
+        for (size_t k = L - 1 < n ? L - 1 : n; k > hold; k--)
+            if (memcmp(s + n - k, g->stops[i], k) == 0) {
+                hold = k;
+                break;
+            }
+    }
+    return hold;
+}
+
+/* the streaming state of one reply */
+typedef struct {
+    buf_t pending; /* text not printed yet: it may be the start of a stop string */
+    buf_t text;    /* what was printed */
+    FILE *out;
+} stream_t;
+
+static bool emit(const chat_engine *g, stream_t *s, const char *p, size_t n)
+{
+    if (g->strip_leading_space && s->text.n == 0)
+        while (n > 0 && *p == ' ') {
+            p++;
+            n--;
+        }
+    if (n == 0)
+        return true;
+    if (s->out) {
+        fwrite(p, 1, n, s->out);
+        fflush(s->out);
+    }
+    return buf_add(&s->text, p, n);
+}
+
+/* Takes the bytes of token id; returns true when a stop string completed. */
+static bool stream_token(const chat_engine *g, stream_t *s, int32_t id, bool *oom)
+{
+    size_t n = 0;
+    const char *b = col_tok_token_bytes(g->tok, id, &n);
+    if (!b || n == 0)
+        return false;
+    size_t keep = s->pending.n;
+    if (!buf_add(&s->pending, b, n)) {
+        *oom = true;
+        return false;
+    }
+    long at = find_stop(g, s->pending.p, s->pending.n);
+    if (at >= 0) {
+        *oom = !emit(g, s, s->pending.p, (size_t)at);
+        return true;
+    }
+    if (col_tok_is_special(g->tok, id)) { /* a special token that ends nothing: not shown */
+        s->pending.n = keep;
+        s->pending.p[keep] = '\0';
+        return false;
+    }
+    size_t hold = stop_prefix(g, s->pending.p, s->pending.n), ready = s->pending.n - hold;
+    if (ready > 0) {
+        *oom = !emit(g, s, s->pending.p, ready);
+        memmove(s->pending.p, s->pending.p + ready, hold + 1);
+        s->pending.n = hold;
+    }
+    return false;
+}
+
+static col_status feed(chat_engine *g, const int32_t *ids, int n, const float **logits, col_err *err)
+{
+    col_status st = col_lm_trainer_decode(g->tr, ids, n, logits, err);
+    if (st != COL_OK) {
+        g->ncache = 0; /* the cache no longer says what it holds */
+        return st;
+    }
+    memcpy(g->cache + g->ncache, ids, sizeof *ids * (size_t)n);
+    g->ncache += n;
+    return COL_OK;
+}
+
+col_status chat_generate(chat_engine *g, const int32_t *prompt, int n, FILE *out, chat_reply *r, col_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (n < 1 || n + g->max_new > g->ctx)
+        return col_err_set(err, COL_EINVAL, "a prompt of %d tokens and %d new tokens do not fit the context of %d",
+                           n, g->max_new, g->ctx);
+    r->ids = malloc(sizeof *r->ids * ((size_t)g->max_new + 1));
+    if (!r->ids)
+        return col_err_set(err, COL_ENOMEM, "out of memory");
+    /* keep the cache when the prompt extends what it holds (the next turn of a conversation) */
+    int start = 0;
+    if (g->ncache > 0 && g->ncache < n && memcmp(g->cache, prompt, sizeof *prompt * (size_t)g->ncache) == 0)
+        start = g->ncache;
+    col_status st = COL_OK;
+    if (start == 0) {
+        g->ncache = 0;
+        st = col_lm_trainer_decode_reset(g->tr, g->ctx, err);
+    }
+    const float *logits = NULL;
+    if (st == COL_OK)
+        st = feed(g, prompt + start, n - start, &logits, err);
+    stream_t s = {.out = g->tok ? out : NULL};
+    bool oom = false;
+    r->finish = CHAT_FINISH_LENGTH;
+    for (int k = 0; k < g->max_new && st == COL_OK; k++) {
+        if (g->interrupted && *g->interrupted) {
+            r->finish = CHAT_FINISH_INTERRUPT;
+            break;
+        }
+        int32_t id;
+        st = col_sample(&g->sampler, logits, g->cache, g->ncache, &g->so, g->draws++, &id, err);
+        if (st != COL_OK)
+            break;
+        r->ids[r->nids++] = id;
+        bool eos = false;
+        for (int e = 0; e < g->neos; e++)
+            eos |= id == g->eos[e];
+        if (eos) {
+            r->finish = CHAT_FINISH_EOS;
+            break;
+        }
+        if (g->tok && stream_token(g, &s, id, &oom)) {
+            r->finish = CHAT_FINISH_STOP;
+            break;
+        }
+        if (oom) {
+            st = col_err_set(err, COL_ENOMEM, "out of memory");
+            break;
+        }
+        if (k + 1 < g->max_new)
+            st = feed(g, &id, 1, &logits, err);
+    }
+    if (st == COL_OK && r->finish != CHAT_FINISH_STOP && s.pending.n > 0) /* no stop string came: it is text */
+        oom = !emit(g, &s, s.pending.p, s.pending.n);
+    free(s.pending.p);
+    if (st == COL_OK && oom)
+        st = col_err_set(err, COL_ENOMEM, "out of memory");
+    if (st == COL_OK && !s.text.p && !buf_add(&s.text, "", 0))
+        st = col_err_set(err, COL_ENOMEM, "out of memory");
+    r->text = s.text.p;
+    r->len = s.text.n;
+    if (st != COL_OK)
+        chat_reply_free(r);
+    return st;
+}
+
+col_status chat_encode(const chat_engine *g, const char *text, unsigned flags, int32_t **ids, int *n, col_err *err)
+{
+    size_t m;
+    *ids = NULL;
+    if (!g->tok)
+        return col_err_set(err, COL_EINVAL, "text needs a tokenizer");
+    col_status st = col_tok_encode_ex(g->tok, text, strlen(text), flags, ids, &m, err);
+    if (st != COL_OK)
+        return st;
+    *n = m > (size_t)g->ctx ? g->ctx + 1 : (int)m;
+    return COL_OK;
+}
+
+/* ---- conversations ---- */
+
+void chat_conv_reset(chat_conv *c)
+{
+    for (int i = 0; i < c->n; i++)
+        free((char *)c->msgs[i].content);
+    c->n = 0;
+}
+
+void chat_conv_free(chat_conv *c)
+{
+    chat_conv_reset(c);
+    free(c->msgs);
+    free(c->system);
+    c->msgs = NULL;
+    c->system = NULL;
+    c->cap = 0;
+}
+
+col_status chat_conv_set_system(chat_conv *c, const char *text, col_err *err)
+{
+    free(c->system);
+    c->system = NULL;
+    if (text && *text && !(c->system = strdup(text)))
+        return col_err_set(err, COL_ENOMEM, "out of memory");
+    return COL_OK;
+}
+
+static col_status conv_add(chat_conv *c, col_chat_role role, const char *text, col_err *err)
+{
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 16;
+        col_chat_message *m = realloc(c->msgs, sizeof *m * (size_t)cap);
+        if (!m)
+            return col_err_set(err, COL_ENOMEM, "out of memory");
+        c->msgs = m;
+        c->cap = cap;
+    }
+    char *s = strdup(text);
+    if (!s)
+        return col_err_set(err, COL_ENOMEM, "out of memory");
+    c->msgs[c->n++] = (col_chat_message){role, s};
+    return COL_OK;
+}
+
+static void conv_drop_first(chat_conv *c, int k)
+{
+    for (int i = 0; i < k; i++)
+        free((char *)c->msgs[i].content);
+    memmove(c->msgs, c->msgs + k, sizeof *c->msgs * (size_t)(c->n - k));
+    c->n -= k;
+}
+
+/* the conversation (system prompt first) rendered with the generation prompt and encoded */
+static col_status conv_encode(const chat_engine *g, const chat_conv *c, int32_t **ids, int *n, col_err *err)
+{
+    col_chat_message *all = malloc(sizeof *all * (size_t)(c->n + 1));
+    if (!all)
+        return col_err_set(err, COL_ENOMEM, "out of memory");
+    int k = 0;
+    if (c->system)
+        all[k++] = (col_chat_message){COL_ROLE_SYSTEM, c->system};
+    memcpy(all + k, c->msgs, sizeof *all * (size_t)c->n);
+    char *text;
+    size_t len;
+    col_status st = col_chat_render(c->family, all, k + c->n, true, &text, &len, NULL, err);
+    free(all);
+    if (st != COL_OK)
+        return st;
+    /* the template writes BOS as text: parse special tokens, add none */
+    st = chat_encode(g, text, COL_TOK_PARSE_SPECIAL, ids, n, err);
+    free(text);
+    return st;
+}
+
+col_status chat_turn(chat_engine *g, chat_conv *c, const char *user, FILE *out, chat_reply *r, bool *skipped,
+                     col_err *err)
+{
+    *skipped = false;
+    memset(r, 0, sizeof *r);
+    col_status st = conv_add(c, COL_ROLE_USER, user, err);
+    if (st != COL_OK)
+        return st;
+    int32_t *ids = NULL;
+    int n = 0;
+    for (;;) {
+        if ((st = conv_encode(g, c, &ids, &n, err)) != COL_OK)
+            break;
+        if (n + g->max_new <= g->ctx)
+            break;
+        free(ids);
+        ids = NULL;
+        if (c->n >= 3) { /* user, assistant, ..., user: drop the oldest pair */
+            if (!c->told_drop)
+                fprintf(stderr, "colossal-chat: the conversation no longer fits the context of %d tokens "
+                                "(with %d for the reply): dropping the oldest turns\n", g->ctx, g->max_new);
+            c->told_drop = true;
+            conv_drop_first(c, 2);
+            continue;
+        }
+        fprintf(stderr, "colossal-chat: this message does not fit: %s%d tokens with the template%s, plus "
+                        "--max-new-tokens %d, exceed the context of %d; shorten it, lower --max-new-tokens or raise "
+                        "--ctx (skipped)\n", n > g->ctx ? "more than " : "", n > g->ctx ? g->ctx : n,
+                c->system ? " and the system prompt" : "", g->max_new, g->ctx);
+        *skipped = true;
+        break;
+    }
+    if (st == COL_OK && !*skipped)
+        st = chat_generate(g, ids, n, out, r, err);
+    free(ids);
+    if (st == COL_OK && !*skipped)
+        st = conv_add(c, COL_ROLE_ASSISTANT, r->text, err);
+    if (st != COL_OK || *skipped) { /* the turn did not happen: forget the message */
+        c->n--;
+        free((char *)c->msgs[c->n].content);
+        if (st != COL_OK)
+            chat_reply_free(r);
+    }
+    return st;
+}

@@ -1,0 +1,274 @@
+#!/bin/sh
+# test_chat_cli.sh - colossal-chat against transformers (TAP output).
+# References: tests/fixtures/chat_model/ (tools/refgen/make_chat_model_fixture.py:
+# a tiny byte-level GPT-2 and transformers' greedy generate() on it, plus the
+# greedy ids of tests/fixtures/hf/*_ref.safetensors as text). Covers greedy
+# ids and text, chat templates (from --tokenizer, from the model directory,
+# --template, --system), multi-turn conversations, stop strings, seeded
+# sampling, context overflow, bad input, and the line editor in a
+# pseudo-terminal (tmux; skipped when tmux is absent).
+chat=${CHAT:-./apps/colossal-chat}
+src=${SRCDIR:-${srcdir:-.}}
+fx="$src/tests/fixtures/chat_model"
+hf="$src/tests/fixtures/hf"
+tmp=$(mktemp -d)
+tmux_sock="$tmp/tmux.sock"
+trap 'tmux -S "$tmux_sock" kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
+n=0
+fails=0
+. "$fx/refs.sh"
+. "$fx/hf_greedy.sh"
+base="$fx/base"
+chatml="$fx/chatml"
+greedy="--temperature 0"
+
+pass() { n=$((n + 1)); echo "ok $n - $1"; }
+fail() {
+    n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"
+    [ -s "$tmp/err" ] && sed 's/^/# stderr: /' "$tmp/err" | head -5
+}
+
+# same NAME EXPECTED_FILE -- ARGS...: stdout of the tool (stdin from $tmp/in) equals the file, exit 0
+same() {
+    name=$1 want=$2
+    shift 3
+    "$chat" "$@" < "$tmp/in" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    if [ "$rc" -eq 0 ] && cmp -s "$want" "$tmp/out"; then
+        pass "$name"
+    else
+        fail "$name: exit $rc"
+        printf '# got:  '; head -c 200 "$tmp/out" | od -An -c | head -3
+        printf '# want: '; head -c 200 "$want" | od -An -c | head -3
+    fi
+}
+
+# check NAME WANT_RC FIXED_STRING -- ARGS...: exit code, the string in stderr,
+# one line on stderr for a failure
+check() {
+    name=$1 want=$2 pattern=$3
+    shift 4
+    "$chat" "$@" < "$tmp/in" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    lines=$(wc -l < "$tmp/err")
+    if [ "$rc" -eq "$want" ] && grep -qF -- "$pattern" "$tmp/err" && [ "$lines" -eq 1 ]; then
+        pass "$name (exit $rc: $(head -c 110 "$tmp/err"))"
+    else
+        fail "$name: exit $rc (wanted $want), $lines stderr lines, wanted '$pattern'"
+    fi
+}
+
+# expect FILE TEXT...: FILE holds the concatenation of the reference files
+# named (and a newline after each)
+expect() {
+    out=$1
+    shift
+    : > "$out"
+    for f in "$@"; do cat "$fx/$f" >> "$out"; echo >> "$out"; done
+}
+
+: > "$tmp/in"
+
+# ---- transformers' greedy ids (tests/fixtures/hf) ----
+for m in gpt2 opt llama2 llama3; do
+    eval "prompt=\$${m}_prompt want=\$${m}_new"
+    k=$(echo "$want" | tr ',' '\n' | wc -l)
+    printf '{"ids":[%s]}\n' "$want" > "$tmp/want"
+    same "$m: --prompt-ids --json gives transformers' greedy ids" "$tmp/want" -- \
+        "$hf/$m" --prompt-ids "$prompt" $greedy --max-new-tokens "$k" --json
+done
+
+# ---- text completion (a base model: no chat template) ----
+expect "$tmp/raw" raw_greedy.txt
+same "base model completes --prompt text as transformers' greedy generate()" "$tmp/raw" -- \
+    "$base" --prompt "The cat" $greedy --max-new-tokens "$raw_new"
+printf '{"ids":[%s]}\n' "$raw_new_ids" > "$tmp/want"
+same "--prompt TEXT --json gives the greedy ids" "$tmp/want" -- \
+    "$base" --prompt "The cat" $greedy --max-new-tokens "$raw_new" --json
+same "--raw completes as-is with a chat tokenizer" "$tmp/raw" -- \
+    "$base" --tokenizer "$chatml" --raw --prompt "The cat" $greedy --max-new-tokens "$raw_new"
+printf '{"ids":[%s]}\n' "$raw_new_ids" > "$tmp/want"
+same "--prompt-ids of the encoded prompt gives the same ids" "$tmp/want" -- \
+    "$base" --prompt-ids "$raw_ids" $greedy --max-new-tokens "$raw_new" --json
+
+# ---- chat ----
+expect "$tmp/c1" chat1_reply.txt
+same "chat template from --tokenizer's tokenizer_config.json (ChatML)" "$tmp/c1" -- \
+    "$base" --tokenizer "$chatml" --prompt "$u1" $greedy --max-new-tokens "$chat_new"
+mkdir -p "$tmp/chat_model"
+cp "$base/config.json" "$base/model.safetensors" "$chatml/tokenizer.json" "$chatml/tokenizer_config.json" \
+    "$tmp/chat_model/"
+same "chat template from the model directory's tokenizer_config.json" "$tmp/c1" -- \
+    "$tmp/chat_model" --prompt "$u1" $greedy --max-new-tokens "$chat_new"
+same "--template chatml on a model without a template" "$tmp/c1" -- \
+    "$base" --template chatml --prompt "$u1" $greedy --max-new-tokens "$chat_new"
+expect "$tmp/sys" sys_reply.txt
+same "--system" "$tmp/sys" -- "$base" --template chatml --system "$sys" --prompt "$u1" $greedy \
+    --max-new-tokens "$chat_new"
+printf '%s\n%s\n' "$u1" "$u2" > "$tmp/in"
+expect "$tmp/c12" chat1_reply.txt chat2_reply.txt
+same "piped lines are turns of one conversation" "$tmp/c12" -- \
+    "$tmp/chat_model" $greedy --max-new-tokens "$chat_new"
+printf '%s\n/reset\n\n%s\n' "$u1" "$u1" > "$tmp/in"
+expect "$tmp/c11" chat1_reply.txt chat1_reply.txt
+same "/reset forgets the conversation (empty lines are skipped)" "$tmp/c11" -- \
+    "$tmp/chat_model" $greedy --max-new-tokens "$chat_new"
+printf '/system %s\n%s\n' "$sys" "$u1" > "$tmp/in"
+same "/system sets the system prompt" "$tmp/sys" -- "$tmp/chat_model" $greedy --max-new-tokens "$chat_new"
+: > "$tmp/in"
+
+# ---- stop strings ----
+cp "$fx/stop_expect.txt" "$tmp/stop" && echo >> "$tmp/stop"
+same "--stop '$stop_str' cuts the greedy text right before it" "$tmp/stop" -- \
+    "$base" --prompt "The cat" $greedy --max-new-tokens "$raw_new" --stop "$stop_str"
+same "a --stop string that never completes is printed in full" "$tmp/raw" -- \
+    "$base" --prompt "The cat" $greedy --max-new-tokens "$raw_new" --stop "${stop_str}QQ" --stop zzz
+
+# ---- sampling ----
+sample() { "$chat" "$base" --prompt "The cat" --temperature 1.5 --max-new-tokens 24 --json --seed "$1" 2>/dev/null; }
+a=$(sample 7); b=$(sample 7); c=$(sample 8); d=$(sample 9)
+if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "the same --seed gives the same sample"; else fail "same seed: '$a' vs '$b'"; fi
+if [ -n "$c" ] && { [ "$a" != "$c" ] || [ "$a" != "$d" ]; }; then
+    pass "other seeds give other samples"
+else
+    fail "seeds 7, 8, 9 all gave '$a'"
+fi
+e=$("$chat" "$base" --prompt "The cat" --temperature 0 --top-k 5 --top-p 0.5 --repetition-penalty 1 \
+    --max-new-tokens "$raw_new" --json --seed 3 2>/dev/null)
+if [ "$e" = "{\"ids\":[$raw_new_ids]}" ]; then pass "temperature 0 is greedy whatever the other settings"; else fail "temperature 0: $e"; fi
+
+# ---- context overflow ----
+printf '%s\n%s\n' "$u1" "$u2" > "$tmp/in"
+expect "$tmp/drop" chat1_reply.txt alone2_reply.txt
+same "--ctx $ctx_drop: the oldest turn is dropped and the reply is the one without it" "$tmp/drop" -- \
+    "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" --ctx "$ctx_drop"
+if grep -qF "dropping the oldest turns" "$tmp/err" && [ "$(wc -l < "$tmp/err")" -eq 1 ]; then
+    pass "the drop is reported once on stderr"
+else
+    fail "no single drop note on stderr"
+fi
+printf '%s\n%s\n%s\n' "$u1" "$u1" "$u1" > "$tmp/in"
+"$chat" "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" --ctx "$ctx_drop" < "$tmp/in" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(wc -l < "$tmp/out")" -eq 3 ] && [ "$(grep -c dropping "$tmp/err")" -eq 1 ]; then
+    pass "three turns in a small context: three replies, one note"
+else
+    fail "three turns in a small context: exit $rc, $(wc -l < "$tmp/out") replies"
+fi
+printf '%s\n' "$u1" > "$tmp/in"
+check "a turn that does not fit even alone is skipped" 1 "this message does not fit" -- \
+    "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1))
+: > "$tmp/in"
+check "--prompt that does not fit" 1 "does not fit" -- \
+    "$tmp/chat_model" --prompt "$u1" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1))
+
+# ---- bad input ----
+mkdir -p "$tmp/corrupt"
+printf '{"model_type": "gpt2", "n_embd": ' > "$tmp/corrupt/config.json"
+cp "$base/model.safetensors" "$tmp/corrupt/"
+mkdir -p "$tmp/notok"
+cp "$base/config.json" "$base/model.safetensors" "$tmp/notok/"
+check "missing model directory" 1 "is neither a directory" -- "$tmp/nothing/here" --prompt hi
+check "corrupt config.json" 1 "config.json" -- "$tmp/corrupt" --prompt hi
+check "--prompt-ids with an id >= vocab" 1 "id 257 (at position 1) is out of range" -- \
+    "$base" --prompt-ids 5,257 --json
+check "--prompt without a tokenizer" 1 "has no tokenizer files" -- "$tmp/notok" --prompt hi
+check "--stop without a tokenizer" 1 "--stop needs a tokenizer" -- "$tmp/notok" --prompt-ids 1,2 --json --stop x
+check "unknown option" 2 "unknown option '--bogus'" -- "$base" --bogus
+check "--top-p 2" 2 "top_p" -- "$base" --top-p 2 --prompt hi
+check "--temperature -1" 2 "temperature" -- "$base" --temperature -1 --prompt hi
+check "--max-new-tokens abc" 2 "--max-new-tokens must be an integer" -- "$base" --max-new-tokens abc
+check "--prompt-ids 1,x" 2 "--prompt-ids must be a comma-separated list" -- "$base" --prompt-ids 1,x --json
+check "--template bogus" 2 "--template" -- "$base" --template bogus --prompt hi
+check "--ctx past the model's positions" 2 "more than the model's 256 positions" -- "$base" --ctx 1000 --prompt hi
+check "--max-new-tokens filling the context" 2 "leaves no room" -- "$base" --ctx 16 --max-new-tokens 16 --prompt hi
+check "--system on a model without a template" 2 "--system needs a chat template" -- "$base" --system x --prompt hi
+check "--json without a prompt" 2 "--json goes with --prompt" -- "$base" --json
+check "no model" 2 "no MODEL given" --
+check "option without its value" 2 "needs a value" -- "$base" --seed
+
+# ---- what colossal-finetune writes: a LoRA adapter beside the base weights ----
+# the adapter applied at run time must give what the same run merged gives
+ft=${FINETUNE:-./apps/colossal-finetune}
+if [ -x "$ft" ]; then
+    i=0
+    while [ $i -lt 30 ]; do echo "The cat ate the fish and the dog ate the bone. "; i=$((i + 1)); done > "$tmp/ft.txt"
+    for v in lora merged; do
+        extra=; [ $v = merged ] && extra=--merge-lora
+        "$ft" "$base" "$tmp/ft.txt" --out "$tmp/ft_$v" --lora-rank 4 $extra --steps 4 --lr 0.05 --batch 2 \
+            --seq 32 --dropout 0 --val-percent 10 --quiet > /dev/null 2>&1
+    done
+    la=$("$chat" "$tmp/ft_lora" --prompt "The cat" $greedy --max-new-tokens "$raw_new" --json 2>"$tmp/err")
+    me=$("$chat" "$tmp/ft_merged" --prompt "The cat" $greedy --max-new-tokens "$raw_new" --json 2>>"$tmp/err")
+    if [ -f "$tmp/ft_lora/adapter_config.json" ] && [ -n "$la" ] && [ "$la" = "$me" ]; then
+        pass "a LoRA output of colossal-finetune: the adapter at run time gives the merged model's ids"
+    else
+        fail "LoRA adapter '$la' vs merged '$me'"
+    fi
+    if [ -n "$la" ] && [ "$la" != "{\"ids\":[$raw_new_ids]}" ]; then
+        pass "the adapter changes the base model's output"
+    else
+        fail "the adapter was not applied"
+    fi
+else
+    for t in "LoRA adapter = merged" "the adapter changes the output"; do
+        n=$((n + 1)); echo "ok $n # SKIP $t: no colossal-finetune"
+    done
+fi
+
+# ---- the line editor in a pseudo-terminal ----
+# wait_for PATTERN [COUNT]: waits until COUNT (default 1) lines of the pane
+# match the extended regex (up to ~10 s); the pane is left in $tmp/screen
+wait_for() {
+    i=0
+    while [ $i -lt 100 ]; do
+        tmux -S "$tmux_sock" capture-pane -p -t chat > "$tmp/screen" 2>/dev/null
+        [ "$(grep -cE -- "$1" "$tmp/screen")" -ge "${2:-1}" ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+why=
+if ! command -v tmux > /dev/null 2>&1; then
+    why="tmux is not installed"
+elif ! tmux -S "$tmux_sock" new-session -d -s chat -x 100 -y 30 \
+        "XDG_STATE_HOME='$tmp/state' '$chat' '$tmp/chat_model' $greedy --max-new-tokens $chat_new; echo \"exit=\$?\"; sleep 60"
+then
+    why="tmux cannot start a session here"
+fi
+if [ -n "$why" ]; then
+    for t in "editing keys" "history recall" "history file" "ctrl-d quits"; do
+        n=$((n + 1)); echo "ok $n # SKIP $t: $why"
+    done
+else
+    reply1=$(cat "$fx/chat1_reply.txt")
+    wait_for '^> ?$' || true
+    # "hxllo abc", ctrl-w (kills abc), backspace (the space), home, right, delete (x), "e": "hello"
+    tmux -S "$tmux_sock" send-keys -t chat -l 'hxllo abc'
+    tmux -S "$tmux_sock" send-keys -t chat C-w BSpace Home Right DC e Enter
+    if wait_for "^$reply1\$" && grep -qx '> hello' "$tmp/screen"; then
+        pass "editing keys: the edited line is the turn sent (the reply is transformers' for '$u1')"
+    else
+        fail "editing keys"; sed 's/^/# screen: /' "$tmp/screen" | grep -v '^# screen: $'
+    fi
+    tmux -S "$tmux_sock" send-keys -t chat -l '/reset'
+    tmux -S "$tmux_sock" send-keys -t chat Enter
+    wait_for 'conversation cleared' && wait_for '^> ?$' || true
+    tmux -S "$tmux_sock" send-keys -t chat Up Up Enter
+    if wait_for "^$reply1\$" 2 && [ "$(grep -cx '> hello' "$tmp/screen")" -eq 2 ]; then
+        pass "history recall: up, up gives the first line back (the same reply after /reset)"
+    else
+        fail "history recall"; sed 's/^/# screen: /' "$tmp/screen" | grep -v '^# screen: $'
+    fi
+    if printf 'hello\n/reset\nhello\n' | cmp -s - "$tmp/state/colossal/chat_history"; then
+        pass "history file under \$XDG_STATE_HOME/colossal"
+    else
+        fail "history file"
+    fi
+    tmux -S "$tmux_sock" send-keys -t chat C-d
+    if wait_for '^exit=0$'; then pass "ctrl-d quits with exit 0"; else fail "ctrl-d"; fi
+fi
+
+echo "1..$n"
+[ "$fails" -eq 0 ]
