@@ -517,6 +517,7 @@ static int run(const options *opt)
     tc.batch = 1;
     tc.seq = 1;
     tc.opt = col_opt_defaults(COL_OPT_SGD);
+    tc.inference = true;
     if (src.has_adapter) /* a LoRA run's output: the base weights plus the adapter beside them */
         tc.lora = src.lora;
     if (col_cpu_backend_init(&be, &err) != COL_OK) {

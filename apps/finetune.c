@@ -251,6 +251,7 @@ static col_status make_trainer(run *r, col_err *err)
     tc.checkpoint = o->checkpointing;
     tc.seed = o->seed;
     tc.host_budget = o->cpu_mem;
+    tc.inference = o->eval_only;
     tc.lora.rank = o->lora_rank;
     tc.lora.alpha = o->lora_alpha;
     snprintf(tc.lora.targets, sizeof tc.lora.targets, "%s", o->lora_targets);

@@ -123,6 +123,8 @@ col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsi
 
 col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
 {
+    if (col_lm_trainer_config(t)->inference)
+        return col_err_set(err, COL_ESTATE, "an inference session has no optimizer state to save");
     col_status st = ensure_dir(dir, err);
     if (st != COL_OK)
         return st;

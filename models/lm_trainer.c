@@ -198,7 +198,8 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     mt_kind kinds[4] = {MT_PARAM, MT_GRAD, MT_OPTSTATE, MT_OPTSTATE};
     col_status first_fail = COL_OK;
     col_err fail_err = {0};
-    for (int k = 0; k < 2 + slots && st == COL_OK; k++)
+    int nkinds = cfg->inference ? 1 : 2 + slots;
+    for (int k = 0; k < nkinds && st == COL_OK; k++)
         for (int i = k ? t->train0 : 0; i < t->nt; i++) {
             const col_param_spec *s = &t->specs[i];
             int64_t n = col_param_numel(s);
@@ -213,7 +214,7 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         st = col_err_set(err, first_fail, "%s", fail_err.msg);
     for (int i = 0; i < t->nt && st == COL_OK; i++) {
         const col_param_spec *s = &t->specs[i];
-        bool trained = i >= t->train0;
+        bool trained = !cfg->inference && i >= t->train0;
         t->ot[i].n = col_param_numel(s);
         t->ot[i].decay = s->decay || cfg->decay_all;
         t->ot[i].w = mt_ptr(t->pool, refs[i]);
@@ -226,7 +227,7 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
             col_lora_init(s, (i - t->np) % 2 == 0, i, t->ot[i].w, cfg->seed);
     }
     free(refs);
-    if (st == COL_OK)
+    if (st == COL_OK && !cfg->inference)
         st = build_train(t, err);
     if (st != COL_OK) {
         col_lm_trainer_free(t);
@@ -277,6 +278,8 @@ static int accum(const col_lm_trainer *t) { return t->cfg.grad_accum > 1 ? t->cf
 static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, int k, float *loss,
                               col_err *err)
 {
+    if (!t->plan)
+        return col_err_set(err, COL_ESTATE, "this session was created for inference: it cannot train");
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
     load_batch(&t->gg, ids + k * n, targets + k * n, n);

@@ -22,6 +22,8 @@ typedef struct {
     size_t host_budget;   /* memtier host budget in bytes, 0 = unlimited */
     bool decay_all;       /* weight decay on every tensor (torch's AdamW(model.parameters())), not matrices only */
     int grad_accum;       /* micro-batches of [batch, seq] per optimizer step (0 or 1: one) */
+    bool inference;       /* no gradients, optimizer states or training graph: evaluation, next-token
+                             logits and decoding only (step/grads then fail) - half the memory or less */
     col_lora_config lora; /* rank > 0: train LoRA adapters only, the base model frozen (lora.h) */
 } col_lm_train_config;
 

@@ -9,6 +9,7 @@
 #include "hf_config.h"
 #include "lm_trainer.h"
 #include "rng.h"
+#include "memtier.h"
 #include "testlib.h"
 
 static col_backend be;
@@ -255,6 +256,35 @@ static void test_grad_accum(void)
     col_lm_trainer_free(tb);
 }
 
+/* an inference session: the same logits, no gradient or state memory, no training */
+static void test_inference_session(void)
+{
+    col_lm_train_config a = tiny(), b = tiny();
+    b.inference = true;
+    col_lm_trainer *ta = make(&a), *tb = make(&b);
+    int32_t ids[B * T], tg[B * T];
+    batch(9, ids, tg);
+    col_err err = {0};
+    const float *la = NULL, *lb = NULL;
+    bool ok = ta && tb && col_lm_trainer_next_logits(ta, ids, T, &la, &err) == COL_OK;
+    float first = ok ? la[0] : 0, l2 = 0;
+    ok = ok && col_lm_trainer_next_logits(tb, ids, T, &lb, &err) == COL_OK;
+    TL_OK(ok && first == lb[0] && memcmp(la, lb, sizeof(float) * V) == 0, "inference logits equal the training session's: %s", err.msg);
+    mt_pool_stats sa, sb;
+    mt_stats(col_lm_trainer_pool(ta), &sa);
+    mt_stats(col_lm_trainer_pool(tb), &sb);
+    TL_OK(sb.tensor_bytes[MT_GRAD] == 0 && sb.tensor_bytes[MT_OPTSTATE] == 0 && sa.tensor_bytes[MT_GRAD] > 0 &&
+              sb.tensor_bytes[MT_PARAM] == sa.tensor_bytes[MT_PARAM],
+          "no gradient or optimizer memory (%zu vs %zu bytes of gradients)", sb.tensor_bytes[MT_GRAD],
+          sa.tensor_bytes[MT_GRAD]);
+    col_lm_step_info info;
+    TL_OK(tb && col_lm_trainer_step(tb, ids, tg, &info, &err) == COL_ESTATE && strstr(err.msg, "inference"),
+          "training it is refused: %s", err.msg);
+    TL_OK(tb && col_lm_trainer_eval(tb, ids, tg, &l2, NULL, &err) == COL_OK && isfinite(l2), "evaluation works");
+    col_lm_trainer_free(ta);
+    col_lm_trainer_free(tb);
+}
+
 int main(void)
 {
     tl_cpu_backend(&be);
@@ -263,6 +293,7 @@ int main(void)
     test_learns_and_samples();
     test_errors();
     test_grad_accum();
+    test_inference_session();
     col_cpu_backend_free(&be);
     return tl_done();
 }
