@@ -147,6 +147,10 @@ col_status col_lm_source_open(const char *model, const char *tokenizer, bool nee
     }
     if (out->tok)
         detect_chat(out);
+    if (out->preset[0] && out->tok) { /* a preset's special ids are its tokenizer's */
+        out->config.bos_id = col_tok_bos_id(out->tok);
+        out->config.eos_id = col_tok_eos_id(out->tok);
+    }
     return COL_OK;
 }
 
