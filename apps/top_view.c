@@ -1,0 +1,596 @@
+/* top_view.c - the screens of colossal-top (and colossal-finetune --tui). */
+#include "top_view.h"
+
+#include <langinfo.h>
+#include <locale.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <wchar.h>
+
+enum { PAIR_COMPUTE = 1, PAIR_HOST, PAIR_NVME, PAIR_NONE, PAIR_WARN, PAIR_LOSS,
+       PAIR_MAP_COMPUTE, PAIR_MAP_HOST, PAIR_MAP_NVME, PAIR_MAP_NONE };
+
+/* the tiers in the order shown: nearest the compute first */
+static const mt_tier k_tiers[MT_NTIERS] = {MT_TIER_GPU, MT_TIER_HOST, MT_TIER_NVME};
+static const char *const k_kind_label[MT_NKINDS] = {"params", "grads", "optimizer"};
+
+typedef struct {
+    WINDOW *w;
+    int rows, cols;
+    const top_ui *ui;
+} canvas;
+
+/* ---- small formatting helpers ---- */
+
+void top_fmt_bytes(double b, char *buf, size_t n)
+{
+    static const char units[] = "KMGTPE";
+    if (!(b >= 0))
+        b = 0;
+    if (b < 1024) {
+        snprintf(buf, n, "%.0fB", b);
+        return;
+    }
+    int u = -1;
+    while (b >= 1024 && u < 5)
+        b /= 1024, u++;
+    snprintf(buf, n, "%.1f%c", b, units[u]);
+}
+
+static void fmt_secs(double s, char *buf, size_t n)
+{
+    if (!(s >= 0) || s > 1e9)
+        s = 0;
+    long t = (long)s;
+    if (t < 60)
+        snprintf(buf, n, "%lds", t);
+    else if (t < 3600)
+        snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+    else if (t < 86400)
+        snprintf(buf, n, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else
+        snprintf(buf, n, "%ldd%02ldh", t / 86400, t / 3600 % 24);
+}
+
+static void fmt_loss(const mt_stats_data *d, char *buf, size_t n)
+{
+    if (d->nlosses == 0 && d->step == 0)
+        snprintf(buf, n, "-");
+    else if (!isfinite(d->loss))
+        snprintf(buf, n, "%s", isnan(d->loss) ? "nan" : "inf");
+    else
+        snprintf(buf, n, "%.4f", d->loss);
+}
+
+static attr_t pair(const canvas *c, int p) { return c->ui->color ? (attr_t)COLOR_PAIR(p) : A_NORMAL; }
+
+static int tier_pair(mt_tier t, bool map)
+{
+    switch (t) {
+    case MT_TIER_GPU: return map ? PAIR_MAP_COMPUTE : PAIR_COMPUTE;
+    case MT_TIER_HOST: return map ? PAIR_MAP_HOST : PAIR_HOST;
+    case MT_TIER_NVME: return map ? PAIR_MAP_NVME : PAIR_NVME;
+    default: return map ? PAIR_MAP_NONE : PAIR_NONE;
+    }
+}
+
+/* Text at (y, x), clipped to the window; returns the column after it. */
+static int put(const canvas *c, int y, int x, attr_t a, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int put(const canvas *c, int y, int x, attr_t a, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    int len = (int)strlen(buf);
+    if (y < 0 || y >= c->rows || x < 0 || x >= c->cols)
+        return x + len;
+    wattron(c->w, a);
+    mvwaddnstr(c->w, y, x, buf, c->cols - x);
+    wattroff(c->w, a);
+    return x + len;
+}
+
+static void put_wide(const canvas *c, int y, int x, attr_t a, const wchar_t *s, int n)
+{
+    if (y < 0 || y >= c->rows || x < 0 || x >= c->cols)
+        return;
+    if (n > c->cols - x)
+        n = c->cols - x;
+    wattron(c->w, a);
+    mvwaddnwstr(c->w, y, x, s, n);
+    wattroff(c->w, a);
+}
+
+/* A bar: "label [|||||.....] used/budget" in width columns. */
+static void draw_bar(const canvas *c, int y, int x, int width, mt_tier t, uint64_t used, uint64_t budget)
+{
+    char u[16], b[16], text[40];
+    top_fmt_bytes((double)used, u, sizeof u);
+    if (budget)
+        top_fmt_bytes((double)budget, b, sizeof b);
+    else
+        snprintf(b, sizeof b, "-");
+    snprintf(text, sizeof text, "%s/%s", u, b);
+    const char *label = mt_stats_tier_name(t);
+    int tw = (int)strlen(text) > 11 ? (int)strlen(text) : 11; /* a fixed column, so the bars line up */
+    int inner = width - 8 - 3 - tw;
+    put(c, y, x, pair(c, tier_pair(t, false)) | A_BOLD, "%-7s", label);
+    if (inner < 4) {
+        put(c, y, x + 8, A_NORMAL, "%s", text);
+        return;
+    }
+    int fill = 0;
+    bool over = budget && used > budget;
+    if (budget)
+        fill = over ? inner : (int)((double)inner * (double)used / (double)budget + 0.5);
+    if (fill == 0 && used > 0 && budget)
+        fill = 1; /* something is there: show it */
+    put(c, y, x + 8, A_BOLD, "[");
+    char bar[512];
+    int nb = inner < (int)sizeof bar - 1 ? inner : (int)sizeof bar - 1;
+    for (int i = 0; i < nb; i++)
+        bar[i] = i < fill ? '|' : ' ';
+    bar[nb] = 0;
+    put(c, y, x + 9, over ? pair(c, PAIR_WARN) | A_BOLD : pair(c, tier_pair(t, false)), "%s", bar);
+    put(c, y, x + 9 + nb, A_BOLD, "]");
+    put(c, y, x + 11 + nb, over ? pair(c, PAIR_WARN) : A_NORMAL, "%s", text);
+}
+
+/* The last `width` losses, one character each, scaled between their min and max. */
+static void draw_spark(const canvas *c, int y, int x, int width, const mt_stats_data *d)
+{
+    static const wchar_t blocks[] = L"\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588";
+    static const char ascii[] = "._-~=+*#";
+    if (width <= 0)
+        return;
+    float v[MT_STATS_LOSS_RING];
+    int n = mt_stats_recent_losses(d, v, width < MT_STATS_LOSS_RING ? width : MT_STATS_LOSS_RING);
+    if (n == 0) {
+        put(c, y, x, A_DIM, "(no loss yet)");
+        return;
+    }
+    float lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (isfinite(v[i]))
+            lo = fminf(lo, v[i]), hi = fmaxf(hi, v[i]);
+    wchar_t ws[MT_STATS_LOSS_RING + 1];
+    char cs[MT_STATS_LOSS_RING + 1];
+    for (int i = 0; i < n; i++) {
+        int lvl = 3;
+        if (!isfinite(v[i]))
+            lvl = -1;
+        else if (hi > lo)
+            lvl = (int)lrintf((v[i] - lo) / (hi - lo) * 7.0f);
+        ws[i] = lvl < 0 ? L'?' : blocks[lvl];
+        cs[i] = lvl < 0 ? '?' : ascii[lvl];
+    }
+    ws[n] = 0, cs[n] = 0;
+    if (c->ui->unicode)
+        put_wide(c, y, x, pair(c, PAIR_LOSS), ws, n);
+    else
+        put(c, y, x, pair(c, PAIR_LOSS), "%s", cs);
+}
+
+/* "compute 60%  wait 15%  optimizer 25%" of the last step */
+static void fmt_split(const mt_stats_data *d, char *buf, size_t n)
+{
+    double sum = d->step_compute + d->step_wait + d->step_optim;
+    if (!(sum > 0)) {
+        snprintf(buf, n, "no step timed yet");
+        return;
+    }
+    snprintf(buf, n, "step %.*fs: compute %.0f%% wait %.0f%% optim %.0f%%", sum < 10 ? 3 : 1, sum,
+             100 * d->step_compute / sum, 100 * d->step_wait / sum, 100 * d->step_optim / sum);
+}
+
+/* The one-line description of a process; returns the next row. */
+static int draw_proc_line(const canvas *c, int y, const top_proc *p, bool selected)
+{
+    attr_t a = selected ? A_REVERSE | A_BOLD : A_BOLD;
+    if (selected)
+        put(c, y, 0, a, "%*s", c->cols, "");
+    int x = put(c, y, 0, a, "%s%-7d ", selected ? ">" : " ", p->pid);
+    if (!p->ok) {
+        put(c, y, x, a, "?");
+        put(c, y + 1, 9, pair(c, PAIR_WARN), "%s", p->problem);
+        return y + 2;
+    }
+    const mt_stats_data *d = &p->snap.d;
+    char loss[32], up[32];
+    fmt_loss(d, loss, sizeof loss);
+    fmt_secs(c->ui->now - p->snap.start_time, up, sizeof up);
+    x = put(c, y, x, a, "%-18s %-16s step %lld/%lld  loss %s  %.0f tok/s  up %s", p->snap.program,
+            d->run[0] ? d->run : "-", (long long)d->step, (long long)d->total_steps, loss, d->tokens_per_s, up);
+    double quiet = c->ui->now - d->updated;
+    if (d->updated == 0)
+        put(c, y, x + 2, a | pair(c, PAIR_WARN), "(nothing published yet)");
+    else if (quiet > 10 + 5 * c->ui->delay) {
+        char q[32];
+        fmt_secs(quiet, q, sizeof q);
+        put(c, y, x + 2, a | pair(c, PAIR_WARN), "(no update for %s)", q);
+    }
+    return y + 1;
+}
+
+static int proc_block_rows(const canvas *c, const top_proc *p)
+{
+    if (!p->ok)
+        return 3;
+    return c->cols >= 100 ? 5 : 6;
+}
+
+static void draw_overview(const canvas *c, const top_proc *procs, int n)
+{
+    int sel = c->ui->selected;
+    /* scroll so the selected process is on screen */
+    int first = 0, bottom = 2;
+    for (int i = 0; i <= sel && i < n; i++)
+        bottom += proc_block_rows(c, &procs[i]);
+    while (first < sel && bottom > c->rows)
+        bottom -= proc_block_rows(c, &procs[first++]);
+    int y = 2;
+    for (int i = first; i < n && y < c->rows; i++) {
+        const top_proc *p = &procs[i];
+        int next = y + proc_block_rows(c, p);
+        y = draw_proc_line(c, y, p, i == sel);
+        if (p->ok) {
+            const mt_stats_data *d = &p->snap.d;
+            bool side = c->cols >= 100;
+            int bw = side ? (c->cols - 4) / 2 : c->cols - 4;
+            for (int t = 0; t < MT_NTIERS; t++)
+                draw_bar(c, y + t, 4, bw, k_tiers[t], d->tier_used[k_tiers[t]], d->tier_budget[k_tiers[t]]);
+            char split[128];
+            fmt_split(d, split, sizeof split);
+            int rx = side ? 4 + bw + 3 : 4, ry = side ? y : y + 3;
+            int sx = put(c, ry, rx, A_BOLD, "loss ");
+            draw_spark(c, ry, sx, c->cols - sx - 1, d);
+            if (side) {
+                put(c, ry + 1, rx, A_NORMAL, "%s", split);
+                double in = 0, out = 0;
+                for (int l = 0; l < MT_NLINKS; l++)
+                    if (p->rate[l] > 0)
+                        *(l == MT_LINK_H2C || l == MT_LINK_N2H ? &in : &out) += p->rate[l];
+                char a[16], b[16];
+                top_fmt_bytes(in, a, sizeof a), top_fmt_bytes(out, b, sizeof b);
+                put(c, ry + 2, rx, A_NORMAL, "links: %s/s toward compute, %s/s away", a, b);
+            }
+        }
+        y = next;
+    }
+}
+
+static void draw_chunks(const canvas *c, const top_proc *p)
+{
+    int y = draw_proc_line(c, 2, p, false) + 1;
+    if (!p->ok)
+        return;
+    const mt_stats_data *d = &p->snap.d;
+    int shown = d->nchunks < MT_STATS_MAX_CHUNKS ? (int)d->nchunks : MT_STATS_MAX_CHUNKS;
+    if ((int)d->nchunks > shown)
+        put(c, y++, 1, A_NORMAL, "%u chunks; the map holds the first %d", d->nchunks, shown);
+    else
+        put(c, y++, 1, A_NORMAL, "%u chunks", d->nchunks);
+    /* legend */
+    int x = 1;
+    static const char letters[] = "chn";
+    for (int t = 0; t < MT_NTIERS; t++) {
+        x = put(c, y, x, pair(c, tier_pair(k_tiers[t], true)), "%c", letters[t]);
+        x = put(c, y, x + 1, A_NORMAL, "%s  ", mt_stats_tier_name(k_tiers[t]));
+    }
+    x = put(c, y, x, pair(c, PAIR_MAP_NONE), "-");
+    put(c, y, x + 1, A_NORMAL, "no memory   upper case: dirty   reverse: in use");
+    y += 2;
+    /* bytes per kind and tier */
+    put(c, y++, 1, A_BOLD, "%-10s %10s %10s %10s", "", "compute", "host", "nvme");
+    for (int k = 0; k < MT_NKINDS; k++) {
+        char b[MT_NTIERS][16];
+        for (int t = 0; t < MT_NTIERS; t++)
+            top_fmt_bytes((double)d->kind_bytes[k][k_tiers[t]], b[t], sizeof b[t]);
+        put(c, y++, 1, A_NORMAL, "%-10s %10s %10s %10s", k_kind_label[k], b[0], b[1], b[2]);
+    }
+    y++;
+    /* one grid per kind, in allocation order */
+    int per_line = c->cols - 2 > 1 ? c->cols - 2 : 1;
+    for (int k = 0; k < MT_NKINDS && y < c->rows; k++) {
+        int count[MT_NTIERS + 1] = {0}, total = 0;
+        for (int i = 0; i < shown; i++)
+            if (mt_stats_chunk_kind(d->chunk_map[i]) == (mt_kind)k) {
+                mt_tier t = mt_stats_chunk_tier(d->chunk_map[i]);
+                count[t == MT_TIER_GPU ? 0 : t == MT_TIER_HOST ? 1 : t == MT_TIER_NVME ? 2 : 3]++;
+                total++;
+            }
+        put(c, y++, 1, A_BOLD, "%s: %d chunks (compute %d, host %d, nvme %d, none %d)", k_kind_label[k], total,
+            count[0], count[1], count[2], count[3]);
+        int kinds_left = MT_NKINDS - k;
+        int max_lines = (c->rows - y) / kinds_left - 1;
+        if (max_lines < 1)
+            max_lines = 1;
+        int col = 0, line = 0, drawn = 0;
+        for (int i = 0; i < shown && line < max_lines && y + line < c->rows; i++) {
+            uint8_t code = d->chunk_map[i];
+            if (mt_stats_chunk_kind(code) != (mt_kind)k)
+                continue;
+            mt_tier t = mt_stats_chunk_tier(code);
+            char ch = t == MT_TIER_GPU ? 'c' : t == MT_TIER_HOST ? 'h' : t == MT_TIER_NVME ? 'n' : '-';
+            if (code & MT_STATS_CHUNK_DIRTY && ch != '-')
+                ch = (char)(ch - 'a' + 'A');
+            attr_t a = pair(c, tier_pair(t, true)) | ((code & MT_STATS_CHUNK_IN_USE) ? A_REVERSE : A_NORMAL);
+            put(c, y + line, 1 + col, a, "%c", ch);
+            drawn++;
+            if (++col == per_line)
+                col = 0, line++;
+        }
+        if (drawn < total) {
+            int ly = y + (line < max_lines ? line : max_lines - 1);
+            char more[32];
+            snprintf(more, sizeof more, " +%d more", total - drawn);
+            put(c, ly, c->cols - 13 > 1 ? c->cols - 13 : 1, A_BOLD, "%-12s", more);
+        }
+        y += (drawn + per_line - 1) / per_line + 1;
+        if (drawn == 0)
+            y++;
+    }
+}
+
+static void draw_links(const canvas *c, const top_proc *p)
+{
+    int y = draw_proc_line(c, 2, p, false) + 1;
+    if (!p->ok)
+        return;
+    const mt_stats_data *d = &p->snap.d;
+    put(c, y++, 1, A_BOLD, "%-16s %12s %14s", "link", "total", "rate");
+    for (int l = 0; l < MT_NLINKS; l++) {
+        char tot[16], rate[24];
+        top_fmt_bytes((double)d->link_bytes[l], tot, sizeof tot);
+        if (p->rate[l] < 0)
+            snprintf(rate, sizeof rate, "-");
+        else
+            top_fmt_bytes(p->rate[l], rate, sizeof rate), strcat(rate, "/s");
+        put(c, y++, 1, A_NORMAL, "%-16s %12s %14s", mt_stats_link_name((mt_link)l), tot, rate);
+    }
+    char nw[16];
+    top_fmt_bytes((double)d->nvme_written, nw, sizeof nw);
+    put(c, y++, 1, A_NORMAL, "%-16s %12s", "nvme written", nw);
+    y++;
+    put(c, y++, 1, A_BOLD, "%-16s %12s %14s", "step time", "last step", "all steps");
+    const char *names[3] = {"compute", "waiting", "optimizer"};
+    double last[3] = {d->step_compute, d->step_wait, d->step_optim};
+    double all[3] = {d->total_compute, d->total_wait, d->total_optim};
+    double sl = last[0] + last[1] + last[2], sa = all[0] + all[1] + all[2];
+    for (int i = 0; i < 3; i++)
+        put(c, y++, 1, A_NORMAL, "%-16s %11.3fs %8.1fs %3.0f%%", names[i], last[i], all[i],
+            sa > 0 ? 100 * all[i] / sa : 0.0);
+    /* the last step's split as one bar */
+    int bw = c->cols - 4;
+    if (bw > 2 && sl > 0) {
+        static const char ch[3] = {'C', 'W', 'O'};
+        static const int pairs[3] = {PAIR_COMPUTE, PAIR_WARN, PAIR_NVME};
+        int x = 2, used = 0;
+        for (int i = 0; i < 3; i++) {
+            int w = i == 2 ? bw - used : (int)((double)bw * last[i] / sl + 0.5);
+            if (w > bw - used)
+                w = bw - used;
+            char buf[512];
+            int nb = w < (int)sizeof buf - 1 ? w : (int)sizeof buf - 1;
+            memset(buf, ch[i], (size_t)(nb > 0 ? nb : 0));
+            buf[nb > 0 ? nb : 0] = 0;
+            x = put(c, y, x, pair(c, pairs[i]) | A_REVERSE, "%s", buf);
+            used += nb > 0 ? nb : 0;
+        }
+        y++;
+        put(c, y++, 2, A_DIM, "C compute  W waiting for transfers  O optimizer (last step)");
+    }
+    y++;
+    char loss[32];
+    fmt_loss(d, loss, sizeof loss);
+    put(c, y++, 1, A_NORMAL, "step %lld/%lld   %.0f tok/s   loss %s", (long long)d->step, (long long)d->total_steps,
+        d->tokens_per_s, loss);
+    int sx = put(c, y, 1, A_BOLD, "loss ");
+    draw_spark(c, y, sx, c->cols - sx - 1, d);
+}
+
+void top_view_draw(WINDOW *w, const top_ui *ui, const top_proc *procs, int n)
+{
+    canvas c = {w, 0, 0, ui};
+    getmaxyx(w, c.rows, c.cols);
+    werase(w);
+    if (c.rows < 1 || c.cols < 1)
+        return;
+    if (c.rows < 4 || c.cols < 30) {
+        put(&c, 0, 0, A_BOLD, "%s: window too small", ui->title);
+        return;
+    }
+    /* title: program, process count, the views with the current one marked */
+    put(&c, 0, 0, A_REVERSE, "%*s", c.cols, "");
+    int x = put(&c, 0, 0, A_REVERSE | A_BOLD, "%s", ui->title);
+    if (ui->delay > 0)
+        x = put(&c, 0, x, A_REVERSE, "  %d process%s  every %.1fs   ", n, n == 1 ? "" : "es", ui->delay);
+    else
+        x = put(&c, 0, x, A_REVERSE, "  this run   ");
+    static const char *const views[] = {"1 overview", "2 chunks", "3 links"};
+    for (int v = 0; v < 3; v++) {
+        bool cur = (int)ui->view == v + 1;
+        x = put(&c, 0, x, A_REVERSE | (cur ? A_BOLD : A_NORMAL), cur ? "[%s]" : " %s ", views[v]);
+        x = put(&c, 0, x, A_REVERSE, " ");
+    }
+    put(&c, 0, x + 1, A_REVERSE, "j/k select  q quit");
+    if (n == 0) {
+        put(&c, c.rows / 2, (c.cols - 30) / 2, A_BOLD, "no colossal process is running");
+        return;
+    }
+    int sel = ui->selected < 0 ? 0 : ui->selected >= n ? n - 1 : ui->selected;
+    switch (ui->view) {
+    case TOP_VIEW_CHUNKS: draw_chunks(&c, &procs[sel]); break;
+    case TOP_VIEW_LINKS: draw_links(&c, &procs[sel]); break;
+    default: draw_overview(&c, procs, n); break;
+    }
+}
+
+bool top_view_key(top_ui *ui, int key, int n)
+{
+    switch (key) {
+    case 'q': case 'Q': case 27: return false;
+    case '1': ui->view = TOP_VIEW_OVERVIEW; break;
+    case '2': ui->view = TOP_VIEW_CHUNKS; break;
+    case '3': ui->view = TOP_VIEW_LINKS; break;
+    case '\t': case KEY_RIGHT: ui->view = ui->view % 3 + 1; break;
+    case KEY_BTAB: case KEY_LEFT: ui->view = (ui->view + 1) % 3 + 1; break;
+    case 'k': case KEY_UP: ui->selected--; break;
+    case 'j': case KEY_DOWN: ui->selected++; break;
+    case KEY_HOME: ui->selected = 0; break;
+    case KEY_END: ui->selected = n - 1; break;
+    default: break;
+    }
+    if (ui->selected >= n)
+        ui->selected = n - 1;
+    if (ui->selected < 0)
+        ui->selected = 0;
+    return true;
+}
+
+void top_proc_set(top_proc *p, const mt_stats_snapshot *s, const top_proc *prev)
+{
+    p->pid = s->pid;
+    p->ok = true;
+    p->problem[0] = 0;
+    p->snap = *s;
+    for (int l = 0; l < MT_NLINKS; l++) {
+        p->rate[l] = -1;
+        if (!prev || !prev->ok || prev->pid != s->pid)
+            continue;
+        double dt = s->d.updated - prev->snap.d.updated;
+        if (dt > 0 && s->d.link_bytes[l] >= prev->snap.d.link_bytes[l])
+            p->rate[l] = (double)(s->d.link_bytes[l] - prev->snap.d.link_bytes[l]) / dt;
+        else if (dt == 0)
+            p->rate[l] = prev->rate[l]; /* nothing new published: keep the last rate */
+    }
+}
+
+void top_view_setup(top_ui *ui)
+{
+    const char *cs = nl_langinfo(CODESET);
+    ui->unicode = cs && !strcmp(cs, "UTF-8");
+    ui->color = has_colors() && start_color() == OK;
+    if (!ui->color)
+        return;
+    use_default_colors();
+    init_pair(PAIR_COMPUTE, COLOR_GREEN, -1);
+    init_pair(PAIR_HOST, COLOR_CYAN, -1);
+    init_pair(PAIR_NVME, COLOR_MAGENTA, -1);
+    init_pair(PAIR_NONE, COLOR_WHITE, -1);
+    init_pair(PAIR_WARN, COLOR_RED, -1);
+    init_pair(PAIR_LOSS, COLOR_YELLOW, -1);
+    init_pair(PAIR_MAP_COMPUTE, COLOR_BLACK, COLOR_GREEN);
+    init_pair(PAIR_MAP_HOST, COLOR_BLACK, COLOR_CYAN);
+    init_pair(PAIR_MAP_NVME, COLOR_BLACK, COLOR_MAGENTA);
+    init_pair(PAIR_MAP_NONE, COLOR_WHITE, -1);
+}
+
+/* ---- a terminal session ---- */
+
+struct top_tui {
+    top_ui ui;
+    SCREEN *screen;
+    top_proc cur, prev;
+    bool quit;
+};
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+top_tui *top_tui_open(const char *title)
+{
+    if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))
+        return NULL;
+    top_tui *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    setlocale(LC_ALL, "");
+    t->screen = newterm(NULL, stdout, stdin); /* unlike initscr, returns NULL rather than exiting */
+    if (!t->screen) {
+        free(t);
+        return NULL;
+    }
+    cbreak();
+    noecho();
+    keypad(stdscr, TRUE);
+    curs_set(0);
+    t->ui = (top_ui){.view = TOP_VIEW_OVERVIEW, .delay = 1.0, .title = title ? title : "colossal-top"};
+    top_view_setup(&t->ui);
+    return t;
+}
+
+top_ui *top_tui_ui(top_tui *t) { return &t->ui; }
+
+void top_tui_frame(top_tui *t, const top_proc *procs, int n)
+{
+    if (t->ui.selected >= n)
+        t->ui.selected = n > 0 ? n - 1 : 0;
+    t->ui.now = wall_now();
+    top_view_draw(stdscr, &t->ui, procs, n);
+    wnoutrefresh(stdscr);
+    doupdate();
+}
+
+bool top_tui_wait(top_tui *t, const top_proc *procs, int n, int ms)
+{
+    double end = mono_ms() + ms;
+    for (;;) {
+        double left = end - mono_ms();
+        if (left <= 0)
+            return true;
+        wtimeout(stdscr, (int)left + 1);
+        int ch = wgetch(stdscr);
+        if (ch == ERR)
+            continue; /* the time is up, or a signal came in: look at the clock */
+        if (!top_view_key(&t->ui, ch, n))
+            return false;
+        if (ch == KEY_RESIZE)
+            clearok(stdscr, TRUE); /* the terminal's old contents are not to be trusted */
+        top_tui_frame(t, procs, n);
+    }
+}
+
+bool top_tui_show(top_tui *t, const mt_stats_snapshot *s)
+{
+    t->prev = t->cur;
+    top_proc_set(&t->cur, s, &t->prev);
+    t->ui.delay = 0;
+    top_tui_frame(t, &t->cur, 1);
+    wtimeout(stdscr, 0);
+    int ch;
+    while (!t->quit && (ch = wgetch(stdscr)) != ERR) {
+        if (!top_view_key(&t->ui, ch, 1))
+            t->quit = true;
+        else
+            top_tui_frame(t, &t->cur, 1);
+    }
+    return t->quit;
+}
+
+void top_tui_close(top_tui *t)
+{
+    if (!t)
+        return;
+    endwin();
+    delscreen(t->screen);
+    free(t);
+}

@@ -1,0 +1,202 @@
+#!/bin/sh
+# test_top_cli.sh - colossal-top against the scripted tests/stats_publisher:
+# --json carries exactly the published values, --once draws them, bad
+# arguments are refused, and the live screen is driven in tmux (start,
+# capture, switch views, select, resize, quit). TAP output.
+TOP=${TOP:-apps/colossal-top}
+PUB=${STATS_PUBLISHER:-tests/stats_publisher}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/colossal-top-test.XXXXXX")
+sock=colossal-top-test-$$
+n=0
+failed=0
+pids=
+
+ok() { # ok STATUS DESCRIPTION
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=1; fi
+}
+skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
+cleanup() {
+    command -v tmux >/dev/null 2>&1 && tmux -L "$sock" kill-server 2>/dev/null
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+# start_pub FILE ARGS...: starts a publisher, waits until it has published, sets $pub_pid
+start_pub() {
+    out=$1
+    shift
+    "$PUB" "$@" >"$out" &
+    pids="$pids $!"
+    i=0
+    while [ $i -lt 50 ] && ! grep -q '^ready' "$out" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    pub_pid=$(sed -n 's/^ready //p' "$out")
+}
+
+start_pub "$tmp/a.out" --program top-test-pub --run gpt2-test
+A=$pub_pid
+start_pub "$tmp/b.out" --program top-test-pub --run second-run
+B=$pub_pid
+[ -n "$A" ] && [ -n "$B" ] && [ -e "/dev/shm/colossal-$A" ]
+ok $? "two scripted publishers are running ($A, $B)"
+
+# ---- --json: the published values, exactly (expected values from the script in stats_publisher.c) ----
+M=1048576
+G=1073741824
+"$TOP" --json -p "$A" >"$tmp/json"
+ok $? "--json exits 0"
+# our object, cut out of the array (other colossal processes may be running)
+sed 's/.*{"pid":'"$A"',/{"pid":'"$A"',/; s/\("flags":"[^"]*"}}\).*/\1/' "$tmp/json" >"$tmp/obj"
+grep -q '^{"format_version":1,"processes":\[{"pid":'"$A"',"program":"top-test-pub","run":"gpt2-test",' "$tmp/json"
+ok $? "--json: one object with an array; pid, program and run name"
+want='"step":120,"total_steps":600,"loss":2.5,"tokens_per_s":1234.5,'
+want=$want'"tiers":{"compute":{"used":'$((48 * M))',"budget":'$((64 * M))'},"host":{"used":'$((12 * M))
+want=$want',"budget":'$((64 * M))'},"nvme":{"used":'$((3 * G / 2))',"budget":0}},'
+grep -qF "$want" "$tmp/obj"
+ok $? "--json: step, loss, tokens/s and the bytes of every tier"
+want='"kinds":{"params":{"compute":'$((32 * M))',"host":'$((8 * M))',"nvme":0},"grads":{"compute":'$((16 * M))
+want=$want',"host":0,"nvme":0},"optimizer":{"compute":0,"host":'$((4 * M))',"nvme":'$((3 * G / 2))'}},'
+want=$want'"links":{"host->compute":'$((3 * G))',"compute->host":'$G',"host->nvme":'$((3 * G / 2))
+want=$want',"nvme->host":'$((512 * M))'},"nvme_written":'$((3 * G / 2))','
+grep -qF "$want" "$tmp/obj"
+ok $? "--json: bytes per kind and tier, per link, written to NVMe"
+grep -qF '"step_time":{"last":{"compute":0.5,"wait":0.25,"optimizer":0.25},"total":{"compute":60,"wait":30,"optimizer":30}}' "$tmp/obj"
+ok $? "--json: the step-time split, last step and all steps"
+grep -qF '"losses":[4,3.875,3.75,3.625,3.5,3.375,3.25,3.125,3,2.875,2.75,2.625,2.5]' "$tmp/obj"
+ok $? "--json: the losses, oldest first"
+grep -qF '"chunks":{"count":10,"tier":"ccchcchnn-","kind":"ppppggoooo","flags":".d..u.d..."}}' "$tmp/obj"
+ok $? "--json: the chunk map (tier, kind, dirty / in use)"
+"$TOP" --json | grep -q '"pid":'"$B"',"program":"top-test-pub","run":"second-run"'
+ok $? "--json without -p lists the other publisher too"
+out=$("$TOP" --json -p 1)
+[ "$out" = '{"format_version":1,"processes":[]}' ]
+ok $? "--json with no matching process: an empty array"
+
+# ---- --once: one frame as text ----
+COLUMNS=100 LINES=20 LC_ALL=C "$TOP" --once -p "$A" >"$tmp/once"
+ok $? "--once exits 0"
+grep -q "^>$A  *top-test-pub  *gpt2-test  *step 120/600  loss 2.5000  1234 tok/s" "$tmp/once"
+ok $? "--once: the process line"
+grep -q '^    compute \[|*  *\] 48\.0M/64\.0M' "$tmp/once" && grep -q '^    host    \[|*  *\] 12\.0M/64\.0M' "$tmp/once" &&
+    grep -q '^    nvme    \[  *\] 1\.5G/-' "$tmp/once"
+ok $? "--once: a bar per tier with used/budget"
+# 48/64 and 12/64 of the same width: the compute bar is 4 times the host bar (give or take rounding)
+cb=$(grep '^    compute \[' "$tmp/once" | tr -cd '|' | wc -c)
+hb=$(grep '^    host    \[' "$tmp/once" | tr -cd '|' | wc -c)
+[ "$cb" -gt 0 ] && [ $((4 * hb - cb)) -le 3 ] && [ $((cb - 4 * hb)) -le 3 ]
+ok $? "--once: bar lengths follow used/budget (compute $cb, host $hb)"
+# 13 losses from 4 to 2.5 scaled to 8 levels ._-~=+*# (level = round((loss - 2.5) / 1.5 * 7))
+grep -q 'loss #\*\*++==~--__\.$' "$tmp/once"
+ok $? "--once: the loss sparkline in ASCII without a UTF-8 locale"
+COLUMNS=100 LINES=20 LC_ALL=C.UTF-8 "$TOP" --once -p "$A" | grep -q 'loss █▇▇▆▆▅▅▄▃▃▂▂▁$'
+ok $? "--once: the loss sparkline in block characters with UTF-8"
+COLUMNS=80 LINES=30 LC_ALL=C "$TOP" --once --view 2 -p "$A" >"$tmp/once2"
+grep -q '^ params: 4 chunks (compute 3, host 1, nvme 0, none 0)' "$tmp/once2" && grep -q '^ cCch$' "$tmp/once2" &&
+    grep -q '^ cc$' "$tmp/once2" && grep -q '^ Hnn-$' "$tmp/once2" &&
+    grep -q '^ optimizer  *0B  *4\.0M  *1\.5G$' "$tmp/once2"
+ok $? "--once --view 2: the chunk map per kind and the bytes per kind and tier"
+COLUMNS=80 LINES=30 LC_ALL=C "$TOP" --once --view 3 -p "$A" >"$tmp/once3"
+grep -q '^ host->compute  *3\.0G' "$tmp/once3" && grep -q '^ nvme->host  *512\.0M' "$tmp/once3" &&
+    grep -q '^ waiting  *0\.250s  *30\.0s  25%' "$tmp/once3"
+ok $? "--once --view 3: link totals and the step-time split"
+COLUMNS=80 LINES=24 "$TOP" --once -p 1 | grep -q 'no colossal process is running'
+ok $? "--once with no process: says so"
+
+# ---- untrusted contents: random bytes in every field must not crash any view ----
+bad=0
+for seed in 1 2 3; do
+    start_pub "$tmp/r$seed.out" --program random-pub --random $seed
+    R=$pub_pid
+    "$TOP" --json -p "$R" >"$tmp/rj" && grep -q '"pid":'"$R"',"program":"random-pub"' "$tmp/rj" || bad=1
+    for v in 1 2 3; do
+        for size in 100x40 30x5 200x60; do
+            COLUMNS=${size%x*} LINES=${size#*x} LC_ALL=C.UTF-8 "$TOP" --once --view $v -p "$R" >/dev/null || bad=1
+        done
+    done
+    kill "$R" 2>/dev/null
+done
+ok $bad "random contents: --json and every view at three sizes exit 0"
+
+# ---- bad arguments ----
+for bad in "-d 0" "-d x" "--view 9" "-p abc" "--bogus" "--json --once" "-d"; do
+    # shellcheck disable=SC2086
+    "$TOP" $bad >/dev/null 2>"$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q '^colossal-top: ' "$tmp/err"
+    ok $? "'$bad' is a usage error (exit $rc): $(head -c 100 "$tmp/err")"
+done
+"$TOP" </dev/null >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q 'must be a terminal' "$tmp/err"
+ok $? "without a terminal the live view refuses clearly (exit $rc)"
+
+# ---- the live screen in tmux ----
+if ! command -v tmux >/dev/null 2>&1; then
+    for t in start views select links resize tiny back quit tui tui-keys tui-quit; do skip "tmux not installed"; done
+else
+    T="tmux -L $sock -f /dev/null"
+    screen() { $T capture-pane -p -t top 2>/dev/null; }
+    # wait_for REGEX: up to 5 s for the screen to show it
+    wait_for() {
+        i=0
+        while [ $i -lt 50 ]; do
+            screen | grep -q -- "$1" && return 0
+            sleep 0.1
+            i=$((i + 1))
+        done
+        screen >"$tmp/last_screen"
+        return 1
+    }
+    $T new-session -d -s top -x 100 -y 30 \
+        "LC_ALL=C.UTF-8 '$TOP' -d 0.2 -p $A,$B; echo \$? >'$tmp/rc'; sleep 0.3"
+    wait_for "^>$A  *top-test-pub  *gpt2-test" && wait_for "^    host    \[|*  *\] 12\.0M/64\.0M" &&
+        wait_for "^ $B  *top-test-pub  *second-run"
+    ok $? "tmux: both processes, the first selected, with their tier bars"
+    $T send-keys -t top 2
+    wait_for '\[2 chunks\]' && wait_for "^ $A  *top-test-pub" && wait_for '^ cCch$' && wait_for '^ Hnn-$'
+    ok $? "tmux: key 2 shows the chunk map of the selected process"
+    $T send-keys -t top j
+    wait_for "^ $B  *top-test-pub  *second-run"
+    ok $? "tmux: j selects the next process"
+    $T send-keys -t top 3
+    # the values do not change, so once two snapshots were seen every rate is 0
+    wait_for '\[3 links\]' && wait_for '^ host->compute  *3\.0G  *0B/s$'
+    ok $? "tmux: key 3 shows the links with their totals and rates"
+    $T resize-window -t top -x 50 -y 20
+    # the step-time bar is laid out for the width: 46 columns of C, W, O (cut off, the 100-column one shows only C)
+    wait_for '^  CCCCCCCCCCCCCCCCCCCCCCCWWWWWWWWWWWWOOOOOOOOOOO$'
+    ok $? "tmux: resized to 50x20, it redraws to fit"
+    $T resize-window -t top -x 20 -y 3
+    sleep 0.5
+    wait_for '^colossal-top: window'
+    ok $? "tmux: a 20x3 window gets a short note, no crash"
+    $T resize-window -t top -x 100 -y 30
+    wait_for '\[3 links\]' && wait_for '^ nvme->host  *512\.0M'
+    ok $? "tmux: back to 100x30, the full view again"
+    $T send-keys -t top q
+    i=0
+    while [ $i -lt 50 ] && $T has-session -t top 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    ! $T has-session -t top 2>/dev/null && [ "$(cat "$tmp/rc" 2>/dev/null)" = 0 ]
+    ok $? "tmux: q quits with status 0 and the session ends"
+
+    # a program showing its own run (what colossal-finetune --tui does): top_tui_show every 100 ms
+    $T new-session -d -s top -x 100 -y 30 \
+        "LC_ALL=C.UTF-8 '$PUB' --tui --program tui-pub --seconds 20; echo \$? >'$tmp/rc2'; sleep 0.3"
+    wait_for '^stats_publisher  this run' && wait_for '^>[0-9]*  *tui-pub  *gpt2-test  *step 120/600' &&
+        wait_for '^    host    \[|*  *\] 12\.0M/64\.0M' && wait_for 'loss █▇▇▆▆▅▅▄▃▃▂▂▁'
+    ok $? "tmux: a program's own view (top_tui_show): title, process line, bars, sparkline"
+    $T send-keys -t top 3
+    wait_for '\[3 links\]' && wait_for '^ host->compute  *3\.0G  *0B/s$'
+    ok $? "tmux: its keys switch views too"
+    $T send-keys -t top q
+    i=0
+    while [ $i -lt 50 ] && $T has-session -t top 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    ! $T has-session -t top 2>/dev/null && [ "$(cat "$tmp/rc2" 2>/dev/null)" = 0 ]
+    ok $? "tmux: q ends it with status 0"
+    [ -f "$tmp/last_screen" ] && sed 's/^/# /' "$tmp/last_screen"
+fi
+
+echo "1..$n"
+exit $failed
