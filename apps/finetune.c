@@ -22,8 +22,10 @@
 #include "finetune.h"
 #include "lm_source.h"
 #include "memtier.h"
+#include "mt_stats.h"
 #include "outdir.h"
 #include "sampling.h"
+#include "top_view.h"
 
 /* Ctrl-C / SIGTERM: finish the step, save, exit 130. The one piece of global
  * state: a signal handler can reach nothing else. SA_RESETHAND makes a
@@ -44,6 +46,11 @@ typedef struct {
     bool tty;               /* progress on a terminal: one live line */
     double t0;
     int64_t start_step;     /* where this process started (for the ETA) */
+    mt_stats_pub *pub;      /* statistics for colossal-top (NULL when shared memory is unavailable) */
+    mt_stats_data *sd;
+    mt_stats_snapshot *snap;
+    top_tui *tui;           /* --tui */
+    bool quiet_saved;
 } run;
 
 static double now(void)
@@ -457,6 +464,24 @@ static void progress(run *r, const col_lm_step_info *info, double tok_s, double 
     }
 }
 
+/* the run's statistics for colossal-top and --tui */
+static void publish(run *r, const col_lm_step_info *info, double tok_s, double step_s)
+{
+    if (!r->pub)
+        return;
+    mt_stats_data *d = r->sd;
+    mt_stats_fill_from_pool(d, col_lm_trainer_pool(r->tr));
+    d->tier_used[MT_TIER_GPU] = col_lm_trainer_arena_bytes(r->tr);
+    d->tier_budget[MT_TIER_HOST] = r->o.cpu_mem;
+    d->step = info->step;
+    d->total_steps = r->o.steps;
+    d->tokens_per_s = tok_s;
+    mt_stats_push_loss(d, info->loss);
+    /* the trainer does not split a step into compute / transfer wait / optimizer yet: all of it is compute */
+    mt_stats_add_step_times(d, step_s, 0, 0);
+    mt_stats_publish(r->pub, d);
+}
+
 static int train(run *r)
 {
     ft_opts *o = &r->o;
@@ -493,6 +518,12 @@ static int train(run *r)
         r->state.batches = bs;
         double t = now();
         progress(r, &info, (double)(n * o->grad_accum) / (t - t_step), t - t_start);
+        publish(r, &info, (double)(n * o->grad_accum) / (t - t_step), t - t_step);
+        if (r->tui) {
+            mt_stats_pub_snapshot(r->pub, r->snap);
+            if (top_tui_show(r->tui, r->snap))
+                g_interrupted = SIGINT; /* q: stop as Ctrl-C does */
+        }
         int64_t s = info.step;
         if (can_eval && (s % eval_every == 0 || s == o->steps)) {
             double vl;
@@ -530,6 +561,11 @@ static int train(run *r)
     }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    if (r->tui) {
+        top_tui_close(r->tui);
+        r->tui = NULL;
+        r->o.quiet = r->quiet_saved;
+    }
     if (rc == 0 && g_interrupted) {
         say(r, "%s", "");
         fprintf(stderr, "colossal-finetune: interrupted: step %lld saved in %s; continue with --resume %s\n",
@@ -547,6 +583,11 @@ static int train(run *r)
 
 static void cleanup(run *r)
 {
+    if (r->tui)
+        top_tui_close(r->tui);
+    mt_stats_destroy(r->pub);
+    free(r->sd);
+    free(r->snap);
     col_lm_trainer_free(r->tr);
     col_dataset_free(r->ds);
     col_lm_source_close(&r->src);
@@ -650,6 +691,27 @@ int main(int argc, char **argv)
             o->shuffle ? "shuffled" : "in order");
         say(&r, "cpu: %d threads, OpenBLAS %s; %s to %d steps into %s/", omp_get_max_threads(),
             col_cpu_backend_blas_core(&r.be), o->resume[0] ? "resuming" : "training", o->steps, o->out);
+    }
+    if (mt_stats_create("colossal-finetune", &r.pub, &err) == COL_OK) {
+        r.sd = calloc(1, sizeof *r.sd);
+        r.snap = calloc(1, sizeof *r.snap);
+        if (r.sd && r.snap)
+            mt_stats_set_run(r.sd, o->model);
+        else
+            mt_stats_destroy(r.pub), r.pub = NULL;
+    } else {
+        say(&r, "note: no statistics for colossal-top (%s)", err.msg);
+        r.pub = NULL;
+    }
+    err.msg[0] = '\0';
+    if (o->tui) {
+        if (!r.pub || !(r.tui = top_tui_open("colossal-finetune"))) {
+            col_err_set(&err, COL_EINVAL, "--tui needs a terminal (and shared memory for the statistics)");
+            goto out;
+        }
+        r.quiet_saved = o->quiet;
+        o->quiet = true;
+        r.tty = false;
     }
     rc = train(&r);
 out:

@@ -48,7 +48,7 @@ typedef struct {
     char lora_targets[256];
     bool merge_lora;
     /* output */
-    bool json, quiet, overwrite;
+    bool json, quiet, overwrite, tui;
     /* the options as given (name, value) - what a resumed run replays */
     int nargs;
     char *arg_name[FT_MAX_ARGS], *arg_value[FT_MAX_ARGS];

@@ -30,6 +30,7 @@ static const ft_optdef optdefs[] = {
     {"checkpointing", false, true}, {"cpu-mem", true, true},     {"lora-rank", true, false},
     {"lora-alpha", true, false},  {"lora-targets", true, false}, {"merge-lora", false, true},
     {"json", false, true},        {"quiet", false, true},        {"help", false, true},
+    {"tui", false, true},
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
@@ -83,6 +84,8 @@ void ft_usage(FILE *f)
         "  --merge-lora           write the adapters merged into model.safetensors\n"
         "  --json                 one JSON object per step on stdout instead of the progress line\n"
         "  --quiet                no progress output\n"
+        "  --tui                  show the run as colossal-top does (q stops, saving, like Ctrl-C); every run\n"
+        "                         publishes its statistics for colossal-top in any case\n"
         "Ctrl-C finishes the current step, saves, and exits with status 130.\n");
 }
 
@@ -259,6 +262,7 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "merge-lora")) return o->merge_lora = true;
     if (!strcmp(name, "json")) return o->json = true;
     if (!strcmp(name, "quiet")) return o->quiet = true;
+    if (!strcmp(name, "tui")) return o->tui = true;
     return BAD("unknown option --%s", name);
 }
 

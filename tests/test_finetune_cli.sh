@@ -6,7 +6,7 @@
 ft=${FINETUNE:-./apps/colossal-finetune}
 src=$(cd "${SRCDIR:-.}" && pwd)
 tmp=$(mktemp -d)
-trap 'kill -9 $bg 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'kill -9 $bg 2>/dev/null; tmux -L colft$$ kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
 bg=
 n=0
 fails=0
@@ -150,6 +150,46 @@ check "trains on .jsonl chat data" 0 "the model is in sft" -- gpt2-tiny chat.jso
 printf '{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [{"role": "wizard", "content": "x"}]}\n' > "$tmp/bad.jsonl"
 check "bad chat line is named" 1 "bad.jsonl:2" -- gpt2-tiny bad.jsonl --out e5 --steps 1
 check "unknown chat template" 2 "--template must be" -- gpt2-tiny chat.jsonl --template jinja
+
+# ---- statistics for colossal-top; --tui ----
+top=${TOP:-$(dirname "$ft")/colossal-top}
+(cd "$tmp" && exec "$ft" gpt2-tiny corpus.txt --out stats --steps 100000 --batch 2 --seq 32 --quiet) 2>/dev/null &
+bg=$!
+tries=0
+while ! "$top" --json -p $bg 2>/dev/null | grep -q '"step":[1-9]'; do
+    tries=$((tries + 1)); [ $tries -gt 500 ] && break; sleep 0.02
+done
+snap=$("$top" --json -p $bg 2>/dev/null)
+kill -INT $bg; wait $bg; rc=$?
+if echo "$snap" | grep -q '"program":"colossal-finetune"' && echo "$snap" | grep -q '"run":"gpt2-tiny"' &&
+    echo "$snap" | grep -q '"total_steps":100000' && [ "$rc" -eq 130 ]; then
+    ok "a running fine-tune is visible in colossal-top --json (then Ctrl-C: exit $rc)"
+else
+    notok "colossal-top does not see the run (exit $rc): $(echo "$snap" | head -c 300)"
+fi
+# (checked on the file itself: colossal-top would clean up a dead process's segment on its own)
+[ -e "/dev/shm/colossal-$bg" ] && notok "the segment outlived the run" || ok "the statistics segment is removed at exit"
+if command -v tmux >/dev/null 2>&1; then
+    T="tmux -L colft$$ -f /dev/null"
+    $T new-session -d -s ft -x 110 -y 30 "cd '$tmp' && LC_ALL=C.UTF-8 '$ft' gpt2-tiny corpus.txt --out tui --steps 100000 --batch 2 --seq 32 --tui; echo \$? > '$tmp/tui_rc'; sleep 1"
+    i=0
+    while [ $i -lt 100 ] && ! $T capture-pane -p -t ft 2>/dev/null | grep -q "colossal-finetune.*gpt2-tiny.*step"; do
+        sleep 0.1; i=$((i + 1))
+    done
+    $T capture-pane -p -t ft > "$tmp/tui_screen" 2>/dev/null
+    grep -q "host" "$tmp/tui_screen" && grep -q "colossal-finetune" "$tmp/tui_screen" &&
+        ok "--tui shows the run's own view" || { notok "--tui screen"; sed 's/^/# /' "$tmp/tui_screen" | head -8; }
+    $T send-keys -t ft q
+    i=0
+    while [ $i -lt 100 ] && [ ! -s "$tmp/tui_rc" ]; do sleep 0.1; i=$((i + 1)); done
+    [ "$(cat "$tmp/tui_rc" 2>/dev/null)" = 130 ] && [ -s "$tmp/tui/trainer_state.json" ] &&
+        ok "q in --tui stops like Ctrl-C: saved, exit 130" || notok "q in --tui: exit '$(cat "$tmp/tui_rc" 2>/dev/null)'"
+    $T kill-server 2>/dev/null
+else
+    n=$((n + 1)); echo "ok $n # SKIP tmux not installed"
+    n=$((n + 1)); echo "ok $n # SKIP tmux not installed"
+fi
+check "--tui without a terminal" 1 "needs a terminal" -- gpt2-tiny corpus.txt --out e8 --tui --steps 1
 
 # ---- bad input ----
 mkdir -p "$tmp/badcfg" && echo '{"model_type": "gpt2", "n_embd": "wide"' > "$tmp/badcfg/config.json"
