@@ -48,6 +48,17 @@ else
 fi
 grep -q "validation loss" "$tmp/out" && ok "evaluation runs" || notok "no evaluation line"
 [ ! -e "$tmp/colossal-default.partial" ] && ok "no staging directory left behind" || notok "staging directory left"
+# colossal-chat loads the result: its greedy text equals the greedy sample the training run printed
+chat=${CHAT:-$(dirname "$ft")/colossal-chat}
+check "a greedy sample at the end" 0 '"sample"' -- --steps 10 --batch 4 --seq 32 --out greedy \
+    --sample-every 10 --sample-temperature 0 --sample-len 40 --sample-prompt "And God said" --json
+want=$(grep '"sample"' "$tmp/out" | tail -n 1 | sed 's/.*"sample":"\(.*\)"}$/\1/')
+got=$(cd "$tmp" && "$chat" greedy --prompt "And God said" --raw --temperature 0 --max-new-tokens 40 2>/dev/null)
+if [ -n "$want" ] && [ "$(printf '%s' "And God said$got" | head -c ${#want})" = "$want" ]; then
+    ok "colossal-chat on the output continues exactly as the trained model did: '$want'"
+else
+    notok "chat on the output: '$got' vs sample '$want'"
+fi
 check "a second default run replaces the first" 0 "the model is in colossal-default" -- --steps 2 --batch 2 --seq 16
 
 # ---- kill -9 in the middle, resume: the same losses as the uninterrupted run ----
