@@ -236,6 +236,20 @@ static col_status open_data(run *r, col_err *err)
     return COL_OK;
 }
 
+/* the optimizer kind's defaults with the options given on top */
+static col_opt_config ft_opt_config(const ft_opts *o)
+{
+    col_opt_config c = col_opt_defaults(o->optimizer);
+    if (!isnan(o->lr)) c.lr = o->lr;
+    if (!isnan(o->beta1)) c.beta1 = o->beta1;
+    if (!isnan(o->beta2)) c.beta2 = o->beta2;
+    if (!isnan(o->eps)) c.eps = o->eps;
+    if (!isnan(o->weight_decay)) c.weight_decay = o->weight_decay;
+    if (!isnan(o->momentum)) c.momentum = o->momentum;
+    c.nesterov = o->nesterov;
+    return c;
+}
+
 static col_status make_trainer(run *r, col_err *err)
 {
     const ft_opts *o = &r->o;

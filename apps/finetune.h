@@ -66,8 +66,6 @@ bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code);
 bool ft_set(ft_opts *o, const char *name, const char *value, char *msg, size_t n);
 /* Options that do not change the math of a run and may differ on --resume. */
 bool ft_runtime_option(const char *name);
-/* The optimizer settings: the kind's defaults with the options given on top. */
-col_opt_config ft_opt_config(const ft_opts *o);
 /* Records an option as given (for the run state); false when out of room. */
 bool ft_remember(ft_opts *o, const char *name, const char *value);
 void ft_free(ft_opts *o);
@@ -85,6 +83,8 @@ col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, 
 /* Reads dir/trainer_state.json into *s and replays its options into *o
  * (which holds the defaults). */
 col_status ft_state_read(const char *dir, ft_opts *o, ft_state *s, col_err *err);
+/* The same on the file's text (len bytes; path names it in messages). */
+col_status ft_state_parse(const char *text, size_t len, const char *path, ft_opts *o, ft_state *s, col_err *err);
 /* FNV-1a over the token stream. */
 uint64_t ft_token_hash(const int32_t *tokens, size_t n);
 

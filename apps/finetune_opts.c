@@ -266,18 +266,6 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     return BAD("unknown option --%s", name);
 }
 
-col_opt_config ft_opt_config(const ft_opts *o)
-{
-    col_opt_config c = col_opt_defaults(o->optimizer);
-    if (!isnan(o->lr)) c.lr = o->lr;
-    if (!isnan(o->beta1)) c.beta1 = o->beta1;
-    if (!isnan(o->beta2)) c.beta2 = o->beta2;
-    if (!isnan(o->eps)) c.eps = o->eps;
-    if (!isnan(o->weight_decay)) c.weight_decay = o->weight_decay;
-    if (!isnan(o->momentum)) c.momentum = o->momentum;
-    c.nesterov = o->nesterov;
-    return c;
-}
 
 bool ft_remember(ft_opts *o, const char *name, const char *value)
 {

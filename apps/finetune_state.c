@@ -97,8 +97,15 @@ col_status ft_state_read(const char *dir, ft_opts *o, ft_state *s, col_err *err)
     col_status st = col_read_file(path, (size_t)1 << 20, &text, &len, err);
     if (st != COL_OK)
         return col_err_set(err, st, "%s: %s (is it a colossal-finetune output directory?)", dir, err->msg);
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    st = ft_state_parse(text, len, path, o, s, err);
     free(text);
+    return st;
+}
+
+col_status ft_state_parse(const char *text, size_t len, const char *path, ft_opts *o, ft_state *s, col_err *err)
+{
+    col_status st = COL_OK;
+    cJSON *root = cJSON_ParseWithLength(text, len);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "batches");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "options");
