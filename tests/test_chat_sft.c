@@ -20,26 +20,8 @@
 #endif
 #define TOKDIR COL_SRC_ASSET_DIR "/tokenizers"
 
-#define S COL_ROLE_SYSTEM
-#define U COL_ROLE_USER
-#define A COL_ROLE_ASSISTANT
+#include "chat_convs.h"
 
-/* the conversations of tools/refgen/make_chat_fixtures.py (tests/fixtures/chat) */
-static const col_chat_message conv3[] = {
-    {S, "You are a terse assistant.\nAnswer in one line."},
-    {U, "What is 2+2?"},
-    {A, "4."},
-    {U, "And the capital of France? Use \"quotes\" & <b>tags</b>."},
-    {A, "\"Paris\" \xe2\x80\x94 <b>Paris</b>."},
-    {U, "Thanks!\nBye."},
-};
-static const col_chat_message nosys[] = {{U, "Hi"}, {A, "Hello! How can I help?"}};
-static const col_chat_message ws[] = {
-    {S, "  sys with spaces \n"},
-    {U, "\n\t user text  \n"},
-    {A, "  answer\xc2\xa0 \n"},
-    {U, " last "},
-};
 /* the two of tests/fixtures/dataset/chat.jsonl.gz */
 static const col_chat_message fx1[] = {{S, "You are terse."}, {U, "Capital of France?"}, {A, "Paris."}};
 static const col_chat_message fx2[] = {
