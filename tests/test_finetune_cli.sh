@@ -162,6 +162,16 @@ printf '{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [{"role"
 check "bad chat line is named" 1 "bad.jsonl:2" -- gpt2-tiny bad.jsonl --out e5 --steps 1
 check "unknown chat template" 2 "--template must be" -- gpt2-tiny chat.jsonl --template jinja
 
+# ---- every optimizer and schedule, accumulation, dropout, checkpointing ----
+for opt in sgd adamw lamb lars; do
+    check "optimizer $opt" 0 "the model is in opt_$opt" -- gpt2-tiny corpus.txt --out opt_$opt --steps 3 --batch 2 --seq 16 --optimizer $opt
+done
+check "linear schedule, warmup, momentum, nesterov" 0 "the model is in sched" -- gpt2-tiny corpus.txt --out sched --steps 4 \
+    --batch 2 --seq 16 --optimizer sgd --momentum 0.9 --nesterov --schedule linear --warmup 2 --min-lr-ratio 0
+check "gradient accumulation, dropout, activation checkpointing" 0 "with accumulation" -- gpt2-tiny corpus.txt --out acc \
+    --steps 3 --batch 2 --seq 16 --grad-accum 3 --dropout 0.2 --checkpointing
+check "host memory budget too small" 1 "at least" -- gpt2-tiny corpus.txt --out e9 --steps 1 --cpu-mem 64K
+
 # ---- statistics for colossal-top; --tui ----
 top=${TOP:-$(dirname "$ft")/colossal-top}
 (cd "$tmp" && exec "$ft" gpt2-tiny corpus.txt --out stats --steps 100000 --batch 2 --seq 32 --quiet) 2>/dev/null &
@@ -195,10 +205,19 @@ if command -v tmux >/dev/null 2>&1; then
     while [ $i -lt 100 ] && [ ! -s "$tmp/tui_rc" ]; do sleep 0.1; i=$((i + 1)); done
     [ "$(cat "$tmp/tui_rc" 2>/dev/null)" = 130 ] && [ -s "$tmp/tui/trainer_state.json" ] &&
         ok "q in --tui stops like Ctrl-C: saved, exit 130" || notok "q in --tui: exit '$(cat "$tmp/tui_rc" 2>/dev/null)'"
+    # without --tui a terminal gets one live progress line (a second session beside the first)
+    $T new-session -d -s live -x 150 -y 20 "cd '$tmp' && '$ft' gpt2-tiny corpus.txt --out live --steps 100000 --batch 2 --seq 32; sleep 1"
+    i=0
+    while [ $i -lt 100 ] && ! $T capture-pane -p -t live 2>/dev/null | grep -q "^step [0-9]*/100000 .*tok/s.*ETA.*mem: compute.*host.*nvme"; do
+        sleep 0.1; i=$((i + 1))
+    done
+    $T capture-pane -p -t live > "$tmp/live_screen" 2>/dev/null
+    [ "$(grep -c '^step [0-9]*/100000' "$tmp/live_screen")" -eq 1 ] &&
+        ok "a terminal gets one live line: $(grep '^step' "$tmp/live_screen" | head -c 110)" ||
+        { notok "no single live progress line"; sed 's/^/# /' "$tmp/live_screen" | head -8; }
     $T kill-server 2>/dev/null
 else
-    n=$((n + 1)); echo "ok $n # SKIP tmux not installed"
-    n=$((n + 1)); echo "ok $n # SKIP tmux not installed"
+    for i in 1 2 3; do n=$((n + 1)); echo "ok $n # SKIP tmux not installed"; done
 fi
 check "--tui without a terminal" 1 "needs a terminal" -- gpt2-tiny corpus.txt --out e8 --tui --steps 1
 
@@ -209,6 +228,9 @@ printf 'tiny' > "$tmp/short.txt"
 mkdir -p "$tmp/foreign" && echo keep > "$tmp/foreign/notes.txt"
 check "missing model" 1 "nosuch" -- "$tmp/nosuch" corpus.txt
 check "corrupt config.json" 1 "config.json" -- "$tmp/badcfg" corpus.txt
+mkdir -p "$tmp/badweights" && cp "$src/tests/fixtures/hf/gpt2/config.json" "$tmp/badweights/" &&
+    head -c 5000 "$src/tests/fixtures/hf/gpt2/model.safetensors" > "$tmp/badweights/model.safetensors"
+check "truncated model.safetensors" 1 "model.safetensors" -- "$tmp/badweights" tokens.bin --out e10
 check "unknown architecture" 1 "not a directory, a hub id" -- gpt5 corpus.txt
 check "empty data" 1 "empty.txt" -- gpt2-tiny empty.txt --out e1
 check "data too short" 1 "training tokens" -- gpt2-tiny short.txt --out e2
