@@ -35,6 +35,9 @@ typedef enum { MT_PARAM, MT_GRAD, MT_OPTSTATE, MT_NKINDS } mt_kind;
 /* Where a chunk's bytes live. MT_TIER_NONE: a chunk planned but never
  * given memory (an allocation refused by the host budget, see mt_alloc). */
 typedef enum { MT_TIER_HOST, MT_TIER_GPU, MT_TIER_NVME, MT_NTIERS, MT_TIER_NONE = -1 } mt_tier;
+/* The links a chunk crosses between tiers: host<->compute, host<->NVMe (a
+ * chunk at home on NVMe travels NVMe->host->compute and back the same way). */
+typedef enum { MT_LINK_H2C, MT_LINK_C2H, MT_LINK_H2N, MT_LINK_N2H, MT_NLINKS } mt_link;
 
 typedef struct {
     size_t chunk_bytes; /* 0 = MT_DEFAULT_CHUNK_BYTES; rounded up to a multiple of MT_ALIGN */

@@ -37,8 +37,7 @@
 #define MT_STATS_NAME_MAX 64     /* program and run names, NUL included */
 #define MT_STATS_SHM_PREFIX "colossal-"
 
-/* Transfer links between tiers; cumulative bytes per link. */
-typedef enum { MT_LINK_H2C, MT_LINK_C2H, MT_LINK_H2N, MT_LINK_N2H, MT_NLINKS } mt_link;
+/* Cumulative bytes per link (mt_link, memtier.h). */
 
 /* One byte per chunk in the chunk map. */
 #define MT_STATS_CHUNK_TIER_MASK 0x03u /* mt_tier 0..2, or MT_STATS_CHUNK_NO_TIER */
