@@ -39,6 +39,13 @@ const char *mt_kind_name(mt_kind kind)
     return "unknown";
 }
 
+const char *mt_link_name(mt_link link)
+{
+    static const char *const names[MT_NLINKS] = {[MT_LINK_H2C] = "host->compute", [MT_LINK_C2H] = "compute->host",
+                                                 [MT_LINK_H2N] = "host->nvme", [MT_LINK_N2H] = "nvme->host"};
+    return link >= 0 && link < MT_NLINKS ? names[link] : "?";
+}
+
 const char *mt_tier_name(mt_tier tier)
 {
     switch (tier) {

@@ -105,5 +105,6 @@ void mt_mark_clean(mt_pool *pool, int chunk);
 
 const char *mt_kind_name(mt_kind kind);
 const char *mt_tier_name(mt_tier tier);
+const char *mt_link_name(mt_link link); /* "host->compute", ... */
 
 #endif

@@ -648,14 +648,13 @@ static col_status replan(mt_plan *p, col_err *e)
 
 static col_status check_timing(const double *time_s, int nops, const mt_plan_links *l, col_err *e)
 {
-    static const char *names[MT_NLINKS] = {"host->compute", "compute->host", "nvme->host", "host->nvme"};
     for (int i = 0; i < nops; i++)
         if (!(time_s[i] >= 0) || isinf(time_s[i]))
             return col_err_set(e, COL_EINVAL, "memtier plan: op %d: time %g s is not a finite number >= 0", i, time_s[i]);
     for (int k = 0; k < MT_NLINKS; k++)
         if (!(l->bw[k] > 0))
             return col_err_set(e, COL_EINVAL, "memtier plan: %s bandwidth %g B/s must be > 0 (INFINITY for a free hop)",
-                               names[k], l->bw[k]);
+                               mt_link_name((mt_link)k), l->bw[k]);
     if (!(l->latency_s >= 0) || isinf(l->latency_s))
         return col_err_set(e, COL_EINVAL, "memtier plan: latency %g s is not a finite number >= 0", l->latency_s);
     return COL_OK;

@@ -177,11 +177,7 @@ const char *mt_stats_tier_name(mt_tier tier)
     }
 }
 
-const char *mt_stats_link_name(mt_link link)
-{
-    static const char *const names[MT_NLINKS] = {"host->compute", "compute->host", "host->nvme", "nvme->host"};
-    return link >= 0 && link < MT_NLINKS ? names[link] : "?";
-}
+const char *mt_stats_link_name(mt_link link) { return mt_link_name(link); }
 
 /* ---- publisher ---- */
 
