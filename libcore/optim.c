@@ -2,7 +2,7 @@
  *
  * Every tensor is processed as NBLK fixed blocks whose bounds depend only on
  * its length: an OpenMP parallel for runs over the blocks of a large tensor
- * (n > OPT_PAR_MIN) and a simd loop over the elements of a block. Sums of
+ * (n > OPT_PAR_MIN) and a vector loop over the elements of a block. Sums of
  * squares are formed per block in double and added in block order, so every
  * result is the same for any number of threads.
  */
@@ -16,26 +16,45 @@
 
 #define OPT_PAR_MIN 65536
 #define NBLK 64
-#define SUB 256 /* AdamW/LAMB work on sub-blocks of SUB elements: moments, sqrt, update */
+#define SUB 256 /* LAMB's first pass sums the squares of u over sub-blocks of SUB elements */
 
-/* x[i] = sqrtf(x[i]). Under -fmath-errno (the C default) gcc keeps every
- * sqrtf call scalar, since it may set errno, which makes AdamW several times
- * slower; so the square roots of a sub-block are taken here, with the
- * target's vector instruction where it has one (IEEE sqrt either way, so the
- * results are the same as sqrtf's). */
-static void sqrt_inplace(float *x, int n)
-{
-    int i = 0;
+/* AdamW and LAMB run as one vector loop per pass over memory (the other
+ * optimizers are plain simd loops, already at memory speed). Each element
+ * goes through exactly the operations, in the order, of the scalar formula
+ * next to the vector code (separate multiplies and adds: the tree is built
+ * with -std=c11, where gcc does not contract a * b + c into an FMA, and
+ * intrinsics are never contracted); square roots are IEEE either way. So
+ * every vector width and the scalar tail give the same bits, and a thread
+ * count or block split cannot change an element. Doing all of an element's
+ * work in one pass, loads before stores, keeps AdamW at memory speed (28
+ * bytes per parameter) even when w, m and v share their page offsets, as
+ * memtier chunks do. The intrinsics also keep the square roots in vector
+ * form when the build has -fmath-errno, under which gcc leaves sqrtf calls
+ * scalar. V_* wraps the widest vector the target has (none: only the tails'
+ * simd loops run, which gcc vectorises itself under -fno-math-errno). */
 #if defined(__AVX512F__)
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(x + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
+#define VW 16
+typedef __m512 vf;
+#define V_SET1 _mm512_set1_ps
+#define V_LD _mm512_loadu_ps
+#define V_ST _mm512_storeu_ps
+#define V_ADD _mm512_add_ps
+#define V_SUB _mm512_sub_ps
+#define V_MUL _mm512_mul_ps
+#define V_DIV _mm512_div_ps
+#define V_SQRT _mm512_sqrt_ps
 #elif defined(__AVX__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(x + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+#define VW 8
+typedef __m256 vf;
+#define V_SET1 _mm256_set1_ps
+#define V_LD _mm256_loadu_ps
+#define V_ST _mm256_storeu_ps
+#define V_ADD _mm256_add_ps
+#define V_SUB _mm256_sub_ps
+#define V_MUL _mm256_mul_ps
+#define V_DIV _mm256_div_ps
+#define V_SQRT _mm256_sqrt_ps
 #endif
-    for (; i < n; i++)
-        x[i] = sqrtf(x[i]);
-}
 
 /* block b of n elements: [*lo, *hi), block length a multiple of 16 floats */
 static inline void blk_range(int64_t n, int b, int64_t *lo, int64_t *hi)
@@ -222,39 +241,53 @@ static void sgd_tensor(const col_opt_config *c, float lr, const col_opt_tensor *
  *   w = w - lr * (m / (1 - b1^t)) / (sqrt(v) / sqrt(1 - b2^t) + eps)
  *     (the same as lr * mhat / (sqrt(vhat) + eps); t = step, 1-based)
  */
+/* elements [lo, hi) of AdamW, one pass: reads w, g, m, v, writes w, m, v */
+static void adamw_range(float *restrict w, float *restrict m, float *restrict v, const float *restrict g, int64_t lo,
+                        int64_t hi, float b1, float b2, float omb1, float omb2, float keep, float step_size,
+                        float bc2_sqrt, float eps)
+{
+    int64_t i = lo;
+#ifdef VW
+    const vf B1 = V_SET1(b1), B2 = V_SET1(b2), OMB1 = V_SET1(omb1), OMB2 = V_SET1(omb2), KEEP = V_SET1(keep),
+             SS = V_SET1(step_size), BC2 = V_SET1(bc2_sqrt), EPS = V_SET1(eps);
+    for (; i + VW <= hi; i += VW) {
+        vf gi = V_LD(g + i), mi = V_LD(m + i), vi = V_LD(v + i), wi = V_LD(w + i);
+        mi = V_ADD(V_MUL(B1, mi), V_MUL(OMB1, gi));
+        vi = V_ADD(V_MUL(B2, vi), V_MUL(V_MUL(OMB2, gi), gi));
+        vf den = V_ADD(V_DIV(V_SQRT(vi), BC2), EPS);
+        wi = V_SUB(V_MUL(wi, KEEP), V_MUL(SS, V_DIV(mi, den)));
+        V_ST(m + i, mi);
+        V_ST(v + i, vi);
+        V_ST(w + i, wi);
+    }
+#endif
+#pragma omp simd
+    for (int64_t j = i; j < hi; j++) {
+        float gi = g[j];
+        float mi = b1 * m[j] + omb1 * gi;
+        float vi = b2 * v[j] + omb2 * gi * gi;
+        m[j] = mi;
+        v[j] = vi;
+        w[j] = w[j] * keep - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+    }
+}
+
 static void adamw_tensor(const col_opt_config *c, float lr, int64_t step, const col_opt_tensor *t)
 {
-    float *restrict w = t->w, *restrict m = t->m, *restrict v = t->v;
-    const float *restrict g = t->g;
+    float *w = t->w, *m = t->m, *v = t->v;
+    const float *g = t->g;
     const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
     const float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
     const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float keep = t->decay ? (float)(1.0 - (double)lr * c->weight_decay) : 1.0f;
     int64_t n = t->n;
+    /* static schedule: each thread streams one contiguous run of blocks */
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
     for (int b = 0; b < NBLK; b++) {
         int64_t lo, hi;
         blk_range(n, b, &lo, &hi);
-        for (int64_t j = lo; j < hi; j += SUB) {
-            int len = hi - j < SUB ? (int)(hi - j) : SUB;
-            float *restrict wj = w + j, *restrict mj = m + j, *restrict vj = v + j;
-            const float *restrict gj = g + j;
-            float den[SUB];
-#pragma omp simd
-            for (int i = 0; i < len; i++) {
-                float gi = gj[i];
-                float mi = b1 * mj[i] + omb1 * gi;
-                float vi = b2 * vj[i] + omb2 * gi * gi;
-                mj[i] = mi;
-                vj[i] = vi;
-                den[i] = vi;
-            }
-            sqrt_inplace(den, len);
-#pragma omp simd
-            for (int i = 0; i < len; i++)
-                wj[i] = wj[i] * keep - step_size * (mj[i] / (den[i] / bc2_sqrt + eps));
-        }
+        adamw_range(w, m, v, g, lo, hi, b1, b2, omb1, omb2, keep, step_size, bc2_sqrt, eps);
     }
 }
 
@@ -268,17 +301,56 @@ static void adamw_tensor(const col_opt_config *c, float lr, int64_t step, const 
  * operations (w is not yet changed) and applies it.
  */
 
-/* u for SUB-element sub-block [j, j + len) from the updated m, v: sq is scratch */
-static inline void lamb_u(const float *restrict m, const float *restrict v, const float *restrict w, int len,
-                          float ibc1, float ibc2, float eps, float wd, float *restrict sq, float *restrict u)
+/* Pass 1 on sub-block [0, len): m, v updated in place, u[0..len) = the update
+ * direction (reads g, m, v, w; writes m, v) */
+static void lamb_mvu(const float *restrict g, float *restrict m, float *restrict v, const float *restrict w, int len,
+                     float b1, float b2, float omb1, float omb2, float ibc1, float ibc2, float eps, float wd,
+                     float *restrict u)
 {
+    int i = 0;
+#ifdef VW
+    const vf B1 = V_SET1(b1), B2 = V_SET1(b2), OMB1 = V_SET1(omb1), OMB2 = V_SET1(omb2), IBC1 = V_SET1(ibc1),
+             IBC2 = V_SET1(ibc2), EPS = V_SET1(eps), WD = V_SET1(wd);
+    for (; i + VW <= len; i += VW) {
+        vf gi = V_LD(g + i), mi = V_LD(m + i), vi = V_LD(v + i), wi = V_LD(w + i);
+        mi = V_ADD(V_MUL(B1, mi), V_MUL(OMB1, gi));
+        vi = V_ADD(V_MUL(B2, vi), V_MUL(V_MUL(OMB2, gi), gi));
+        vf ui = V_ADD(V_DIV(V_MUL(mi, IBC1), V_ADD(V_SQRT(V_MUL(vi, IBC2)), EPS)), V_MUL(WD, wi));
+        V_ST(m + i, mi);
+        V_ST(v + i, vi);
+        V_ST(u + i, ui);
+    }
+#endif
 #pragma omp simd
-    for (int i = 0; i < len; i++)
-        sq[i] = v[i] * ibc2;
-    sqrt_inplace(sq, len);
+    for (int j = i; j < len; j++) {
+        float gi = g[j];
+        float mi = b1 * m[j] + omb1 * gi;
+        float vi = b2 * v[j] + omb2 * gi * gi;
+        m[j] = mi;
+        v[j] = vi;
+        u[j] = (mi * ibc1) / (sqrtf(vi * ibc2) + eps) + wd * w[j];
+    }
+}
+
+/* Pass 2 on [lo, hi): u again from the updated m, v (same operations) and
+ * w -= a u (reads w, m, v; writes w) */
+static void lamb_apply(float *restrict w, const float *restrict m, const float *restrict v, int64_t lo, int64_t hi,
+                       float ibc1, float ibc2, float eps, float wd, float a)
+{
+    int64_t i = lo;
+#ifdef VW
+    const vf IBC1 = V_SET1(ibc1), IBC2 = V_SET1(ibc2), EPS = V_SET1(eps), WD = V_SET1(wd), A = V_SET1(a);
+    for (; i + VW <= hi; i += VW) {
+        vf mi = V_LD(m + i), vi = V_LD(v + i), wi = V_LD(w + i);
+        vf ui = V_ADD(V_DIV(V_MUL(mi, IBC1), V_ADD(V_SQRT(V_MUL(vi, IBC2)), EPS)), V_MUL(WD, wi));
+        V_ST(w + i, V_SUB(wi, V_MUL(A, ui)));
+    }
+#endif
 #pragma omp simd
-    for (int i = 0; i < len; i++)
-        u[i] = (m[i] * ibc1) / (sq[i] + eps) + wd * w[i];
+    for (int64_t j = i; j < hi; j++) {
+        float u = (m[j] * ibc1) / (sqrtf(v[j] * ibc2) + eps) + wd * w[j];
+        w[j] -= a * u;
+    }
 }
 
 static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const col_opt_tensor *t)
@@ -298,16 +370,10 @@ static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const c
         double sw = 0, su = 0;
         for (int64_t j = lo; j < hi; j += SUB) {
             int len = hi - j < SUB ? (int)(hi - j) : SUB;
-            float *restrict mj = m + j, *restrict vj = v + j;
-            const float *restrict gj = g + j, *restrict wj = w + j;
-            float sq[SUB], u[SUB];
-#pragma omp simd
-            for (int i = 0; i < len; i++) {
-                float gi = gj[i];
-                mj[i] = b1 * mj[i] + omb1 * gi;
-                vj[i] = b2 * vj[i] + omb2 * gi * gi;
-            }
-            lamb_u(mj, vj, wj, len, ibc1, ibc2, eps, wd, sq, u);
+            const float *restrict wj = w + j;
+            float u[SUB];
+            lamb_mvu(g + j, m + j, v + j, wj, len, b1, b2, omb1, omb2, ibc1, ibc2, eps, wd, u);
+            /* the sums in the same loop (and so the same order) as before */
 #pragma omp simd reduction(+ : sw, su)
             for (int i = 0; i < len; i++) {
                 sw += (double)wj[i] * wj[i];
@@ -327,15 +393,7 @@ static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const c
     for (int b = 0; b < NBLK; b++) {
         int64_t lo, hi;
         blk_range(n, b, &lo, &hi);
-        for (int64_t j = lo; j < hi; j += SUB) {
-            int len = hi - j < SUB ? (int)(hi - j) : SUB;
-            float *restrict wj = w + j;
-            float sq[SUB], u[SUB];
-            lamb_u(m + j, v + j, wj, len, ibc1, ibc2, eps, wd, sq, u);
-#pragma omp simd
-            for (int i = 0; i < len; i++)
-                wj[i] -= a * u[i];
-        }
+        lamb_apply(w, m, v, lo, hi, ibc1, ibc2, eps, wd, a);
     }
 }
 
