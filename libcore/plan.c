@@ -307,28 +307,39 @@ void col_plan_free(col_plan *p)
     free(p);
 }
 
-col_status col_plan_run(col_plan *p, const col_backend *be, col_err *err)
+/* a node's address from what it stands on: bound memory, its view base,
+ * the cache it writes into, or the gradient buffer it accumulates into */
+static col_status resolve(col_node *n, col_err *err)
+{
+    if (n->op == COL_OP_LEAF && n->bound) {
+        n->t.data = n->bound;
+    } else if (n->flags & COL_NODE_VIEW) {
+        col_node *b = n->view_base;
+        if (b->op == COL_OP_LEAF && b->bound)
+            b->t.data = b->bound;
+        n->t.data = b->t.data ? (char *)b->t.data + n->view_offset * (int64_t)col_dtype_size(n->t.dtype) : NULL;
+    } else if (n->op == COL_OP_KV_WRITE) {
+        n->t.data = n->src[0]->t.data; /* writes into, and stands for, the cache leaf */
+    } else if (n->op == COL_OP_ACCUMULATE) {
+        n->t.data = n->src[1]->grad_data;
+        if (!n->t.data)
+            return col_err_set(err, COL_ESTATE, "run: parameter %s has no gradient buffer bound (col_bind_grad)",
+                               n->src[1]->name);
+    }
+    if (n->op == COL_OP_LEAF && (n->flags & COL_NODE_PARAM) && !n->bound)
+        return col_err_set(err, COL_ESTATE, "run: parameter %s has no data bound (col_bind)", n->name);
+    return COL_OK;
+}
+
+col_status col_plan_run_hooked(col_plan *p, const col_backend *be, col_plan_hook hook, void *user, col_err *err)
 {
     if (p->epoch != p->g->plan_epoch)
         return col_err_set(err, COL_ESTATE, "run: this graph was planned again; run its newest plan");
     /* resolve addresses: bound leaves may have been rebound since planning */
     for (int i = 0; i < p->n; i++) {
-        col_node *n = p->order[i];
-        if (n->op == COL_OP_LEAF && n->bound) {
-            n->t.data = n->bound;
-        } else if (n->flags & COL_NODE_VIEW) {
-            col_node *b = n->view_base;
-            n->t.data = b->t.data ? (char *)b->t.data + n->view_offset * (int64_t)col_dtype_size(n->t.dtype) : NULL;
-        } else if (n->op == COL_OP_KV_WRITE) {
-            n->t.data = n->src[0]->t.data; /* writes into, and stands for, the cache leaf */
-        } else if (n->op == COL_OP_ACCUMULATE) {
-            n->t.data = n->src[1]->grad_data;
-            if (!n->t.data)
-                return col_err_set(err, COL_ESTATE, "run: parameter %s has no gradient buffer bound (col_bind_grad)",
-                                   n->src[1]->name);
-        }
-        if (n->op == COL_OP_LEAF && (n->flags & COL_NODE_PARAM) && !n->bound)
-            return col_err_set(err, COL_ESTATE, "run: parameter %s has no data bound (col_bind)", n->name);
+        col_status st = resolve(p->order[i], err);
+        if (st != COL_OK)
+            return st;
     }
     col_exec ex = {.scratch = p->scratch, .scratch_bytes = p->scratch_bytes, .be = be};
     for (int i = 0; i < p->n; i++) {
@@ -339,11 +350,26 @@ col_status col_plan_run(col_plan *p, const col_backend *be, col_err *err)
         if (!k)
             return col_err_set(err, COL_EUNSUPPORTED, "run: the %s backend has no kernel for %s", be->name,
                                col_op_name(n->op));
-        col_status st = k(n, &ex, err);
+        col_status st = COL_OK;
+        if (hook) {
+            /* the hook may have rebound what this op reads or accumulates into */
+            st = hook(user, p, i, n, err);
+            for (int j = 0; j < n->nsrc && st == COL_OK; j++)
+                st = resolve(n->src[j], err);
+            if (st == COL_OK)
+                st = resolve(n, err);
+        }
+        if (st == COL_OK)
+            st = k(n, &ex, err);
         if (st != COL_OK)
             return st;
     }
     return COL_OK;
+}
+
+col_status col_plan_run(col_plan *p, const col_backend *be, col_err *err)
+{
+    return col_plan_run_hooked(p, be, NULL, NULL, err);
 }
 
 int col_plan_length(const col_plan *p) { return p->n; }

@@ -177,6 +177,96 @@ static void test_errors(void)
     col_graph_free(g);
 }
 
+/* ---- runs with a hook that moves the parameters between ops ---- */
+
+typedef struct {
+    col_node *w, *wt;        /* the parameter; the leaf it is read through */
+    float *wbuf[2], *gbuf[2];
+    int cur, calls;
+    bool poison;             /* bind zeros instead of a copy: the op must see it */
+    bool fail_at_first;
+} mover;
+
+/* before every op: move w and its gradient to the other buffer (copying
+ * them, as a memory tier moving a chunk would) */
+static col_status move_hook(void *user, const col_plan *p, int i, col_node *n, col_err *err)
+{
+    (void)p, (void)i, (void)n;
+    mover *m = user;
+    if (m->fail_at_first)
+        return col_err_set(err, COL_EIO, "hook: simulated transfer failure");
+    int nx = 1 - m->cur;
+    size_t bytes = sizeof(float) * C * C;
+    if (m->poison)
+        memset(m->wbuf[nx], 0, bytes);
+    else
+        memcpy(m->wbuf[nx], m->wbuf[m->cur], bytes);
+    memcpy(m->gbuf[nx], m->gbuf[m->cur], bytes);
+    memset(m->wbuf[m->cur], 0xff, bytes); /* NaN: a read of the old place would show */
+    memset(m->gbuf[m->cur], 0xff, bytes);
+    m->cur = nx;
+    m->calls++;
+    col_status st = col_bind(m->w, m->wbuf[nx], err);
+    return st == COL_OK ? col_bind_grad(m->w, m->gbuf[nx], err) : st;
+}
+
+/* y = x @ w^T (through a transpose view), loss = mean(y * y); returns the loss and dL/dw */
+static bool hooked_run(mover *m, col_plan_hook hook, float *loss, float *grad, col_err *err)
+{
+    col_graph *g = col_graph_new();
+    int64_t sx[2] = {N, C}, sw[2] = {C, C};
+    float xd[N * C];
+    col_fill_uniform(xd, N * C, 3, -1, 1);
+    col_node *x = col_input(g, "x", COL_F32, 2, sx);
+    m->w = col_param(g, "w", COL_F32, 2, sw);
+    col_fill_normal(m->wbuf[0], C * C, 4, 0.2f);
+    memset(m->gbuf[0], 0, sizeof(float) * C * C);
+    m->cur = 0;
+    m->calls = 0;
+    col_bind(x, xd, NULL);
+    col_bind(m->w, m->wbuf[0], NULL);
+    col_bind_grad(m->w, m->gbuf[0], NULL);
+    col_node *y = col_matmul(g, x, col_transpose(g, m->w, 0, 1));
+    col_node *l = col_mean(g, col_mul(g, y, y), 3, 0);
+    col_plan *p = NULL;
+    bool ok = col_graph_backward(g, l, err) == COL_OK && col_plan_create(g, &p, err) == COL_OK &&
+              col_plan_run_hooked(p, &be, hook, m, err) == COL_OK;
+    if (ok) {
+        *loss = *(float *)col_data(l);
+        memcpy(grad, m->gbuf[m->cur], sizeof(float) * C * C);
+    }
+    col_plan_free(p);
+    col_graph_free(g);
+    return ok;
+}
+
+static void test_hooked_runs(void)
+{
+    mover m = {0};
+    for (int k = 0; k < 2; k++) {
+        m.wbuf[k] = malloc(sizeof(float) * C * C);
+        m.gbuf[k] = malloc(sizeof(float) * C * C);
+    }
+    float l0 = 0, l1 = 0, l2 = 0;
+    float *g0 = malloc(sizeof(float) * C * C), *g1 = malloc(sizeof(float) * C * C);
+    col_err err = {0};
+    bool ok = hooked_run(&m, NULL, &l0, g0, &err) && hooked_run(&m, move_hook, &l1, g1, &err);
+    TL_OK(ok && m.calls > 3, "a run moving the parameter before each of its %d ops: %s", m.calls, err.msg);
+    TL_OK(ok && l0 == l1 && memcmp(g0, g1, sizeof(float) * C * C) == 0,
+          "loss and gradient bitwise those of a plain run (%.9g vs %.9g)", l0, l1);
+    m.poison = true;
+    ok = hooked_run(&m, move_hook, &l2, g1, &err);
+    TL_OK(ok && l2 == 0, "rebinding takes effect through the transpose view (zeros bound: loss %g)", l2);
+    m.poison = false;
+    m.fail_at_first = true;
+    TL_OK(!hooked_run(&m, move_hook, &l2, g1, &err) && err.code == COL_EIO && strstr(err.msg, "simulated"),
+          "a failing hook stops the run with its message: %s", err.msg);
+    for (int k = 0; k < 2; k++)
+        free(m.wbuf[k]), free(m.gbuf[k]);
+    free(g0);
+    free(g1);
+}
+
 int main(void)
 {
     tl_cpu_backend(&be);
@@ -184,6 +274,7 @@ int main(void)
     test_arena();
     test_checkpointing();
     test_errors();
+    test_hooked_runs();
     col_cpu_backend_free(&be);
     return tl_done();
 }
