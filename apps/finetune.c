@@ -22,6 +22,7 @@
 #include "finetune.h"
 #include "lm_source.h"
 #include "memtier.h"
+#include "mt_resident.h"
 #include "mt_stats.h"
 #include "outdir.h"
 #include "sampling.h"
@@ -272,6 +273,8 @@ static col_status make_trainer(run *r, col_err *err)
     tc.checkpoint = o->checkpointing;
     tc.seed = o->seed;
     tc.host_budget = o->cpu_mem;
+    tc.compute_budget = o->eval_only ? 0 : o->gpu_mem;
+    tc.chunk_bytes = o->chunk_size;
     tc.inference = o->eval_only;
     tc.lora.rank = o->lora_rank;
     tc.lora.alpha = o->lora_alpha;
@@ -487,6 +490,15 @@ static void publish(run *r, const col_lm_step_info *info, double tok_s, double s
     mt_stats_fill_from_pool(d, col_lm_trainer_pool(r->tr));
     d->tier_used[MT_TIER_GPU] = col_lm_trainer_arena_bytes(r->tr);
     d->tier_budget[MT_TIER_HOST] = r->o.cpu_mem;
+    mt_resident *ct = col_lm_trainer_compute_tier(r->tr);
+    if (ct) { /* chunk copies on the compute tier: its peak beside the activations, and the bytes moved */
+        mt_resident_stats rs;
+        mt_resident_get_stats(ct, &rs);
+        d->tier_used[MT_TIER_GPU] = rs.peak;
+        d->tier_budget[MT_TIER_GPU] = rs.budget;
+        d->link_bytes[MT_LINK_H2C] = rs.bytes[MT_LINK_H2C];
+        d->link_bytes[MT_LINK_C2H] = rs.bytes[MT_LINK_C2H];
+    }
     d->step = info->step;
     d->total_steps = r->o.steps;
     d->tokens_per_s = tok_s;

@@ -42,6 +42,8 @@ typedef struct {
     float dropout;               /* < 0: the model config's */
     bool checkpointing;
     size_t cpu_mem;              /* memtier host budget, 0 = unlimited */
+    size_t gpu_mem;              /* compute-tier budget, 0 = unlimited */
+    size_t chunk_size;           /* memtier chunk bytes, 0 = automatic */
     /* LoRA */
     int lora_rank;
     float lora_alpha;

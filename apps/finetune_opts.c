@@ -30,7 +30,7 @@ static const ft_optdef optdefs[] = {
     {"checkpointing", false, true}, {"cpu-mem", true, true},     {"lora-rank", true, false},
     {"lora-alpha", true, false},  {"lora-targets", true, false}, {"merge-lora", false, true},
     {"json", false, true},        {"quiet", false, true},        {"help", false, true},
-    {"tui", false, true},
+    {"tui", false, true},         {"gpu-mem", true, true},       {"chunk-size", true, true},
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
@@ -79,6 +79,9 @@ void ft_usage(FILE *f)
         "  --dropout P            dropout probability, replacing the model's (0 for exact comparisons)\n"
         "  --checkpointing        recompute activations in backward (less memory, ~30%% more compute)\n"
         "  --cpu-mem SIZE         host memory budget for parameters, gradients and optimizer states (e.g. 8G)\n"
+        "  --gpu-mem SIZE         compute-tier budget: parameter and gradient chunks are copied in and out\n"
+        "                         around each op (without CUDA the compute tier is host memory); results\n"
+        "                         are bitwise the same at any budget. --chunk-size SIZE (default automatic)\n"
         "  --lora-rank R          train rank-R LoRA adapters instead of all weights; --lora-alpha A (default R)\n"
         "  --lora-targets LIST    modules to adapt, e.g. q_proj,v_proj (default: the architecture's usual)\n"
         "  --merge-lora           write the adapters merged into model.safetensors\n"
@@ -256,6 +259,8 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "dropout")) return (num_in(v, 0, 1, false, &o->dropout) && o->dropout < 1) || BAD("--dropout must be in [0, 1) (got '%s')", v);
     if (!strcmp(name, "checkpointing")) return o->checkpointing = true;
     if (!strcmp(name, "cpu-mem")) return size_arg(v, &o->cpu_mem) || BAD("--cpu-mem must be a size like 8G or 512M (got '%s')", v);
+    if (!strcmp(name, "gpu-mem")) return size_arg(v, &o->gpu_mem) || BAD("--gpu-mem must be a size like 8G or 512M (got '%s')", v);
+    if (!strcmp(name, "chunk-size")) return (size_arg(v, &o->chunk_size) && o->chunk_size >= 4096) || BAD("--chunk-size must be a size of at least 4K (got '%s')", v);
     if (!strcmp(name, "lora-rank")) return int_in(v, 1, 65536, &o->lora_rank) || BAD("--lora-rank must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "lora-alpha")) return num_in(v, 0, 1e6, true, &o->lora_alpha) || BAD("--lora-alpha must be a number > 0 (got '%s')", v);
     if (!strcmp(name, "lora-targets")) return (*v && copy_str(o->lora_targets, sizeof o->lora_targets, v)) || BAD("--lora-targets: give module names like q_proj,v_proj");

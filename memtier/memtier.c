@@ -257,3 +257,22 @@ void mt_mark_clean(mt_pool *pool, int chunk)
     if (pool && chunk >= 0 && chunk < pool->nchunks)
         pool->chunks[chunk].dirty = false;
 }
+
+bool mt_locate(const mt_pool *pool, const void *ptr, int *chunk, size_t *offset)
+{
+    const char *c = ptr;
+    for (int i = 0; pool && c && i < pool->nchunks; i++) {
+        const char *h = pool->chunks[i].host;
+        if (h && c >= h && c < h + pool->chunks[i].used) {
+            *chunk = i;
+            *offset = (size_t)(c - h);
+            return true;
+        }
+    }
+    return false;
+}
+
+void *mt_chunk_host(const mt_pool *pool, int chunk)
+{
+    return pool && chunk >= 0 && chunk < pool->nchunks ? pool->chunks[chunk].host : NULL;
+}

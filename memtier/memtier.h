@@ -103,6 +103,12 @@ col_status mt_chunk_get(const mt_pool *pool, int idx, mt_chunk_info *info, col_e
 void mt_mark_dirty(mt_pool *pool, int chunk);
 void mt_mark_clean(mt_pool *pool, int chunk);
 
+/* The chunk holding host address ptr and the offset in it (false when no
+ * chunk of the pool holds it). */
+bool mt_locate(const mt_pool *pool, const void *ptr, int *chunk, size_t *offset);
+/* The host copy of a chunk (NULL for a chunk holding no memory). */
+void *mt_chunk_host(const mt_pool *pool, int chunk);
+
 const char *mt_kind_name(mt_kind kind);
 const char *mt_tier_name(mt_tier tier);
 const char *mt_link_name(mt_link link); /* "host->compute", ... */

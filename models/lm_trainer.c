@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "memtier.h"
+#include "mt_resident.h"
 #include "plan.h"
 
 struct col_lm_trainer {
@@ -22,6 +23,7 @@ struct col_lm_trainer {
     /* training graph */
     col_graph *g;
     col_plan *plan;
+    mt_resident *res;   /* the compute tier of the training graph (compute_budget > 0) */
     col_lm_graph gg;
     /* forward-only graph: eval batches and sampling */
     col_graph *fg;
@@ -187,7 +189,10 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     size_t total = 0;
     for (int i = 0; i < t->nt; i++)
         total += (sizeof(float) * (size_t)col_param_numel(&t->specs[i]) + 63) & ~(size_t)63;
-    mt_config mc = {.chunk_bytes = total < MT_DEFAULT_CHUNK_BYTES ? total : 0, .host_budget = cfg->host_budget};
+    mt_config mc = {.chunk_bytes = cfg->chunk_bytes         ? cfg->chunk_bytes
+                                   : total < MT_DEFAULT_CHUNK_BYTES ? total
+                                                                    : 0,
+                    .host_budget = cfg->host_budget};
     st = mt_create(&mc, &t->pool, err);
     int slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
     /* parameters, then gradients, then states, each kind in first-use order;
@@ -229,6 +234,11 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     free(refs);
     if (st == COL_OK && !cfg->inference)
         st = build_train(t, err);
+    if (st == COL_OK && !cfg->inference && cfg->compute_budget > 0) {
+        st = mt_resident_create(t->pool, t->plan, cfg->compute_budget, &t->res, err);
+        if (st != COL_OK)
+            col_err_set(err, st, "%s (--gpu-mem)", err->msg);
+    }
     if (st != COL_OK) {
         col_lm_trainer_free(t);
         return st;
@@ -253,6 +263,7 @@ void col_lm_trainer_free(col_lm_trainer *t)
     dec_free(&t->dec[0]);
     dec_free(&t->dec[1]);
     free(t->kv);
+    mt_resident_free(t->res);
     col_plan_free(t->plan);
     col_graph_free(t->g);
     graph_arrays_free(&t->gg);
@@ -283,7 +294,8 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
     load_batch(&t->gg, ids + k * n, targets + k * n, n);
-    col_status st = col_plan_run(t->plan, t->be, err);
+    col_status st = t->res ? mt_resident_run(t->res, t->be, (long)(t->step * accum(t) + k), err)
+                           : col_plan_run(t->plan, t->be, err);
     if (st == COL_OK && loss)
         *loss = *(const float *)col_data(t->gg.loss);
     return st;
@@ -437,6 +449,7 @@ int64_t col_lm_trainer_steps(const col_lm_trainer *t) { return t->step; }
 void col_lm_trainer_set_steps(col_lm_trainer *t, int64_t steps) { t->step = steps; }
 const col_lm_train_config *col_lm_trainer_config(const col_lm_trainer *t) { return &t->cfg; }
 const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t) { return t->pool; }
+struct mt_resident *col_lm_trainer_compute_tier(const col_lm_trainer *t) { return t->res; }
 
 float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->nt) ? t->ot[i].g : NULL; }
 

@@ -22,6 +22,10 @@ typedef struct {
     size_t host_budget;   /* memtier host budget in bytes, 0 = unlimited */
     bool decay_all;       /* weight decay on every tensor (torch's AdamW(model.parameters())), not matrices only */
     int grad_accum;       /* micro-batches of [batch, seq] per optimizer step (0 or 1: one) */
+    size_t compute_budget;/* > 0: training steps run through a compute tier of this many bytes (memtier
+                             mt_resident: parameter and gradient chunks are copied in and out as a
+                             placement plan says; results are bitwise those of an unlimited run) */
+    size_t chunk_bytes;   /* memtier chunk size; 0 = automatic */
     bool inference;       /* no gradients, optimizer states or training graph: evaluation, next-token
                              logits and decoding only (step/grads then fail) - half the memory or less */
     col_lora_config lora; /* rank > 0: train LoRA adapters only, the base model frozen (lora.h) */
@@ -90,6 +94,9 @@ const col_lm_train_config *col_lm_trainer_config(const col_lm_trainer *t);
  * memory reports). */
 struct mt_pool;
 const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t);
+/* The training graph's compute tier, NULL without a compute_budget. */
+struct mt_resident;
+struct mt_resident *col_lm_trainer_compute_tier(const col_lm_trainer *t);
 
 /* Saving and resuming (lm_checkpoint.c). The model goes out in Hugging Face
  * layout (config.json + model.safetensors, loadable by transformers); the

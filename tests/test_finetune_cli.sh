@@ -97,6 +97,17 @@ fi
 cmp -s "$tmp/killed/model.safetensors" "$tmp/ref/model.safetensors" && ok "final weights are byte-identical" ||
     notok "final weights differ"
 
+# ---- a compute tier too small for the model: chunks move around every op, the math does not change ----
+check "a compute tier below the smallest the model needs" 1 "needs at least" -- $run --out e11 --chunk-size 16K --gpu-mem 8K
+least=$(sed -n 's/.*needs at least \([0-9]*\) bytes.*/\1/p' "$tmp/err")
+(cd "$tmp" && "$ft" $run --out tiered --save-every 0 --chunk-size 16K --gpu-mem "$least") > "$tmp/tiered.json" 2> "$tmp/err"
+if [ -n "$least" ] && [ "$(losses "$tmp/tiered.json" | wc -l)" -eq 150 ] &&
+    [ "$(losses "$tmp/tiered.json")" = "$(losses "$tmp/ref.json")" ]; then
+    ok "150 steps through the smallest compute tier ($least bytes) give the unconstrained run's losses bit for bit"
+else
+    notok "the tiered run differs: $(head -n 1 "$tmp/err")"
+fi
+
 # ---- Ctrl-C: finishes the step, saves, exits 130; resume continues exactly ----
 (cd "$tmp" && exec "$ft" $run --out intr --save-every 0) > "$tmp/intr.json" 2> "$tmp/intr.err" &
 bg=$!
