@@ -5,7 +5,12 @@
  * measured in the same run. Weights are random (--init random): speed does
  * not depend on their values.
  *
- *   bench_lm [train|generate|all] [reps]
+ *   bench_lm [train|generate|tier|all] [reps]
+ *
+ * tier: the same training step with parameters and gradients moved through a
+ * budgeted compute tier (memtier mt_resident, 16 MiB chunks) at the smallest
+ * budget the step allows and at twice that, against the step with everything
+ * in place; without CUDA every transfer is a memcpy.
  *
  * Training FLOPs per step: 6 * N * tokens + 6 * L * C * T * tokens (llm.c's
  * count, N = parameters without position embeddings... here all parameters).
@@ -20,6 +25,7 @@
 #include "blas.h"
 #include "hf_config.h"
 #include "lm_trainer.h"
+#include "mt_resident.h"
 #include "rng.h"
 #include "bench_util.h"
 
@@ -59,7 +65,7 @@ static double copy_rate(size_t n)
     return 2.0 * (double)n * 4 / bench_median(t, 5) / 1e9;
 }
 
-static col_lm_trainer *session(const char *preset, int B, int T, col_backend *be)
+static col_lm_trainer *session_tiered(const char *preset, int B, int T, size_t budget, col_backend *be)
 {
     col_lm_config m;
     col_err err = {0};
@@ -69,12 +75,73 @@ static col_lm_trainer *session(const char *preset, int B, int T, col_backend *be
     }
     col_lm_train_config c = {.model = m, .batch = B, .seq = T, .opt = col_opt_defaults(COL_OPT_ADAMW), .seed = 1};
     c.lr.lr_max = 1e-4f;
+    if (budget) {
+        c.compute_budget = budget;
+        c.chunk_bytes = (size_t)16 << 20;
+    }
     col_lm_trainer *t = NULL;
     if (col_lm_trainer_create(&c, be, &t, &err) != COL_OK) {
         fprintf(stderr, "bench_lm: %s: %s\n", preset, err.msg);
         exit(1);
     }
     return t;
+}
+
+static col_lm_trainer *session(const char *preset, int B, int T, col_backend *be)
+{
+    return session_tiered(preset, B, T, 0, be);
+}
+
+/* median step time of reps steps after one warm-up */
+static double step_time(col_lm_trainer *t, const int32_t *ids, const int32_t *tg, int reps)
+{
+    double times[32];
+    col_err err = {0};
+    col_lm_step_info info;
+    for (int k = 0; k <= reps; k++) {
+        double t0 = bench_now();
+        if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
+            fprintf(stderr, "bench_lm: %s\n", err.msg);
+            exit(1);
+        }
+        if (k)
+            times[k - 1] = bench_now() - t0;
+    }
+    return bench_median(times, reps);
+}
+
+static void bench_tier(col_backend *be, int reps)
+{
+    enum { B = 4, T = 64 };
+    int32_t ids[B * T], tg[B * T];
+    col_rng r;
+    col_rng_init(&r, 3);
+    for (int i = 0; i < B * T; i++)
+        ids[i] = (int32_t)col_rng_below(&r, 50257), tg[i] = (int32_t)col_rng_below(&r, 50257);
+    /* the smallest budget, from a tier that holds everything */
+    col_lm_trainer *t = session_tiered("gpt2", B, T, (size_t)1 << 40, be);
+    mt_resident_stats rs;
+    mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
+    size_t least = rs.min_budget;
+    col_lm_trainer_free(t);
+    double copy = copy_rate((size_t)64 << 20);
+    t = session("gpt2", B, T, be);
+    double base = step_time(t, ids, tg, reps);
+    col_lm_trainer_free(t);
+    printf("tier gpt2 124M, B=%d T=%d: everything in place %.0f ms/step; copy rate %.1f GB/s\n", B, T, 1000 * base, copy);
+    for (int f = 1; f <= 2; f++) {
+        t = session_tiered("gpt2", B, T, least * (size_t)f, be);
+        mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
+        uint64_t in0 = rs.bytes[MT_LINK_H2C], out0 = rs.bytes[MT_LINK_C2H], comp0 = rs.compacted;
+        double s = step_time(t, ids, tg, reps);
+        mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
+        double moved = (double)(rs.bytes[MT_LINK_H2C] - in0 + rs.bytes[MT_LINK_C2H] - out0) / (reps + 1);
+        double comp = (double)(rs.compacted - comp0) / (reps + 1);
+        printf("tier gpt2 124M, compute tier %.0f MB (%dx the smallest): %.0f ms/step, %.2fx the in-place step; "
+               "%.2f GB moved per step (%.0f ms at the copy rate), %.2f GB slid together to defragment\n",
+               (double)least * f / 1e6, f, 1000 * s, s / base, moved / 1e9, 1000 * moved / (copy * 1e9), comp / 1e9);
+        col_lm_trainer_free(t);
+    }
 }
 
 static void bench_train(col_backend *be, const col_blas *blas, int reps)
@@ -154,8 +221,9 @@ int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
     int reps = argc > 2 ? atoi(argv[2]) : 5;
-    if (reps < 1 || reps > 31 || (strcmp(what, "train") && strcmp(what, "generate") && strcmp(what, "all"))) {
-        fprintf(stderr, "usage: bench_lm [train|generate|all] [reps 1..31]\n");
+    if (reps < 1 || reps > 31 ||
+        (strcmp(what, "train") && strcmp(what, "generate") && strcmp(what, "tier") && strcmp(what, "all"))) {
+        fprintf(stderr, "usage: bench_lm [train|generate|tier|all] [reps 1..31]\n");
         return 2;
     }
     col_err err = {0};
@@ -166,9 +234,11 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("# bench_lm: %d threads, OpenBLAS %s (%s), median of %d\n", omp_get_max_threads(), blas.core, blas.path, reps);
-    if (strcmp(what, "generate"))
+    if (!strcmp(what, "train") || !strcmp(what, "all"))
         bench_train(&be, &blas, reps);
-    if (strcmp(what, "train")) {
+    if (!strcmp(what, "tier") || !strcmp(what, "all"))
+        bench_tier(&be, reps);
+    if (!strcmp(what, "generate") || !strcmp(what, "all")) {
         bench_generate(&be, "gpt2", reps);
         bench_generate(&be, "llama-1b-shaped", reps);
     }

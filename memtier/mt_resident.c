@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "mt_plan.h"
 
@@ -12,11 +13,6 @@ typedef struct {
     size_t off;
     bool grad;      /* rebind the gradient buffer, not the data */
 } use;
-
-typedef struct {
-    void *p;
-    size_t cap;
-} buffer;
 
 struct mt_resident {
     mt_pool *pool;
@@ -30,9 +26,10 @@ struct mt_resident {
     size_t *cap;         /* per chunk: its bytes */
     void **copy;         /* per chunk: its compute-tier copy, NULL when not resident */
     bool *dirty;
-    buffer *spare;       /* freed compute buffers kept for reuse */
-    int nspare, spare_cap;
-    size_t held;         /* bytes of compute buffers allocated (resident + spare) */
+    char *arena;         /* the compute tier's chunk space: budget minus the activations, made on first use */
+    size_t arena_bytes;
+    int *order;          /* resident chunks by address in the arena */
+    int nres;
     size_t resident;     /* bytes of resident chunks */
     size_t act;          /* the graph's activation arena and scratch: on the compute tier throughout */
     long step;
@@ -42,42 +39,70 @@ struct mt_resident {
 
 void mt_resident_poison_home(mt_resident *r, bool on) { r->poison = on; }
 
-static void *get_buffer(mt_resident *r, size_t cap)
+/* a copy across the tiers, on all threads (one thread's memcpy reaches a third of the memory bandwidth) */
+static void tier_copy(void *dst, const void *src, size_t n)
 {
-    for (int i = 0; i < r->nspare; i++)
-        if (r->spare[i].cap == cap) {
-            void *p = r->spare[i].p;
-            r->spare[i] = r->spare[--r->nspare];
-            return p;
-        }
-    /* room for a new one: give back spares of other sizes until it fits */
-    while (r->act + r->held + cap > r->st.budget && r->nspare > 0) {
-        r->held -= r->spare[r->nspare - 1].cap;
-        free(r->spare[--r->nspare].p);
+    enum { BLOCK = 1 << 18 };
+    long nb = (long)((n + BLOCK - 1) / BLOCK);
+#pragma omp parallel for schedule(static) if (nb > 4)
+    for (long b = 0; b < nb; b++) {
+        size_t off = (size_t)b * BLOCK, len = n - off < BLOCK ? n - off : BLOCK;
+        memcpy((char *)dst + off, (const char *)src + off, len);
     }
-    if (r->act + r->held + cap > r->st.budget)
-        return NULL;
-    void *p = aligned_alloc(MT_ALIGN, (cap + MT_ALIGN - 1) / MT_ALIGN * MT_ALIGN);
-    if (p)
-        r->held += cap;
-    return p;
 }
 
-static bool put_buffer(mt_resident *r, void *p, size_t cap)
+static size_t round_up(size_t x) { return (x + MT_ALIGN - 1) / MT_ALIGN * MT_ALIGN; }
+
+/* Space for a chunk of cap bytes in the arena: the first gap that fits, or,
+ * when the free space is there but in pieces, after sliding the resident
+ * chunks together (safe: every op rebinds its chunks after the actions). */
+static void *get_buffer(mt_resident *r, int chunk, size_t cap)
 {
-    if (r->nspare == r->spare_cap) {
-        int nc = r->spare_cap ? 2 * r->spare_cap : 16;
-        buffer *b = realloc(r->spare, sizeof *b * (size_t)nc);
-        if (!b) {
-            free(p);
-            r->held -= cap;
-            return true;
-        }
-        r->spare = b;
-        r->spare_cap = nc;
+    if (!r->arena) {
+        r->arena_bytes = r->st.budget > r->act ? r->st.budget - r->act : 0;
+        r->arena = aligned_alloc(4096, round_up(r->arena_bytes) + 4096);
+        if (!r->arena)
+            return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(r->arena, round_up(r->arena_bytes), MADV_HUGEPAGE);
+#endif
     }
-    r->spare[r->nspare++] = (buffer){p, cap};
-    return true;
+    size_t need = round_up(cap), at = 0;
+    int pos = 0;
+    for (; pos < r->nres; pos++) {
+        char *p = r->copy[r->order[pos]];
+        if ((size_t)(p - r->arena) >= at + need)
+            break;
+        at = (size_t)(p - r->arena) + round_up(r->cap[r->order[pos]]);
+    }
+    if (pos == r->nres && at + need > r->arena_bytes) { /* no gap: compact */
+        at = 0;
+        for (int i = 0; i < r->nres; i++) {
+            int c = r->order[i];
+            if (r->copy[c] != r->arena + at) {
+                memmove(r->arena + at, r->copy[c], r->cap[c]);
+                r->st.compacted += r->cap[c];
+            }
+            r->copy[c] = r->arena + at;
+            at += round_up(r->cap[c]);
+        }
+        if (at + need > r->arena_bytes)
+            return NULL;
+    }
+    memmove(r->order + pos + 1, r->order + pos, sizeof *r->order * (size_t)(r->nres - pos));
+    r->order[pos] = chunk;
+    r->nres++;
+    return r->arena + at;
+}
+
+static void put_buffer(mt_resident *r, int chunk)
+{
+    for (int i = 0; i < r->nres; i++)
+        if (r->order[i] == chunk) {
+            memmove(r->order + i, r->order + i + 1, sizeof *r->order * (size_t)(r->nres - i - 1));
+            r->nres--;
+            return;
+        }
 }
 
 /* the pool chunk a leaf's memory lies in (through a view to its base) */
@@ -165,11 +190,12 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
     r->cap = calloc((size_t)r->nchunks + 1, sizeof *r->cap);
     r->copy = calloc((size_t)r->nchunks + 1, sizeof *r->copy);
     r->dirty = calloc((size_t)r->nchunks + 1, sizeof *r->dirty);
+    r->order = calloc((size_t)r->nchunks + 1, sizeof *r->order);
     mt_plan_chunk *chunks = calloc((size_t)r->nchunks + 1, sizeof *chunks);
     mt_plan_op *ops = NULL;
     int *lists = NULL;
     col_status st = COL_OK;
-    if (!r->op_of || !r->cap || !r->copy || !r->dirty || !chunks)
+    if (!r->op_of || !r->cap || !r->copy || !r->dirty || !r->order || !chunks)
         st = col_err_set(err, COL_ENOMEM, "memtier: out of memory");
     for (int i = 0; i < n && st == COL_OK; i++) {
         col_node *node = col_plan_node(plan, i);
@@ -230,11 +256,8 @@ void mt_resident_free(mt_resident *r)
     if (!r)
         return;
     mt_plan_free(r->mp);
-    for (int c = 0; c < r->nchunks; c++)
-        free(r->copy[c]);
-    for (int i = 0; i < r->nspare; i++)
-        free(r->spare[i].p);
-    free(r->spare);
+    free(r->arena);
+    free(r->order);
     free(r->op_of);
     free(r->uses);
     free(r->start);
@@ -253,10 +276,10 @@ static col_status apply(mt_resident *r, const mt_plan_action *a, int n, col_err 
         case MT_PA_FETCH:
             if (r->copy[c])
                 break;
-            if (!(r->copy[c] = get_buffer(r, r->cap[c])))
+            if (!(r->copy[c] = get_buffer(r, c, r->cap[c])))
                 return col_err_set(err, COL_ENOMEM, "memtier: the compute tier (%zu bytes) cannot hold chunk %d "
                                    "(%zu bytes) beside %zu resident", r->st.budget, c, r->cap[c], r->resident);
-            memcpy(r->copy[c], home, r->cap[c]);
+            tier_copy(r->copy[c], home, r->cap[c]);
             if (r->poison)
                 memset(home, 0xff, r->cap[c]);
             r->st.bytes[MT_LINK_H2C] += r->cap[c];
@@ -271,7 +294,7 @@ static col_status apply(mt_resident *r, const mt_plan_action *a, int n, col_err 
             if (!r->copy[c])
                 break;
             if (a[i].kind != MT_PA_DROP || r->dirty[c] || r->poison) { /* never lose a write */
-                memcpy(home, r->copy[c], r->cap[c]);
+                tier_copy(home, r->copy[c], r->cap[c]);
                 r->st.bytes[MT_LINK_C2H] += r->cap[c];
                 r->st.writebacks++;
                 r->dirty[c] = false;
@@ -279,7 +302,7 @@ static col_status apply(mt_resident *r, const mt_plan_action *a, int n, col_err 
                 r->st.drops++;
             }
             if (a[i].kind != MT_PA_FLUSH) {
-                put_buffer(r, r->copy[c], r->cap[c]);
+                put_buffer(r, c);
                 r->copy[c] = NULL;
                 r->resident -= r->cap[c];
             }

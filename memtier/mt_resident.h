@@ -31,6 +31,7 @@ typedef struct mt_resident mt_resident;
 typedef struct {
     uint64_t bytes[MT_NLINKS]; /* moved since creation, per link */
     int fetches, writebacks, drops;
+    uint64_t compacted;         /* bytes slid together to make room (free space in pieces) */
     size_t budget, min_budget;  /* the compute tier's bytes; the least any plan of this graph needs */
     size_t peak;                /* the most compute-tier bytes held at once, activations included */
 } mt_resident_stats;
