@@ -148,9 +148,12 @@ static bool num_in(const char *v, double lo, double hi, bool lo_open, float *out
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (!*v || *end || errno || !isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+    if (!*v || *end || errno || !isfinite(x) || x < lo || x > hi)
         return false;
-    *out = (float)x;
+    float f = (float)x; /* the range holds for the float actually used: 2e-88 is no learning rate */
+    if (f < lo || f > hi || (lo_open && f <= lo))
+        return false;
+    *out = f;
     return true;
 }
 

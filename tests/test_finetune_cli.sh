@@ -251,6 +251,7 @@ check "tokenizer that does not fit the model" 1 "do not belong together" -- "$sr
 check "unknown option" 2 "unknown option" -- --bogus
 check "option without its value" 2 "needs a value" -- --steps
 check "bad number" 2 "--lr must be" -- --lr fast
+check "a learning rate that is 0 as a float" 2 "--lr must be" -- --lr 2e-88
 check "MODEL without DATA" 2 "give DATA" -- gpt2-tiny
 check "output directory not writable" 1 "cannot write the output directory" -- gpt2-tiny corpus.txt --out "$tmp/corpus.txt/x" --steps 1
 check "output directory holds other files" 1 "not a colossal-finetune output" -- gpt2-tiny corpus.txt --out foreign --steps 1
