@@ -1,6 +1,7 @@
 /* mt_resident.c - the compute tier of one planned graph (see mt_resident.h). */
 #include "mt_resident.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -49,6 +50,17 @@ static void tier_copy(void *dst, const void *src, size_t n)
         size_t off = (size_t)b * BLOCK, len = n - off < BLOCK ? n - off : BLOCK;
         memcpy((char *)dst + off, (const char *)src + off, len);
     }
+}
+
+/* KiB, MiB or GiB with one decimal */
+static void fmt_size(size_t b, char *buf, size_t n)
+{
+    if (b >= (size_t)1 << 30)
+        snprintf(buf, n, "%.1f GiB", (double)b / (1 << 30));
+    else if (b >= (size_t)1 << 20)
+        snprintf(buf, n, "%.1f MiB", (double)b / (1 << 20));
+    else
+        snprintf(buf, n, "%.1f KiB", (double)b / 1024);
 }
 
 static size_t round_up(size_t x) { return (x + MT_ALIGN - 1) / MT_ALIGN * MT_ALIGN; }
@@ -227,10 +239,13 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
             if (mt_plan_create(&in, &probe, &e2) == COL_OK) {
                 mt_plan_summary sum;
                 mt_plan_get_summary(probe, &sum);
-                st = col_err_set(err, COL_ENOMEM, "memtier: a compute tier of %.1f KiB is too small: this training "
-                                 "step needs at least %zu bytes (%.1f KiB) on it, %.1f KiB of them activations",
-                                 (double)budget / 1024, sum.min_budget, (double)sum.min_budget / 1024,
-                                 (double)r->act / 1024);
+                char have[32], need[32], act[32];
+                fmt_size(budget, have, sizeof have);
+                fmt_size(sum.min_budget, need, sizeof need);
+                fmt_size(r->act, act, sizeof act);
+                st = col_err_set(err, COL_ENOMEM, "memtier: a compute tier of %s is too small: this training step "
+                                 "needs at least %zu bytes (%s) on it, %s of them activations", have, sum.min_budget,
+                                 need, act);
             }
             mt_plan_free(probe);
         }
