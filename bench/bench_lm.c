@@ -92,6 +92,15 @@ static col_lm_trainer *session(const char *preset, int B, int T, col_backend *be
     return session_tiered(preset, B, T, 0, be);
 }
 
+/* GPT-2 token ids and targets drawn from a fixed seed */
+static void random_batch(int32_t *ids, int32_t *tg, int n)
+{
+    col_rng r;
+    col_rng_init(&r, 3);
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)col_rng_below(&r, 50257), tg[i] = (int32_t)col_rng_below(&r, 50257);
+}
+
 /* median step time of reps steps after one warm-up */
 static double step_time(col_lm_trainer *t, const int32_t *ids, const int32_t *tg, int reps)
 {
@@ -114,10 +123,7 @@ static void bench_tier(col_backend *be, int reps)
 {
     enum { B = 4, T = 64 };
     int32_t ids[B * T], tg[B * T];
-    col_rng r;
-    col_rng_init(&r, 3);
-    for (int i = 0; i < B * T; i++)
-        ids[i] = (int32_t)col_rng_below(&r, 50257), tg[i] = (int32_t)col_rng_below(&r, 50257);
+    random_batch(ids, tg, B * T);
     /* the smallest budget, from a tier that holds everything */
     col_lm_trainer *t = session_tiered("gpt2", B, T, (size_t)1 << 40, be);
     mt_resident_stats rs;
@@ -150,25 +156,11 @@ static void bench_train(col_backend *be, const col_blas *blas, int reps)
     col_lm_trainer *t = session("gpt2", B, T, be);
     const col_lm_config *m = &col_lm_trainer_config(t)->model;
     int32_t ids[B * T], tg[B * T];
-    col_rng r;
-    col_rng_init(&r, 3);
-    for (int i = 0; i < B * T; i++)
-        ids[i] = (int32_t)col_rng_below(&r, 50257), tg[i] = (int32_t)col_rng_below(&r, 50257);
-    col_err err = {0};
-    double times[32];
-    col_lm_step_info info;
+    random_batch(ids, tg, B * T);
     double ceil1 = sgemm_rate(blas, B * T, 768, 3072);
-    for (int k = 0; k <= reps; k++) {
-        double t0 = bench_now();
-        if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
-            fprintf(stderr, "bench_lm: %s\n", err.msg);
-            exit(1);
-        }
-        if (k)
-            times[k - 1] = bench_now() - t0;
-    }
+    double step = step_time(t, ids, tg, reps);
     double ceil2 = sgemm_rate(blas, B * T, 768, 3072), ceiling = ceil1 > ceil2 ? ceil1 : ceil2;
-    double step = bench_median(times, reps), N = (double)col_lm_trainer_param_count(t), tokens = B * T;
+    double N = (double)col_lm_trainer_param_count(t), tokens = B * T;
     double flops = 6 * N * tokens + 6.0 * m->n_layer * m->hidden * T * tokens;
     printf("train gpt2 124M (%.1fM params), B=%d T=%d, AdamW: %.0f ms/step, %.0f tok/s, %.1f GFLOP/s, "
            "%.2f of sgemm (%.1f GFLOP/s on %dx768x3072, best of 2 samples %.1f/%.1f)\n",
