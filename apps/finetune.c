@@ -603,6 +603,11 @@ static int train(run *r)
             fputc('\n', stderr);
         printf("done: %lld steps in %.1f s; the model is in %s/\n", (long long)col_lm_trainer_steps(r->tr),
                now() - r->t0, o->out);
+        if (r->src.tok)
+            printf("talk to it: colossal-chat %s%s\n", o->out,
+                   r->src.has_chat || o->chat_template[0] ? ""
+                   : o->embedded                          ? " --prompt \"And God said\""
+                                                          : " --prompt \"...\"");
     }
     return rc;
 }
