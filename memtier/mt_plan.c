@@ -9,34 +9,7 @@
 #define DEFAULT_WARMUP 8
 #define NEVER ((long)1 << 60) /* next use of a chunk no op uses */
 
-/* the actions of one planned step: list i (0..nops-1) before op i, list
- * nops after the last op (the tail) */
-typedef struct {
-    mt_plan_action *a;
-    int n, cap;
-    int *off; /* nops + 2 */
-} step_plan;
-
-struct mt_plan {
-    int nchunks, nops;
-    mt_plan_chunk *chunks;
-    int *need_off, *need; /* per op: the distinct chunks it reads or writes */
-    int *wr_off, *wr;     /* per op: the distinct chunks it writes */
-    int *use_off, *use;   /* per chunk: the ops that need it, ascending */
-    double *time_s;
-    size_t *act;
-    double step_compute_s;
-    size_t budget, min_budget;
-    mt_plan_links links;
-    mt_prefetch_mode mode;
-    double prefetch_fixed;
-    int max_warmup;
-    /* the plan */
-    double horizon;
-    int nwarm;         /* steps[0..nwarm-1] warmup, steps[nwarm] steady */
-    step_plan *steps;
-    mt_plan_summary sum;
-};
+#include "mt_plan_internal.h"
 
 /* the planner's model of the compute tier */
 typedef struct {
@@ -84,16 +57,16 @@ static long next_use(const mt_plan *p, int c, long t)
     return a < hi ? base + p->use[a] : base + n + p->use[lo];
 }
 
-static double hop_s(const mt_plan *p, mt_link l, size_t bytes)
+double mt_plan_hop_s(const mt_plan *p, mt_link l, size_t bytes)
 {
     return p->links.latency_s + (double)bytes / p->links.bw[l];
 }
 
 static double fetch_s(const mt_plan *p, int c)
 {
-    double s = hop_s(p, MT_LINK_H2C, p->chunks[c].bytes);
+    double s = mt_plan_hop_s(p, MT_LINK_H2C, p->chunks[c].bytes);
     if (p->chunks[c].home == MT_TIER_NVME)
-        s += hop_s(p, MT_LINK_N2H, p->chunks[c].bytes);
+        s += mt_plan_hop_s(p, MT_LINK_N2H, p->chunks[c].bytes);
     return s;
 }
 
@@ -376,10 +349,6 @@ static col_status plan_tail(const mt_plan *p, tier *end, const tier *start, long
     return ok ? COL_OK : col_err_set(e, COL_ENOMEM, "memtier plan: out of memory for the action lists");
 }
 
-typedef struct {
-    int nwarm;
-    step_plan *steps;
-} plan_result;
 
 static void result_free(plan_result *r, int nsteps)
 {
@@ -440,116 +409,6 @@ out:
     return st;
 }
 
-/* ---- simulation ---- */
-
-static const step_plan *step_of(const mt_plan *p, const plan_result *r, long step)
-{
-    (void)p;
-    return &r->steps[step < r->nwarm ? step : r->nwarm];
-}
-
-typedef struct {
-    double t, link_free[MT_NLINKS], space_free;
-    double *fetch_done, *home_valid;
-} sim_state;
-
-static double run_actions(const mt_plan *p, sim_state *z, const mt_plan_action *a, int n, mt_plan_step_sim *o)
-{
-    double issue = z->t, ready = z->t;
-    for (int i = 0; i < n; i++) {
-        int c = a[i].chunk;
-        size_t b = p->chunks[c].bytes;
-        bool nvme = p->chunks[c].home == MT_TIER_NVME;
-        double s, end;
-        switch (a[i].kind) {
-        case MT_PA_DROP:
-            o->drops++;
-            break;
-        case MT_PA_WRITEBACK:
-        case MT_PA_FLUSH:
-            s = fmax(fmax(issue, z->link_free[MT_LINK_C2H]), z->fetch_done[c]);
-            end = s + hop_s(p, MT_LINK_C2H, b);
-            z->link_free[MT_LINK_C2H] = end;
-            o->bytes[MT_LINK_C2H] += b;
-            if (a[i].kind == MT_PA_WRITEBACK) {
-                z->space_free = fmax(z->space_free, end);
-                o->writebacks++;
-            } else {
-                ready = fmax(ready, end); /* the chunk may be written again after the tail */
-                o->flushes++;
-            }
-            if (nvme) {
-                s = fmax(end, z->link_free[MT_LINK_H2N]);
-                end = s + hop_s(p, MT_LINK_H2N, b);
-                z->link_free[MT_LINK_H2N] = end;
-                o->bytes[MT_LINK_H2N] += b;
-            }
-            z->home_valid[c] = end;
-            break;
-        case MT_PA_FETCH:
-            s = fmax(issue, z->home_valid[c]);
-            if (nvme) {
-                s = fmax(s, z->link_free[MT_LINK_N2H]);
-                end = s + hop_s(p, MT_LINK_N2H, b);
-                z->link_free[MT_LINK_N2H] = end;
-                o->bytes[MT_LINK_N2H] += b;
-                s = end;
-            }
-            s = fmax(fmax(s, z->link_free[MT_LINK_H2C]), z->space_free);
-            end = s + hop_s(p, MT_LINK_H2C, b);
-            z->link_free[MT_LINK_H2C] = end;
-            o->bytes[MT_LINK_H2C] += b;
-            z->fetch_done[c] = end;
-            o->fetches++;
-            break;
-        case MT_PA_WAIT:
-            ready = fmax(ready, z->fetch_done[c]);
-            break;
-        }
-    }
-    return ready;
-}
-
-static col_status simulate(const mt_plan *p, const plan_result *r, int nsteps, mt_plan_step_sim *out, col_err *e)
-{
-    sim_state z = {0};
-    size_t m = (size_t)p->nchunks + 1;
-    z.fetch_done = calloc(m, sizeof *z.fetch_done);
-    z.home_valid = calloc(m, sizeof *z.home_valid);
-    if (!z.fetch_done || !z.home_valid) {
-        free(z.fetch_done);
-        free(z.home_valid);
-        return col_err_set(e, COL_ENOMEM, "memtier plan: out of memory");
-    }
-    for (int k = 0; k < nsteps; k++) {
-        mt_plan_step_sim *o = &out[k];
-        memset(o, 0, sizeof *o);
-        const step_plan *sp = step_of(p, r, k);
-        double t0 = z.t;
-        for (int i = 0; i <= p->nops; i++) {
-            double ready = run_actions(p, &z, sp->a + sp->off[i], sp->off[i + 1] - sp->off[i], o);
-            o->stall_s += ready - z.t;
-            z.t = ready;
-            if (i < p->nops) {
-                z.t += p->time_s[i];
-                o->compute_s += p->time_s[i];
-            }
-        }
-        o->step_s = z.t - t0;
-    }
-    free(z.fetch_done);
-    free(z.home_valid);
-    return COL_OK;
-}
-
-col_status mt_plan_simulate(const mt_plan *p, int nsteps, mt_plan_step_sim *steps, col_err *e)
-{
-    if (!p || !steps || nsteps < 1)
-        return col_err_set(e, COL_EINVAL, "mt_plan_simulate: need a plan and nsteps >= 1 (got %d)", nsteps);
-    plan_result r = {p->nwarm, p->steps};
-    return simulate(p, &r, nsteps, steps, e);
-}
-
 /* ---- choosing the horizon, the summary ---- */
 
 static col_status plan_with(mt_plan *p, double horizon, plan_result *r, mt_plan_step_sim *steady, col_err *e)
@@ -563,7 +422,7 @@ static col_status plan_with(mt_plan *p, double horizon, plan_result *r, mt_plan_
         result_free(r, r->nwarm + 1);
         return col_err_set(e, COL_ENOMEM, "memtier plan: out of memory");
     }
-    st = simulate(p, r, ns, sim, e);
+    st = mt_plan_sim_run(p, r, ns, sim, e);
     *steady = sim[ns - 1];
     free(sim);
     if (st != COL_OK)
