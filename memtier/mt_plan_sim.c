@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-
 typedef struct {
     double t, link_free[MT_NLINKS], space_free;
     double *fetch_done, *home_valid;
