@@ -275,6 +275,8 @@ static col_status make_trainer(run *r, col_err *err)
     tc.host_budget = o->cpu_mem;
     tc.compute_budget = o->eval_only ? 0 : o->gpu_mem;
     tc.chunk_bytes = o->chunk_size;
+    tc.nvme_dir = o->nvme_dir[0] && !o->eval_only ? o->nvme_dir : NULL;
+    tc.nvme_max = o->nvme_max;
     tc.inference = o->eval_only;
     tc.lora.rank = o->lora_rank;
     tc.lora.alpha = o->lora_alpha;
@@ -465,19 +467,30 @@ static void progress(run *r, const col_lm_step_info *info, double tok_s, double 
         return;
     mt_pool_stats ms;
     mt_stats(col_lm_trainer_pool(r->tr), &ms);
-    char eta[32], host[32], comp[32];
+    char eta[32], host[32], comp[32], nvme[32];
     fmt_secs((double)(o->steps - info->step) * (elapsed / (double)(info->step - r->start_step)), eta, sizeof eta);
     fmt_bytes((double)ms.host_bytes, host, sizeof host);
-    fmt_bytes((double)col_lm_trainer_arena_bytes(r->tr), comp, sizeof comp);
+    /* the compute tier: the activation arena, plus the chunk copies when it has a budget */
+    size_t compute = col_lm_trainer_arena_bytes(r->tr), on_nvme = 0;
+    mt_resident *ct = col_lm_trainer_compute_tier(r->tr);
+    if (ct) {
+        mt_resident_stats rs;
+        mt_resident_get_stats(ct, &rs);
+        compute = rs.peak;
+    }
+    for (int k = 0; k < MT_NKINDS; k++)
+        on_nvme += ms.bytes[k][MT_TIER_NVME];
+    fmt_bytes((double)compute, comp, sizeof comp);
+    fmt_bytes((double)on_nvme, nvme, sizeof nvme);
     if (r->tty) {
-        fprintf(stderr, "\r\033[Kstep %lld/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s  mem: compute %s host %s nvme 0",
-                (long long)info->step, o->steps, info->loss, info->lr, tok_s, eta, comp, host);
+        fprintf(stderr, "\r\033[Kstep %lld/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s  mem: compute %s host %s nvme %s",
+                (long long)info->step, o->steps, info->loss, info->lr, tok_s, eta, comp, host, nvme);
         fflush(stderr);
     } else {
         int every = o->steps >= 20 ? o->steps / 20 : 1;
         if (info->step % every == 0 || info->step == o->steps || info->step == 1)
-            say(r, "step %lld/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s  mem: compute %s host %s nvme 0",
-                (long long)info->step, o->steps, info->loss, info->lr, tok_s, eta, comp, host);
+            say(r, "step %lld/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s  mem: compute %s host %s nvme %s",
+                (long long)info->step, o->steps, info->loss, info->lr, tok_s, eta, comp, host, nvme);
     }
 }
 
@@ -490,6 +503,7 @@ static void publish(run *r, const col_lm_step_info *info, double tok_s, double s
     mt_stats_fill_from_pool(d, col_lm_trainer_pool(r->tr));
     d->tier_used[MT_TIER_GPU] = col_lm_trainer_arena_bytes(r->tr);
     d->tier_budget[MT_TIER_HOST] = r->o.cpu_mem;
+    d->nvme_written = mt_nvme_bytes_written(col_lm_trainer_pool(r->tr));
     mt_resident *ct = col_lm_trainer_compute_tier(r->tr);
     if (ct) { /* chunk copies on the compute tier: its peak beside the activations, and the bytes moved */
         mt_resident_stats rs;

@@ -44,6 +44,8 @@ typedef struct {
     size_t cpu_mem;              /* memtier host budget, 0 = unlimited */
     size_t gpu_mem;              /* compute-tier budget, 0 = unlimited */
     size_t chunk_size;           /* memtier chunk bytes, 0 = automatic */
+    char nvme_dir[4096];         /* optimizer states on the NVMe tier here; "" = host */
+    size_t nvme_max;
     /* LoRA */
     int lora_rank;
     float lora_alpha;

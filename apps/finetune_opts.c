@@ -31,6 +31,7 @@ static const ft_optdef optdefs[] = {
     {"lora-alpha", true, false},  {"lora-targets", true, false}, {"merge-lora", false, true},
     {"json", false, true},        {"quiet", false, true},        {"help", false, true},
     {"tui", false, true},         {"gpu-mem", true, true},       {"chunk-size", true, true},
+    {"nvme-dir", true, true},     {"nvme-max", true, true},
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
@@ -264,6 +265,8 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "cpu-mem")) return size_arg(v, &o->cpu_mem) || BAD("--cpu-mem must be a size like 8G or 512M (got '%s')", v);
     if (!strcmp(name, "gpu-mem")) return size_arg(v, &o->gpu_mem) || BAD("--gpu-mem must be a size like 8G or 512M (got '%s')", v);
     if (!strcmp(name, "chunk-size")) return (size_arg(v, &o->chunk_size) && o->chunk_size >= 4096) || BAD("--chunk-size must be a size of at least 4K (got '%s')", v);
+    if (!strcmp(name, "nvme-dir")) return (*v && copy_str(o->nvme_dir, sizeof o->nvme_dir, v)) || BAD("--nvme-dir: give a directory");
+    if (!strcmp(name, "nvme-max")) return size_arg(v, &o->nvme_max) || BAD("--nvme-max must be a size like 64G (got '%s')", v);
     if (!strcmp(name, "lora-rank")) return int_in(v, 1, 65536, &o->lora_rank) || BAD("--lora-rank must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "lora-alpha")) return num_in(v, 0, 1e6, true, &o->lora_alpha) || BAD("--lora-alpha must be a number > 0 (got '%s')", v);
     if (!strcmp(name, "lora-targets")) return (*v && copy_str(o->lora_targets, sizeof o->lora_targets, v)) || BAD("--lora-targets: give module names like q_proj,v_proj");

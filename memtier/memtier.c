@@ -1,6 +1,8 @@
 /* memtier.c - the chunk store (host tier only; layout rules in memtier.h). */
 #include "memtier.h"
 
+#include "nvme.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +13,9 @@ typedef struct {
     bool dirty;
     size_t capacity, used;
     int ntensors;
-    void *host; /* MT_ALIGN-aligned, capacity bytes; NULL when tier is MT_TIER_NONE */
+    void *host; /* MT_ALIGN-aligned, capacity bytes; NULL when tier is MT_TIER_NONE or NVME */
+    int slot, nslots; /* NVME: its slots in the store */
+    bool on_disk;     /* NVME: written (else it reads as zeros) */
 } mt_chunk;
 
 struct mt_pool {
@@ -22,9 +26,23 @@ struct mt_pool {
     int tensors[MT_NKINDS];
     size_t tensor_bytes[MT_NKINDS];
     size_t host_bytes, host_peak, needed_bytes;
+    mt_nvme *nv;         /* the NVMe tier, or NULL */
+    unsigned nvme_kinds;
+    uint64_t nvme_max;
+    size_t slot_bytes;
+    int next_slot;
 };
 
 #define MIB(x) ((double)(x) / (1024.0 * 1024.0))
+
+/* MiB with one decimal, or KiB when that would read 0.0 */
+static void fmt_size(size_t v, char *buf, size_t n)
+{
+    if (v >= ((size_t)1 << 20) / 10)
+        snprintf(buf, n, "%.1f MiB", MIB(v));
+    else
+        snprintf(buf, n, "%.1f KiB", (double)v / 1024.0);
+}
 
 static size_t align_up(size_t x) { return (x + (MT_ALIGN - 1)) & ~(size_t)(MT_ALIGN - 1); }
 
@@ -73,6 +91,18 @@ col_status mt_create(const mt_config *cfg, mt_pool **pool, col_err *e)
     p->host_budget = cfg ? cfg->host_budget : 0;
     for (int k = 0; k < MT_NKINDS; k++)
         p->open[k] = -1;
+    if (cfg && cfg->nvme_dir && cfg->nvme_kinds) {
+        p->slot_bytes = (p->chunk_bytes + MT_NVME_ALIGN - 1) / MT_NVME_ALIGN * MT_NVME_ALIGN;
+        mt_nvme_config nc = {.dir = cfg->nvme_dir, .max_bytes = cfg->nvme_max, .slot_bytes = p->slot_bytes,
+                             .faults = cfg->nvme_faults};
+        col_status st = mt_nvme_open(&nc, &p->nv, e);
+        if (st != COL_OK) {
+            free(p);
+            return st;
+        }
+        p->nvme_kinds = cfg->nvme_kinds;
+        p->nvme_max = cfg->nvme_max;
+    }
     *pool = p;
     return COL_OK;
 }
@@ -83,6 +113,7 @@ void mt_destroy(mt_pool *pool)
         return;
     for (int i = 0; i < pool->nchunks; i++)
         free(pool->chunks[i].host);
+    mt_nvme_close(pool->nv); /* the scratch file goes with it */
     free(pool->chunks);
     free(pool);
 }
@@ -104,6 +135,23 @@ static int new_chunk(mt_pool *p, mt_kind kind, size_t capacity, col_err *e)
         p->cap = ncap;
     }
     mt_chunk c = {.kind = kind, .tier = MT_TIER_NONE, .capacity = capacity};
+    if (p->nv && (p->nvme_kinds & (1u << kind))) { /* a chunk of the NVMe tier: slots, no host memory */
+        c.nslots = (int)((capacity + p->slot_bytes - 1) / p->slot_bytes);
+        uint64_t end = (uint64_t)(p->next_slot + c.nslots) * p->slot_bytes;
+        if (p->nvme_max && end > p->nvme_max) {
+            char have[32], need[32];
+            fmt_size(p->nvme_max, have, sizeof have);
+            fmt_size(end, need, sizeof need);
+            col_err_set(e, COL_ENOMEM, "memtier: the NVMe tier's %s (--nvme-max) is too small: this model needs at "
+                        "least %s there", have, need);
+            return -1;
+        }
+        c.slot = p->next_slot;
+        p->next_slot += c.nslots;
+        c.tier = MT_TIER_NVME;
+        p->chunks[p->nchunks] = c;
+        return p->nchunks++;
+    }
     bool fits = !p->host_budget || (p->host_bytes <= p->host_budget && capacity <= p->host_budget - p->host_bytes);
     if (fits) {
         c.host = aligned_alloc(MT_ALIGN, capacity);
@@ -157,16 +205,9 @@ col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_
     c->ntensors++;
     if (c->tier == MT_TIER_NONE)
     {
-        /* MiB with one decimal, or KiB when that would read 0.0 */
         char have[32], need[32];
-        size_t v[2] = {pool->host_budget, pool->needed_bytes};
-        char *out[2] = {have, need};
-        for (int i = 0; i < 2; i++) {
-            if (v[i] >= ((size_t)1 << 20) / 10)
-                snprintf(out[i], sizeof have, "%.1f MiB", MIB(v[i]));
-            else
-                snprintf(out[i], sizeof have, "%.1f KiB", (double)v[i] / 1024.0);
-        }
+        fmt_size(pool->host_budget, have, sizeof have);
+        fmt_size(pool->needed_bytes, need, sizeof need);
         return col_err_set(e, COL_ENOMEM, "memtier: host budget %s is too small: this model needs at least %s (--cpu-mem)",
                            have, need);
     }
@@ -194,6 +235,8 @@ void mt_zero(mt_pool *pool, mt_kind kind)
         return;
     for (int i = 0; i < pool->nchunks; i++) {
         mt_chunk *c = &pool->chunks[i];
+        if (c->kind == kind && c->tier == MT_TIER_NVME)
+            c->on_disk = false; /* reads as zeros again */
         if (c->kind != kind || !c->host)
             continue;
         /* only [0, used) was ever handed out; 1 MiB pieces across threads */
@@ -275,4 +318,63 @@ bool mt_locate(const mt_pool *pool, const void *ptr, int *chunk, size_t *offset)
 void *mt_chunk_host(const mt_pool *pool, int chunk)
 {
     return pool && chunk >= 0 && chunk < pool->nchunks ? pool->chunks[chunk].host : NULL;
+}
+
+size_t mt_chunk_io_bytes(const mt_pool *pool, int chunk)
+{
+    if (!pool || chunk < 0 || chunk >= pool->nchunks)
+        return 0;
+    const mt_chunk *c = &pool->chunks[chunk];
+    return c->tier == MT_TIER_NVME ? (size_t)c->nslots * pool->slot_bytes : c->capacity;
+}
+
+/* reads or writes the slots of an NVMe chunk, at most a queue's worth in flight */
+static col_status chunk_io(mt_pool *pool, int chunk, void *buf, bool write, col_err *e)
+{
+    if (!pool || chunk < 0 || chunk >= pool->nchunks || pool->chunks[chunk].tier != MT_TIER_NVME)
+        return col_err_set(e, COL_EINVAL, "memtier: chunk %d is not on the NVMe tier", chunk);
+    mt_chunk *c = &pool->chunks[chunk];
+    if (!write && !c->on_disk) {
+        memset(buf, 0, (size_t)c->nslots * pool->slot_bytes);
+        return COL_OK;
+    }
+    enum { BATCH = 8 };
+    col_status st = COL_OK;
+    for (int k0 = 0; k0 < c->nslots && st == COL_OK; k0 += BATCH) {
+        mt_nvme_req req[BATCH];
+        int n = 0;
+        for (int k = k0; k < c->nslots && k < k0 + BATCH && st == COL_OK; k++, n++) {
+            char *b = (char *)buf + (size_t)k * pool->slot_bytes;
+            st = write ? mt_nvme_write(pool->nv, c->slot + k, b, &req[n], e)
+                       : mt_nvme_read(pool->nv, c->slot + k, b, &req[n], e);
+        }
+        if (st != COL_OK)
+            n--;
+        for (int i = 0; i < n; i++) { /* wait for all, keep the first error */
+            col_err e2 = {0};
+            col_status w = mt_nvme_wait(pool->nv, req[i], &e2);
+            if (w != COL_OK && st == COL_OK)
+                st = col_err_set(e, w, "%s", e2.msg);
+        }
+    }
+    if (st != COL_OK)
+        return col_err_set(e, st, "memtier: %s chunk %d on the NVMe tier: %s", mt_kind_name(c->kind), chunk, e->msg);
+    if (write)
+        c->on_disk = true;
+    return COL_OK;
+}
+
+col_status mt_chunk_read(mt_pool *pool, int chunk, void *buf, col_err *e) { return chunk_io(pool, chunk, buf, false, e); }
+col_status mt_chunk_write(mt_pool *pool, int chunk, const void *buf, col_err *e)
+{
+    return chunk_io(pool, chunk, (void *)buf, true, e);
+}
+
+uint64_t mt_nvme_bytes_written(const mt_pool *pool)
+{
+    if (!pool || !pool->nv)
+        return 0;
+    mt_nvme_stats st;
+    mt_nvme_stats_get(pool->nv, &st);
+    return st.bytes_written;
 }

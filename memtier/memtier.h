@@ -39,9 +39,17 @@ typedef enum { MT_TIER_HOST, MT_TIER_GPU, MT_TIER_NVME, MT_NTIERS, MT_TIER_NONE 
  * chunk at home on NVMe travels NVMe->host->compute and back the same way). */
 typedef enum { MT_LINK_H2C, MT_LINK_C2H, MT_LINK_H2N, MT_LINK_N2H, MT_NLINKS } mt_link;
 
+struct mt_nvme_faults;
+
 typedef struct {
     size_t chunk_bytes; /* 0 = MT_DEFAULT_CHUNK_BYTES; rounded up to a multiple of MT_ALIGN */
     size_t host_budget; /* 0 = unlimited; total host bytes of all chunks */
+    /* the NVMe tier (memtier/nvme.h): chunks of the kinds in nvme_kinds (bit 1 << kind) live in
+     * slots of a scratch file in nvme_dir instead of host memory; NULL = no NVMe tier */
+    const char *nvme_dir;
+    uint64_t nvme_max;  /* --nvme-max: bytes the scratch file may take; 0 = unlimited */
+    unsigned nvme_kinds;
+    const struct mt_nvme_faults *nvme_faults; /* tests: fault injection for the store */
 } mt_config;
 
 typedef struct mt_pool mt_pool;
@@ -102,6 +110,18 @@ col_status mt_chunk_get(const mt_pool *pool, int idx, mt_chunk_info *info, col_e
  * tensors (the optimizer step) mark it dirty; a write-back marks it clean. */
 void mt_mark_dirty(mt_pool *pool, int chunk);
 void mt_mark_clean(mt_pool *pool, int chunk);
+
+/* ---- chunks on the NVMe tier ----
+ * They have no host address (mt_ptr gives NULL): their contents are read
+ * into and written from caller buffers of mt_chunk_io_bytes() bytes,
+ * MT_NVME_ALIGN-aligned (mt_nvme_alloc_buffer). A chunk never written reads
+ * as zeros (without I/O); mt_zero of its kind makes it so again. Every read
+ * is checked against the CRC-32C of what was written. */
+size_t mt_chunk_io_bytes(const mt_pool *pool, int chunk);
+col_status mt_chunk_read(mt_pool *pool, int chunk, void *buf, col_err *e);
+col_status mt_chunk_write(mt_pool *pool, int chunk, const void *buf, col_err *e);
+/* Bytes written to NVMe since the pool was made (SSD endurance). */
+uint64_t mt_nvme_bytes_written(const mt_pool *pool);
 
 /* The chunk holding host address ptr and the offset in it (false when no
  * chunk of the pool holds it). */

@@ -58,7 +58,7 @@ typedef enum { MT_NVME_OP_WRITE = 0, MT_NVME_OP_READ = 1 } mt_nvme_op;
  *   whole buffer and the kernel's result in *res (bytes moved or -errno),
  *   which it may change (shorten it, make it -EIO) or leave; it may also
  *   change the buffer (flip a byte after a read to provoke a CRC error). */
-typedef struct {
+typedef struct mt_nvme_faults {
     int (*before_submit)(void *user, int op, int slot, size_t bytes);
     void (*after_complete)(void *user, int op, int slot, void *buf, int *res);
     void *user;

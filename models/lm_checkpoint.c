@@ -121,7 +121,7 @@ col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsi
     return st;
 }
 
-col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
+static col_status save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
 {
     if (col_lm_trainer_config(t)->inference)
         return col_err_set(err, COL_ESTATE, "an inference session has no optimizer state to save");
@@ -158,7 +158,7 @@ col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col
     return st;
 }
 
-col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
+static col_status load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
@@ -258,4 +258,28 @@ col_status col_lm_trainer_load_adapter(col_lm_trainer *t, const char *dir, col_e
     free(tmp);
     col_ckpt_close(ck);
     return st;
+}
+
+/* With the states on the NVMe tier they are read into host memory for the
+ * file (and written back after a load). */
+col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
+{
+    if (col_lm_trainer_config(t)->inference)
+        return col_err_set(err, COL_ESTATE, "an inference session has no optimizer state to save");
+    col_status st = col_lm_trainer_states_begin(t, err);
+    if (st == COL_OK)
+        st = save_optimizer(t, dir, err);
+    col_err e2 = {0};
+    col_status st2 = col_lm_trainer_states_end(t, false, &e2);
+    return st != COL_OK ? st : st2 != COL_OK ? col_err_set(err, st2, "%s", e2.msg) : COL_OK;
+}
+
+col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
+{
+    col_status st = col_lm_trainer_states_begin(t, err);
+    if (st == COL_OK)
+        st = load_optimizer(t, dir, err);
+    col_err e2 = {0};
+    col_status st2 = col_lm_trainer_states_end(t, st == COL_OK, &e2);
+    return st != COL_OK ? st : st2 != COL_OK ? col_err_set(err, st2, "%s", e2.msg) : COL_OK;
 }

@@ -7,6 +7,7 @@
 
 #include "memtier.h"
 #include "mt_resident.h"
+#include "mt_stage.h"
 #include "plan.h"
 
 struct col_lm_trainer {
@@ -20,6 +21,10 @@ struct col_lm_trainer {
     col_param_spec *specs;
     mt_pool *pool;
     col_opt_tensor *ot;
+    mt_ref *sref;       /* optimizer state tensors: slot 0 at [i], slot 1 at [nt + i] */
+    int slots;
+    bool states_nvme;   /* the states live on the NVMe tier */
+    mt_stage *stage;    /* host buffers the optimizer streams them through */
     /* training graph */
     col_graph *g;
     col_plan *plan;
@@ -192,7 +197,9 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     mt_config mc = {.chunk_bytes = cfg->chunk_bytes         ? cfg->chunk_bytes
                                    : total < MT_DEFAULT_CHUNK_BYTES ? total
                                                                     : 0,
-                    .host_budget = cfg->host_budget};
+                    .host_budget = cfg->host_budget, .nvme_dir = cfg->nvme_dir, .nvme_max = cfg->nvme_max,
+                    .nvme_kinds = cfg->nvme_dir && !cfg->inference ? 1u << MT_OPTSTATE : 0,
+                    .nvme_faults = cfg->nvme_faults};
     st = mt_create(&mc, &t->pool, err);
     int slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
     /* parameters, then gradients, then states, each kind in first-use order;
@@ -231,6 +238,16 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         else
             col_lora_init(s, (i - t->np) % 2 == 0, i, t->ot[i].w, cfg->seed);
     }
+    t->slots = slots;
+    t->sref = calloc((size_t)(2 * t->nt) + 1, sizeof *t->sref);
+    if (!t->sref && st == COL_OK)
+        st = col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    for (int i = 0; i < 2 * t->nt && st == COL_OK && !cfg->inference; i++)
+        t->sref[i] = i < t->nt ? (slots > 0 ? refs[2 * t->nt + i] : (mt_ref){.chunk = -1})
+                               : (slots > 1 ? refs[2 * t->nt + i] : (mt_ref){.chunk = -1});
+    t->states_nvme = cfg->nvme_dir && !cfg->inference && slots > 0;
+    if (st == COL_OK && t->states_nvme)
+        st = mt_stage_create(t->pool, 4, &t->stage, err);
     free(refs);
     if (st == COL_OK && !cfg->inference)
         st = build_train(t, err);
@@ -264,6 +281,8 @@ void col_lm_trainer_free(col_lm_trainer *t)
     dec_free(&t->dec[1]);
     free(t->kv);
     mt_resident_free(t->res);
+    mt_stage_free(t->stage);
+    free(t->sref);
     col_plan_free(t->plan);
     col_graph_free(t->g);
     graph_arrays_free(&t->gg);
@@ -308,6 +327,61 @@ col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int
     return micro_batch(t, ids, targets, 0, loss, err);
 }
 
+/* The optimizer step with the states on NVMe: tensor by tensor, its state
+ * chunks read into the stage's buffers (written back when they make room)
+ * and updated there; each element's arithmetic is that of the one-call step. */
+static col_status streamed_step(col_lm_trainer *t, float lr, col_err *err)
+{
+    col_status st = COL_OK;
+    for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
+        col_opt_tensor o = t->ot[i];
+        void *m = NULL, *v = NULL;
+        st = mt_stage_get(t->stage, t->sref[i], true, &m, err);
+        if (st == COL_OK && t->slots > 1)
+            st = mt_stage_get(t->stage, t->sref[t->nt + i], true, &v, err);
+        o.m = m;
+        o.v = v;
+        if (st == COL_OK)
+            st = col_opt_step(&t->cfg.opt, lr, t->step + 1, &o, 1, err);
+    }
+    if (st == COL_OK)
+        st = mt_stage_flush(t->stage, err);
+    return st;
+}
+
+col_status col_lm_trainer_states_begin(col_lm_trainer *t, col_err *err)
+{
+    if (!t->states_nvme)
+        return COL_OK;
+    mt_stage *all = NULL;
+    col_status st = mt_stage_create(t->pool, mt_chunk_count(t->pool), &all, err);
+    for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
+        void *p = NULL;
+        st = mt_stage_get(all, t->sref[i], true, &p, err);
+        t->ot[i].m = p;
+        if (st == COL_OK && t->slots > 1) {
+            st = mt_stage_get(all, t->sref[t->nt + i], true, &p, err);
+            t->ot[i].v = p;
+        }
+    }
+    mt_stage_free(t->stage); /* the step's buffers hold nothing dirty between steps */
+    t->stage = all;
+    return st;
+}
+
+col_status col_lm_trainer_states_end(col_lm_trainer *t, bool write_back, col_err *err)
+{
+    if (!t->states_nvme)
+        return COL_OK;
+    col_status st = write_back ? mt_stage_flush(t->stage, err) : COL_OK;
+    for (int i = t->train0; i < t->nt; i++)
+        t->ot[i].m = t->ot[i].v = NULL;
+    mt_stage_free(t->stage);
+    t->stage = NULL;
+    col_status st2 = mt_stage_create(t->pool, 4, &t->stage, err);
+    return st != COL_OK ? st : st2;
+}
+
 col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int32_t *targets,
                                 col_lm_step_info *info, col_err *err)
 {
@@ -338,7 +412,7 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
                                (long long)t->step + 1, norm, loss);
     }
     float lr = col_lr_at(&t->cfg.lr, t->step);
-    st = col_opt_step(&t->cfg.opt, lr, t->step + 1, tr, ntr, err);
+    st = t->states_nvme ? streamed_step(t, lr, err) : col_opt_step(&t->cfg.opt, lr, t->step + 1, tr, ntr, err);
     if (st != COL_OK)
         return st;
     t->step++;

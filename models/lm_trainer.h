@@ -26,6 +26,11 @@ typedef struct {
                              mt_resident: parameter and gradient chunks are copied in and out as a
                              placement plan says; results are bitwise those of an unlimited run) */
     size_t chunk_bytes;   /* memtier chunk size; 0 = automatic */
+    const char *nvme_dir; /* non-NULL: the optimizer states live on the NVMe tier, in a scratch file in
+                             this directory (removed with the session); the optimizer step streams them
+                             through a few host buffers. Results are bitwise those of host states. */
+    uint64_t nvme_max;    /* bytes the NVMe tier may take; 0 = unlimited */
+    const struct mt_nvme_faults *nvme_faults; /* tests: fault injection into the NVMe tier */
     bool inference;       /* no gradients, optimizer states or training graph: evaluation, next-token
                              logits and decoding only (step/grads then fail) - half the memory or less */
     col_lora_config lora; /* rank > 0: train LoRA adapters only, the base model frozen (lora.h) */
@@ -97,6 +102,12 @@ const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t);
 /* The training graph's compute tier, NULL without a compute_budget. */
 struct mt_resident;
 struct mt_resident *col_lm_trainer_compute_tier(const col_lm_trainer *t);
+
+/* With states on the NVMe tier, col_lm_trainer_state gives NULL except
+ * between these two calls, which read every state chunk into host memory
+ * (and, with write_back, write them back at the end: after loading). */
+col_status col_lm_trainer_states_begin(col_lm_trainer *t, col_err *err);
+col_status col_lm_trainer_states_end(col_lm_trainer *t, bool write_back, col_err *err);
 
 /* Saving and resuming (lm_checkpoint.c). The model goes out in Hugging Face
  * layout (config.json + model.safetensors, loadable by transformers); the

@@ -98,6 +98,15 @@ cmp -s "$tmp/killed/model.safetensors" "$tmp/ref/model.safetensors" && ok "final
     notok "final weights differ"
 
 # ---- a compute tier too small for the model: chunks move around every op, the math does not change ----
+mkdir -p "$tmp/nvme"
+(cd "$tmp" && "$ft" $run --out nvme_run --save-every 50 --chunk-size 16K --nvme-dir "$tmp/nvme") > "$tmp/nvme.json" 2> "$tmp/err"
+if [ "$(losses "$tmp/nvme.json" | wc -l)" -eq 150 ] && [ "$(losses "$tmp/nvme.json")" = "$(losses "$tmp/ref.json")" ] &&
+    [ -z "$(ls -A "$tmp/nvme")" ]; then
+    ok "optimizer states on the NVMe tier (saved every 50 steps): the same losses bit for bit, nothing left in --nvme-dir"
+else
+    notok "the NVMe run differs: $(head -n 1 "$tmp/err")"
+fi
+check "a missing --nvme-dir" 1 "nvme-dir" -- $run --out e12 --nvme-dir "$tmp/no/such/dir"
 check "a compute tier below the smallest the model needs" 1 "needs at least" -- $run --out e11 --chunk-size 16K --gpu-mem 8K
 least=$(sed -n 's/.*needs at least \([0-9]*\) bytes.*/\1/p' "$tmp/err")
 (cd "$tmp" && "$ft" $run --out tiered --save-every 0 --chunk-size 16K --gpu-mem "$least") > "$tmp/tiered.json" 2> "$tmp/err"
@@ -106,6 +115,15 @@ if [ -n "$least" ] && [ "$(losses "$tmp/tiered.json" | wc -l)" -eq 150 ] &&
     ok "150 steps through the smallest compute tier ($least bytes) give the unconstrained run's losses bit for bit"
 else
     notok "the tiered run differs: $(head -n 1 "$tmp/err")"
+fi
+# all three tiers at once: the smallest compute tier, parameters and gradients on the host, states on NVMe
+(cd "$tmp" && "$ft" $run --out three --save-every 0 --chunk-size 16K --gpu-mem "$least" --nvme-dir "$tmp/nvme") \
+    > "$tmp/three.json" 2> "$tmp/err"
+if [ -n "$least" ] && [ "$(losses "$tmp/three.json" | wc -l)" -eq 150 ] &&
+    [ "$(losses "$tmp/three.json")" = "$(losses "$tmp/ref.json")" ]; then
+    ok "compute, host and NVMe tiers together: the unconstrained run's losses bit for bit"
+else
+    notok "the three-tier run differs: $(head -n 1 "$tmp/err")"
 fi
 
 # ---- Ctrl-C: finishes the step, saves, exits 130; resume continues exactly ----

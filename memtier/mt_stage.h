@@ -1,0 +1,22 @@
+/* mt_stage.h - a few host buffers through which chunks of the NVMe tier are
+ * read and written back: how the optimizer reaches states that live on NVMe.
+ * A host chunk is used in place; an NVMe chunk is read into the least
+ * recently used buffer (a dirty one is written back first). */
+#ifndef MT_STAGE_H
+#define MT_STAGE_H
+
+#include "memtier.h"
+
+typedef struct mt_stage mt_stage;
+
+/* nbuf >= 1 buffers, allocated as chunks need them. */
+col_status mt_stage_create(mt_pool *pool, int nbuf, mt_stage **out, col_err *err);
+/* Frees the buffers without writing anything back (call mt_stage_flush first). */
+void mt_stage_free(mt_stage *s);
+/* The host address of ref's bytes. will_write marks the chunk dirty. A
+ * pointer stays valid until nbuf - 1 other NVMe chunks have been got. */
+col_status mt_stage_get(mt_stage *s, mt_ref ref, bool will_write, void **ptr, col_err *err);
+/* Writes every dirty buffer back to its chunk. */
+col_status mt_stage_flush(mt_stage *s, col_err *err);
+
+#endif
