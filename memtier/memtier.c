@@ -328,46 +328,105 @@ size_t mt_chunk_io_bytes(const mt_pool *pool, int chunk)
     return c->tier == MT_TIER_NVME ? (size_t)c->nslots * pool->slot_bytes : c->capacity;
 }
 
-/* reads or writes the slots of an NVMe chunk, at most a queue's worth in flight */
-static col_status chunk_io(mt_pool *pool, int chunk, void *buf, bool write, col_err *e)
+static col_status chunk_error(mt_pool *pool, int chunk, col_status st, col_err *e)
 {
+    return col_err_set(e, st, "memtier: %s chunk %d on the NVMe tier: %s", mt_kind_name(pool->chunks[chunk].kind), chunk,
+                       e->msg);
+}
+
+int mt_chunk_slots(const mt_pool *pool, int chunk)
+{
+    if (!pool || chunk < 0 || chunk >= pool->nchunks || pool->chunks[chunk].tier != MT_TIER_NVME)
+        return 0;
+    return pool->chunks[chunk].nslots;
+}
+
+/* submits the slots of an NVMe chunk (at most BATCH) */
+static col_status submit(mt_pool *pool, mt_chunk *c, int k0, int k1, void *buf, bool write, uint64_t *req, int *n,
+                         col_err *e)
+{
+    col_status st = COL_OK;
+    *n = 0;
+    for (int k = k0; k < k1 && st == COL_OK; k++) {
+        char *b = (char *)buf + (size_t)k * pool->slot_bytes;
+        st = write ? mt_nvme_write(pool->nv, c->slot + k, b, &req[*n], e) : mt_nvme_read(pool->nv, c->slot + k, b, &req[*n], e);
+        if (st == COL_OK)
+            (*n)++;
+    }
+    return st;
+}
+
+/* waits for every request, keeping the first error */
+static col_status wait_all(mt_pool *pool, const uint64_t *req, int n, col_status st, col_err *e)
+{
+    for (int i = 0; i < n; i++) {
+        col_err e2 = {0};
+        col_status w = mt_nvme_wait(pool->nv, req[i], &e2);
+        if (w != COL_OK && st == COL_OK)
+            st = col_err_set(e, w, "%s", e2.msg);
+    }
+    return st;
+}
+
+col_status mt_chunk_io_start(mt_pool *pool, int chunk, void *buf, bool write, mt_chunk_io *io, col_err *e)
+{
+    *io = (mt_chunk_io){.chunk = chunk, .write = write};
     if (!pool || chunk < 0 || chunk >= pool->nchunks || pool->chunks[chunk].tier != MT_TIER_NVME)
         return col_err_set(e, COL_EINVAL, "memtier: chunk %d is not on the NVMe tier", chunk);
     mt_chunk *c = &pool->chunks[chunk];
-    if (!write && !c->on_disk) {
+    if (!write && !c->on_disk) { /* never written: zeros, no I/O */
         memset(buf, 0, (size_t)c->nslots * pool->slot_bytes);
         return COL_OK;
     }
-    enum { BATCH = 8 };
     col_status st = COL_OK;
-    for (int k0 = 0; k0 < c->nslots && st == COL_OK; k0 += BATCH) {
-        mt_nvme_req req[BATCH];
-        int n = 0;
-        for (int k = k0; k < c->nslots && k < k0 + BATCH && st == COL_OK; k++, n++) {
-            char *b = (char *)buf + (size_t)k * pool->slot_bytes;
-            st = write ? mt_nvme_write(pool->nv, c->slot + k, b, &req[n], e)
-                       : mt_nvme_read(pool->nv, c->slot + k, b, &req[n], e);
+    if (c->nslots > MT_CHUNK_IO_MAX) { /* too many slots to leave in flight: move it now */
+        for (int k0 = 0; k0 < c->nslots && st == COL_OK; k0 += MT_CHUNK_IO_MAX) {
+            int k1 = k0 + MT_CHUNK_IO_MAX < c->nslots ? k0 + MT_CHUNK_IO_MAX : c->nslots, n = 0;
+            st = submit(pool, c, k0, k1, buf, write, io->req, &n, e);
+            st = wait_all(pool, io->req, n, st, e);
         }
-        if (st != COL_OK)
-            n--;
-        for (int i = 0; i < n; i++) { /* wait for all, keep the first error */
-            col_err e2 = {0};
-            col_status w = mt_nvme_wait(pool->nv, req[i], &e2);
-            if (w != COL_OK && st == COL_OK)
-                st = col_err_set(e, w, "%s", e2.msg);
-        }
+        if (st == COL_OK && write)
+            c->on_disk = true;
+        return st == COL_OK ? COL_OK : chunk_error(pool, chunk, st, e);
     }
-    if (st != COL_OK)
-        return col_err_set(e, st, "memtier: %s chunk %d on the NVMe tier: %s", mt_kind_name(c->kind), chunk, e->msg);
-    if (write)
-        c->on_disk = true;
+    st = submit(pool, c, 0, c->nslots, buf, write, io->req, &io->n, e);
+    if (st != COL_OK) {
+        wait_all(pool, io->req, io->n, st, e);
+        io->n = 0;
+        return chunk_error(pool, chunk, st, e);
+    }
     return COL_OK;
 }
 
-col_status mt_chunk_read(mt_pool *pool, int chunk, void *buf, col_err *e) { return chunk_io(pool, chunk, buf, false, e); }
+col_status mt_chunk_io_wait(mt_pool *pool, mt_chunk_io *io, col_err *e)
+{
+    if (io->n == 0)
+        return COL_OK;
+    col_status st = wait_all(pool, io->req, io->n, COL_OK, e);
+    io->n = 0;
+    if (st != COL_OK)
+        return chunk_error(pool, io->chunk, st, e);
+    if (io->write)
+        pool->chunks[io->chunk].on_disk = true;
+    return COL_OK;
+}
+
+col_status mt_chunk_read(mt_pool *pool, int chunk, void *buf, col_err *e)
+{
+    mt_chunk_io io;
+    col_status st = mt_chunk_io_start(pool, chunk, buf, false, &io, e);
+    return st == COL_OK ? mt_chunk_io_wait(pool, &io, e) : st;
+}
+
 col_status mt_chunk_write(mt_pool *pool, int chunk, const void *buf, col_err *e)
 {
-    return chunk_io(pool, chunk, (void *)buf, true, e);
+    mt_chunk_io io;
+    col_status st = mt_chunk_io_start(pool, chunk, (void *)buf, true, &io, e);
+    if (st == COL_OK)
+        st = mt_chunk_io_wait(pool, &io, e);
+    if (st == COL_OK)
+        pool->chunks[chunk].on_disk = true;
+    return st;
 }
 
 uint64_t mt_nvme_bytes_written(const mt_pool *pool)

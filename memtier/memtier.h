@@ -118,8 +118,21 @@ void mt_mark_clean(mt_pool *pool, int chunk);
  * as zeros (without I/O); mt_zero of its kind makes it so again. Every read
  * is checked against the CRC-32C of what was written. */
 size_t mt_chunk_io_bytes(const mt_pool *pool, int chunk);
+int mt_chunk_slots(const mt_pool *pool, int chunk); /* NVMe slots it takes (0 for other tiers) */
 col_status mt_chunk_read(mt_pool *pool, int chunk, void *buf, col_err *e);
 col_status mt_chunk_write(mt_pool *pool, int chunk, const void *buf, col_err *e);
+/* The same in two halves, so that a transfer runs while the caller computes:
+ * start submits it (a chunk of more than MT_CHUNK_IO_MAX slots is moved at
+ * once, synchronously), wait completes it; every started io must be waited
+ * for, and its buffer left alone until then. */
+enum { MT_CHUNK_IO_MAX = 8 };
+typedef struct {
+    int chunk, n;
+    bool write;
+    uint64_t req[MT_CHUNK_IO_MAX];
+} mt_chunk_io;
+col_status mt_chunk_io_start(mt_pool *pool, int chunk, void *buf, bool write, mt_chunk_io *io, col_err *e);
+col_status mt_chunk_io_wait(mt_pool *pool, mt_chunk_io *io, col_err *e);
 /* Bytes written to NVMe since the pool was made (SSD endurance). */
 uint64_t mt_nvme_bytes_written(const mt_pool *pool);
 

@@ -5,12 +5,16 @@
 
 #include "nvme.h"
 
+typedef enum { EMPTY, LOADING, READY, WRITING } buf_state;
+
 typedef struct {
-    int chunk;    /* -1: empty */
+    int chunk;       /* -1: empty */
     void *buf;
     size_t cap;
-    bool dirty;
-    uint64_t last; /* use tick, for least-recently-used */
+    buf_state state;
+    bool dirty;      /* READY and changed since read or written */
+    uint64_t last;   /* use tick, for least-recently-used */
+    mt_chunk_io io;  /* LOADING / WRITING */
 } stage_buf;
 
 struct mt_stage {
@@ -38,24 +42,98 @@ col_status mt_stage_create(mt_pool *pool, int nbuf, mt_stage **out, col_err *err
     return COL_OK;
 }
 
+/* finishes a transfer in flight; a failed load leaves the buffer empty */
+static col_status settle(mt_stage *s, stage_buf *b, col_err *err)
+{
+    if (b->state != LOADING && b->state != WRITING)
+        return COL_OK;
+    col_status st = mt_chunk_io_wait(s->pool, &b->io, err);
+    if (st != COL_OK && b->state == LOADING)
+        b->chunk = -1, b->state = EMPTY;
+    else
+        b->state = READY; /* a failed write stays dirty */
+    if (st == COL_OK && b->io.write)
+        b->dirty = false;
+    return st;
+}
+
 void mt_stage_free(mt_stage *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < s->n; i++)
+    for (int i = 0; i < s->n; i++) {
+        col_err e = {0};
+        settle(s, &s->b[i], &e); /* the kernel must be done with a buffer before it is freed */
         free(s->b[i].buf);
+    }
     free(s->b);
     free(s);
 }
 
+/* waits for every transfer in flight (before synchronous I/O takes the queue) */
+static col_status settle_all(mt_stage *s, col_err *err)
+{
+    col_status first = COL_OK;
+    for (int i = 0; i < s->n; i++) {
+        col_err e2 = {0};
+        col_status st = settle(s, &s->b[i], &e2);
+        if (st != COL_OK && first == COL_OK)
+            first = col_err_set(err, st, "%s", e2.msg);
+    }
+    return first;
+}
+
 static col_status write_back(mt_stage *s, stage_buf *b, col_err *err)
 {
-    if (b->chunk < 0 || !b->dirty)
-        return COL_OK;
-    col_status st = mt_chunk_write(s->pool, b->chunk, b->buf, err);
+    col_status st = settle(s, b, err);
+    if (st != COL_OK || b->chunk < 0 || !b->dirty)
+        return st;
+    st = mt_chunk_write(s->pool, b->chunk, b->buf, err);
     if (st == COL_OK)
         b->dirty = false;
     return st;
+}
+
+static stage_buf *find(mt_stage *s, int chunk)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->b[i].chunk == chunk)
+            return &s->b[i];
+    return NULL;
+}
+
+/* the least recently used buffer, skipping the `keep` most recent ones */
+static stage_buf *victim(mt_stage *s, int keep)
+{
+    stage_buf *v = NULL;
+    for (int i = 0; i < s->n; i++) {
+        stage_buf *b = &s->b[i];
+        if (b->chunk < 0)
+            return b;
+        int newer = 0;
+        for (int j = 0; j < s->n; j++)
+            newer += s->b[j].chunk >= 0 && s->b[j].last > b->last;
+        if (keep > 0 && (b->state == LOADING || b->state == WRITING))
+            continue; /* busy: read-ahead does not wait */
+        if (newer >= keep && (!v || b->last < v->last))
+            v = b;
+    }
+    return v;
+}
+
+/* room in buffer b for a chunk of need bytes (b is empty or clean and settled) */
+static col_status make_room(stage_buf *b, size_t need, col_err *err)
+{
+    b->chunk = -1;
+    b->state = EMPTY;
+    if (b->cap >= need)
+        return COL_OK;
+    free(b->buf);
+    b->cap = 0;
+    if (!(b->buf = mt_nvme_alloc_buffer(need)))
+        return col_err_set(err, COL_ENOMEM, "memtier: out of host memory for a %zu-byte NVMe stage buffer", need);
+    b->cap = need;
+    return COL_OK;
 }
 
 col_status mt_stage_get(mt_stage *s, mt_ref ref, bool will_write, void **ptr, col_err *err)
@@ -66,48 +144,81 @@ col_status mt_stage_get(mt_stage *s, mt_ref ref, bool will_write, void **ptr, co
         *ptr = host;
         return COL_OK;
     }
-    stage_buf *hit = NULL, *lru = &s->b[0];
-    for (int i = 0; i < s->n; i++) {
-        if (s->b[i].chunk == ref.chunk)
-            hit = &s->b[i];
-        if (s->b[i].last < lru->last)
-            lru = &s->b[i];
-    }
-    if (!hit) {
+    stage_buf *hit = find(s, ref.chunk);
+    col_status st = COL_OK;
+    if (hit) {
+        st = settle(s, hit, err); /* a prefetch arriving, or a write-back leaving */
+    } else {
         size_t need = mt_chunk_io_bytes(s->pool, ref.chunk);
         if (need == 0)
             return col_err_set(err, COL_EINVAL, "memtier: chunk %d does not exist", ref.chunk);
-        col_status st = write_back(s, lru, err);
-        if (st != COL_OK)
-            return st;
-        if (lru->cap < need) {
-            free(lru->buf);
-            lru->cap = 0;
-            lru->chunk = -1;
-            if (!(lru->buf = mt_nvme_alloc_buffer(need)))
-                return col_err_set(err, COL_ENOMEM, "memtier: out of host memory for a %zu-byte NVMe stage buffer",
-                                   need);
-            lru->cap = need;
+        hit = victim(s, 0);
+        if ((st = settle_all(s, err)) == COL_OK && (st = write_back(s, hit, err)) == COL_OK && (st = make_room(hit, need, err)) == COL_OK &&
+            (st = mt_chunk_read(s->pool, ref.chunk, hit->buf, err)) == COL_OK) {
+            hit->chunk = ref.chunk;
+            hit->state = READY;
+            hit->dirty = false;
         }
-        lru->chunk = -1;
-        if ((st = mt_chunk_read(s->pool, ref.chunk, lru->buf, err)) != COL_OK)
-            return st;
-        lru->chunk = ref.chunk;
-        lru->dirty = false;
-        hit = lru;
     }
+    if (st != COL_OK)
+        return st;
     hit->last = ++s->tick;
     hit->dirty |= will_write;
     *ptr = (char *)hit->buf + ref.offset;
     return COL_OK;
 }
 
-col_status mt_stage_flush(mt_stage *s, col_err *err)
+col_status mt_stage_prefetch(mt_stage *s, mt_ref ref, int keep, col_err *err)
 {
-    for (int i = 0; i < s->n; i++) {
-        col_status st = write_back(s, &s->b[i], err);
+    if (mt_ptr(s->pool, ref) || find(s, ref.chunk) || s->n <= keep ||
+        mt_chunk_slots(s->pool, ref.chunk) > MT_CHUNK_IO_MAX)
+        return COL_OK;
+    /* at most one read and one write in flight: each takes up to MT_CHUNK_IO_MAX of the queue */
+    bool reading = false, writing = false;
+    for (int i = 0; i < s->n; i++)
+        reading |= s->b[i].state == LOADING, writing |= s->b[i].state == WRITING;
+    if (reading)
+        return COL_OK;
+    /* the oldest buffer beyond the keep most recent: write it behind when dirty, then try the next oldest */
+    for (int tries = 0; tries < 2; tries++) {
+        stage_buf *v = victim(s, keep);
+        if (!v || v->state == LOADING || v->state == WRITING)
+            return COL_OK; /* busy: no room to read ahead now */
+        if (v->chunk >= 0 && v->dirty) {
+            if (writing || mt_chunk_slots(s->pool, v->chunk) > MT_CHUNK_IO_MAX)
+                return COL_OK;
+            writing = true;
+            col_status st = mt_chunk_io_start(s->pool, v->chunk, v->buf, true, &v->io, err);
+            if (st != COL_OK)
+                return st;
+            v->state = v->io.n ? WRITING : READY;
+            if (!v->io.n)
+                v->dirty = false;
+            v->last = 0; /* leave it out of the next victim search only while it is busy */
+            continue;
+        }
+        size_t need = mt_chunk_io_bytes(s->pool, ref.chunk);
+        col_status st = make_room(v, need, err);
+        if (st == COL_OK)
+            st = mt_chunk_io_start(s->pool, ref.chunk, v->buf, false, &v->io, err);
         if (st != COL_OK)
             return st;
+        v->chunk = ref.chunk;
+        v->state = v->io.n ? LOADING : READY;
+        v->dirty = false;
+        v->last = s->tick; /* not yet used: the oldest of the recent */
+        return COL_OK;
     }
     return COL_OK;
+}
+
+col_status mt_stage_flush(mt_stage *s, col_err *err)
+{
+    col_status first = settle_all(s, err);
+    for (int i = 0; i < s->n; i++) {
+        col_status st = write_back(s, &s->b[i], err);
+        if (st != COL_OK && first == COL_OK)
+            first = st;
+    }
+    return first;
 }

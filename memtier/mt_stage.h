@@ -16,7 +16,13 @@ void mt_stage_free(mt_stage *s);
 /* The host address of ref's bytes. will_write marks the chunk dirty. A
  * pointer stays valid until nbuf - 1 other NVMe chunks have been got. */
 col_status mt_stage_get(mt_stage *s, mt_ref ref, bool will_write, void **ptr, col_err *err);
-/* Writes every dirty buffer back to its chunk. */
+/* Starts reading ref's chunk into a buffer ahead of its use, leaving the
+ * keep most recently used buffers alone; when the buffer it would take is
+ * dirty, starts writing that one back instead (the read goes ahead on a
+ * later call). Reads of chunk i+1 and the write of chunk i-1 then run while
+ * the caller works on chunk i. Nothing to do is not an error. */
+col_status mt_stage_prefetch(mt_stage *s, mt_ref ref, int keep, col_err *err);
+/* Writes every dirty buffer back to its chunk (and waits for transfers). */
 col_status mt_stage_flush(mt_stage *s, col_err *err);
 
 #endif

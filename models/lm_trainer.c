@@ -247,7 +247,7 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
                                : (slots > 1 ? refs[2 * t->nt + i] : (mt_ref){.chunk = -1});
     t->states_nvme = cfg->nvme_dir && !cfg->inference && slots > 0;
     if (st == COL_OK && t->states_nvme)
-        st = mt_stage_create(t->pool, 4, &t->stage, err);
+        st = mt_stage_create(t->pool, 6, &t->stage, err);
     free(refs);
     if (st == COL_OK && !cfg->inference)
         st = build_train(t, err);
@@ -341,6 +341,14 @@ static col_status streamed_step(col_lm_trainer *t, float lr, col_err *err)
             st = mt_stage_get(t->stage, t->sref[t->nt + i], true, &v, err);
         o.m = m;
         o.v = v;
+        /* read the next chunk of each state (and write back older ones) while this tensor is updated */
+        for (int k = 0; k < t->slots && st == COL_OK; k++) {
+            int j = i + 1;
+            while (j < t->nt && t->sref[k * t->nt + j].chunk == t->sref[k * t->nt + i].chunk)
+                j++;
+            if (j < t->nt)
+                st = mt_stage_prefetch(t->stage, t->sref[k * t->nt + j], 2, err);
+        }
         if (st == COL_OK)
             st = col_opt_step(&t->cfg.opt, lr, t->step + 1, &o, 1, err);
     }
@@ -378,7 +386,7 @@ col_status col_lm_trainer_states_end(col_lm_trainer *t, bool write_back, col_err
         t->ot[i].m = t->ot[i].v = NULL;
     mt_stage_free(t->stage);
     t->stage = NULL;
-    col_status st2 = mt_stage_create(t->pool, 4, &t->stage, err);
+    col_status st2 = mt_stage_create(t->pool, 6, &t->stage, err);
     return st != COL_OK ? st : st2;
 }
 
