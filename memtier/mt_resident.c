@@ -72,7 +72,7 @@ static void *get_buffer(mt_resident *r, int chunk, size_t cap)
 {
     if (!r->arena) {
         r->arena_bytes = r->st.budget > r->act ? r->st.budget - r->act : 0;
-        r->arena = aligned_alloc(4096, round_up(r->arena_bytes) + 4096);
+        r->arena = aligned_alloc(4096, (r->arena_bytes + 2 * 4096 - 1) / 4096 * 4096); /* a multiple of the alignment */
         if (!r->arena)
             return NULL;
 #ifdef MADV_HUGEPAGE
