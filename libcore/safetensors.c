@@ -414,6 +414,18 @@ static col_st_file *st_new(const char *name)
     return f;
 }
 
+/* parses the header of a file whose bytes are in place; *out on success */
+static col_status finish_open(col_st_file *f, col_st_file **out, col_err *err)
+{
+    col_status st = parse_header(f, err);
+    if (st != COL_OK) {
+        col_st_close(f);
+        return st;
+    }
+    *out = f;
+    return COL_OK;
+}
+
 col_status col_st_parse(const void *data, size_t len, const char *name, col_st_file **out, col_err *err)
 {
     *out = NULL;
@@ -424,13 +436,7 @@ col_status col_st_parse(const void *data, size_t len, const char *name, col_st_f
         return col_err_set(err, COL_ENOMEM, "out of memory opening %s", name ? name : "safetensors");
     f->base = data;
     f->len = len;
-    col_status st = parse_header(f, err);
-    if (st != COL_OK) {
-        col_st_close(f);
-        return st;
-    }
-    *out = f;
-    return COL_OK;
+    return finish_open(f, out, err);
 }
 
 col_status col_st_open(const char *path, col_st_file **out, col_err *err)
@@ -468,13 +474,7 @@ col_status col_st_open(const char *path, col_st_file **out, col_err *err)
     f->map_len = len;
     f->base = map;
     f->len = len;
-    col_status st = parse_header(f, err);
-    if (st != COL_OK) {
-        col_st_close(f);
-        return st;
-    }
-    *out = f;
-    return COL_OK;
+    return finish_open(f, out, err);
 }
 
 int col_st_count(const col_st_file *f)
