@@ -10,6 +10,7 @@
 #include "lm_trainer.h"
 #include "rng.h"
 #include "testlib.h"
+#include "lm_testutil.h"
 
 #ifndef FIXTURES
 #define FIXTURES "tests/fixtures/hf"
@@ -28,29 +29,11 @@ static col_lm_train_config config(const col_lm_config *m, uint64_t seed)
     return c;
 }
 
-static void batch(int k, int V, int32_t *ids, int32_t *tg)
-{
-    col_rng r;
-    col_rng_init(&r, 1000 + (uint64_t)k);
-    for (int i = 0; i < B * T; i++)
-        ids[i] = (int32_t)col_rng_below(&r, (uint64_t)V), tg[i] = (int32_t)col_rng_below(&r, (uint64_t)V);
-}
-
 /* runs steps [from, to) and writes their losses */
 static bool train(col_lm_trainer *t, int from, int to, int V, float *loss)
 {
-    int32_t ids[B * T], tg[B * T];
     col_err err = {0};
-    for (int k = from; k < to; k++) {
-        col_lm_step_info info;
-        batch(k, V, ids, tg);
-        if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
-            TL_NOTE("step %d: %s", k, err.msg);
-            return false;
-        }
-        loss[k] = info.loss;
-    }
-    return true;
+    return tl_lm_steps(t, from, to, 1000, V, loss, &err);
 }
 
 static void test_resume(const char *name)

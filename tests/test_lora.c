@@ -16,6 +16,7 @@
 #include "memtier.h"
 #include "rng.h"
 #include "testlib.h"
+#include "lm_testutil.h"
 #include "textio.h"
 
 #ifndef FIXTURES
@@ -524,18 +525,8 @@ done:
 /* ---- resume: 3 steps, save, fresh session, load, 3 more == 6 straight ---- */
 static bool train(col_lm_trainer *t, int from, int to, int V, float *loss)
 {
-    int32_t ids[B * T], tg[B * T];
     col_err err = {0};
-    for (int k = from; k < to; k++) {
-        col_lm_step_info info;
-        batch(10 + k, V, ids, tg);
-        if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
-            TL_NOTE("step %d: %s", k, err.msg);
-            return false;
-        }
-        loss[k] = info.loss;
-    }
-    return true;
+    return tl_lm_steps(t, from, to, 510, V, loss, &err); /* batch(10 + k): seed 500 + 10 + k */
 }
 
 static void test_resume(const arch_case *ac)

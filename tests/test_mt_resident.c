@@ -10,6 +10,7 @@
 #include "mt_resident.h"
 #include "rng.h"
 #include "testlib.h"
+#include "lm_testutil.h"
 
 static col_backend be;
 
@@ -38,30 +39,11 @@ static col_lm_trainer *train(const col_lm_train_config *c, float *loss, col_err 
         return NULL;
     if (col_lm_trainer_compute_tier(t)) /* a read at home instead of on the tier would show as NaN */
         mt_resident_poison_home(col_lm_trainer_compute_tier(t), true);
-    int32_t ids[B * T], tg[B * T];
-    col_rng r;
-    col_rng_init(&r, 5);
-    for (int s = 0; s < STEPS; s++) {
-        for (int i = 0; i < B * T; i++)
-            ids[i] = (int32_t)col_rng_below(&r, V), tg[i] = (int32_t)col_rng_below(&r, V);
-        col_lm_step_info info;
-        if (col_lm_trainer_step(t, ids, tg, &info, err) != COL_OK) {
-            col_lm_trainer_free(t);
-            return NULL;
-        }
-        loss[s] = info.loss;
+    if (!tl_lm_steps(t, 0, STEPS, 5, V, loss, err)) {
+        col_lm_trainer_free(t);
+        return NULL;
     }
     return t;
-}
-
-static bool same_weights(col_lm_trainer *a, col_lm_trainer *b)
-{
-    const col_param_spec *s;
-    for (int i = 0; col_lm_trainer_param(a, i, &s); i++)
-        if (memcmp(col_lm_trainer_param(a, i, NULL), col_lm_trainer_param(b, i, NULL),
-                   sizeof(float) * (size_t)col_param_numel(s)) != 0)
-            return false;
-    return true;
 }
 
 static void run_case(bool checkpoint)
@@ -100,7 +82,7 @@ static void run_case(bool checkpoint)
           st.bytes[MT_LINK_C2H] / 1e6, sb.bytes[MT_LINK_H2C] / 1e6, chunks / 1e6);
     TL_OK(memcmp(l0, l1, sizeof l0) == 0 && memcmp(l0, l2, sizeof l0) == 0,
           "losses bitwise equal at every budget (%.7f %.7f ... %.7f)", l0[0], l0[1], l0[STEPS - 1]);
-    TL_OK(same_weights(ref, a) && same_weights(ref, b), "weights bitwise equal after %d steps", STEPS);
+    TL_OK(tl_lm_same_weights(ref, a) && tl_lm_same_weights(ref, b), "weights bitwise equal after %d steps", STEPS);
     col_lm_trainer_free(ref);
     col_lm_trainer_free(a);
     col_lm_trainer_free(b);

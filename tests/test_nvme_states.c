@@ -13,6 +13,7 @@
 #include "nvme.h"
 #include "rng.h"
 #include "testlib.h"
+#include "lm_testutil.h"
 
 static col_backend be;
 static char dir[] = "/tmp/col_nvme_states_XXXXXX";
@@ -37,35 +38,9 @@ static col_lm_train_config config(col_opt_kind opt, bool nvme)
     return c;
 }
 
-static void batch(int s, int32_t *ids, int32_t *tg)
-{
-    col_rng r;
-    col_rng_init(&r, 100 + (uint64_t)s);
-    for (int i = 0; i < B * T; i++)
-        ids[i] = (int32_t)col_rng_below(&r, V), tg[i] = (int32_t)col_rng_below(&r, V);
-}
-
 static bool steps(col_lm_trainer *t, int from, int to, float *loss, col_err *err)
 {
-    int32_t ids[B * T], tg[B * T];
-    for (int s = from; s < to; s++) {
-        col_lm_step_info info;
-        batch(s, ids, tg);
-        if (col_lm_trainer_step(t, ids, tg, &info, err) != COL_OK)
-            return false;
-        loss[s] = info.loss;
-    }
-    return true;
-}
-
-static bool same_weights(col_lm_trainer *a, col_lm_trainer *b)
-{
-    const col_param_spec *s;
-    for (int i = 0; col_lm_trainer_param(a, i, &s); i++)
-        if (memcmp(col_lm_trainer_param(a, i, NULL), col_lm_trainer_param(b, i, NULL),
-                   sizeof(float) * (size_t)col_param_numel(s)) != 0)
-            return false;
-    return true;
+    return tl_lm_steps(t, from, to, 100, V, loss, err);
 }
 
 static int files_in(const char *path)
@@ -100,7 +75,7 @@ static void test_same_results(col_opt_kind opt)
               written >= (uint64_t)STEPS * ps.tensor_bytes[MT_OPTSTATE],
           "%s: the states (%zu bytes) live on NVMe only; %.2f MB written in %d steps", name,
           ps.tensor_bytes[MT_OPTSTATE], written / 1e6, STEPS);
-    TL_OK(memcmp(l0, l1, sizeof l0) == 0 && same_weights(a, b), "%s: losses and weights bitwise equal (%.7f ... %.7f)",
+    TL_OK(memcmp(l0, l1, sizeof l0) == 0 && tl_lm_same_weights(a, b), "%s: losses and weights bitwise equal (%.7f ... %.7f)",
           name, l0[0], l0[STEPS - 1]);
     TL_OK(files_in(dir) == 0, "%s: the scratch file is not visible in the directory", name);
     col_lm_trainer_free(a);
@@ -127,7 +102,7 @@ static void test_save_resume(void)
         ok = col_lm_trainer_create(&cc, &be, &b, &err) == COL_OK && col_ckpt_open(save_dir, &ck, &err) == COL_OK &&
              col_lm_trainer_load(b, ck, &err) == COL_OK && col_lm_trainer_load_optimizer(b, save_dir, &err) == COL_OK &&
              steps(b, STEPS / 2, STEPS, l2, &err);
-        TL_OK(ok && memcmp(l0, l2, sizeof l0) == 0 && same_weights(ref, b),
+        TL_OK(ok && memcmp(l0, l2, sizeof l0) == 0 && tl_lm_same_weights(ref, b),
               "resumed into %s states: the run that never stopped, bit for bit: %s", k ? "NVMe" : "host", err.msg);
         col_ckpt_close(ck);
         ck = NULL;

@@ -1,0 +1,54 @@
+/* lm_testutil.h - helpers shared by the tests of language-model sessions:
+ * reproducible random batches, a run of training steps, and a bitwise
+ * comparison of two sessions' weights. Include after testlib.h. */
+#ifndef COL_TESTS_LM_TESTUTIL_H
+#define COL_TESTS_LM_TESTUTIL_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm_trainer.h"
+#include "rng.h"
+
+/* n token ids and targets in [0, V), drawn from seed */
+static inline void tl_lm_batch(uint64_t seed, int V, int n, int32_t *ids, int32_t *tg)
+{
+    col_rng r;
+    col_rng_init(&r, seed);
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)col_rng_below(&r, (uint64_t)V), tg[i] = (int32_t)col_rng_below(&r, (uint64_t)V);
+}
+
+/* steps [from, to), step k on the batch drawn from seed0 + k; loss[k] gets its loss */
+static inline bool tl_lm_steps(col_lm_trainer *t, int from, int to, uint64_t seed0, int V, float *loss, col_err *err)
+{
+    const col_lm_train_config *c = col_lm_trainer_config(t);
+    int n = c->batch * c->seq * (c->grad_accum > 1 ? c->grad_accum : 1);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n), *tg = malloc(sizeof(int32_t) * (size_t)n);
+    bool ok = ids && tg;
+    for (int k = from; k < to && ok; k++) {
+        col_lm_step_info info;
+        tl_lm_batch(seed0 + (uint64_t)k, V, n, ids, tg);
+        ok = col_lm_trainer_step(t, ids, tg, &info, err) == COL_OK;
+        if (ok)
+            loss[k] = info.loss;
+        else
+            TL_NOTE("step %d: %s", k, err->msg);
+    }
+    free(ids);
+    free(tg);
+    return ok;
+}
+
+/* every parameter of a equal, bit for bit, to b's */
+static inline bool tl_lm_same_weights(col_lm_trainer *a, col_lm_trainer *b)
+{
+    const col_param_spec *s;
+    for (int i = 0; col_lm_trainer_param(a, i, &s); i++)
+        if (memcmp(col_lm_trainer_param(a, i, NULL), col_lm_trainer_param(b, i, NULL),
+                   sizeof(float) * (size_t)col_param_numel(s)) != 0)
+            return false;
+    return true;
+}
+
+#endif
