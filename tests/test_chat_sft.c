@@ -13,6 +13,7 @@
 #include "chat_sft.h"
 #include "dataset.h"
 #include "testlib.h"
+#include "textio.h"
 #include "tokenizer.h"
 
 #ifndef FIXTURES
@@ -506,16 +507,10 @@ static void check_api(void)
  * <|im_start|> / <|im_end|>: a byte-level BPE that has ChatML's markers. */
 static col_tokenizer *chatml_tokenizer(col_err *err)
 {
-    FILE *f = fopen(TOKDIR "/llama3/tokenizer.json", "rb");
-    if (!f)
+    char *s = NULL;
+    size_t got = 0;
+    if (col_read_file(TOKDIR "/llama3/tokenizer.json", 0, &s, &got, err) != COL_OK)
         return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    fclose(f);
-    s[got] = '\0';
     static const char *from[] = {"\"<|reserved_special_token_0|>\"", "\"<|reserved_special_token_1|>\""};
     static const char *to[] = {"\"<|im_start|>\"", "\"<|im_end|>\""};
     for (int k = 0; k < 2; k++) {

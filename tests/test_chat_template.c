@@ -8,6 +8,7 @@
 
 #include "chat_template.h"
 #include "testlib.h"
+#include "textio.h"
 
 #ifndef FIXTURES
 #define FIXTURES "tests/fixtures/chat"
@@ -15,20 +16,10 @@
 
 static char *slurp(const char *name, size_t *len)
 {
-    char path[512];
+    char path[512], *p = NULL;
+    col_err err = {0};
     snprintf(path, sizeof path, "%s/%s", FIXTURES, name);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    size_t got = fread(p, 1, (size_t)n, f);
-    fclose(f);
-    p[got] = '\0';
-    *len = got;
-    return p;
+    return col_read_file(path, 0, &p, len, &err) == COL_OK ? p : NULL;
 }
 
 #include "chat_convs.h"

@@ -9,6 +9,7 @@
 
 #include "dataset.h"
 #include "rng.h"
+#include "archive_testutil.h"
 #include "testlib.h"
 #include "tokenizer.h"
 
@@ -36,19 +37,8 @@ static void write_plain(const char *path, const void *data, size_t len)
 
 static void write_gz(const char *path, const void *data, size_t len)
 {
-    struct archive *a = archive_write_new();
-    archive_write_add_filter_gzip(a);
-    archive_write_set_format_raw(a);
-    archive_write_open_filename(a, path);
-    struct archive_entry *e = archive_entry_new();
-    archive_entry_set_pathname(e, "data");
-    archive_entry_set_filetype(e, AE_IFREG);
-    archive_entry_set_size(e, (la_int64_t)len);
-    archive_write_header(a, e);
-    archive_write_data(a, data, len);
-    archive_entry_free(e);
-    archive_write_close(a);
-    archive_write_free(a);
+    if (write_compressed(path, data, len, archive_write_add_filter_gzip) != 0)
+        TL_NOTE("cannot write %s", path);
 }
 
 /* An llm.c token file image: header then tokens (uint16 or uint32 LE). */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "rng.h"
+#include "archive_testutil.h"
 #include "testlib.h"
 #include "textio.h"
 
@@ -20,26 +21,6 @@ static char *path_of(const char *name)
     static char buf[256];
     snprintf(buf, sizeof buf, "%s/%s", dir, name);
     return buf;
-}
-
-/* compresses data into path with libarchive's raw writer and the given filter */
-static int write_compressed(const char *path, const char *data, size_t len, int (*add_filter)(struct archive *))
-{
-    struct archive *a = archive_write_new();
-    add_filter(a);
-    archive_write_set_format_raw(a);
-    if (archive_write_open_filename(a, path) != ARCHIVE_OK)
-        return -1;
-    struct archive_entry *e = archive_entry_new();
-    archive_entry_set_pathname(e, "data");
-    archive_entry_set_filetype(e, AE_IFREG);
-    archive_entry_set_size(e, (la_int64_t)len);
-    archive_write_header(a, e);
-    archive_write_data(a, data, len);
-    archive_entry_free(e);
-    archive_write_close(a);
-    archive_write_free(a);
-    return 0;
 }
 
 static void write_plain(const char *path, const void *data, size_t len)
