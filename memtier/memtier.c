@@ -1,4 +1,4 @@
-/* memtier.c - the chunk store (host tier only; layout rules in memtier.h). */
+/* memtier.c - the chunk store (layout rules and tiers in memtier.h). */
 #include "memtier.h"
 
 #include "nvme.h"
@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct {
     mt_kind kind;
@@ -14,6 +15,7 @@ typedef struct {
     size_t capacity, used;
     int ntensors;
     void *host; /* MT_ALIGN-aligned, capacity bytes; NULL when tier is MT_TIER_NONE or NVME */
+    void *addr; /* mt_chunk_addr: host, or (NVME) a PROT_NONE reservation of capacity bytes */
     int slot, nslots; /* NVME: its slots in the store */
     bool on_disk;     /* NVME: written (else it reads as zeros) */
 } mt_chunk;
@@ -31,6 +33,16 @@ struct mt_pool {
     uint64_t nvme_max;
     size_t slot_bytes;
     int next_slot;
+    /* the pool's requests to the store, so that a full queue never refuses a transfer: when all
+     * qd are outstanding, the oldest is finished early and its result kept for its own wait */
+    int qd;
+    mt_nvme_req *pending; /* outstanding, oldest first */
+    int npending;
+    struct mt_done {
+        mt_nvme_req req;
+        col_err err; /* its result (code and message) */
+    } *done;
+    int ndone, done_cap;
 };
 
 #define MIB(x) ((double)(x) / (1024.0 * 1024.0))
@@ -45,6 +57,26 @@ static void fmt_size(size_t v, char *buf, size_t n)
 }
 
 static size_t align_up(size_t x) { return (x + (MT_ALIGN - 1)) & ~(size_t)(MT_ALIGN - 1); }
+
+/* The placement rule (memtier.h), shared by mt_alloc and mt_chunk_bytes_auto: where a tensor of
+ * `bytes` goes when the kind's open chunk (of chunk_bytes) ends at `used`, or no chunk is open. */
+typedef struct {
+    bool fresh;      /* it starts a new chunk, at offset 0 */
+    size_t off;      /* else its offset in the open chunk */
+    size_t cap;      /* fresh: the new chunk's capacity */
+    bool open_after; /* fresh: whether the next tensor may join the new chunk (not for an oversize one) */
+} mt_place;
+
+static mt_place place_rule(size_t chunk_bytes, bool open, size_t used, size_t bytes)
+{
+    if (open) {
+        size_t off = align_up(used);
+        if (off <= chunk_bytes && bytes <= chunk_bytes - off)
+            return (mt_place){.off = off};
+    }
+    bool oversize = bytes > chunk_bytes;
+    return (mt_place){.fresh = true, .cap = oversize ? align_up(bytes) : chunk_bytes, .open_after = !oversize};
+}
 
 const char *mt_kind_name(mt_kind kind)
 {
@@ -94,7 +126,7 @@ col_status mt_create(const mt_config *cfg, mt_pool **pool, col_err *e)
     if (cfg && cfg->nvme_dir && cfg->nvme_kinds) {
         p->slot_bytes = (p->chunk_bytes + MT_NVME_ALIGN - 1) / MT_NVME_ALIGN * MT_NVME_ALIGN;
         mt_nvme_config nc = {.dir = cfg->nvme_dir, .max_bytes = cfg->nvme_max, .slot_bytes = p->slot_bytes,
-                             .faults = cfg->nvme_faults};
+                             .queue_depth = cfg->nvme_queue_depth, .faults = cfg->nvme_faults};
         col_status st = mt_nvme_open(&nc, &p->nv, e);
         if (st != COL_OK) {
             free(p);
@@ -102,6 +134,15 @@ col_status mt_create(const mt_config *cfg, mt_pool **pool, col_err *e)
         }
         p->nvme_kinds = cfg->nvme_kinds;
         p->nvme_max = cfg->nvme_max;
+        mt_nvme_stats ns;
+        mt_nvme_stats_get(p->nv, &ns);
+        p->qd = ns.queue_depth;
+        p->pending = malloc((size_t)p->qd * sizeof *p->pending);
+        if (!p->pending) {
+            mt_nvme_close(p->nv);
+            free(p);
+            return col_err_set(e, COL_ENOMEM, "memtier: out of host memory creating a pool");
+        }
     }
     *pool = p;
     return COL_OK;
@@ -111,9 +152,15 @@ void mt_destroy(mt_pool *pool)
 {
     if (!pool)
         return;
-    for (int i = 0; i < pool->nchunks; i++)
-        free(pool->chunks[i].host);
-    mt_nvme_close(pool->nv); /* the scratch file goes with it */
+    for (int i = 0; i < pool->nchunks; i++) {
+        const mt_chunk *c = &pool->chunks[i];
+        free(c->host);
+        if (c->tier == MT_TIER_NVME && c->addr)
+            munmap(c->addr, c->capacity);
+    }
+    mt_nvme_close(pool->nv); /* waits for what is in flight; the scratch file goes with it */
+    free(pool->pending);
+    free(pool->done);
     free(pool->chunks);
     free(pool);
 }
@@ -146,6 +193,13 @@ static int new_chunk(mt_pool *p, mt_kind kind, size_t capacity, col_err *e)
                         "least %s there", have, need);
             return -1;
         }
+        /* its address: reserved, never backed (any access faults) */
+        c.addr = mmap(NULL, capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (c.addr == MAP_FAILED) {
+            col_err_set(e, COL_ENOMEM, "memtier: out of address space reserving a %s chunk of %.1f MiB on the NVMe tier",
+                        mt_kind_name(kind), MIB(capacity));
+            return -1;
+        }
         c.slot = p->next_slot;
         p->next_slot += c.nslots;
         c.tier = MT_TIER_NVME;
@@ -161,6 +215,7 @@ static int new_chunk(mt_pool *p, mt_kind kind, size_t capacity, col_err *e)
             return -1;
         }
         memset(c.host, 0, capacity);
+        c.addr = c.host;
         c.tier = MT_TIER_HOST;
         p->host_bytes += capacity;
         if (p->host_bytes > p->host_peak)
@@ -182,24 +237,17 @@ col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_
     if (bytes == 0 || bytes > SIZE_MAX / 2)
         return col_err_set(e, COL_EINVAL, "memtier: cannot allocate a %s tensor of %zu bytes", mt_kind_name(kind),
                            bytes);
-    /* the open chunk of this kind, if the tensor fits after its last one */
+    /* the open chunk of this kind (always chunk_bytes: an oversize chunk is never open), if the tensor
+     * fits after its last one; else a new chunk */
     int ci = pool->open[kind];
-    size_t off = 0;
-    if (ci >= 0) {
-        const mt_chunk *c = &pool->chunks[ci];
-        off = align_up(c->used);
-        if (off > c->capacity || bytes > c->capacity - off)
-            ci = -1;
-    }
-    if (ci < 0) {
-        /* a new chunk: the standard size, or its own chunk for an oversize tensor */
-        bool oversize = bytes > pool->chunk_bytes;
-        ci = new_chunk(pool, kind, oversize ? align_up(bytes) : pool->chunk_bytes, e);
+    mt_place pl = place_rule(pool->chunk_bytes, ci >= 0, ci >= 0 ? pool->chunks[ci].used : 0, bytes);
+    if (pl.fresh) {
+        ci = new_chunk(pool, kind, pl.cap, e);
         if (ci < 0)
             return COL_ENOMEM;
-        pool->open[kind] = oversize ? -1 : ci;
-        off = 0;
+        pool->open[kind] = pl.open_after ? ci : -1;
     }
+    size_t off = pl.off;
     mt_chunk *c = &pool->chunks[ci];
     c->used = off + bytes;
     c->ntensors++;
@@ -225,6 +273,71 @@ void *mt_ptr(const mt_pool *pool, mt_ref ref)
     if (!c->host || ref.bytes == 0 || ref.offset > c->used || ref.bytes > c->used - ref.offset)
         return NULL;
     return (char *)c->host + ref.offset;
+}
+
+void *mt_chunk_addr(const mt_pool *pool, int chunk)
+{
+    return pool && chunk >= 0 && chunk < pool->nchunks ? pool->chunks[chunk].addr : NULL;
+}
+
+void *mt_addr(const mt_pool *pool, mt_ref ref)
+{
+    if (!pool || ref.chunk < 0 || ref.chunk >= pool->nchunks)
+        return NULL;
+    const mt_chunk *c = &pool->chunks[ref.chunk];
+    if (!c->addr || ref.bytes == 0 || ref.offset > c->used || ref.bytes > c->used - ref.offset)
+        return NULL;
+    return (char *)c->addr + ref.offset;
+}
+
+col_status mt_chunk_bytes_auto(const size_t *tensor_bytes, int n, size_t max_bytes, size_t *chunk_bytes,
+                               size_t *waste, col_err *e)
+{
+    if (!tensor_bytes || n <= 0 || !chunk_bytes)
+        return col_err_set(e, COL_EINVAL, "memtier: mt_chunk_bytes_auto needs tensor sizes (%d given) and a place "
+                           "for the chunk size", n);
+    size_t largest = 0;
+    for (int i = 0; i < n; i++) {
+        if (tensor_bytes[i] == 0 || tensor_bytes[i] > SIZE_MAX / 4)
+            return col_err_set(e, COL_EINVAL, "memtier: tensor %d of %zu bytes cannot be placed in a chunk", i,
+                               tensor_bytes[i]);
+        if (tensor_bytes[i] > largest)
+            largest = tensor_bytes[i];
+    }
+    size_t hi = max_bytes ? max_bytes : MT_DEFAULT_CHUNK_BYTES;
+    if (hi > SIZE_MAX / 4)
+        return col_err_set(e, COL_EINVAL, "memtier: chunk size %zu bytes is too large", hi);
+    size_t lo = align_up(largest);
+    hi = hi / MT_ALIGN * MT_ALIGN; /* the sizes a pool can have: multiples of MT_ALIGN */
+    if (hi < lo)
+        hi = lo;
+    size_t step = align_up((hi - lo) / 64);
+    if (step < MT_ALIGN)
+        step = MT_ALIGN;
+    size_t best = 0, best_waste = SIZE_MAX;
+    for (size_t cs = lo;; cs = cs > hi - step ? hi : cs + step) { /* lo, lo + step, ..., and hi itself */
+        /* the tail bytes of every chunk closed so far, then of the last */
+        size_t w = 0, cap = 0, used = 0;
+        bool open = false;
+        for (int i = 0; i < n && w < best_waste; i++) {
+            mt_place pl = place_rule(cs, open, used, tensor_bytes[i]);
+            if (pl.fresh) {
+                w += cap - used; /* 0 before the first chunk */
+                cap = pl.cap;
+                open = pl.open_after;
+            }
+            used = pl.off + tensor_bytes[i];
+        }
+        w += cap - used;
+        if (w < best_waste) /* ties keep the smaller size */
+            best = cs, best_waste = w;
+        if (cs == hi)
+            break;
+    }
+    *chunk_bytes = best;
+    if (waste)
+        *waste = best_waste;
+    return COL_OK;
 }
 
 #define ZERO_PIECE ((size_t)1 << 20)
@@ -305,7 +418,7 @@ bool mt_locate(const mt_pool *pool, const void *ptr, int *chunk, size_t *offset)
 {
     const char *c = ptr;
     for (int i = 0; pool && c && i < pool->nchunks; i++) {
-        const char *h = pool->chunks[i].host;
+        const char *h = pool->chunks[i].addr;
         if (h && c >= h && c < h + pool->chunks[i].used) {
             *chunk = i;
             *offset = (size_t)(c - h);
@@ -341,7 +454,49 @@ int mt_chunk_slots(const mt_pool *pool, int chunk)
     return pool->chunks[chunk].nslots;
 }
 
-/* submits the slots of an NVMe chunk (at most BATCH) */
+/* Room in the store's queue for one more request: when all qd are outstanding, finishes the oldest
+ * (another io's, or an earlier slot of this one) and keeps its result for finish(). */
+static col_status make_room(mt_pool *pool, col_err *e)
+{
+    if (pool->npending < pool->qd)
+        return COL_OK;
+    if (pool->ndone == pool->done_cap) {
+        int ncap = pool->done_cap ? 2 * pool->done_cap : 4;
+        struct mt_done *nd = realloc(pool->done, (size_t)ncap * sizeof *nd);
+        if (!nd)
+            return col_err_set(e, COL_ENOMEM, "memtier: out of host memory waiting for NVMe transfers");
+        pool->done = nd;
+        pool->done_cap = ncap;
+    }
+    struct mt_done *d = &pool->done[pool->ndone++];
+    d->req = pool->pending[0];
+    col_err_clear(&d->err);
+    d->err.code = mt_nvme_wait(pool->nv, d->req, &d->err);
+    memmove(pool->pending, pool->pending + 1, (size_t)--pool->npending * sizeof *pool->pending);
+    return COL_OK;
+}
+
+/* Finishes one of the pool's requests: its kept result when it was finished early, else waits. */
+static col_status finish(mt_pool *pool, mt_nvme_req req, col_err *e)
+{
+    for (int i = 0; i < pool->ndone; i++)
+        if (pool->done[i].req == req) {
+            col_status st = pool->done[i].err.code;
+            if (st != COL_OK)
+                col_err_set(e, st, "%s", pool->done[i].err.msg);
+            pool->done[i] = pool->done[--pool->ndone];
+            return st;
+        }
+    for (int i = 0; i < pool->npending; i++)
+        if (pool->pending[i] == req) {
+            memmove(pool->pending + i, pool->pending + i + 1, (size_t)(pool->npending - i - 1) * sizeof *pool->pending);
+            pool->npending--;
+            break;
+        }
+    return mt_nvme_wait(pool->nv, req, e);
+}
+
+/* submits slots [k0, k1) of an NVMe chunk (at most MT_CHUNK_IO_MAX) */
 static col_status submit(mt_pool *pool, mt_chunk *c, int k0, int k1, void *buf, bool write, uint64_t *req, int *n,
                          col_err *e)
 {
@@ -349,9 +504,12 @@ static col_status submit(mt_pool *pool, mt_chunk *c, int k0, int k1, void *buf, 
     *n = 0;
     for (int k = k0; k < k1 && st == COL_OK; k++) {
         char *b = (char *)buf + (size_t)k * pool->slot_bytes;
-        st = write ? mt_nvme_write(pool->nv, c->slot + k, b, &req[*n], e) : mt_nvme_read(pool->nv, c->slot + k, b, &req[*n], e);
+        st = make_room(pool, e);
         if (st == COL_OK)
-            (*n)++;
+            st = write ? mt_nvme_write(pool->nv, c->slot + k, b, &req[*n], e)
+                       : mt_nvme_read(pool->nv, c->slot + k, b, &req[*n], e);
+        if (st == COL_OK)
+            pool->pending[pool->npending++] = req[(*n)++];
     }
     return st;
 }
@@ -361,7 +519,7 @@ static col_status wait_all(mt_pool *pool, const uint64_t *req, int n, col_status
 {
     for (int i = 0; i < n; i++) {
         col_err e2 = {0};
-        col_status w = mt_nvme_wait(pool->nv, req[i], &e2);
+        col_status w = finish(pool, req[i], &e2);
         if (w != COL_OK && st == COL_OK)
             st = col_err_set(e, w, "%s", e2.msg);
     }
@@ -436,4 +594,13 @@ uint64_t mt_nvme_bytes_written(const mt_pool *pool)
     mt_nvme_stats st;
     mt_nvme_stats_get(pool->nv, &st);
     return st.bytes_written;
+}
+
+uint64_t mt_nvme_bytes_read(const mt_pool *pool)
+{
+    if (!pool || !pool->nv)
+        return 0;
+    mt_nvme_stats st;
+    mt_nvme_stats_get(pool->nv, &st);
+    return st.bytes_read;
 }

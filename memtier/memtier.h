@@ -10,10 +10,16 @@
  * tensors inside them, follow allocation order: a later planner can move
  * whole chunks between tiers in the order the graph needs them.
  *
- * Tiers: every chunk records the tier that holds it and a dirty flag. This
- * version has only the host tier (chunk memory from aligned_alloc(64, ...),
- * zero-filled, never moved or freed before mt_destroy, so mt_ptr addresses
- * stay valid for the pool's life); GPU and NVMe tiers come later.
+ * mt_chunk_bytes_auto picks the chunk size that leaves the fewest unused
+ * bytes for a list of tensors, by this same rule.
+ *
+ * Tiers: every chunk records the tier that holds it and a dirty flag. A
+ * host chunk's memory comes from aligned_alloc(64, ...), zero-filled, never
+ * moved or freed before mt_destroy, so mt_ptr addresses stay valid for the
+ * pool's life. Chunks of the kinds configured for the NVMe tier live in
+ * slots of a scratch file (see below); each still has an address of its own
+ * (mt_chunk_addr), so graphs can be bound to it. The compute tier's copies
+ * are managed outside the pool (mt_resident.h).
  *
  * A pool is not thread-safe: allocate from one thread. Pools share no
  * global state.
@@ -50,6 +56,9 @@ typedef struct {
     uint64_t nvme_max;  /* --nvme-max: bytes the scratch file may take; 0 = unlimited */
     unsigned nvme_kinds;
     const struct mt_nvme_faults *nvme_faults; /* tests: fault injection for the store */
+    /* the store's queue depth (mt_nvme_config.queue_depth): 0 = its default; 1..MT_NVME_MAX_QUEUE_DEPTH,
+     * anything else makes mt_create fail with COL_EINVAL. Any depth works with the chunk I/O below. */
+    int nvme_queue_depth;
 } mt_config;
 
 typedef struct mt_pool mt_pool;
@@ -94,8 +103,38 @@ void mt_destroy(mt_pool *pool);
  * A failed allocation leaves *ref = {-1, 0, 0}. */
 col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_err *e);
 
-/* Host address of ref, or NULL when ref is not a placed allocation. */
+/* Host address of ref, or NULL when ref is not a placed allocation or its
+ * chunk has no host memory (an NVMe chunk). */
 void *mt_ptr(const mt_pool *pool, mt_ref ref);
+
+/* A chunk's address for binding and for mt_locate: its host memory for a
+ * host chunk (= mt_chunk_host); for an NVMe chunk a range of capacity
+ * bytes reserved for it alone when it was allocated (mmap PROT_NONE,
+ * MAP_NORESERVE: address space, no memory), page-aligned, stable for the
+ * pool's life and unmapped by mt_destroy. Any access to a placeholder
+ * faults: code that reads a parameter on NVMe outside the compute tier
+ * crashes instead of reading garbage; the data is moved with mt_chunk_read
+ * and mt_chunk_write. NULL for an index out of range or a chunk without
+ * memory (MT_TIER_NONE). */
+void *mt_chunk_addr(const mt_pool *pool, int chunk);
+/* mt_chunk_addr(ref.chunk) + ref.offset, or NULL when ref is not a placed
+ * allocation (as mt_ptr) or its chunk has no address. */
+void *mt_addr(const mt_pool *pool, mt_ref ref);
+
+/* The chunk size that wastes least for tensors of tensor_bytes[0..n)
+ * placed in this order by mt_alloc's rule (one kind): waste is the unused
+ * tail (capacity - used) summed over all chunks, the oversize ones'
+ * rounding included; the 64-byte gaps between tensors are not counted.
+ * Searched: from the largest tensor rounded up to MT_ALIGN (every tensor
+ * fits a chunk) up to max_bytes rounded down to MT_ALIGN (0 =
+ * MT_DEFAULT_CHUNK_BYTES; only the first size when the largest tensor is
+ * bigger), in steps of 1/64 of that range rounded up to MT_ALIGN (at least
+ * MT_ALIGN), the top of the range included: at most 66 sizes, each costing
+ * O(n). Ties go to the smaller size. *chunk_bytes receives the size (a
+ * valid mt_config.chunk_bytes), *waste (may be NULL) its waste. COL_EINVAL
+ * for NULL tensor_bytes or chunk_bytes, n <= 0, a zero or huge size. */
+col_status mt_chunk_bytes_auto(const size_t *tensor_bytes, int n, size_t max_bytes, size_t *chunk_bytes,
+                               size_t *waste, col_err *e);
 
 /* Zeroes every chunk of a kind (the part holding tensors; e.g. clears the
  * gradients) and marks those chunks dirty. */
@@ -112,7 +151,8 @@ void mt_mark_dirty(mt_pool *pool, int chunk);
 void mt_mark_clean(mt_pool *pool, int chunk);
 
 /* ---- chunks on the NVMe tier ----
- * They have no host address (mt_ptr gives NULL): their contents are read
+ * They have no host memory (mt_ptr and mt_chunk_host give NULL; their
+ * mt_chunk_addr is a placeholder that faults when touched): their contents are read
  * into and written from caller buffers of mt_chunk_io_bytes() bytes,
  * MT_NVME_ALIGN-aligned (mt_nvme_alloc_buffer). A chunk never written reads
  * as zeros (without I/O); mt_zero of its kind makes it so again. Every read
@@ -124,7 +164,10 @@ col_status mt_chunk_write(mt_pool *pool, int chunk, const void *buf, col_err *e)
 /* The same in two halves, so that a transfer runs while the caller computes:
  * start submits it (a chunk of more than MT_CHUNK_IO_MAX slots is moved at
  * once, synchronously), wait completes it; every started io must be waited
- * for, and its buffer left alone until then. */
+ * for, and its buffer left alone until then. A full queue (nvme_queue_depth
+ * requests outstanding) never refuses a start: the pool finishes its
+ * oldest request early and keeps the result for that io's wait, so a
+ * transfer's error is always reported by its own wait. */
 enum { MT_CHUNK_IO_MAX = 8 };
 typedef struct {
     int chunk, n;
@@ -133,11 +176,15 @@ typedef struct {
 } mt_chunk_io;
 col_status mt_chunk_io_start(mt_pool *pool, int chunk, void *buf, bool write, mt_chunk_io *io, col_err *e);
 col_status mt_chunk_io_wait(mt_pool *pool, mt_chunk_io *io, col_err *e);
-/* Bytes written to NVMe since the pool was made (SSD endurance). */
+/* Bytes written to NVMe since the pool was made (SSD endurance), and
+ * bytes read back (the nvme->host link); reads of never-written chunks move
+ * nothing. 0 without an NVMe tier. */
 uint64_t mt_nvme_bytes_written(const mt_pool *pool);
+uint64_t mt_nvme_bytes_read(const mt_pool *pool);
 
-/* The chunk holding host address ptr and the offset in it (false when no
- * chunk of the pool holds it). */
+/* The chunk whose placed tensors span address ptr - its host memory or its
+ * NVMe placeholder, [mt_chunk_addr, + used) - and the offset in it (false
+ * when no chunk of the pool holds it). */
 bool mt_locate(const mt_pool *pool, const void *ptr, int *chunk, size_t *offset);
 /* The host copy of a chunk (NULL for a chunk holding no memory). */
 void *mt_chunk_host(const mt_pool *pool, int chunk);
