@@ -23,6 +23,7 @@
 
 #include "backend.h"
 #include "chat.h"
+#include "memopts.h"
 #include "lineedit.h"
 #include "lm_source.h"
 
@@ -62,12 +63,13 @@ static void usage(FILE *f)
         "  --ctx N                context limit in tokens (default: the model's positions); when a conversation\n"
         "                         and --max-new-tokens no longer fit, the oldest turns are dropped\n"
         "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
+        "%s"
         "Generation stops at the end-of-sequence token, a stop string or --max-new-tokens.\n"
         "Interactive: arrows, home/end, ctrl-a/e/k/u/w edit the line; up/down recall earlier lines (kept in\n"
         "$XDG_STATE_HOME/colossal/chat_history, else ~/.local/state/colossal/chat_history); ctrl-c stops a\n"
         "reply; ctrl-d or ctrl-c on an empty line quits.\n"
         "Commands (interactive or piped): /reset (forget the conversation), /system TEXT (set or, without TEXT,\n"
-        "clear the system prompt), /quit. A line starting with // sends the text after the first /.\n");
+        "clear the system prompt), /quit. A line starting with // sends the text after the first /.\n", mem_opts_help);
 }
 
 static _Noreturn void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -146,12 +148,13 @@ typedef struct {
     long long max_new, ctx; /* -1: default */
     const char **stops;
     int nstops;
+    mem_opts mem;
 } options;
 
 static void parse_options(int argc, char **argv, options *o)
 {
     enum { O_TEMPLATE = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_REP, O_SEED, O_MAXNEW, O_STOP, O_CTX, O_TOK,
-           O_PROMPT, O_RAW, O_IDS, O_JSON };
+           O_PROMPT, O_RAW, O_IDS, O_JSON, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"template", required_argument, 0, O_TEMPLATE}, {"system", required_argument, 0, O_SYSTEM},
         {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
@@ -160,7 +163,11 @@ static void parse_options(int argc, char **argv, options *o)
         {"stop", required_argument, 0, O_STOP}, {"ctx", required_argument, 0, O_CTX},
         {"tokenizer", required_argument, 0, O_TOK}, {"prompt", required_argument, 0, O_PROMPT},
         {"raw", no_argument, 0, O_RAW}, {"prompt-ids", required_argument, 0, O_IDS},
-        {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'},
+        {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
+        {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
+        {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
+        {"nvme-queue-depth", required_argument, 0, O_MEM + 6}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->so = col_sample_defaults();
     o->so.temperature = 0.7f;
@@ -203,6 +210,12 @@ static void parse_options(int argc, char **argv, options *o)
         case O_IDS: o->prompt_ids = optarg; break;
         case O_JSON: o->json = true; break;
         case 'h': usage(stdout); exit(0);
+        case O_MEM: case O_MEM + 1: case O_MEM + 2: case O_MEM + 3: case O_MEM + 4: case O_MEM + 5: case O_MEM + 6: {
+            char msg[256];
+            if (mem_opt_set(&o->mem, mem_opt_names[c - O_MEM], optarg, msg, sizeof msg) != 1)
+                usage_error("%s", msg);
+            break;
+        }
         case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
         default: usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -518,6 +531,7 @@ static int run(const options *opt)
     tc.seq = 1;
     tc.opt = col_opt_defaults(COL_OPT_SGD);
     tc.inference = true;
+    mem_opts_apply(&o.mem, &tc);
     if (src.has_adapter) /* a LoRA run's output: the base weights plus the adapter beside them */
         tc.lora = src.lora;
     if (col_cpu_backend_init(&be, &err) != COL_OK) {

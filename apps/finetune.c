@@ -27,6 +27,7 @@
 #include "outdir.h"
 #include "sampling.h"
 #include "top_view.h"
+#include "timer.h"
 
 /* Ctrl-C / SIGTERM: finish the step, save, exit 130. The one piece of global
  * state: a signal handler can reach nothing else. SA_RESETHAND makes a
@@ -48,18 +49,14 @@ typedef struct {
     double t0;
     int64_t start_step;     /* where this process started (for the ETA) */
     mt_stats_pub *pub;      /* statistics for colossal-top (NULL when shared memory is unavailable) */
+    uint64_t nvme_written;  /* bytes written to the NVMe tier before this step */
     mt_stats_data *sd;
     mt_stats_snapshot *snap;
     top_tui *tui;           /* --tui */
     bool quiet_saved;
 } run;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now(void) { return col_seconds(); }
 
 static int fail(const char *msg)
 {
@@ -272,11 +269,7 @@ static col_status make_trainer(run *r, col_err *err)
     tc.grad_clip = o->grad_clip;
     tc.checkpoint = o->checkpointing;
     tc.seed = o->seed;
-    tc.host_budget = o->cpu_mem;
-    tc.compute_budget = o->eval_only ? 0 : o->gpu_mem;
-    tc.chunk_bytes = o->chunk_size;
-    tc.nvme_dir = o->nvme_dir[0] && !o->eval_only ? o->nvme_dir : NULL;
-    tc.nvme_max = o->nvme_max;
+    mem_opts_apply(&o->mem, &tc);
     tc.inference = o->eval_only;
     tc.lora.rank = o->lora_rank;
     tc.lora.alpha = o->lora_alpha;
@@ -456,10 +449,15 @@ static void json_event(const char *key, double step, const char *skey, const cha
 static void progress(run *r, const col_lm_step_info *info, double tok_s, double elapsed)
 {
     const ft_opts *o = &r->o;
+    /* what this step wrote to NVMe (SSD endurance is a cost): includes any save since the last step */
+    uint64_t nvme_total = mt_nvme_bytes_written(col_lm_trainer_pool(r->tr)), nvme_step = nvme_total - r->nvme_written;
+    r->nvme_written = nvme_total;
     if (o->json) {
         /* %.9g: the float loss exactly, so runs can be compared bit for bit */
-        printf("{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tok_per_s\":%.1f,\"elapsed_s\":%.3f}\n",
-               (long long)info->step, info->loss, info->lr, info->grad_norm, tok_s, elapsed);
+        printf("{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tok_per_s\":%.1f,\"elapsed_s\":%.3f,"
+               "\"compute_s\":%.4f,\"wait_s\":%.4f,\"optim_s\":%.4f,\"nvme_written\":%llu}\n",
+               (long long)info->step, info->loss, info->lr, info->grad_norm, tok_s, elapsed, info->compute_s,
+               info->wait_s, info->optim_s, (unsigned long long)nvme_step);
         fflush(stdout);
         return;
     }
@@ -502,8 +500,10 @@ static void publish(run *r, const col_lm_step_info *info, double tok_s, double s
     mt_stats_data *d = r->sd;
     mt_stats_fill_from_pool(d, col_lm_trainer_pool(r->tr));
     d->tier_used[MT_TIER_GPU] = col_lm_trainer_arena_bytes(r->tr);
-    d->tier_budget[MT_TIER_HOST] = r->o.cpu_mem;
+    d->tier_budget[MT_TIER_HOST] = r->o.mem.cpu_mem;
     d->nvme_written = mt_nvme_bytes_written(col_lm_trainer_pool(r->tr));
+    d->link_bytes[MT_LINK_H2N] = d->nvme_written;
+    d->link_bytes[MT_LINK_N2H] = mt_nvme_bytes_read(col_lm_trainer_pool(r->tr));
     mt_resident *ct = col_lm_trainer_compute_tier(r->tr);
     if (ct) { /* chunk copies on the compute tier: its peak beside the activations, and the bytes moved */
         mt_resident_stats rs;
@@ -517,8 +517,9 @@ static void publish(run *r, const col_lm_step_info *info, double tok_s, double s
     d->total_steps = r->o.steps;
     d->tokens_per_s = tok_s;
     mt_stats_push_loss(d, info->loss);
-    /* the trainer does not split a step into compute / transfer wait / optimizer yet: all of it is compute */
-    mt_stats_add_step_times(d, step_s, 0, 0);
+    /* what the trainer did not count (data loading, evaluation, this) goes with compute */
+    double other = step_s - info->compute_s - info->wait_s - info->optim_s;
+    mt_stats_add_step_times(d, info->compute_s + (other > 0 ? other : 0), info->wait_s, info->optim_s);
     mt_stats_publish(r->pub, d);
 }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "memopts.h"
 #include "dataset.h"
 #include "lm_trainer.h"
 #include "optim.h"
@@ -41,11 +42,7 @@ typedef struct {
     float grad_clip;
     float dropout;               /* < 0: the model config's */
     bool checkpointing;
-    size_t cpu_mem;              /* memtier host budget, 0 = unlimited */
-    size_t gpu_mem;              /* compute-tier budget, 0 = unlimited */
-    size_t chunk_size;           /* memtier chunk bytes, 0 = automatic */
-    char nvme_dir[4096];         /* optimizer states on the NVMe tier here; "" = host */
-    size_t nvme_max;
+    mem_opts mem;                /* --cpu-mem, --gpu-mem, --chunk-size, --nvme-* */
     /* LoRA */
     int lora_rank;
     float lora_alpha;

@@ -31,7 +31,8 @@ static const ft_optdef optdefs[] = {
     {"lora-alpha", true, false},  {"lora-targets", true, false}, {"merge-lora", false, true},
     {"json", false, true},        {"quiet", false, true},        {"help", false, true},
     {"tui", false, true},         {"gpu-mem", true, true},       {"chunk-size", true, true},
-    {"nvme-dir", true, true},     {"nvme-max", true, true},
+    {"nvme-dir", true, true},     {"nvme-max", true, true},      {"nvme-kinds", true, true},
+    {"nvme-queue-depth", true, true},
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
@@ -79,10 +80,7 @@ void ft_usage(FILE *f)
         "  --grad-clip C          clip the gradient norm at C (default 1; 0 = off)\n"
         "  --dropout P            dropout probability, replacing the model's (0 for exact comparisons)\n"
         "  --checkpointing        recompute activations in backward (less memory, ~30%% more compute)\n"
-        "  --cpu-mem SIZE         host memory budget for parameters, gradients and optimizer states (e.g. 8G)\n"
-        "  --gpu-mem SIZE         compute-tier budget: parameter and gradient chunks are copied in and out\n"
-        "                         around each op (without CUDA the compute tier is host memory); results\n"
-        "                         are bitwise the same at any budget. --chunk-size SIZE (default automatic)\n"
+        "%s"
         "  --lora-rank R          train rank-R LoRA adapters instead of all weights; --lora-alpha A (default R)\n"
         "  --lora-targets LIST    modules to adapt, e.g. q_proj,v_proj (default: the architecture's usual)\n"
         "  --merge-lora           write the adapters merged into model.safetensors\n"
@@ -90,7 +88,7 @@ void ft_usage(FILE *f)
         "  --quiet                no progress output\n"
         "  --tui                  show the run as colossal-top does (q stops, saving, like Ctrl-C); every run\n"
         "                         publishes its statistics for colossal-top in any case\n"
-        "Ctrl-C finishes the current step, saves, and exits with status 130.\n");
+        "Ctrl-C finishes the current step, saves, and exits with status 130.\n", mem_opts_help);
 }
 
 void ft_defaults(ft_opts *o)
@@ -159,24 +157,6 @@ static bool num_in(const char *v, double lo, double hi, bool lo_open, float *out
 }
 
 /* "8G", "512M", "4096" -> bytes */
-static bool size_arg(const char *v, size_t *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    double mult = 1;
-    if (*end == 'K' || *end == 'k') mult = 1024, end++;
-    else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, end++;
-    else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, end++;
-    else if (*end == 'T' || *end == 't') mult = 1024.0 * 1024 * 1024 * 1024, end++;
-    if (*end == 'B' || *end == 'b' || *end == 'i')
-        end++;
-    if (v == end || *end || errno || !(x > 0) || x * mult > 1e18)
-        return false;
-    *out = (size_t)(x * mult);
-    return true;
-}
-
 static bool copy_str(char *dst, size_t n, const char *v)
 {
     if (strlen(v) >= n)
@@ -191,6 +171,9 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
 {
     int i;
     float f;
+    int mem = mem_opt_set(&o->mem, name, v, msg, n);
+    if (mem >= 0)
+        return mem;
     if (!strcmp(name, "tokenizer")) return copy_str(o->tokenizer, sizeof o->tokenizer, v) || BAD("--tokenizer: path too long");
     if (!strcmp(name, "template")) {
         static const char *const names[] = {"llama2", "llama3", "chatml", "plain"};
@@ -262,11 +245,6 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "grad-clip")) return num_in(v, 0, 1e6, false, &o->grad_clip) || BAD("--grad-clip must be a number >= 0 (got '%s')", v);
     if (!strcmp(name, "dropout")) return (num_in(v, 0, 1, false, &o->dropout) && o->dropout < 1) || BAD("--dropout must be in [0, 1) (got '%s')", v);
     if (!strcmp(name, "checkpointing")) return o->checkpointing = true;
-    if (!strcmp(name, "cpu-mem")) return size_arg(v, &o->cpu_mem) || BAD("--cpu-mem must be a size like 8G or 512M (got '%s')", v);
-    if (!strcmp(name, "gpu-mem")) return size_arg(v, &o->gpu_mem) || BAD("--gpu-mem must be a size like 8G or 512M (got '%s')", v);
-    if (!strcmp(name, "chunk-size")) return (size_arg(v, &o->chunk_size) && o->chunk_size >= 4096) || BAD("--chunk-size must be a size of at least 4K (got '%s')", v);
-    if (!strcmp(name, "nvme-dir")) return (*v && copy_str(o->nvme_dir, sizeof o->nvme_dir, v)) || BAD("--nvme-dir: give a directory");
-    if (!strcmp(name, "nvme-max")) return size_arg(v, &o->nvme_max) || BAD("--nvme-max must be a size like 64G (got '%s')", v);
     if (!strcmp(name, "lora-rank")) return int_in(v, 1, 65536, &o->lora_rank) || BAD("--lora-rank must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "lora-alpha")) return num_in(v, 0, 1e6, true, &o->lora_alpha) || BAD("--lora-alpha must be a number > 0 (got '%s')", v);
     if (!strcmp(name, "lora-targets")) return (*v && copy_str(o->lora_targets, sizeof o->lora_targets, v)) || BAD("--lora-targets: give module names like q_proj,v_proj");

@@ -1,5 +1,6 @@
 /* top_view.c - the screens of colossal-top (and colossal-finetune --tui). */
 #include "top_view.h"
+#include "timer.h"
 
 #include <langinfo.h>
 #include <locale.h>
@@ -509,12 +510,7 @@ static double wall_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
+static double mono_ms(void) { return 1e3 * col_seconds(); }
 
 top_tui *top_tui_open(const char *title)
 {

@@ -462,14 +462,16 @@ col_status col_opt_step(const col_opt_config *c, float lr, int64_t step, col_opt
 
 /* ---- gradient norm and clipping ---- */
 
-double col_grad_global_norm(const col_opt_tensor *ts, int nt)
+double col_grad_sumsq(const col_opt_tensor *ts, int nt)
 {
     double s = 0;
     for (int i = 0; i < nt; i++)
         if (ts[i].n > 0)
             s += sumsq(ts[i].g, ts[i].n);
-    return sqrt(s);
+    return s;
 }
+
+double col_grad_global_norm(const col_opt_tensor *ts, int nt) { return sqrt(col_grad_sumsq(ts, nt)); }
 
 /* torch.nn.utils.clip_grad_norm_ (norm_type 2):
  *   norm = ||concat(g)||;  coef = max_norm / (norm + 1e-6);  if coef < 1: g = coef * g */
@@ -493,9 +495,15 @@ col_status col_clip_grad_norm(col_opt_tensor *ts, int nt, double max_norm, doubl
     if (!isfinite(norm))
         return col_err_set(e, COL_EINVAL, "clip_grad_norm: total gradient norm is %g (non-finite gradients); "
                            "gradients left unscaled", norm);
+    col_clip_grad_scale(ts, nt, max_norm, norm);
+    return COL_OK;
+}
+
+void col_clip_grad_scale(col_opt_tensor *ts, int nt, double max_norm, double norm)
+{
     double coef = max_norm / (norm + 1e-6);
     if (coef >= 1.0)
-        return COL_OK;
+        return;
     const float cf = (float)coef;
     for (int k = 0; k < nt; k++) {
         float *restrict g = ts[k].g;
@@ -509,7 +517,6 @@ col_status col_clip_grad_norm(col_opt_tensor *ts, int nt, double max_norm, doubl
                 g[i] *= cf;
         }
     }
-    return COL_OK;
 }
 
 /* ---- learning-rate schedules (formulas in optim.h) ---- */

@@ -71,6 +71,14 @@ col_status col_opt_step(const col_opt_config *c, float lr, int64_t step, col_opt
 
 /* sqrt(sum of g^2 over all tensors), accumulated in double. */
 double col_grad_global_norm(const col_opt_tensor *ts, int nt);
+/* The sum of g^2 of the tensors, tensor by tensor in order: the global norm
+ * of tensors seen one at a time is sqrt of the running sum of these (the
+ * same bits as col_grad_global_norm of them all). */
+double col_grad_sumsq(const col_opt_tensor *ts, int nt);
+/* The clipping of col_clip_grad_norm with the global norm already known (for
+ * gradients seen one tensor at a time): multiplies the tensors' g by
+ * max_norm / (norm + 1e-6) when that is below 1. */
+void col_clip_grad_scale(col_opt_tensor *ts, int nt, double max_norm, double norm);
 
 /* torch.nn.utils.clip_grad_norm_: norm = col_grad_global_norm(ts, nt);
  * coef = max_norm / (norm + 1e-6); when coef < 1 (i.e. norm > max_norm - 1e-6)

@@ -1,4 +1,6 @@
-/* mt_resident.c - the compute tier of one planned graph (see mt_resident.h). */
+/* mt_resident.c - the compute tier of one planned graph (see mt_resident.h
+ * and docs/MEMTIER_PLANNER.md, "How the compute tier runs a plan"); the
+ * transfer queue is in mt_resident_io.c. */
 #include "mt_resident.h"
 
 #include <stdio.h>
@@ -6,7 +8,14 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "mt_plan.h"
+#include "mt_resident_internal.h"
+#include "nvme.h"
+
+/* starting guesses for the links, until the traced run measures them */
+#define GUESS_COMPUTE_BW 10e9 /* host <-> compute tier: a memcpy */
+#define GUESS_NVME_BW 2e9     /* an NVMe SSD */
+#define GUESS_FLOPS 50e9      /* for the op time estimates */
+#define GUESS_MEM_BW 10e9
 
 typedef struct {
     col_node *n;    /* the leaf (or, for a gradient, the parameter) to rebind */
@@ -14,6 +23,13 @@ typedef struct {
     size_t off;
     bool grad;      /* rebind the gradient buffer, not the data */
 } use;
+
+/* the chunk space, shareable between the compute tiers of several graphs */
+typedef struct {
+    char *mem;          /* made on first use */
+    size_t bytes, alloc; /* the largest need of its users; what mem holds */
+    int refs;
+} arena;
 
 struct mt_resident {
     mt_pool *pool;
@@ -24,32 +40,38 @@ struct mt_resident {
     use *uses;           /* per op, CSR: uses[start[k] .. start[k+1]) */
     int *start;
     int nchunks;
-    size_t *cap;         /* per chunk: its bytes */
+    size_t *cap;         /* per chunk: the bytes a transfer moves (an NVMe chunk: mt_chunk_io_bytes) */
+    size_t *fp;          /* per chunk: its space in the arena (cap rounded up to the granule) */
+    bool *nvme;          /* per chunk: its home is the NVMe tier */
     void **copy;         /* per chunk: its compute-tier copy, NULL when not resident */
     bool *dirty;
-    char *arena;         /* the compute tier's chunk space: budget minus the activations, made on first use */
-    size_t arena_bytes;
+    uint64_t *fetch_seq; /* per chunk: the transfer bringing it in (WAIT waits for it) */
+    uint64_t *last_seq;  /* per chunk: the last transfer touching its copy */
+    size_t granule;      /* MT_ALIGN, or MT_NVME_ALIGN when NVMe chunks are in play */
+    arena *ar;
+    size_t need;         /* this graph's chunk space: budget minus the activations */
     int *order;          /* resident chunks by address in the arena */
     int nres;
-    size_t resident;     /* bytes of resident chunks */
+    size_t resident;     /* arena bytes of resident chunks */
     size_t act;          /* the graph's activation arena and scratch: on the compute tier throughout */
     long step;
     bool poison;
+    mt_xq *xq;
+    /* the tracer */
+    bool tracing;
+    double *op_s;        /* measured compute time per op */
+    double mark;         /* when the current op's actions ended */
+    int cur;             /* the op running, -1 before the first */
+    uint64_t timed[MT_NLINKS]; /* this run's bytes per link the busy times cover */
     mt_resident_stats st;
 };
 
 void mt_resident_poison_home(mt_resident *r, bool on) { r->poison = on; }
 
-/* a copy across the tiers, on all threads (one thread's memcpy reaches a third of the memory bandwidth) */
-static void tier_copy(void *dst, const void *src, size_t n)
+void mt_resident_set_async(mt_resident *r, bool on)
 {
-    enum { BLOCK = 1 << 18 };
-    long nb = (long)((n + BLOCK - 1) / BLOCK);
-#pragma omp parallel for schedule(static) if (nb > 4)
-    for (long b = 0; b < nb; b++) {
-        size_t off = (size_t)b * BLOCK, len = n - off < BLOCK ? n - off : BLOCK;
-        memcpy((char *)dst + off, (const char *)src + off, len);
-    }
+    mt_xq_set_async(r->xq, on);
+    r->st.async = on;
 }
 
 /* KiB, MiB or GiB with one decimal */
@@ -63,48 +85,82 @@ static void fmt_size(size_t b, char *buf, size_t n)
         snprintf(buf, n, "%.1f KiB", (double)b / 1024);
 }
 
-static size_t round_up(size_t x) { return (x + MT_ALIGN - 1) / MT_ALIGN * MT_ALIGN; }
+static size_t round_to(size_t x, size_t g) { return (x + g - 1) / g * g; }
 
-/* Space for a chunk of cap bytes in the arena: the first gap that fits, or,
- * when the free space is there but in pieces, after sliding the resident
- * chunks together (safe: every op rebinds its chunks after the actions). */
-static void *get_buffer(mt_resident *r, int chunk, size_t cap)
+/* ---- the arena ---- */
+
+static void arena_release(arena *a)
 {
-    if (!r->arena) {
-        r->arena_bytes = r->st.budget > r->act ? r->st.budget - r->act : 0;
-        r->arena = aligned_alloc(4096, (r->arena_bytes + 2 * 4096 - 1) / 4096 * 4096); /* a multiple of the alignment */
-        if (!r->arena)
-            return NULL;
-#ifdef MADV_HUGEPAGE
-        madvise(r->arena, round_up(r->arena_bytes), MADV_HUGEPAGE);
-#endif
+    if (a && --a->refs == 0) {
+        free(a->mem);
+        free(a);
     }
-    size_t need = round_up(cap), at = 0;
+}
+
+/* memory for the arena at its current size: aligned for NVMe I/O (2 MiB
+ * from 2 MiB up, for huge pages), zeroed once, which also faults it in */
+static col_status arena_ready(arena *a, col_err *err)
+{
+    if (a->mem && a->alloc >= a->bytes)
+        return COL_OK;
+    free(a->mem);
+    size_t al = a->bytes >= ((size_t)2 << 20) ? (size_t)2 << 20 : MT_NVME_ALIGN, n = round_to(a->bytes + 1, al);
+    a->mem = aligned_alloc(al, n);
+    a->alloc = a->mem ? n : 0;
+    if (!a->mem) {
+        char b[32];
+        fmt_size(n, b, sizeof b);
+        return col_err_set(err, COL_ENOMEM, "memtier: out of memory for the compute tier's %s of chunk space", b);
+    }
+#ifdef MADV_HUGEPAGE
+    if (al > MT_NVME_ALIGN)
+        madvise(a->mem, n, MADV_HUGEPAGE);
+#endif
+    memset(a->mem, 0, n);
+    return COL_OK;
+}
+
+/* Space for chunk c in the arena, *at: the first gap that fits, or, when the
+ * free space is there but in pieces, after letting the transfers finish and
+ * sliding the resident chunks together (safe: every op rebinds its chunks
+ * after the actions). NULL when it does not fit (a planner bug). */
+static col_status get_buffer(mt_resident *r, int c, void **at, col_err *err)
+{
+    *at = NULL;
+    col_status st = arena_ready(r->ar, err);
+    if (st != COL_OK)
+        return st;
+    char *base = r->ar->mem;
+    size_t need = r->fp[c], off = 0;
     int pos = 0;
     for (; pos < r->nres; pos++) {
         char *p = r->copy[r->order[pos]];
-        if ((size_t)(p - r->arena) >= at + need)
+        if ((size_t)(p - base) >= off + need)
             break;
-        at = (size_t)(p - r->arena) + round_up(r->cap[r->order[pos]]);
+        off = (size_t)(p - base) + r->fp[r->order[pos]];
     }
-    if (pos == r->nres && at + need > r->arena_bytes) { /* no gap: compact */
-        at = 0;
+    if (pos == r->nres && off + need > r->need) { /* no gap: compact */
+        if ((st = mt_xq_drain(r->xq, err)) != COL_OK)
+            return st;
+        off = 0;
         for (int i = 0; i < r->nres; i++) {
-            int c = r->order[i];
-            if (r->copy[c] != r->arena + at) {
-                memmove(r->arena + at, r->copy[c], r->cap[c]);
-                r->st.compacted += r->cap[c];
+            int x = r->order[i];
+            if (r->copy[x] != base + off) {
+                memmove(base + off, r->copy[x], r->cap[x]);
+                r->st.compacted += r->cap[x];
             }
-            r->copy[c] = r->arena + at;
-            at += round_up(r->cap[c]);
+            r->copy[x] = base + off;
+            off += r->fp[x];
         }
-        if (at + need > r->arena_bytes)
-            return NULL;
+        if (off + need > r->need)
+            return col_err_set(err, COL_ENOMEM, "memtier: the compute tier (%zu bytes) cannot hold chunk %d (%zu bytes) "
+                               "beside %zu resident", r->st.budget, c, r->fp[c], r->resident);
     }
     memmove(r->order + pos + 1, r->order + pos, sizeof *r->order * (size_t)(r->nres - pos));
-    r->order[pos] = chunk;
+    r->order[pos] = c;
     r->nres++;
-    return r->arena + at;
+    *at = base + off;
+    return COL_OK;
 }
 
 static void put_buffer(mt_resident *r, int chunk)
@@ -117,6 +173,23 @@ static void put_buffer(mt_resident *r, int chunk)
         }
 }
 
+col_status mt_resident_share_arena(mt_resident *r, mt_resident *with, col_err *err)
+{
+    if (!r || !with)
+        return col_err_set(err, COL_EINVAL, "memtier: mt_resident_share_arena needs two compute tiers");
+    if (r->ar == with->ar)
+        return COL_OK;
+    arena *a = with->ar;
+    if (r->need > a->bytes)
+        a->bytes = r->need; /* memory already made is remade on next use: nothing is resident between runs */
+    a->refs++;
+    arena_release(r->ar);
+    r->ar = a;
+    return COL_OK;
+}
+
+/* ---- the uses of every op, and the planner's input ---- */
+
 /* the pool chunk a leaf's memory lies in (through a view to its base) */
 static bool leaf_use(const mt_pool *pool, col_node *s, use *u)
 {
@@ -128,7 +201,23 @@ static bool leaf_use(const mt_pool *pool, col_node *s, use *u)
     return true;
 }
 
-/* the uses of every op, in CSR form, and the chunk lists the planner reads */
+static double node_bytes(const col_node *n) { return (double)col_numel(&n->t) * (double)col_dtype_size(n->t.dtype); }
+
+/* a first guess at an op's time, from its FLOPs (matmul, attention) and the bytes it touches */
+static double op_estimate(const col_node *n)
+{
+    double bytes = node_bytes(n), flops = 0;
+    for (int j = 0; j < n->nsrc; j++)
+        bytes += node_bytes(n->src[j]);
+    const col_tensor *a = n->nsrc > 0 ? &n->src[0]->t : NULL, *b = n->nsrc > 1 ? &n->src[1]->t : NULL;
+    if (n->op == COL_OP_MATMUL && a && a->ndim >= 1)
+        flops = 2.0 * (double)col_numel(&n->t) * (double)a->shape[a->ndim - 1];
+    else if ((n->op == COL_OP_ATTENTION || n->op == COL_OP_ATTENTION_BWD) && b && a->ndim == 4 && b->ndim == 4)
+        flops = (n->op == COL_OP_ATTENTION ? 4.0 : 10.0) * (double)a->shape[0] * (double)a->shape[1] *
+                (double)a->shape[2] * (double)b->shape[2] * (double)a->shape[3];
+    return 2e-6 + flops / GUESS_FLOPS + bytes / GUESS_MEM_BW;
+}
+
 static col_status collect(mt_resident *r, mt_plan_op *ops, int **lists, col_err *err)
 {
     int n = col_plan_length(r->plan), nuse = 0, cap = 64;
@@ -142,6 +231,7 @@ static col_status collect(mt_resident *r, mt_plan_op *ops, int **lists, col_err 
         if (r->op_of[i] < 0)
             continue;
         r->start[k] = nuse;
+        ops[k].time_s = op_estimate(node);
         /* an ACCUMULATE reads its gradient chunk only, not the parameter's data */
         for (int j = node->op == COL_OP_ACCUMULATE ? node->nsrc : 0; j <= node->nsrc; j++) {
             use u;
@@ -179,10 +269,40 @@ static col_status collect(mt_resident *r, mt_plan_op *ops, int **lists, col_err 
             if (r->uses[x].grad)
                 writes[a + nw++] = r->uses[x].chunk;
         }
-        ops[k] = (mt_plan_op){.reads = b > a ? reads + a : NULL, .nreads = b - a, .writes = nw ? writes + a : NULL,
-                              .nwrites = nw, .time_s = 1e-3, .act_bytes = r->act};
+        ops[k].reads = b > a ? reads + a : NULL;
+        ops[k].nreads = b - a;
+        ops[k].writes = nw ? writes + a : NULL;
+        ops[k].nwrites = nw;
+        ops[k].act_bytes = r->act;
     }
     return COL_OK;
+}
+
+/* the chunks: what a transfer moves, where they live, their space in the arena */
+static col_status chunk_sizes(mt_resident *r, mt_plan_chunk *chunks, col_err *err)
+{
+    bool *used = calloc((size_t)r->nchunks + 1, sizeof *used);
+    if (!used)
+        return col_err_set(err, COL_ENOMEM, "memtier: out of memory");
+    for (int x = 0; x < r->start[r->nops]; x++)
+        used[r->uses[x].chunk] = true;
+    col_status st = COL_OK;
+    r->granule = MT_ALIGN;
+    for (int c = 0; c < r->nchunks && st == COL_OK; c++) {
+        mt_chunk_info info;
+        st = mt_chunk_get(r->pool, c, &info, err);
+        r->nvme[c] = st == COL_OK && info.tier == MT_TIER_NVME;
+        r->cap[c] = r->nvme[c] ? mt_chunk_io_bytes(r->pool, c) : info.used ? info.used : MT_ALIGN;
+        if (r->nvme[c] && used[c])
+            r->granule = MT_NVME_ALIGN; /* every offset in the arena a multiple of it: compaction keeps them aligned */
+    }
+    for (int c = 0; c < r->nchunks && st == COL_OK; c++) {
+        /* chunks the graph never touches (optimizer states) take no room; the planner leaves them alone */
+        r->fp[c] = used[c] ? round_to(r->cap[c], r->granule) : r->granule;
+        chunks[c] = (mt_plan_chunk){.bytes = r->fp[c], .home = used[c] && r->nvme[c] ? MT_TIER_NVME : MT_TIER_HOST};
+    }
+    free(used);
+    return st;
 }
 
 col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_resident **out, col_err *err)
@@ -195,47 +315,58 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
     r->plan = plan;
     r->st.budget = budget;
     r->act = col_plan_arena_bytes(plan) + col_plan_scratch_bytes(plan);
-    r->st.peak = r->act;
+    r->st.peak = r->st.activations = r->act;
+    r->st.async = true;
+    r->need = budget > r->act ? budget - r->act : 0;
+    r->cur = -1;
     int n = col_plan_length(plan);
     r->op_of = malloc(sizeof *r->op_of * (size_t)(n > 0 ? n : 1));
     r->nchunks = mt_chunk_count(pool);
-    r->cap = calloc((size_t)r->nchunks + 1, sizeof *r->cap);
-    r->copy = calloc((size_t)r->nchunks + 1, sizeof *r->copy);
-    r->dirty = calloc((size_t)r->nchunks + 1, sizeof *r->dirty);
-    r->order = calloc((size_t)r->nchunks + 1, sizeof *r->order);
-    mt_plan_chunk *chunks = calloc((size_t)r->nchunks + 1, sizeof *chunks);
+    size_t m = (size_t)r->nchunks + 1;
+    r->cap = calloc(m, sizeof *r->cap);
+    r->fp = calloc(m, sizeof *r->fp);
+    r->nvme = calloc(m, sizeof *r->nvme);
+    r->copy = calloc(m, sizeof *r->copy);
+    r->dirty = calloc(m, sizeof *r->dirty);
+    r->fetch_seq = calloc(m, sizeof *r->fetch_seq);
+    r->last_seq = calloc(m, sizeof *r->last_seq);
+    r->order = calloc(m, sizeof *r->order);
+    r->ar = calloc(1, sizeof *r->ar);
+    mt_plan_chunk *chunks = calloc(m, sizeof *chunks);
     mt_plan_op *ops = NULL;
     int *lists = NULL;
     col_status st = COL_OK;
-    if (!r->op_of || !r->cap || !r->copy || !r->dirty || !r->order || !chunks)
+    if (!r->op_of || !r->cap || !r->fp || !r->nvme || !r->copy || !r->dirty || !r->fetch_seq || !r->last_seq ||
+        !r->order || !r->ar || !chunks)
         st = col_err_set(err, COL_ENOMEM, "memtier: out of memory");
+    if (r->ar)
+        *r->ar = (arena){.bytes = r->need, .refs = 1};
     for (int i = 0; i < n && st == COL_OK; i++) {
         col_node *node = col_plan_node(plan, i);
         r->op_of[i] = node->op == COL_OP_LEAF || node->op == COL_OP_VIEW ? -1 : r->nops++;
     }
-    for (int c = 0; c < r->nchunks && st == COL_OK; c++) {
-        mt_chunk_info info;
-        st = mt_chunk_get(pool, c, &info, err);
-        r->cap[c] = info.used ? info.used : MT_ALIGN;
-        chunks[c] = (mt_plan_chunk){.bytes = r->cap[c], .home = MT_TIER_HOST};
-    }
     if (st == COL_OK && r->nops == 0)
         st = col_err_set(err, COL_EINVAL, "memtier: the graph has no ops to run");
-    if (st == COL_OK && !(ops = calloc((size_t)r->nops, sizeof *ops)))
+    if (st == COL_OK && (!(ops = calloc((size_t)r->nops, sizeof *ops)) ||
+                         !(r->op_s = calloc((size_t)r->nops, sizeof *r->op_s))))
         st = col_err_set(err, COL_ENOMEM, "memtier: out of memory");
     if (st == COL_OK)
         st = collect(r, ops, &lists, err);
+    if (st == COL_OK)
+        st = chunk_sizes(r, chunks, err);
+    if (st == COL_OK)
+        st = mt_xq_create(pool, r->nchunks, &r->xq, err);
     if (st == COL_OK) {
-        /* without CUDA the compute tier is host memory: transfers cost no modelled time */
         mt_plan_input in = {.nchunks = r->nchunks, .chunks = chunks, .nops = r->nops, .ops = ops, .budget = budget,
-                            .prefetch = MT_PREFETCH_OFF, .max_warmup = -1};
-        for (int l = 0; l < MT_NLINKS; l++)
-            in.links.bw[l] = 1e10;
+                            .prefetch = MT_PREFETCH_AUTO, .max_warmup = -1};
+        in.links.bw[MT_LINK_H2C] = in.links.bw[MT_LINK_C2H] = GUESS_COMPUTE_BW;
+        in.links.bw[MT_LINK_N2H] = in.links.bw[MT_LINK_H2N] = GUESS_NVME_BW;
         st = mt_plan_create(&in, &r->mp, err);
         if (st == COL_ENOMEM) { /* name the smallest budget that works, from an unlimited plan */
             mt_plan *probe = NULL;
             col_err e2 = {0};
             in.budget = 0;
+            in.prefetch = MT_PREFETCH_OFF;
             if (mt_plan_create(&in, &probe, &e2) == COL_OK) {
                 mt_plan_summary sum;
                 mt_plan_get_summary(probe, &sum);
@@ -270,63 +401,103 @@ void mt_resident_free(mt_resident *r)
 {
     if (!r)
         return;
+    mt_xq_free(r->xq); /* first: the thread may still write into the arena */
     mt_plan_free(r->mp);
-    free(r->arena);
+    arena_release(r->ar);
     free(r->order);
     free(r->op_of);
+    free(r->op_s);
     free(r->uses);
     free(r->start);
     free(r->cap);
+    free(r->fp);
+    free(r->nvme);
     free(r->copy);
     free(r->dirty);
+    free(r->fetch_seq);
+    free(r->last_seq);
     free(r);
 }
 
-static col_status apply(mt_resident *r, const mt_plan_action *a, int n, col_err *err)
+/* ---- running ---- */
+
+/* queues the copy of chunk c home (write-back, flush) */
+static col_status store(mt_resident *r, int c, col_err *err)
 {
-    for (int i = 0; i < n; i++) {
+    mt_xfer x = {.chunk = c, .store = true, .buf = r->copy[c], .home = r->nvme[c] ? NULL : mt_chunk_host(r->pool, c),
+                 .bytes = r->cap[c]};
+    col_status st = mt_xq_push(r->xq, &x, &r->last_seq[c], err);
+    if (st != COL_OK)
+        return st;
+    r->st.bytes[MT_LINK_C2H] += r->cap[c];
+    if (r->nvme[c])
+        r->st.bytes[MT_LINK_H2N] += r->cap[c];
+    r->timed[r->nvme[c] ? MT_LINK_H2N : MT_LINK_C2H] += r->cap[c];
+    r->st.writebacks++;
+    r->dirty[c] = false;
+    return COL_OK;
+}
+
+static void evict(mt_resident *r, int c)
+{
+    put_buffer(r, c);
+    r->copy[c] = NULL;
+    r->resident -= r->fp[c];
+}
+
+/* the actions before op k (k = nops: the tail) */
+static col_status apply(mt_resident *r, const mt_plan_action *a, int n, int k, col_err *err)
+{
+    col_status st = COL_OK;
+    for (int i = 0; i < n && st == COL_OK; i++) {
         int c = a[i].chunk;
-        void *home = mt_chunk_host(r->pool, c);
         switch (a[i].kind) {
-        case MT_PA_FETCH:
-            if (r->copy[c])
+        case MT_PA_FETCH: {
+            /* a prefetch for the next step (for_op < k; the op's own fetches have for_op == k): every
+             * step ends with nothing resident, so the tail would only drop it again */
+            if (r->copy[c] || a[i].for_op < k)
                 break;
-            if (!(r->copy[c] = get_buffer(r, c, r->cap[c])))
-                return col_err_set(err, COL_ENOMEM, "memtier: the compute tier (%zu bytes) cannot hold chunk %d "
-                                   "(%zu bytes) beside %zu resident", r->st.budget, c, r->cap[c], r->resident);
-            tier_copy(r->copy[c], home, r->cap[c]);
-            if (r->poison)
-                memset(home, 0xff, r->cap[c]);
+            void *buf;
+            if ((st = get_buffer(r, c, &buf, err)) != COL_OK)
+                break;
+            mt_xfer x = {.chunk = c, .poison = r->poison && !r->nvme[c], .buf = buf,
+                         .home = r->nvme[c] ? NULL : mt_chunk_host(r->pool, c), .bytes = r->cap[c]};
+            if ((st = mt_xq_push(r->xq, &x, &r->fetch_seq[c], err)) != COL_OK) {
+                put_buffer(r, c);
+                break;
+            }
+            r->last_seq[c] = r->fetch_seq[c];
+            r->copy[c] = buf;
             r->st.bytes[MT_LINK_H2C] += r->cap[c];
+            if (r->nvme[c])
+                r->st.bytes[MT_LINK_N2H] += r->cap[c];
+            r->timed[r->nvme[c] ? MT_LINK_N2H : MT_LINK_H2C] += r->cap[c];
             r->st.fetches++;
-            r->resident += r->cap[c];
+            r->resident += r->fp[c];
             if (r->act + r->resident > r->st.peak)
                 r->st.peak = r->act + r->resident;
             break;
+        }
         case MT_PA_WRITEBACK:
         case MT_PA_FLUSH:
         case MT_PA_DROP:
             if (!r->copy[c])
                 break;
-            if (a[i].kind != MT_PA_DROP || r->dirty[c] || r->poison) { /* never lose a write */
-                tier_copy(home, r->copy[c], r->cap[c]);
-                r->st.bytes[MT_LINK_C2H] += r->cap[c];
-                r->st.writebacks++;
-                r->dirty[c] = false;
-            } else {
+            /* never lose a write; in checking mode the host home holds NaNs */
+            if (a[i].kind != MT_PA_DROP || r->dirty[c] || (r->poison && !r->nvme[c]))
+                st = store(r, c, err);
+            else
                 r->st.drops++;
-            }
-            if (a[i].kind != MT_PA_FLUSH) {
-                put_buffer(r, c);
-                r->copy[c] = NULL;
-                r->resident -= r->cap[c];
-            }
+            if (st == COL_OK && a[i].kind != MT_PA_FLUSH)
+                evict(r, c); /* its space is free at once: a fetch into it queues behind the write-back */
             break;
-        case MT_PA_WAIT: /* copies are synchronous */
+        case MT_PA_WAIT:
+            if (r->copy[c])
+                st = mt_xq_wait(r->xq, r->fetch_seq[c], err);
             break;
         }
     }
-    return COL_OK;
+    return st;
 }
 
 static col_status hook(void *user, const col_plan *p, int i, col_node *n, col_err *err)
@@ -336,13 +507,18 @@ static col_status hook(void *user, const col_plan *p, int i, col_node *n, col_er
     int k = r->op_of[i], na;
     if (k < 0)
         return COL_OK;
+    if (r->tracing && r->cur >= 0)
+        r->op_s[r->cur] += mt_now() - r->mark;
     const mt_plan_action *a = mt_plan_actions(r->mp, r->step, k, &na);
-    col_status st = apply(r, a, na, err);
+    col_status st = apply(r, a, na, k, err);
     for (int x = r->start[k]; x < r->start[k + 1] && st == COL_OK; x++) {
         const use *u = &r->uses[x];
         if (!r->copy[u->chunk])
             return col_err_set(err, COL_ESTATE, "memtier: op %d needs chunk %d, which the plan left off the compute "
                                "tier", k, u->chunk);
+        /* nothing may still be moving its bytes (the plan's WAITs make this a no-op) */
+        if ((st = mt_xq_wait(r->xq, r->last_seq[u->chunk], err)) != COL_OK)
+            break;
         void *addr = (char *)r->copy[u->chunk] + u->off;
         if (u->grad) {
             r->dirty[u->chunk] = true;
@@ -351,15 +527,17 @@ static col_status hook(void *user, const col_plan *p, int i, col_node *n, col_er
             st = col_bind(u->n, addr, err);
         }
     }
+    r->cur = k;
+    r->mark = mt_now();
     return st;
 }
 
-/* points every rebound leaf and gradient back at its home copy */
+/* points every rebound leaf and gradient back at its home address (an NVMe chunk's placeholder) */
 static void rebind_home(mt_resident *r)
 {
     for (int x = 0; x < r->start[r->nops]; x++) {
         const use *u = &r->uses[x];
-        void *home = (char *)mt_chunk_host(r->pool, u->chunk) + u->off;
+        void *home = (char *)mt_chunk_addr(r->pool, u->chunk) + u->off;
         if (u->grad)
             col_bind_grad(u->n, home, NULL);
         else
@@ -367,21 +545,80 @@ static void rebind_home(mt_resident *r)
     }
 }
 
-col_status mt_resident_run(mt_resident *r, const col_backend *be, long step, col_err *err)
+/* empties the tier after the tail: a copy goes home when dirty (or, in
+ * checking mode, a host chunk always), unless its fetch failed */
+static col_status empty_tier(mt_resident *r, col_err *err)
 {
-    r->step = step;
-    col_status st = col_plan_run_hooked(r->plan, be, hook, r, err);
-    int nt;
-    const mt_plan_action *tail = mt_plan_tail(r->mp, step, &nt);
-    col_status st2 = apply(r, tail, nt, err);
-    /* whatever the plan left: back home, so the optimizer and other graphs see the step's results */
-    for (int c = 0; c < r->nchunks && st2 == COL_OK; c++)
-        if (r->copy[c]) {
-            mt_plan_action wb = {.kind = MT_PA_WRITEBACK, .chunk = c, .for_op = -1};
-            st2 = apply(r, &wb, 1, err);
-        }
-    rebind_home(r);
-    return st != COL_OK ? st : st2;
+    col_err e2 = {0};
+    col_status st = mt_xq_drain(r->xq, err), st2 = COL_OK;
+    for (int c = 0; c < r->nchunks; c++) {
+        if (!r->copy[c])
+            continue;
+        if (!mt_xq_chunk_failed(r->xq, c) && (r->dirty[c] || (r->poison && !r->nvme[c])) && st2 == COL_OK)
+            st2 = store(r, c, &e2);
+        evict(r, c);
+        r->dirty[c] = false;
+    }
+    col_status st3 = mt_xq_drain(r->xq, st == COL_OK ? err : NULL);
+    if (st == COL_OK && st2 != COL_OK)
+        st = col_err_set(err, st2, "%s", e2.msg);
+    return st != COL_OK ? st : st3;
 }
 
-void mt_resident_get_stats(const mt_resident *r, mt_resident_stats *s) { *s = r->st; }
+/* after the traced run: the plan from measured op times and bandwidths */
+static col_status retime(mt_resident *r, col_err *err)
+{
+    mt_plan_trace tr = {.op_s = r->op_s, .latency_s = -1};
+    for (int l = 0; l < MT_NLINKS; l++)
+        tr.bw[l] = r->timed[l] > 0 && r->st.busy_s[l] > 0 ? (double)r->timed[l] / r->st.busy_s[l] : 0;
+    return mt_plan_update_timing(r->mp, &tr, err);
+}
+
+col_status mt_resident_run(mt_resident *r, const col_backend *be, long step, col_err *err)
+{
+    double t0 = mt_now();
+    mt_xq_begin_run(r->xq);
+    r->step = step;
+    r->tracing = !r->st.traced;
+    r->cur = -1;
+    memset(r->timed, 0, sizeof r->timed);
+    if (r->tracing)
+        memset(r->op_s, 0, sizeof *r->op_s * (size_t)r->nops);
+    col_status st = col_plan_run_hooked(r->plan, be, hook, r, err);
+    if (r->tracing && r->cur >= 0)
+        r->op_s[r->cur] += mt_now() - r->mark;
+    if (st == COL_OK) {
+        int nt;
+        const mt_plan_action *tail = mt_plan_tail(r->mp, step, &nt);
+        st = apply(r, tail, nt, r->nops, err);
+    }
+    /* whatever the plan left: back home, so the optimizer and other graphs see the step's results */
+    col_status st2 = empty_tier(r, st == COL_OK ? err : NULL);
+    if (st == COL_OK)
+        st = st2;
+    rebind_home(r);
+    mt_xq_times(r->xq, &r->st.wait_s, r->st.busy_s);
+    r->st.run_s = mt_now() - t0;
+    r->st.total_run_s += r->st.run_s;
+    r->st.total_wait_s += r->st.wait_s;
+    for (int l = 0; l < MT_NLINKS; l++)
+        r->st.total_busy_s[l] += r->st.busy_s[l];
+    if (st != COL_OK)
+        return st;
+    r->st.runs++;
+    if (r->tracing) {
+        if ((st = retime(r, err)) != COL_OK)
+            return st;
+        r->st.traced = true;
+    }
+    return COL_OK;
+}
+
+void mt_resident_get_stats(const mt_resident *r, mt_resident_stats *s)
+{
+    *s = r->st;
+    s->arena = r->ar->bytes;
+    s->shared = r->ar->refs > 1;
+}
+
+void mt_resident_get_plan_summary(const mt_resident *r, mt_plan_summary *s) { mt_plan_get_summary(r->mp, s); }

@@ -222,3 +222,14 @@ col_status mt_stage_flush(mt_stage *s, col_err *err)
     }
     return first;
 }
+
+void mt_stage_forget(mt_stage *s)
+{
+    col_err e = {0};
+    for (int i = 0; i < s->n; i++) {
+        settle(s, &s->b[i], &e); /* a transfer in flight must land before the buffer is reused */
+        s->b[i].chunk = -1;
+        s->b[i].state = EMPTY;
+        s->b[i].dirty = false;
+    }
+}

@@ -24,5 +24,9 @@ col_status mt_stage_get(mt_stage *s, mt_ref ref, bool will_write, void **ptr, co
 col_status mt_stage_prefetch(mt_stage *s, mt_ref ref, int keep, col_err *err);
 /* Writes every dirty buffer back to its chunk (and waits for transfers). */
 col_status mt_stage_flush(mt_stage *s, col_err *err);
+/* Forgets what the buffers hold (keeping their memory), so the next get
+ * reads the chunk again: call it after a flush when someone else (the
+ * compute tier) may write the chunks. Anything dirty is lost. */
+void mt_stage_forget(mt_stage *s);
 
 #endif

@@ -1,5 +1,6 @@
 /* mt_stats.c - the shared-memory statistics segment: publisher and reader. */
 #include "mt_stats.h"
+#include "timer.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -61,12 +62,7 @@ static double wall_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double mono_now(void) { return col_seconds(); }
 
 static void copy_name(char *dst, const char *src)
 {

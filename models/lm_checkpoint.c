@@ -71,7 +71,21 @@ col_status col_lm_trainer_save_model(col_lm_trainer *t, const char *dir, col_err
     return col_lm_trainer_save_model_ex(t, dir, 0, err);
 }
 
-col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
+/* runs fn with the tensors of kinds on the NVMe tier read into host memory;
+ * they are written back when fn changed them (write) and succeeded */
+static col_status in_host_view(col_lm_trainer *t, unsigned kinds, bool write,
+                               col_status (*fn)(col_lm_trainer *, const char *, unsigned, col_err *),
+                               const char *dir, unsigned flags, col_err *err)
+{
+    col_status st = col_lm_trainer_host_begin(t, kinds, err);
+    if (st == COL_OK)
+        st = fn(t, dir, flags, err);
+    col_err e2 = {0};
+    col_status st2 = col_lm_trainer_host_end(t, write && st == COL_OK, &e2);
+    return st != COL_OK ? st : st2 != COL_OK ? col_err_set(err, st2, "%s", e2.msg) : COL_OK;
+}
+
+static col_status save_model(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
 {
     col_status st = ensure_dir(dir, err);
     if (st != COL_OK)
@@ -121,7 +135,12 @@ col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsi
     return st;
 }
 
-static col_status save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
+col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
+{
+    return in_host_view(t, COL_LM_PARAMS, false, save_model, dir, flags, err);
+}
+
+static col_status save_optimizer(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
 {
     if (col_lm_trainer_config(t)->inference)
         return col_err_set(err, COL_ESTATE, "an inference session has no optimizer state to save");
@@ -158,7 +177,7 @@ static col_status save_optimizer(col_lm_trainer *t, const char *dir, col_err *er
     return st;
 }
 
-static col_status load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
+static col_status load_optimizer(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
@@ -207,7 +226,7 @@ static col_status load_optimizer(col_lm_trainer *t, const char *dir, col_err *er
     return st;
 }
 
-col_status col_lm_trainer_load_adapter(col_lm_trainer *t, const char *dir, col_err *err)
+static col_status load_adapter(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
 {
     const col_lm_train_config *cfg = col_lm_trainer_config(t);
     if (!lora_on(t))
@@ -260,26 +279,21 @@ col_status col_lm_trainer_load_adapter(col_lm_trainer *t, const char *dir, col_e
     return st;
 }
 
+col_status col_lm_trainer_load_adapter(col_lm_trainer *t, const char *dir, col_err *err)
+{
+    return in_host_view(t, COL_LM_PARAMS, true, load_adapter, dir, 0, err);
+}
+
 /* With the states on the NVMe tier they are read into host memory for the
  * file (and written back after a load). */
 col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
 {
     if (col_lm_trainer_config(t)->inference)
         return col_err_set(err, COL_ESTATE, "an inference session has no optimizer state to save");
-    col_status st = col_lm_trainer_states_begin(t, err);
-    if (st == COL_OK)
-        st = save_optimizer(t, dir, err);
-    col_err e2 = {0};
-    col_status st2 = col_lm_trainer_states_end(t, false, &e2);
-    return st != COL_OK ? st : st2 != COL_OK ? col_err_set(err, st2, "%s", e2.msg) : COL_OK;
+    return in_host_view(t, COL_LM_STATES, false, save_optimizer, dir, 0, err);
 }
 
 col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
 {
-    col_status st = col_lm_trainer_states_begin(t, err);
-    if (st == COL_OK)
-        st = load_optimizer(t, dir, err);
-    col_err e2 = {0};
-    col_status st2 = col_lm_trainer_states_end(t, st == COL_OK, &e2);
-    return st != COL_OK ? st : st2 != COL_OK ? col_err_set(err, st2, "%s", e2.msg) : COL_OK;
+    return in_host_view(t, COL_LM_STATES, true, load_optimizer, dir, 0, err);
 }

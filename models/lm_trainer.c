@@ -1,61 +1,26 @@
 /* lm_trainer.c - the training session: memory, graphs, steps, decoding. */
 #include "lm_trainer.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "memtier.h"
-#include "mt_resident.h"
-#include "mt_stage.h"
-#include "plan.h"
+#include "lm_trainer_internal.h"
+#include "timer.h"
 
-struct col_lm_trainer {
-    col_lm_train_config cfg;
-    const col_backend *be;
-    int np;             /* base parameters */
-    int nt;             /* tensors: base parameters, then 2 per LoRA adapter */
-    int train0;         /* first trained tensor: 0, or np with LoRA (the base is frozen) */
-    int *lora_of;       /* per base parameter: adapter index or -1 (NULL without LoRA) */
-    float lora_scale;
-    col_param_spec *specs;
-    mt_pool *pool;
-    col_opt_tensor *ot;
-    mt_ref *sref;       /* optimizer state tensors: slot 0 at [i], slot 1 at [nt + i] */
-    int slots;
-    bool states_nvme;   /* the states live on the NVMe tier */
-    mt_stage *stage;    /* host buffers the optimizer streams them through */
-    /* training graph */
-    col_graph *g;
-    col_plan *plan;
-    mt_resident *res;   /* the compute tier of the training graph (compute_budget > 0) */
-    col_lm_graph gg;
-    /* forward-only graph: eval batches and sampling */
-    col_graph *fg;
-    col_plan *fplan;
-    col_lm_graph fgg;
-    int fbatch;
-    int64_t step;
-    /* decoding: one graph for the prompt, one for single tokens */
-    struct dec_graph {
-        col_graph *g;
-        col_plan *plan;
-        col_lm_graph lg;
-        int seq;
-    } dec[2];
-    float *kv;          /* 2 * n_layer caches of [1, n_kv_head, kv_len, head_dim] */
-    int kv_len;
-    int64_t kv_pos;
-};
+_Static_assert(COL_LM_PARAMS == 1u << MT_PARAM && COL_LM_GRADS == 1u << MT_GRAD && COL_LM_STATES == 1u << MT_OPTSTATE,
+               "COL_LM_* kinds are memtier's kind bits");
+
 
 /* binds every tensor (before planning, so the planner gives them no arena space) */
 static col_status bind_params(col_lm_trainer *t, col_lm_graph *gg, bool grads, col_err *err)
 {
     for (int i = 0; i < t->nt; i++) {
         col_node *n = i < t->np ? gg->params[i] : gg->lora[i - t->np];
-        col_status st = col_bind(n, t->ot[i].w, err);
+        col_status st = col_bind(n, lmt_bind_addr(t, 0, i), err);
         if (st == COL_OK && grads && i >= t->train0)
-            st = col_bind_grad(n, t->ot[i].g, err);
+            st = col_bind_grad(n, lmt_bind_addr(t, 1, i), err);
         if (st != COL_OK)
             return st;
     }
@@ -107,6 +72,7 @@ static col_status build_forward(col_lm_trainer *t, int batch, col_err *err)
 {
     if (t->fg && t->fbatch == batch)
         return COL_OK;
+    lmt_tier_free(&t->ftier);
     col_plan_free(t->fplan);
     col_graph_free(t->fg);
     graph_arrays_free(&t->fgg);
@@ -188,73 +154,34 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
             int j = t->np + 2 * t->lora_of[i];
             col_lora_specs(&cfg->model, &t->specs[i], cfg->lora.rank, &t->specs[j], &t->specs[j + 1]);
         }
-    /* chunks of the default size, or one chunk per kind for a model smaller
-     * than that (choosing chunk sizes to waste the least is memtier's job once
-     * it moves chunks between tiers) */
-    size_t total = 0;
-    for (int i = 0; i < t->nt; i++)
-        total += (sizeof(float) * (size_t)col_param_numel(&t->specs[i]) + 63) & ~(size_t)63;
-    mt_config mc = {.chunk_bytes = cfg->chunk_bytes         ? cfg->chunk_bytes
-                                   : total < MT_DEFAULT_CHUNK_BYTES ? total
-                                                                    : 0,
-                    .host_budget = cfg->host_budget, .nvme_dir = cfg->nvme_dir, .nvme_max = cfg->nvme_max,
-                    .nvme_kinds = cfg->nvme_dir && !cfg->inference ? 1u << MT_OPTSTATE : 0,
-                    .nvme_faults = cfg->nvme_faults};
-    st = mt_create(&mc, &t->pool, err);
-    int slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
-    /* parameters, then gradients, then states, each kind in first-use order;
-     * frozen tensors (the base under LoRA) get no gradient and no state */
-    mt_ref *refs = calloc((size_t)t->nt * 4, sizeof *refs);
-    if (!refs && st == COL_OK)
-        st = col_err_set(err, COL_ENOMEM, "trainer: out of memory");
-    mt_kind kinds[4] = {MT_PARAM, MT_GRAD, MT_OPTSTATE, MT_OPTSTATE};
-    col_status first_fail = COL_OK;
-    col_err fail_err = {0};
-    int nkinds = cfg->inference ? 1 : 2 + slots;
-    for (int k = 0; k < nkinds && st == COL_OK; k++)
-        for (int i = k ? t->train0 : 0; i < t->nt; i++) {
-            const col_param_spec *s = &t->specs[i];
-            int64_t n = col_param_numel(s);
-            /* keep planning after a budget failure so the message names the full need */
-            col_status a = mt_alloc(t->pool, kinds[k], sizeof(float) * (size_t)n, &refs[k * t->nt + i], &fail_err);
-            if (a != COL_OK && a != COL_ENOMEM)
-                st = col_err_set(err, a, "%s", fail_err.msg);
-            else if (a == COL_ENOMEM)
-                first_fail = a;
-        }
-    if (st == COL_OK && first_fail != COL_OK)
-        st = col_err_set(err, first_fail, "%s", fail_err.msg);
+    t->slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
+    st = lmt_alloc(t, err);
     for (int i = 0; i < t->nt && st == COL_OK; i++) {
         const col_param_spec *s = &t->specs[i];
-        bool trained = !cfg->inference && i >= t->train0;
         t->ot[i].n = col_param_numel(s);
         t->ot[i].decay = s->decay || cfg->decay_all;
-        t->ot[i].w = mt_ptr(t->pool, refs[i]);
-        t->ot[i].g = trained ? mt_ptr(t->pool, refs[t->nt + i]) : NULL;
-        t->ot[i].m = trained && slots > 0 ? mt_ptr(t->pool, refs[2 * t->nt + i]) : NULL;
-        t->ot[i].v = trained && slots > 1 ? mt_ptr(t->pool, refs[3 * t->nt + i]) : NULL;
-        if (i < t->np)
-            col_lm_init_param(&cfg->model, s, i, t->ot[i].w, cfg->seed);
-        else
-            col_lora_init(s, (i - t->np) % 2 == 0, i, t->ot[i].w, cfg->seed);
+        t->ot[i].w = mt_ptr(t->pool, t->ref[i]); /* NULL on the NVMe tier */
+        t->ot[i].g = mt_ptr(t->pool, t->ref[t->nt + i]);
+        t->ot[i].m = mt_ptr(t->pool, t->ref[2 * t->nt + i]);
+        t->ot[i].v = mt_ptr(t->pool, t->ref[3 * t->nt + i]);
     }
-    t->slots = slots;
-    t->sref = calloc((size_t)(2 * t->nt) + 1, sizeof *t->sref);
-    if (!t->sref && st == COL_OK)
-        st = col_err_set(err, COL_ENOMEM, "trainer: out of memory");
-    for (int i = 0; i < 2 * t->nt && st == COL_OK && !cfg->inference; i++)
-        t->sref[i] = i < t->nt ? (slots > 0 ? refs[2 * t->nt + i] : (mt_ref){.chunk = -1})
-                               : (slots > 1 ? refs[2 * t->nt + i] : (mt_ref){.chunk = -1});
-    t->states_nvme = cfg->nvme_dir && !cfg->inference && slots > 0;
-    if (st == COL_OK && t->states_nvme)
-        st = mt_stage_create(t->pool, 6, &t->stage, err);
-    free(refs);
+    if (st == COL_OK)
+        st = mt_stage_create(t->pool, 12, &t->stage, err);
+    if (st == COL_OK)
+        st = lmt_init_params(t, err);
     if (st == COL_OK && !cfg->inference)
         st = build_train(t, err);
-    if (st == COL_OK && !cfg->inference && cfg->compute_budget > 0) {
-        st = mt_resident_create(t->pool, t->plan, cfg->compute_budget, &t->res, err);
-        if (st != COL_OK)
-            col_err_set(err, st, "%s (--gpu-mem)", err->msg);
+    /* the compute tier is made now, so a budget too small is refused at the start */
+    if (st == COL_OK && cfg->compute_budget > 0) {
+        if (!cfg->inference) {
+            st = mt_resident_create(t->pool, t->plan, cfg->compute_budget, &t->tier.res, err);
+            if (st != COL_OK)
+                col_err_set(err, st, "%s (--gpu-mem)", err->msg);
+        } else if ((st = build_forward(t, 1, err)) == COL_OK) {
+            st = mt_resident_create(t->pool, t->fplan, cfg->compute_budget, &t->ftier.res, err);
+            if (st != COL_OK)
+                col_err_set(err, st, "%s (--gpu-mem)", err->msg);
+        }
     }
     if (st != COL_OK) {
         col_lm_trainer_free(t);
@@ -266,6 +193,7 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
 
 static void dec_free(struct dec_graph *d)
 {
+    lmt_tier_free(&d->tier);
     col_plan_free(d->plan);
     col_graph_free(d->g);
     graph_arrays_free(&d->lg);
@@ -280,9 +208,11 @@ void col_lm_trainer_free(col_lm_trainer *t)
     dec_free(&t->dec[0]);
     dec_free(&t->dec[1]);
     free(t->kv);
-    mt_resident_free(t->res);
+    lmt_tier_free(&t->tier);
+    lmt_tier_free(&t->ftier);
     mt_stage_free(t->stage);
-    free(t->sref);
+    mt_stage_free(t->view);
+    free(t->ref);
     col_plan_free(t->plan);
     col_graph_free(t->g);
     graph_arrays_free(&t->gg);
@@ -313,8 +243,7 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
     load_batch(&t->gg, ids + k * n, targets + k * n, n);
-    col_status st = t->res ? mt_resident_run(t->res, t->be, (long)(t->step * accum(t) + k), err)
-                           : col_plan_run(t->plan, t->be, err);
+    col_status st = lmt_run(t, t->plan, &t->tier, 0, err);
     if (st == COL_OK && loss)
         *loss = *(const float *)col_data(t->gg.loss);
     return st;
@@ -327,67 +256,14 @@ col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int
     return micro_batch(t, ids, targets, 0, loss, err);
 }
 
-/* The optimizer step with the states on NVMe: tensor by tensor, its state
- * chunks read into the stage's buffers (written back when they make room)
- * and updated there; each element's arithmetic is that of the one-call step. */
-static col_status streamed_step(col_lm_trainer *t, float lr, col_err *err)
+/* the compute tier's cumulative wait for transfers, 0 without one */
+static double tier_wait(const col_lm_trainer *t)
 {
-    col_status st = COL_OK;
-    for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
-        col_opt_tensor o = t->ot[i];
-        void *m = NULL, *v = NULL;
-        st = mt_stage_get(t->stage, t->sref[i], true, &m, err);
-        if (st == COL_OK && t->slots > 1)
-            st = mt_stage_get(t->stage, t->sref[t->nt + i], true, &v, err);
-        o.m = m;
-        o.v = v;
-        /* read the next chunk of each state (and write back older ones) while this tensor is updated */
-        for (int k = 0; k < t->slots && st == COL_OK; k++) {
-            int j = i + 1;
-            while (j < t->nt && t->sref[k * t->nt + j].chunk == t->sref[k * t->nt + i].chunk)
-                j++;
-            if (j < t->nt)
-                st = mt_stage_prefetch(t->stage, t->sref[k * t->nt + j], 2, err);
-        }
-        if (st == COL_OK)
-            st = col_opt_step(&t->cfg.opt, lr, t->step + 1, &o, 1, err);
-    }
-    if (st == COL_OK)
-        st = mt_stage_flush(t->stage, err);
-    return st;
-}
-
-col_status col_lm_trainer_states_begin(col_lm_trainer *t, col_err *err)
-{
-    if (!t->states_nvme)
-        return COL_OK;
-    mt_stage *all = NULL;
-    col_status st = mt_stage_create(t->pool, mt_chunk_count(t->pool), &all, err);
-    for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
-        void *p = NULL;
-        st = mt_stage_get(all, t->sref[i], true, &p, err);
-        t->ot[i].m = p;
-        if (st == COL_OK && t->slots > 1) {
-            st = mt_stage_get(all, t->sref[t->nt + i], true, &p, err);
-            t->ot[i].v = p;
-        }
-    }
-    mt_stage_free(t->stage); /* the step's buffers hold nothing dirty between steps */
-    t->stage = all;
-    return st;
-}
-
-col_status col_lm_trainer_states_end(col_lm_trainer *t, bool write_back, col_err *err)
-{
-    if (!t->states_nvme)
-        return COL_OK;
-    col_status st = write_back ? mt_stage_flush(t->stage, err) : COL_OK;
-    for (int i = t->train0; i < t->nt; i++)
-        t->ot[i].m = t->ot[i].v = NULL;
-    mt_stage_free(t->stage);
-    t->stage = NULL;
-    col_status st2 = mt_stage_create(t->pool, 6, &t->stage, err);
-    return st != COL_OK ? st : st2;
+    if (!t->tier.res)
+        return 0;
+    mt_resident_stats rs;
+    mt_resident_get_stats(t->tier.res, &rs);
+    return rs.total_wait_s;
 }
 
 col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int32_t *targets,
@@ -395,6 +271,7 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
 {
     float loss = 0;
     int na = accum(t);
+    double t0 = col_seconds(), w0 = tier_wait(t);
     mt_zero(t->pool, MT_GRAD);
     for (int k = 0; k < na; k++) {
         float l = 0;
@@ -403,24 +280,29 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
             return st;
         loss += l / (float)na;
     }
+    double t1 = col_seconds(), w1 = tier_wait(t);
     col_opt_tensor *tr = t->ot + t->train0; /* the trained tensors */
     int ntr = t->nt - t->train0;
-    if (na > 1)
-        for (int i = 0; i < ntr; i++)
-            for (int64_t j = 0; j < tr[i].n; j++)
-                tr[i].g[j] /= (float)na;
+    float lr = col_lr_at(&t->cfg.lr, t->step);
     col_status st = COL_OK;
     double norm = 0;
-    if (t->cfg.grad_clip <= 0) {
-        norm = col_grad_global_norm(tr, ntr);
+    if (t->nvme_kinds) {
+        st = lmt_streamed_step(t, na, lr, t->cfg.grad_clip, &norm, err);
     } else {
-        st = col_clip_grad_norm(tr, ntr, t->cfg.grad_clip, &norm, err);
-        if (st != COL_OK)
-            return col_err_set(err, st, "step %lld: gradient norm is %g (loss %g): training diverged; lower the learning rate",
-                               (long long)t->step + 1, norm, loss);
+        if (na > 1)
+            for (int i = 0; i < ntr; i++)
+                for (int64_t j = 0; j < tr[i].n; j++)
+                    tr[i].g[j] /= (float)na;
+        if (t->cfg.grad_clip <= 0)
+            norm = col_grad_global_norm(tr, ntr);
+        else
+            st = col_clip_grad_norm(tr, ntr, t->cfg.grad_clip, &norm, err);
+        if (st == COL_OK)
+            st = col_opt_step(&t->cfg.opt, lr, t->step + 1, tr, ntr, err);
     }
-    float lr = col_lr_at(&t->cfg.lr, t->step);
-    st = t->states_nvme ? streamed_step(t, lr, err) : col_opt_step(&t->cfg.opt, lr, t->step + 1, tr, ntr, err);
+    if (st != COL_OK && t->cfg.grad_clip > 0 && !isfinite(norm))
+        return col_err_set(err, st, "step %lld: gradient norm is %g (loss %g): training diverged; lower the learning rate",
+                           (long long)t->step + 1, norm, loss);
     if (st != COL_OK)
         return st;
     t->step++;
@@ -429,6 +311,9 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
         info->grad_norm = norm;
         info->lr = lr;
         info->step = t->step;
+        info->wait_s = w1 - w0;
+        info->compute_s = t1 - t0 - info->wait_s;
+        info->optim_s = col_seconds() - t1;
     }
     return COL_OK;
 }
@@ -440,7 +325,7 @@ col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int3
     if (st != COL_OK)
         return st;
     load_batch(&t->fgg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq);
-    st = col_plan_run(t->fplan, t->be, err);
+    st = lmt_run(t, t->fplan, &t->ftier, 0, err);
     if (st == COL_OK) {
         *loss = *(const float *)col_data(t->fgg.loss);
         if (logits)
@@ -463,7 +348,7 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
         tg[i] = -1;
     }
     tg[0] = 0; /* the loss needs one counted row; its value is not used */
-    st = col_plan_run(t->fplan, t->be, err);
+    st = lmt_run(t, t->fplan, &t->ftier, 0, err);
     if (st == COL_OK)
         *logits = (const float *)col_data(t->fgg.logits) + (size_t)(n - 1) * (size_t)t->cfg.model.vocab_size;
     return st;
@@ -531,7 +416,7 @@ int64_t col_lm_trainer_steps(const col_lm_trainer *t) { return t->step; }
 void col_lm_trainer_set_steps(col_lm_trainer *t, int64_t steps) { t->step = steps; }
 const col_lm_train_config *col_lm_trainer_config(const col_lm_trainer *t) { return &t->cfg; }
 const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t) { return t->pool; }
-struct mt_resident *col_lm_trainer_compute_tier(const col_lm_trainer *t) { return t->res; }
+struct mt_resident *col_lm_trainer_compute_tier(const col_lm_trainer *t) { return t->tier.res; }
 
 float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->nt) ? t->ot[i].g : NULL; }
 
@@ -556,17 +441,22 @@ static const col_ckpt_tensor *find_param(const col_ckpt *ck, const char *name)
 
 col_status col_lm_trainer_load(col_lm_trainer *t, const col_ckpt *ck, col_err *err)
 {
-    for (int i = 0; i < t->np; i++) {
+    col_status st = COL_OK;
+    /* tensor by tensor through the stage: an NVMe chunk is read, filled and written back, a host one filled in place */
+    for (int i = 0; i < t->np && st == COL_OK; i++) {
         const col_param_spec *s = &t->specs[i];
         const col_ckpt_tensor *x = find_param(ck, s->name);
+        void *w = NULL;
         if (!x)
-            return col_err_set(err, COL_EFORMAT, "the checkpoint has no tensor '%s', which a %d-layer %s model needs",
-                               s->name, t->cfg.model.n_layer, col_arch_name(t->cfg.model.arch));
-        col_status st = col_ckpt_read_f32(x, s->ndim, s->shape, t->ot[i].w, err);
-        if (st != COL_OK)
-            return st;
+            st = col_err_set(err, COL_EFORMAT, "the checkpoint has no tensor '%s', which a %d-layer %s model needs",
+                             s->name, t->cfg.model.n_layer, col_arch_name(t->cfg.model.arch));
+        else if ((st = mt_stage_get(t->stage, t->ref[i], true, &w, err)) == COL_OK)
+            st = col_ckpt_read_f32(x, s->ndim, s->shape, w, err);
     }
-    return COL_OK;
+    if (st == COL_OK)
+        st = mt_stage_flush(t->stage, err);
+    mt_stage_forget(t->stage);
+    return st;
 }
 
 /* ---- incremental decoding ---- */
@@ -633,7 +523,10 @@ col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n
     }
     memcpy(col_data(d->lg.ids), tokens, sizeof(int32_t) * (size_t)n);
     *(int64_t *)col_data(d->lg.start) = t->kv_pos;
-    col_status st = col_plan_run(d->plan, t->be, err);
+    const col_lm_config *c = &t->cfg.model;
+    size_t kv_bytes = sizeof(float) * 2 * (size_t)c->n_layer * (size_t)c->n_kv_head * (size_t)t->kv_len *
+                      (size_t)c->head_dim;
+    col_status st = lmt_run(t, d->plan, &d->tier, kv_bytes, err);
     if (st != COL_OK)
         return st;
     t->kv_pos += n;

@@ -26,15 +26,24 @@ typedef struct {
                              mt_resident: parameter and gradient chunks are copied in and out as a
                              placement plan says; results are bitwise those of an unlimited run) */
     size_t chunk_bytes;   /* memtier chunk size; 0 = automatic */
-    const char *nvme_dir; /* non-NULL: the optimizer states live on the NVMe tier, in a scratch file in
-                             this directory (removed with the session); the optimizer step streams them
-                             through a few host buffers. Results are bitwise those of host states. */
+    const char *nvme_dir; /* non-NULL: an NVMe tier, a scratch file in this directory (removed with the
+                             session), holding the kinds nvme_kinds says. The optimizer step streams what
+                             lives there through a few host buffers, the compute tier reads and writes its
+                             chunks directly. Results are bitwise those of an all-host run. */
+    unsigned nvme_kinds;  /* COL_LM_PARAMS | COL_LM_GRADS | COL_LM_STATES placed on the NVMe tier; 0 =
+                             automatic: the optimizer states, then the gradients and then the parameters as
+                             well while host_budget cannot hold the rest. Parameters or gradients there
+                             need a compute tier (compute_budget > 0): graphs reach them only through it. */
     uint64_t nvme_max;    /* bytes the NVMe tier may take; 0 = unlimited */
+    int nvme_queue_depth; /* the NVMe tier's io_uring queue depth; 0 = its default */
     const struct mt_nvme_faults *nvme_faults; /* tests: fault injection into the NVMe tier */
     bool inference;       /* no gradients, optimizer states or training graph: evaluation, next-token
                              logits and decoding only (step/grads then fail) - half the memory or less */
     col_lora_config lora; /* rank > 0: train LoRA adapters only, the base model frozen (lora.h) */
 } col_lm_train_config;
+
+/* kinds of tensor memory, for nvme_kinds and host views */
+enum { COL_LM_PARAMS = 1u << 0, COL_LM_GRADS = 1u << 1, COL_LM_STATES = 1u << 2 };
 
 typedef struct col_lm_trainer col_lm_trainer;
 
@@ -43,6 +52,9 @@ typedef struct {
     double grad_norm;     /* before clipping */
     float lr;
     int64_t step;         /* steps done, counting this one */
+    /* where the step's time went (seconds): forward and backward computing, waiting for the compute
+     * tier's transfers (0 without a compute tier), the optimizer step (with its NVMe streaming) */
+    double compute_s, wait_s, optim_s;
 } col_lm_step_info;
 
 col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backend *be, col_lm_trainer **out,
@@ -103,11 +115,16 @@ const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t);
 struct mt_resident;
 struct mt_resident *col_lm_trainer_compute_tier(const col_lm_trainer *t);
 
-/* With states on the NVMe tier, col_lm_trainer_state gives NULL except
- * between these two calls, which read every state chunk into host memory
- * (and, with write_back, write them back at the end: after loading). */
-col_status col_lm_trainer_states_begin(col_lm_trainer *t, col_err *err);
-col_status col_lm_trainer_states_end(col_lm_trainer *t, bool write_back, col_err *err);
+/* With tensors on the NVMe tier, col_lm_trainer_param / _grad / _state give
+ * NULL for them except between these two calls, which read every NVMe chunk
+ * of the kinds asked for (COL_LM_PARAMS | ...) into host memory (as much
+ * host memory as those tensors take) and, with write_back, write them all
+ * back at the end (after changing them). Views do not nest. Saving and
+ * loading open their own. Without an NVMe tier both do nothing. */
+col_status col_lm_trainer_host_begin(col_lm_trainer *t, unsigned kinds, col_err *err);
+col_status col_lm_trainer_host_end(col_lm_trainer *t, bool write_back, col_err *err);
+/* The kinds (COL_LM_*) this session keeps on the NVMe tier. */
+unsigned col_lm_trainer_nvme_kinds(const col_lm_trainer *t);
 
 /* Saving and resuming (lm_checkpoint.c). The model goes out in Hugging Face
  * layout (config.json + model.safetensors, loadable by transformers); the

@@ -40,15 +40,24 @@ static inline bool tl_lm_steps(col_lm_trainer *t, int from, int to, uint64_t see
     return ok;
 }
 
-/* every parameter of a equal, bit for bit, to b's */
+/* every parameter of a equal, bit for bit, to b's (parameters on the NVMe
+ * tier are read through host views) */
 static inline bool tl_lm_same_weights(col_lm_trainer *a, col_lm_trainer *b)
 {
-    const col_param_spec *s;
-    for (int i = 0; col_lm_trainer_param(a, i, &s); i++)
-        if (memcmp(col_lm_trainer_param(a, i, NULL), col_lm_trainer_param(b, i, NULL),
-                   sizeof(float) * (size_t)col_param_numel(s)) != 0)
-            return false;
-    return true;
+    col_err e = {0};
+    bool va = col_lm_trainer_host_begin(a, COL_LM_PARAMS, &e) == COL_OK;
+    bool vb = col_lm_trainer_host_begin(b, COL_LM_PARAMS, &e) == COL_OK;
+    bool same = va && vb && col_lm_trainer_n_params(a) == col_lm_trainer_n_params(b);
+    for (int i = 0; same && i < col_lm_trainer_n_params(a); i++) {
+        const col_param_spec *s;
+        const float *x = col_lm_trainer_param(a, i, &s), *y = col_lm_trainer_param(b, i, NULL);
+        same = x && y && memcmp(x, y, sizeof(float) * (size_t)col_param_numel(s)) == 0;
+    }
+    if (va)
+        col_lm_trainer_host_end(a, false, &e);
+    if (vb)
+        col_lm_trainer_host_end(b, false, &e);
+    return same;
 }
 
 #endif

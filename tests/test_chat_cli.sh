@@ -78,6 +78,20 @@ for m in gpt2 opt llama2 llama3; do
         "$hf/$m" --prompt-ids "$prompt" $greedy --max-new-tokens "$k" --json
 done
 
+# ---- memory tiers: a compute tier and the weights on NVMe change nothing ----
+printf '{"ids":[%s]}\n' "$llama3_new" > "$tmp/want"
+k=$(echo "$llama3_new" | tr ',' '\n' | wc -l)
+check "--gpu-mem below what decoding needs names the smallest" 1 "needs at least" -- \
+    "$hf/llama3" --prompt-ids "$llama3_prompt" $greedy --max-new-tokens "$k" --json --chunk-size 4K --gpu-mem 4K
+mkdir -p "$tmp/nvme"
+same "llama3: weights on NVMe, through a 2 MiB compute tier: transformers' greedy ids" "$tmp/want" -- \
+    "$hf/llama3" --prompt-ids "$llama3_prompt" $greedy --max-new-tokens "$k" --json --chunk-size 4K --gpu-mem 2M \
+    --nvme-dir "$tmp/nvme" --nvme-kinds params
+[ -z "$(ls -A "$tmp/nvme")" ] && pass "nothing is left in --nvme-dir" || fail "files left in --nvme-dir"
+check "--nvme-kinds with a bad list" 2 "--nvme-kinds must be" -- "$hf/llama3" --nvme-kinds weights
+check "parameters on NVMe without --gpu-mem" 1 "--gpu-mem" -- \
+    "$hf/llama3" --prompt-ids "$llama3_prompt" --json --nvme-dir "$tmp/nvme" --nvme-kinds params
+
 # ---- text completion (a base model: no chat template) ----
 expect "$tmp/raw" raw_greedy.txt
 same "base model completes --prompt text as transformers' greedy generate()" "$tmp/raw" -- \

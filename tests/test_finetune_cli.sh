@@ -126,6 +126,25 @@ else
     notok "the three-tier run differs: $(head -n 1 "$tmp/err")"
 fi
 
+# everything on NVMe (parameters, gradients, states), reached through the smallest compute tier that holds its chunks
+check "everything on NVMe: a compute tier too small for its chunks" 1 "needs at least" -- $run --out e13 \
+    --chunk-size 16K --gpu-mem 8K --nvme-dir "$tmp/nvme" --nvme-kinds all
+least_nv=$(sed -n 's/.*needs at least \([0-9]*\) bytes.*/\1/p' "$tmp/err")
+(cd "$tmp" && "$ft" $run --out allnv --save-every 60 --chunk-size 16K --gpu-mem "$least_nv" --nvme-dir "$tmp/nvme" \
+    --nvme-kinds all) > "$tmp/allnv.json" 2> "$tmp/err"
+if [ -n "$least_nv" ] && [ "$(losses "$tmp/allnv.json" | wc -l)" -eq 150 ] &&
+    [ "$(losses "$tmp/allnv.json")" = "$(losses "$tmp/ref.json")" ] && [ -z "$(ls -A "$tmp/nvme")" ] &&
+    cmp -s "$tmp/allnv/model.safetensors" "$tmp/ref/model.safetensors"; then
+    ok "parameters, gradients and states on NVMe: the same losses and final weights bit for bit, nothing left behind"
+else
+    notok "the all-NVMe run differs: $(head -n 1 "$tmp/err")"
+fi
+split=$(grep '"step":150,"loss"' "$tmp/allnv.json" | grep -c '"compute_s":[0-9.]*,"wait_s":[0-9.]*,"optim_s":[0-9.]*,"nvme_written":[1-9]')
+[ "$split" -eq 1 ] && ok "--json reports the step's split (compute, transfer wait, optimizer) and its bytes written to NVMe" ||
+    notok "no step-time split in --json: $(grep '"step":150,"loss"' "$tmp/allnv.json")"
+check "--nvme-kinds without --gpu-mem" 1 "--gpu-mem" -- $run --out e14 --nvme-dir "$tmp/nvme" --nvme-kinds params
+check "a bad --nvme-kinds" 2 "--nvme-kinds must be" -- $run --out e15 --nvme-kinds everything
+
 # ---- Ctrl-C: finishes the step, saves, exits 130; resume continues exactly ----
 (cd "$tmp" && exec "$ft" $run --out intr --save-every 0) > "$tmp/intr.json" 2> "$tmp/intr.err" &
 bg=$!

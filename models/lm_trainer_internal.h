@@ -1,0 +1,89 @@
+/* lm_trainer_internal.h - the session struct shared by lm_trainer.c (graphs,
+ * steps, decoding) and lm_trainer_tiers.c (where tensors live: the NVMe
+ * tier, the compute tier, streaming the optimizer step). Not installed. */
+#ifndef COL_MODELS_LM_TRAINER_INTERNAL_H
+#define COL_MODELS_LM_TRAINER_INTERNAL_H
+
+#include "lm_trainer.h"
+#include "memtier.h"
+#include "mt_resident.h"
+#include "mt_stage.h"
+#include "plan.h"
+
+/* one graph's compute tier (with a compute budget) and its run count */
+typedef struct {
+    mt_resident *res;
+    long runs;
+} lmt_tier;
+
+struct col_lm_trainer {
+    col_lm_train_config cfg;
+    const col_backend *be;
+    int np;             /* base parameters */
+    int nt;             /* tensors: base parameters, then 2 per LoRA adapter */
+    int train0;         /* first trained tensor: 0, or np with LoRA (the base is frozen) */
+    int *lora_of;       /* per base parameter: adapter index or -1 (NULL without LoRA) */
+    float lora_scale;
+    col_param_spec *specs;
+    mt_pool *pool;
+    /* host addresses of each tensor's parameter, gradient and states; NULL for
+     * those on the NVMe tier except inside a host view (lmt_view_begin) */
+    col_opt_tensor *ot;
+    mt_ref *ref;        /* per kind k (0 parameter, 1 gradient, 2 and 3 state slots) at [k * nt + i]; chunk -1: none */
+    int slots;
+    unsigned nvme_kinds;/* bit 1 << mt_kind: kinds placed on the NVMe tier */
+    mt_stage *stage;    /* host buffers the optimizer step streams NVMe chunks through */
+    mt_stage *view;     /* a host view: every NVMe chunk of view_kinds read into host memory */
+    unsigned view_kinds;
+    /* training graph */
+    col_graph *g;
+    col_plan *plan;
+    lmt_tier tier;      /* its compute tier (compute_budget > 0); the others share its memory */
+    col_lm_graph gg;
+    /* forward-only graph: eval batches and sampling */
+    col_graph *fg;
+    col_plan *fplan;
+    lmt_tier ftier;
+    col_lm_graph fgg;
+    int fbatch;
+    int64_t step;
+    /* decoding: one graph for the prompt, one for single tokens */
+    struct dec_graph {
+        col_graph *g;
+        col_plan *plan;
+        lmt_tier tier;
+        col_lm_graph lg;
+        int seq;
+    } dec[2];
+    float *kv;          /* 2 * n_layer caches of [1, n_kv_head, kv_len, head_dim] */
+    int kv_len;
+    int64_t kv_pos;
+    double opt_s;       /* the last optimizer step's seconds */
+};
+
+/* lm_trainer_tiers.c */
+/* Makes the pool and places every tensor: parameters, then gradients, then
+ * states, each kind in first-use order (frozen tensors get no gradient and
+ * no state) into t->ref. The kinds on the NVMe tier (t->nvme_kinds) are
+ * cfg.nvme_kinds when given, else the optimizer states, then the gradients
+ * too, then everything, whichever first fits the host budget. Parameters or
+ * gradients on NVMe without a compute tier are refused. */
+col_status lmt_alloc(col_lm_trainer *t, col_err *err);
+/* The address a graph binds tensor i's kind-k memory to: the host address,
+ * or the NVMe chunk's placeholder (only the compute tier reads it). */
+void *lmt_bind_addr(const col_lm_trainer *t, int k, int i);
+/* Writes the initial parameters (through the stage for NVMe chunks). */
+col_status lmt_init_params(col_lm_trainer *t, col_err *err);
+/* Runs a planned graph: through its compute tier when there is a compute
+ * budget (made on first use, sharing the training tier's memory; reserve =
+ * bytes of the budget taken by memory outside the pool, e.g. a KV cache),
+ * else in place. */
+col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t reserve, col_err *err);
+void lmt_tier_free(lmt_tier *tier);
+/* The optimizer step over the trained tensors when any of their parameter,
+ * gradient or state chunks is on NVMe: gradients averaged over na
+ * micro-batches, the global norm (clipped to clip when > 0) into *norm, the
+ * update, all streamed through the stage. Bitwise the in-memory step. */
+col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err);
+
+#endif

@@ -1,0 +1,322 @@
+/* lm_trainer_tiers.c - where a session's tensors live and how they are
+ * reached there: the NVMe tier (placement, initialisation, host views, the
+ * streamed optimizer step) and the compute tier every graph runs through
+ * when there is a compute budget. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "lm_trainer_internal.h"
+
+/* kind k of tensor i (0 parameter, 1 gradient, 2 and 3 state slots) -> mt_kind bit */
+static unsigned kind_bit(int k) { return k == 0 ? COL_LM_PARAMS : k == 1 ? COL_LM_GRADS : COL_LM_STATES; }
+
+static float **ot_slot(col_lm_trainer *t, int k, int i)
+{
+    col_opt_tensor *o = &t->ot[i];
+    return k == 0 ? &o->w : k == 1 ? &o->g : k == 2 ? &o->m : &o->v;
+}
+
+static void fmt_mb(size_t b, char *buf, size_t n) { snprintf(buf, n, "%.1f MB", (double)b / 1e6); }
+
+/* a pool with the kinds given on NVMe, every tensor placed; COL_ENOMEM when the host budget is too small */
+static col_status alloc_with(col_lm_trainer *t, unsigned kinds, size_t chunk_bytes, col_err *err)
+{
+    const col_lm_train_config *c = &t->cfg;
+    mt_destroy(t->pool);
+    t->pool = NULL;
+    mt_config mc = {.chunk_bytes = chunk_bytes, .host_budget = c->host_budget, .nvme_dir = kinds ? c->nvme_dir : NULL,
+                    .nvme_max = c->nvme_max, .nvme_kinds = kinds, .nvme_faults = c->nvme_faults,
+                    .nvme_queue_depth = c->nvme_queue_depth};
+    col_status st = mt_create(&mc, &t->pool, err);
+    if (st != COL_OK)
+        return st;
+    for (int i = 0; i < 4 * t->nt; i++)
+        t->ref[i] = (mt_ref){.chunk = -1};
+    static const mt_kind kind[4] = {MT_PARAM, MT_GRAD, MT_OPTSTATE, MT_OPTSTATE};
+    col_status first_fail = COL_OK;
+    col_err fail_err = {0};
+    int nk = c->inference ? 1 : 2 + t->slots;
+    for (int k = 0; k < nk; k++)
+        for (int i = k ? t->train0 : 0; i < t->nt; i++) {
+            size_t bytes = sizeof(float) * (size_t)col_param_numel(&t->specs[i]);
+            /* keep planning after a budget failure so the message names the full need */
+            col_status a = mt_alloc(t->pool, kind[k], bytes, &t->ref[k * t->nt + i], &fail_err);
+            if (a != COL_OK && a != COL_ENOMEM)
+                return col_err_set(err, a, "%s", fail_err.msg);
+            if (a == COL_ENOMEM)
+                first_fail = a;
+        }
+    t->nvme_kinds = kinds;
+    return first_fail == COL_OK ? COL_OK : col_err_set(err, first_fail, "%s", fail_err.msg);
+}
+
+/* the chunk size: the option, else the one wasting least on the parameters
+ * (the other kinds hold the same tensors, or the trained ones), at most
+ * MT_DEFAULT_CHUNK_BYTES and, with tiers to move chunks between, about an
+ * eighth of the model so that the compute tier has chunks to choose from.
+ * Tensors larger than that get chunks of their own (memtier's rule), so the
+ * search runs over the others: an embedding matrix does not set the size. */
+static col_status chunk_size(col_lm_trainer *t, size_t *out, col_err *err)
+{
+    if (t->cfg.chunk_bytes) {
+        *out = t->cfg.chunk_bytes;
+        return COL_OK;
+    }
+    size_t *sz = malloc(sizeof *sz * (size_t)t->nt), total = 0;
+    if (!sz)
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    for (int i = 0; i < t->nt; i++)
+        total += sizeof(float) * (size_t)col_param_numel(&t->specs[i]);
+    size_t cap = MT_DEFAULT_CHUNK_BYTES;
+    if ((t->cfg.compute_budget || t->cfg.nvme_dir) && total / 8 < cap)
+        cap = total / 8;
+    if (cap < 4096)
+        cap = 4096;
+    int n = 0;
+    for (int i = 0; i < t->nt; i++) {
+        size_t b = sizeof(float) * (size_t)col_param_numel(&t->specs[i]);
+        if (b > 0 && b <= cap)
+            sz[n++] = b;
+    }
+    col_status st = n ? mt_chunk_bytes_auto(sz, n, cap, out, NULL, err) : COL_OK;
+    if (!n)
+        *out = cap;
+    free(sz);
+    return st;
+}
+
+col_status lmt_alloc(col_lm_trainer *t, col_err *err)
+{
+    const col_lm_train_config *c = &t->cfg;
+    const unsigned all = COL_LM_PARAMS | COL_LM_GRADS | COL_LM_STATES;
+    unsigned k = c->nvme_kinds;
+    if (k & ~all)
+        return col_err_set(err, COL_EINVAL, "NVMe tier: unknown kinds 0x%x", k);
+    if (k && !c->nvme_dir)
+        return col_err_set(err, COL_EINVAL, "tensors were asked to live on the NVMe tier, but no directory was "
+                           "given for it (--nvme-dir)");
+    t->ref = malloc(sizeof *t->ref * (size_t)t->nt * 4);
+    if (!t->ref)
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    size_t chunk = 0;
+    col_status st = chunk_size(t, &chunk, err);
+    if (st != COL_OK)
+        return st;
+    /* the kinds that exist in this session */
+    unsigned exist = COL_LM_PARAMS | (c->inference ? 0 : COL_LM_GRADS) | (c->inference || !t->slots ? 0 : COL_LM_STATES);
+    unsigned tries[3] = {k & exist}, ntries = 1;
+    if (!c->nvme_dir) {
+        tries[0] = 0;
+    } else if (!k) { /* automatic: states first, then gradients, then parameters, while the host cannot hold the rest */
+        tries[0] = COL_LM_STATES & exist;
+        tries[1] = (COL_LM_STATES | COL_LM_GRADS) & exist;
+        tries[2] = all & exist;
+        ntries = c->host_budget ? 3 : 1;
+    }
+    for (unsigned i = 0; i < ntries; i++) {
+        if (i && tries[i] == tries[i - 1])
+            continue;
+        const char *what = tries[i] & COL_LM_PARAMS ? "parameters" : "gradients";
+        if ((tries[i] & (COL_LM_PARAMS | COL_LM_GRADS)) && !c->compute_budget) {
+            if (i) /* the budget failure says what is needed; say how it could be met */
+                return col_err_set(err, COL_ENOMEM, "%s; the %s could move to the NVMe tier, but there they need a "
+                                   "compute tier to run on: give --gpu-mem", err->msg, what);
+            return col_err_set(err, COL_EINVAL, "%s on the NVMe tier need a compute tier to run on: give --gpu-mem", what);
+        }
+        st = alloc_with(t, tries[i], chunk, err);
+        if (st != COL_ENOMEM || i + 1 == ntries)
+            break;
+    }
+    if (st == COL_OK) /* a fallback succeeded: no stale message */
+        *err = (col_err){0};
+    return st;
+}
+
+void *lmt_bind_addr(const col_lm_trainer *t, int k, int i) { return mt_addr(t->pool, t->ref[k * t->nt + i]); }
+
+col_status lmt_init_params(col_lm_trainer *t, col_err *err)
+{
+    col_status st = COL_OK;
+    for (int i = 0; i < t->nt && st == COL_OK; i++) {
+        void *w = NULL;
+        st = mt_stage_get(t->stage, t->ref[i], true, &w, err); /* a host chunk in place */
+        if (st != COL_OK)
+            break;
+        if (i < t->np)
+            col_lm_init_param(&t->cfg.model, &t->specs[i], i, w, t->cfg.seed);
+        else
+            col_lora_init(&t->specs[i], (i - t->np) % 2 == 0, i, w, t->cfg.seed);
+    }
+    if (st == COL_OK)
+        st = mt_stage_flush(t->stage, err);
+    mt_stage_forget(t->stage);
+    return st;
+}
+
+/* any existing compute tier of the session other than tier: the memory to share */
+static mt_resident *anchor(col_lm_trainer *t, const lmt_tier *tier)
+{
+    lmt_tier *all[] = {&t->tier, &t->ftier, &t->dec[0].tier, &t->dec[1].tier};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i] != tier && all[i]->res)
+            return all[i]->res;
+    return NULL;
+}
+
+col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t reserve, col_err *err)
+{
+    if (!t->cfg.compute_budget)
+        return col_plan_run(plan, t->be, err);
+    if (!tier->res) {
+        size_t b = t->cfg.compute_budget;
+        if (reserve >= b) {
+            char have[32], need[32];
+            fmt_mb(b, have, sizeof have);
+            fmt_mb(reserve, need, sizeof need);
+            return col_err_set(err, COL_ENOMEM, "a compute tier of %s cannot hold the %s key/value cache (--gpu-mem)",
+                               have, need);
+        }
+        col_status st = mt_resident_create(t->pool, plan, b - reserve, &tier->res, err);
+        if (st != COL_OK)
+            return col_err_set(err, st, "%s (--gpu-mem)", err->msg);
+        mt_resident *with = anchor(t, tier);
+        if (with && (st = mt_resident_share_arena(tier->res, with, err)) != COL_OK) {
+            lmt_tier_free(tier);
+            return st;
+        }
+        tier->runs = 0;
+    }
+    return mt_resident_run(tier->res, t->be, tier->runs++, err);
+}
+
+void lmt_tier_free(lmt_tier *tier)
+{
+    mt_resident_free(tier->res);
+    tier->res = NULL;
+    tier->runs = 0;
+}
+
+/* the next trained tensor after i whose kind-k memory is in another chunk (nt when none) */
+static int next_chunk(const col_lm_trainer *t, int k, int i)
+{
+    const mt_ref *r = t->ref + (size_t)k * (size_t)t->nt;
+    int j = i + 1;
+    while (j < t->nt && r[j].chunk == r[i].chunk)
+        j++;
+    return j;
+}
+
+/* Pass 1 reads every gradient once: averages it over the micro-batches (a
+ * change written back) and adds its square sum; the global norm is then the
+ * one-call value. Pass 2, tensor by tensor, reads parameter, gradient and
+ * states, clips the gradient and updates: the element arithmetic of
+ * col_clip_grad_norm + col_opt_step on everything at once. Reads of the next
+ * chunks and write-backs of older ones run while a tensor is worked on. The
+ * stage keeps nothing between steps: the compute tier writes the gradient
+ * chunks behind its back. */
+col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err)
+{
+    col_status st = COL_OK;
+    double sum = 0;
+    *norm = 0;
+    mt_stage_forget(t->stage);
+    for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
+        col_opt_tensor o = t->ot[i];
+        void *g = NULL;
+        st = mt_stage_get(t->stage, t->ref[t->nt + i], na > 1, &g, err);
+        if (st == COL_OK && next_chunk(t, 1, i) < t->nt)
+            st = mt_stage_prefetch(t->stage, t->ref[t->nt + next_chunk(t, 1, i)], 1, err);
+        if (st != COL_OK)
+            break;
+        o.g = g;
+        if (na > 1)
+            for (int64_t j = 0; j < o.n; j++)
+                o.g[j] /= (float)na;
+        sum += col_grad_sumsq(&o, 1);
+    }
+    if (st == COL_OK)
+        st = mt_stage_flush(t->stage, err);
+    if (st != COL_OK) {
+        mt_stage_forget(t->stage);
+        return st;
+    }
+    *norm = sqrt(sum);
+    if (clip > 0 && !isfinite(*norm)) {
+        mt_stage_forget(t->stage);
+        return col_err_set(err, COL_EINVAL, "clip_grad_norm: total gradient norm is %g (non-finite gradients)", *norm);
+    }
+    int nk = 2 + t->slots;
+    for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
+        col_opt_tensor o = t->ot[i];
+        for (int k = 0; k < nk && st == COL_OK; k++) {
+            void *p = NULL;
+            /* the gradient's scaling need not reach its chunk: the next step zeroes it */
+            st = mt_stage_get(t->stage, t->ref[k * t->nt + i], k != 1, &p, err);
+            *(k == 0 ? &o.w : k == 1 ? &o.g : k == 2 ? &o.m : &o.v) = p;
+        }
+        for (int k = 0; k < nk && st == COL_OK; k++) {
+            int j = next_chunk(t, k, i);
+            if (j < t->nt)
+                st = mt_stage_prefetch(t->stage, t->ref[k * t->nt + j], nk, err);
+        }
+        if (st != COL_OK)
+            break;
+        if (clip > 0)
+            col_clip_grad_scale(&o, 1, clip, *norm);
+        st = col_opt_step(&t->cfg.opt, lr, t->step + 1, &o, 1, err);
+    }
+    if (st == COL_OK)
+        st = mt_stage_flush(t->stage, err);
+    mt_stage_forget(t->stage);
+    return st;
+}
+
+/* ---- host views ---- */
+
+unsigned col_lm_trainer_nvme_kinds(const col_lm_trainer *t) { return t->nvme_kinds; }
+
+col_status col_lm_trainer_host_begin(col_lm_trainer *t, unsigned kinds, col_err *err)
+{
+    if (t->view)
+        return col_err_set(err, COL_ESTATE, "trainer: a host view is already open");
+    kinds &= t->nvme_kinds;
+    if (!kinds)
+        return COL_OK;
+    col_status st = mt_stage_create(t->pool, mt_chunk_count(t->pool), &t->view, err);
+    if (st != COL_OK)
+        return st;
+    t->view_kinds = kinds;
+    for (int k = 0; k < 4 && st == COL_OK; k++) {
+        if (!(kinds & kind_bit(k)))
+            continue;
+        for (int i = 0; i < t->nt && st == COL_OK; i++) {
+            if (t->ref[k * t->nt + i].chunk < 0)
+                continue;
+            void *p = NULL;
+            st = mt_stage_get(t->view, t->ref[k * t->nt + i], true, &p, err);
+            *ot_slot(t, k, i) = p;
+        }
+    }
+    if (st != COL_OK) {
+        col_err e2 = {0};
+        col_lm_trainer_host_end(t, false, &e2);
+    }
+    return st;
+}
+
+col_status col_lm_trainer_host_end(col_lm_trainer *t, bool write_back, col_err *err)
+{
+    if (!t->view)
+        return COL_OK;
+    col_status st = write_back ? mt_stage_flush(t->view, err) : COL_OK;
+    for (int k = 0; k < 4; k++)
+        if (t->view_kinds & kind_bit(k))
+            for (int i = 0; i < t->nt; i++)
+                *ot_slot(t, k, i) = NULL;
+    mt_stage_free(t->view);
+    t->view = NULL;
+    t->view_kinds = 0;
+    mt_stage_forget(t->stage); /* it may hold what the view changed */
+    return st;
+}
