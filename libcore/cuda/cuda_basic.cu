@@ -1,0 +1,285 @@
+/* cuda_basic.cu - CUDA kernels: copy, cast, fill, accumulate, scatter_slice,
+ * binary elementwise, scale, concat, arange, kv_write.
+ *
+ * Sources are read through their strides (cu_td: logical index -> offset);
+ * outputs are contiguous. Arithmetic is the CPU kernels' (no fused
+ * multiply-add where they have none), so most results are bitwise equal. */
+#include <string.h>
+
+#include "cuda_internal.h"
+
+/* ---- element moves ---- */
+
+/* dst[off_d(i)] = src[off_s(i)] for i < n, T of the element size */
+template <typename T> __global__ void k_move(T *__restrict__ dst, const T *__restrict__ src, cu_td td, cu_td ts, int64_t n)
+{
+    CU_GRID_LOOP(i, n) dst[cu_off(td, i)] = src[cu_off(ts, i)];
+}
+
+/* copies the elements of s (its logical shape) into the view d of the same shape */
+static col_status move(const col_cuda_ctx *c, const col_tensor *d, const col_tensor *s, col_err *err, const char *what)
+{
+    int64_t n = col_numel(s);
+    if (n == 0)
+        return COL_OK;
+    cu_td td = cu_td_of(d), ts = cu_td_of(s);
+    unsigned g = cu_blocks(c, n);
+    switch (col_dtype_size(s->dtype)) {
+    case 2: k_move<uint16_t><<<g, CU_THREADS, 0, c->stream>>>((uint16_t *)d->data, (const uint16_t *)s->data, td, ts, n); break;
+    case 4: k_move<uint32_t><<<g, CU_THREADS, 0, c->stream>>>((uint32_t *)d->data, (const uint32_t *)s->data, td, ts, n); break;
+    case 8: k_move<uint64_t><<<g, CU_THREADS, 0, c->stream>>>((uint64_t *)d->data, (const uint64_t *)s->data, td, ts, n); break;
+    default: return col_err_set(err, COL_EDTYPE, "%s: element size %zu", what, col_dtype_size(s->dtype));
+    }
+    return cu_launch(err, what);
+}
+
+/* contiguous tensor of s's shape at data */
+static col_tensor contig_like(const col_tensor *s, void *data, col_dtype dt)
+{
+    col_tensor t = *s;
+    t.dtype = dt;
+    t.data = data;
+    col_set_contiguous_strides(&t);
+    return t;
+}
+
+static col_status k_copy(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_tensor *s = &n->src[0]->t;
+    col_tensor d = contig_like(s, n->t.data, s->dtype);
+    return move(cu_ctx(ex), &d, s, err, "copy");
+}
+
+/* ---- cast: through double, as col_get_as_f64 / col_set_from_f64 ---- */
+
+__device__ __forceinline__ double load_f64(const void *p, int dt, int64_t off)
+{
+    switch (dt) {
+    case COL_F32: return ((const float *)p)[off];
+    case COL_BF16: return __bfloat162float(__ushort_as_bfloat16(((const unsigned short *)p)[off]));
+    case COL_F16: return __half2float(__ushort_as_half(((const unsigned short *)p)[off]));
+    case COL_I32: return ((const int32_t *)p)[off];
+    default: return (double)((const int64_t *)p)[off];
+    }
+}
+
+__device__ __forceinline__ void store_f64(void *p, int dt, int64_t off, double v)
+{
+    switch (dt) {
+    case COL_F32: ((float *)p)[off] = (float)v; break;
+    case COL_BF16: ((unsigned short *)p)[off] = __bfloat16_as_ushort(__float2bfloat16_rn((float)v)); break;
+    case COL_F16: ((unsigned short *)p)[off] = __half_as_ushort(__float2half_rn((float)v)); break;
+    case COL_I32: ((int32_t *)p)[off] = (int32_t)v; break;
+    default: ((int64_t *)p)[off] = (int64_t)v; break;
+    }
+}
+
+__global__ void k_cast_g(void *dst, int ddt, const void *src, int sdt, cu_td ts, int64_t n, int trunc)
+{
+    CU_GRID_LOOP(i, n) {
+        double v = load_f64(src, sdt, cu_off(ts, i));
+        if (trunc)
+            v = v < 0 ? -floor(-v) : floor(v);
+        store_f64(dst, ddt, i, v);
+    }
+}
+
+static col_status k_cast(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    const col_tensor *s = &n->src[0]->t;
+    int64_t num = col_numel(s);
+    if (num == 0)
+        return COL_OK;
+    int trunc = col_dtype_is_float(s->dtype) && !col_dtype_is_float(n->t.dtype);
+    k_cast_g<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>(n->t.data, (int)n->t.dtype, s->data, (int)s->dtype,
+                                                             cu_td_of(s), num, trunc);
+    return cu_launch(err, "cast");
+}
+
+__global__ void k_fill_f32(float *dst, float v, int64_t n)
+{
+    CU_GRID_LOOP(i, n) dst[i] = v;
+}
+
+__global__ void k_fill_any(void *dst, int dt, double v, int64_t n)
+{
+    CU_GRID_LOOP(i, n) store_f64(dst, dt, i, v);
+}
+
+static col_status k_fill(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    int64_t num = col_numel(&n->t);
+    if (num == 0)
+        return COL_OK;
+    if (n->t.dtype == COL_F32)
+        k_fill_f32<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>((float *)n->t.data, n->p.f[0], num);
+    else
+        k_fill_any<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>(n->t.data, (int)n->t.dtype, (double)n->p.f[0], num);
+    return cu_launch(err, "fill");
+}
+
+/* ---- accumulate: out (the parameter's gradient buffer) += src ---- */
+
+__global__ void k_accumulate_g(float *out, const float *src, cu_td ts, int64_t n)
+{
+    CU_GRID_LOOP(i, n) out[i] += src[cu_off(ts, i)];
+}
+
+static col_status k_accumulate(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    const col_tensor *s = &n->src[0]->t;
+    int64_t num = col_numel(s);
+    if (num == 0)
+        return COL_OK;
+    k_accumulate_g<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>((float *)n->t.data, (const float *)s->data,
+                                                                   cu_td_of(s), num);
+    return cu_launch(err, "accumulate");
+}
+
+/* ---- scatter_slice: zeros of the output's shape, src0 written at [start, start+len) of axis i[0] ---- */
+
+static col_status k_scatter_slice(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    size_t es = col_dtype_size(n->t.dtype);
+    col_status st = cu_status(cudaMemsetAsync(n->t.data, 0, (size_t)col_numel(&n->t) * es, c->stream), err,
+                              "scatter_slice");
+    if (st != COL_OK)
+        return st;
+    int axis = (int)n->p.i[0];
+    col_tensor view = n->t;
+    view.shape[axis] = n->src[0]->t.shape[axis];
+    view.data = (char *)n->t.data + n->p.i[1] * n->t.stride[axis] * (int64_t)es;
+    return move(c, &view, &n->src[0]->t, err, "scatter_slice");
+}
+
+/* ---- binary elementwise and scale ---- */
+
+template <int OP>
+__global__ void k_binary_g(float *__restrict__ out, const float *__restrict__ a, cu_td ta, const float *__restrict__ b,
+                           cu_td tb, int64_t n)
+{
+    CU_GRID_LOOP(i, n) {
+        float x = a[cu_off(ta, i)], y = b[cu_off(tb, i)];
+        out[i] = OP == COL_OP_ADD ? x + y : OP == COL_OP_SUB ? x - y : OP == COL_OP_MUL ? x * y : x / y;
+    }
+}
+
+static col_status k_binary(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    const col_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
+    int64_t num = col_numel(&n->t);
+    if (num == 0)
+        return COL_OK;
+    cu_td ta = cu_td_of(a), tb = cu_td_of(b);
+    float *o = (float *)n->t.data;
+    const float *x = (const float *)a->data, *y = (const float *)b->data;
+    unsigned g = cu_blocks(c, num);
+    switch (n->op) {
+    case COL_OP_ADD: k_binary_g<COL_OP_ADD><<<g, CU_THREADS, 0, c->stream>>>(o, x, ta, y, tb, num); break;
+    case COL_OP_SUB: k_binary_g<COL_OP_SUB><<<g, CU_THREADS, 0, c->stream>>>(o, x, ta, y, tb, num); break;
+    case COL_OP_MUL: k_binary_g<COL_OP_MUL><<<g, CU_THREADS, 0, c->stream>>>(o, x, ta, y, tb, num); break;
+    default: k_binary_g<COL_OP_DIV><<<g, CU_THREADS, 0, c->stream>>>(o, x, ta, y, tb, num); break;
+    }
+    return cu_launch(err, col_op_name(n->op));
+}
+
+__global__ void k_scale_g(float *__restrict__ out, const float *__restrict__ x, cu_td tx, float m, float k, int64_t n)
+{
+    CU_GRID_LOOP(i, n) out[i] = __fadd_rn(__fmul_rn(x[cu_off(tx, i)], m), k);
+}
+
+static col_status k_scale(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    const col_tensor *a = &n->src[0]->t;
+    int64_t num = col_numel(&n->t);
+    if (num == 0)
+        return COL_OK;
+    k_scale_g<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>((float *)n->t.data, (const float *)a->data, cu_td_of(a),
+                                                              n->p.f[0], n->p.f[1], num);
+    return cu_launch(err, "scale");
+}
+
+/* ---- concat along i[0] ---- */
+
+static col_status k_concat(const col_node *n, const col_exec *ex, col_err *err)
+{
+    int axis = (int)n->p.i[0];
+    size_t es = col_dtype_size(n->t.dtype);
+    int64_t start = 0;
+    for (int k = 0; k < n->nsrc; k++) {
+        const col_tensor *s = &n->src[k]->t;
+        col_tensor view = n->t;
+        view.shape[axis] = s->shape[axis];
+        view.data = (char *)n->t.data + start * n->t.stride[axis] * (int64_t)es;
+        col_status st = move(cu_ctx(ex), &view, s, err, "concat");
+        if (st != COL_OK)
+            return st;
+        start += s->shape[axis];
+    }
+    return COL_OK;
+}
+
+/* ---- arange: i32 [n] = start + i[0] + k, start read on the device ---- */
+
+__global__ void k_arange_g(int32_t *o, const int64_t *start, int64_t base, int64_t n)
+{
+    int64_t s = start ? *start : 0;
+    CU_GRID_LOOP(k, n) o[k] = (int32_t)(s + base + k);
+}
+
+static col_status k_arange(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    int64_t len = col_numel(&n->t);
+    if (len == 0)
+        return COL_OK;
+    k_arange_g<<<cu_blocks(c, len), CU_THREADS, 0, c->stream>>>(
+        (int32_t *)n->t.data, n->nsrc ? (const int64_t *)n->src[0]->t.data : NULL, n->p.i[0], len);
+    return cu_launch(err, "arange");
+}
+
+/* ---- kv_write: cache[:, :, start:start+T] = x. The start position is read
+ * back to the host to check it (one stream synchronisation). ---- */
+
+static col_status k_kv_write(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    const col_tensor *ct = &n->src[0]->t, *x = &n->src[1]->t;
+    col_status st = cu_status(cudaMemcpyAsync(c->flag_host, n->src[2]->t.data, sizeof(int64_t), cudaMemcpyDeviceToHost,
+                                              c->stream), err, "kv_write");
+    if (st == COL_OK)
+        st = cu_status(cudaStreamSynchronize(c->stream), err, "kv_write");
+    if (st != COL_OK)
+        return st;
+    int64_t start = *c->flag_host, T = x->shape[2];
+    if (start < 0 || start + T > ct->shape[2])
+        return col_err_set(err, COL_EINVAL, "kv_write: position %lld + %lld tokens exceeds the cache of %lld",
+                           (long long)start, (long long)T, (long long)ct->shape[2]);
+    col_tensor view = *ct;
+    view.shape[2] = T;
+    view.data = (char *)ct->data + start * ct->stride[2] * (int64_t)col_dtype_size(ct->dtype);
+    return move(c, &view, x, err, "kv_write");
+}
+
+void cu_register_basic(col_backend *be)
+{
+    be->kernel[COL_OP_ARANGE] = k_arange;
+    be->kernel[COL_OP_KV_WRITE] = k_kv_write;
+    be->kernel[COL_OP_COPY] = k_copy;
+    be->kernel[COL_OP_CAST] = k_cast;
+    be->kernel[COL_OP_FILL] = k_fill;
+    be->kernel[COL_OP_ACCUMULATE] = k_accumulate;
+    be->kernel[COL_OP_SCATTER_SLICE] = k_scatter_slice;
+    be->kernel[COL_OP_ADD] = k_binary;
+    be->kernel[COL_OP_SUB] = k_binary;
+    be->kernel[COL_OP_MUL] = k_binary;
+    be->kernel[COL_OP_DIV] = k_binary;
+    be->kernel[COL_OP_SCALE] = k_scale;
+    be->kernel[COL_OP_CONCAT] = k_concat;
+}

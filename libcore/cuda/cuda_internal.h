@@ -1,0 +1,137 @@
+/* cuda_internal.h - what the CUDA kernel modules share. Not installed;
+ * included only by the .cu files (compiled as C++ by nvcc). */
+#ifndef COL_CUDA_INTERNAL_H
+#define COL_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend.h"
+#include "graph.h"
+#include "tensor.h"
+}
+#include "backend_cuda.h"
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *ws;                   /* workspace: cuBLASLt and the kernels' partial sums */
+    size_t ws_bytes;
+    int64_t *flag_dev;          /* device word for input checks (bad id / target) */
+    int64_t *flag_host;         /* pinned host copy of it */
+    bool tf32;
+    int sm_count;
+    char name[320];
+} col_cuda_ctx;
+
+#define CU_WS_BYTES ((size_t)32 << 20)
+#define CU_THREADS 256
+
+static inline col_cuda_ctx *cu_ctx(const col_exec *ex) { return (col_cuda_ctx *)ex->be->ctx; }
+
+/* CUDA error -> col_status with the CUDA message (COL_OK for cudaSuccess) */
+col_status cu_status(cudaError_t e, col_err *err, const char *what);
+/* cuBLAS(Lt) status -> col_status with its message */
+col_status cu_blas_status(cublasStatus_t s, col_err *err, const char *what);
+/* the launch error of the kernel(s) just queued for op `what` */
+col_status cu_launch(col_err *err, const char *what);
+
+/* ---- strided tensors on the device: offset of logical (row-major) index i ---- */
+typedef struct {
+    int ndim;                   /* after merging dims; 0 = scalar */
+    int contig;                 /* offset(i) == i */
+    int64_t shape[COL_MAX_DIMS];
+    int64_t stride[COL_MAX_DIMS];
+} cu_td;
+
+/* Describes t with adjacent dims merged where its strides allow (the
+ * logical-index -> offset map is unchanged). */
+cu_td cu_td_of(const col_tensor *t);
+
+__device__ __forceinline__ int64_t cu_off(const cu_td &t, int64_t i)
+{
+    if (t.contig)
+        return i;
+    int64_t off = 0;
+    for (int d = t.ndim - 1; d >= 0; d--) {
+        int64_t s = t.shape[d];
+        off += (i % s) * t.stride[d];
+        i /= s;
+    }
+    return off;
+}
+
+/* blocks for a grid-stride loop over n items */
+static inline unsigned cu_blocks(const col_cuda_ctx *c, int64_t n, int threads = CU_THREADS)
+{
+    int64_t b = (n + threads - 1) / threads, cap = (int64_t)c->sm_count * 32;
+    if (b > cap)
+        b = cap;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+#define CU_GRID_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---- block reductions (blockDim.x a multiple of 32, at most 1024) ---- */
+template <typename T> __device__ __forceinline__ T cu_warp_sum(T v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float cu_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+/* every thread gets the block's total; sh: 32 slots of shared memory */
+template <typename T> __device__ __forceinline__ T cu_block_sum(T v, T *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = cu_warp_sum(v);
+    if (nw == 1)
+        return v;
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (T)0;
+    return cu_warp_sum(v);
+}
+__device__ __forceinline__ float cu_block_max(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = cu_warp_max(v);
+    if (nw == 1)
+        return v;
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return cu_warp_max(v);
+}
+/* threads per row for a row-wise kernel over rows of C elements */
+static inline int cu_row_threads(int64_t C)
+{
+    return C <= 256 ? 32 : C <= 2048 ? 128 : C <= 8192 ? 256 : 512;
+}
+
+/* ---- the kernel modules ---- */
+void cu_register_basic(col_backend *be);   /* cuda_basic.cu */
+void cu_register_matmul(col_backend *be);  /* cuda_matmul.cu */
+void cu_register_unary(col_backend *be);   /* cuda_unary.cu */
+void cu_register_reduce(col_backend *be);  /* cuda_reduce.cu */
+void cu_register_norm(col_backend *be);    /* cuda_norm.cu */
+void cu_register_nn(col_backend *be);      /* cuda_nn.cu */
+
+#endif

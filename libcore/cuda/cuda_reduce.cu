@@ -1,0 +1,153 @@
+/* cuda_reduce.cu - CUDA kernels for sum / mean / max over a set of axes,
+ * and max's gradient.
+ *
+ * The input is split into kept axes (the output's order) and reduced axes;
+ * each output element reduces its slab, sums in double as on the CPU. A warp
+ * reduces one slab when the reduced axes are the inner ones, a thread one
+ * slab when the kept axes are (then neighbouring threads read neighbouring
+ * elements). max propagates NaN like the CPU kernel. */
+#include <math.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+static void split_axes(const col_tensor *x, uint32_t axes, col_tensor *kept, col_tensor *red)
+{
+    memset(kept, 0, sizeof *kept);
+    memset(red, 0, sizeof *red);
+    for (int d = 0; d < x->ndim; d++) {
+        col_tensor *t = (axes & (1u << d)) ? red : kept;
+        t->shape[t->ndim] = x->shape[d];
+        t->stride[t->ndim] = x->stride[d];
+        t->ndim++;
+    }
+}
+
+__device__ __forceinline__ float max_nan(float m, float v) { return (v > m || isnan(v)) ? v : m; }
+
+template <int OP>
+__global__ void k_red_thread(float *__restrict__ out, const float *__restrict__ x, cu_td kept, cu_td red, int64_t nout,
+                             int64_t nred)
+{
+    CU_GRID_LOOP(o, nout) {
+        const float *b = x + cu_off(kept, o);
+        if (OP == COL_OP_MAX) {
+            float m = -INFINITY;
+            for (int64_t r = 0; r < nred; r++)
+                m = max_nan(m, b[cu_off(red, r)]);
+            out[o] = m;
+        } else {
+            double s = 0.0;
+            for (int64_t r = 0; r < nred; r++)
+                s += b[cu_off(red, r)];
+            out[o] = OP == COL_OP_MEAN ? (nred ? (float)(s / (double)nred) : NAN) : (float)s;
+        }
+    }
+}
+
+template <int OP>
+__global__ void k_red_warp(float *__restrict__ out, const float *__restrict__ x, cu_td kept, cu_td red, int64_t nout,
+                           int64_t nred)
+{
+    int lane = threadIdx.x & 31;
+    int64_t w0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t o = w0; o < nout; o += nw) {
+        const float *b = x + cu_off(kept, o);
+        if (OP == COL_OP_MAX) {
+            float m = -INFINITY;
+            for (int64_t r = lane; r < nred; r += 32)
+                m = max_nan(m, b[cu_off(red, r)]);
+            for (int k = 16; k > 0; k >>= 1)
+                m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, k));
+            if (lane == 0)
+                out[o] = m;
+        } else {
+            double s = 0.0;
+            for (int64_t r = lane; r < nred; r += 32)
+                s += b[cu_off(red, r)];
+            s = cu_warp_sum(s);
+            if (lane == 0)
+                out[o] = OP == COL_OP_MEAN ? (nred ? (float)(s / (double)nred) : NAN) : (float)s;
+        }
+    }
+}
+
+template <int OP>
+static void launch_reduce(const col_cuda_ctx *c, bool warp, float *out, const float *x, cu_td kept, cu_td red, int64_t nout,
+                          int64_t nred)
+{
+    if (warp)
+        k_red_warp<OP><<<cu_blocks(c, nout * 32), CU_THREADS, 0, c->stream>>>(out, x, kept, red, nout, nred);
+    else
+        k_red_thread<OP><<<cu_blocks(c, nout), CU_THREADS, 0, c->stream>>>(out, x, kept, red, nout, nred);
+}
+
+static col_status k_reduce(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    const col_tensor *x = &n->src[0]->t;
+    col_tensor kt, rt;
+    split_axes(x, (uint32_t)n->p.i[0], &kt, &rt);
+    int64_t nout = col_numel(&kt), nred = col_numel(&rt);
+    if (nout == 0)
+        return COL_OK;
+    cu_td kept = cu_td_of(&kt), red = cu_td_of(&rt);
+    bool kept_inner = kept.ndim > 0 && kept.stride[kept.ndim - 1] == 1;
+    bool red_inner = red.ndim > 0 && red.stride[red.ndim - 1] == 1;
+    bool warp = nred > 32 && !(kept_inner && !red_inner);
+    float *out = (float *)n->t.data;
+    const float *xd = (const float *)x->data;
+    switch (n->op) {
+    case COL_OP_SUM: launch_reduce<COL_OP_SUM>(c, warp, out, xd, kept, red, nout, nred); break;
+    case COL_OP_MEAN: launch_reduce<COL_OP_MEAN>(c, warp, out, xd, kept, red, nout, nred); break;
+    default: launch_reduce<COL_OP_MAX>(c, warp, out, xd, kept, red, nout, nred); break;
+    }
+    return cu_launch(err, col_op_name(n->op));
+}
+
+/* dx = dy at the first position of each slab's maximum (out zeroed before) */
+__global__ void k_max_bwd_g(float *__restrict__ out, cu_td kout, cu_td rout, const float *__restrict__ x, cu_td kx,
+                            cu_td rx, const float *__restrict__ y, cu_td ky, const float *__restrict__ dy, cu_td kd,
+                            int64_t nout, int64_t nred)
+{
+    CU_GRID_LOOP(o, nout) {
+        const float *xb = x + cu_off(kx, o);
+        float m = y[cu_off(ky, o)], g = dy[cu_off(kd, o)];
+        for (int64_t r = 0; r < nred; r++) {
+            float v = xb[cu_off(rx, r)];
+            if (v == m || (isnan(m) && isnan(v))) {
+                out[cu_off(kout, o) + cu_off(rout, r)] = g;
+                break;
+            }
+        }
+    }
+}
+
+static col_status k_max_bwd(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    const col_tensor *x = &n->src[0]->t, *y = &n->src[1]->t, *dy = &n->src[2]->t;
+    uint32_t axes = (uint32_t)n->p.i[0];
+    col_tensor kx, rx, ky, ry, kd, rd, ko, ro;
+    split_axes(x, axes, &kx, &rx);
+    split_axes(y, axes, &ky, &ry);
+    split_axes(dy, axes, &kd, &rd);
+    split_axes(&n->t, axes, &ko, &ro);
+    int64_t nout = col_numel(&kx), nred = col_numel(&rx);
+    col_status st = cu_status(cudaMemsetAsync(n->t.data, 0, sizeof(float) * (size_t)col_numel(&n->t), c->stream), err,
+                              "max_bwd");
+    if (st != COL_OK || nout == 0)
+        return st;
+    k_max_bwd_g<<<cu_blocks(c, nout), CU_THREADS, 0, c->stream>>>(
+        (float *)n->t.data, cu_td_of(&ko), cu_td_of(&ro), (const float *)x->data, cu_td_of(&kx), cu_td_of(&rx),
+        (const float *)y->data, cu_td_of(&ky), (const float *)dy->data, cu_td_of(&kd), nout, nred);
+    return cu_launch(err, "max_bwd");
+}
+
+void cu_register_reduce(col_backend *be)
+{
+    be->kernel[COL_OP_SUM] = k_reduce;
+    be->kernel[COL_OP_MEAN] = k_reduce;
+    be->kernel[COL_OP_MAX] = k_reduce;
+    be->kernel[COL_OP_MAX_BWD] = k_max_bwd;
+}

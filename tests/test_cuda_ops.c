@@ -1,0 +1,597 @@
+/* test_cuda_ops.c - every CUDA kernel against the CPU backend (issue 6).
+ *
+ * Each case builds a small graph (forward and, through autodiff, backward)
+ * on random inputs: odd sizes, broadcasting, transposed and sliced views.
+ * Every node is marked as an output, so the CPU run leaves each node's value
+ * in its own place. Then, for every computing node in schedule order, the
+ * CUDA kernel runs alone: all storage is mirrored on the device with the CPU
+ * values (leaves and gradient buffers as they were before the run), the
+ * node's output is poisoned (NaN bytes), the kernel is called directly, and
+ * its result is compared with the CPU's (f32: |d - c| <= tol (|c| + mean |c|),
+ * tol 1e-5, TF32 matmul 2e-3; other dtypes bitwise). Also: bad ids and
+ * targets give COL_EINVAL, an impossible allocation COL_ENOMEM.
+ *
+ * Without a CUDA device it prints "1..0 # SKIP ..." and passes.
+ * Run alone: make tests/test_cuda_ops && ./tests/test_cuda_ops */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda.h"
+#include "graph.h"
+#include "plan.h"
+#include "rng.h"
+#include "testlib.h"
+
+/* cudart reserves address space that ASan's shadow gap would block, and the
+ * CUDA driver keeps allocations until exit (for sanitizer builds). */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "protect_shadow_gap=0"; }
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:libcuda.so\nleak:libcudart.so\nleak:libcublas\n"; }
+
+static col_backend cpu, gpu;
+static col_rng rng;
+
+/* ---- a test case: a graph, its host buffers, what the leaves held before the run ---- */
+
+#define MAX_BUFS 64
+
+typedef struct {
+    col_graph *g;
+    void *bufs[MAX_BUFS];       /* host memory the test owns (leaves, grads, snapshots) */
+    int nbufs;
+    const char *name;
+    double tol;                 /* f32 tolerance for this case */
+    col_node *loss;             /* differentiated in finish() when set */
+} tcase;
+
+static void *own(tcase *c, size_t bytes)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p || c->nbufs == MAX_BUFS) {
+        printf("Bail out! out of memory\n");
+        exit(1);
+    }
+    c->bufs[c->nbufs++] = p;
+    return p;
+}
+
+enum { R_NORMAL, R_POSITIVE, R_WIDE };
+
+static void fill_random(col_dtype dt, void *p, int64_t n, int kind, int64_t ids_below)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = kind == R_POSITIVE ? 0.5f + 1.5f * col_rng_uniform(&rng)
+                  : kind == R_WIDE   ? 200.0f * (col_rng_uniform(&rng) - 0.5f)
+                                     : col_rng_normal(&rng);
+        switch (dt) {
+        case COL_F32: ((float *)p)[i] = v; break;
+        case COL_BF16: ((uint16_t *)p)[i] = col_f32_to_bf16(v); break;
+        case COL_F16: ((uint16_t *)p)[i] = col_f32_to_f16(v); break;
+        case COL_I32: ((int32_t *)p)[i] = ids_below ? (int32_t)col_rng_below(&rng, (uint64_t)ids_below) : (int32_t)v; break;
+        default: ((int64_t *)p)[i] = ids_below ? (int64_t)col_rng_below(&rng, (uint64_t)ids_below) : (int64_t)v; break;
+        }
+    }
+}
+
+/* an input leaf with random data; grad: it gets a gradient (n->grad) */
+static col_node *input(tcase *c, const char *name, col_dtype dt, int nd, const int64_t *shape, int kind, int64_t ids_below,
+                       bool grad)
+{
+    col_node *n = col_input(c->g, name, dt, nd, shape);
+    if (!n)
+        return NULL;
+    if (grad)
+        n->flags |= COL_NODE_NEEDS_GRAD;
+    int64_t num = col_numel(&n->t);
+    void *p = own(c, (size_t)num * col_dtype_size(dt));
+    fill_random(dt, p, num, kind, ids_below);
+    col_bind(n, p, NULL);
+    return n;
+}
+
+/* a parameter (f32) with random data and a random gradient buffer */
+static col_node *param(tcase *c, const char *name, int nd, const int64_t *shape, int kind)
+{
+    col_node *n = col_param(c->g, name, COL_F32, nd, shape);
+    if (!n)
+        return NULL;
+    int64_t num = col_numel(&n->t);
+    float *p = own(c, sizeof(float) * (size_t)num), *gr = own(c, sizeof(float) * (size_t)num);
+    fill_random(COL_F32, p, num, kind, 0);
+    fill_random(COL_F32, gr, num, R_NORMAL, 0);
+    col_bind(n, p, NULL);
+    col_bind_grad(n, gr, NULL);
+    return n;
+}
+
+/* adds sum(y * r), r random, to the case's loss (one backward per case, in finish) */
+static void backward_of(tcase *c, col_node *y)
+{
+    if (!y)
+        return;
+    col_node *r = input(c, "r", COL_F32, y->t.ndim, y->t.shape, R_NORMAL, 0, false);
+    col_node *l = col_sum(c->g, col_mul(c->g, y, r), (1u << y->t.ndim) - 1, 0);
+    c->loss = c->loss ? col_add(c->g, c->loss, l) : l;
+}
+
+/* ---- running one case ---- */
+
+static size_t node_bytes(const col_node *n)
+{
+    size_t b = (size_t)col_numel(&n->t) * col_dtype_size(n->t.dtype);
+    if (n->extra_bytes)
+        b = col_extra_offset(n) + n->extra_bytes;
+    return b;
+}
+
+static bool owns_storage(const col_node *n)
+{
+    return !(n->flags & COL_NODE_VIEW) && n->op != COL_OP_KV_WRITE && n->op != COL_OP_ACCUMULATE;
+}
+
+/* |d - c| <= tol (|c| + mean|c|); NaN where the CPU has NaN; returns the worst ratio (or INFINITY) */
+static double compare_f32(const float *d, const float *h, int64_t n)
+{
+    double mean = 0.0, worst = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(h[i]))
+            mean += fabs(h[i]);
+    mean = n ? mean / (double)n : 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(h[i]) || isnan(d[i])) {
+            if (isnan(h[i]) != isnan(d[i]))
+                return INFINITY;
+            continue;
+        }
+        if (isinf(h[i]) || isinf(d[i])) {
+            if (h[i] != d[i])
+                return INFINITY;
+            continue;
+        }
+        double e = fabs((double)d[i] - (double)h[i]) / (fabs(h[i]) + mean + 1e-30);
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+static void run_case(tcase *c)
+{
+    col_graph *g = c->g;
+    col_err err = {0};
+    if (col_graph_status(g) != COL_OK) {
+        TL_OK(false, "%s: build: %s", c->name, col_graph_error(g)->msg);
+        return;
+    }
+    int nn = col_graph_count(g);
+    for (int i = 0; i < nn; i++)
+        col_mark_output(col_graph_node(g, i));
+    /* what leaves and gradient buffers hold before the run */
+    void **before = own(c, sizeof(void *) * (size_t)nn);
+    for (int i = 0; i < nn; i++) {
+        col_node *n = col_graph_node(g, i);
+        void *src = n->op == COL_OP_LEAF ? n->bound : n->op == COL_OP_ACCUMULATE ? n->src[1]->grad_data : NULL;
+        if (src) {
+            size_t b = (size_t)col_numel(&n->t) * col_dtype_size(n->t.dtype);
+            before[i] = own(c, b);
+            memcpy(before[i], src, b);
+        }
+    }
+    col_plan *p = NULL;
+    if (col_plan_create(g, &p, &err) != COL_OK || col_plan_run(p, &cpu, &err) != COL_OK) {
+        TL_OK(false, "%s: cpu run: %s", c->name, err.msg);
+        col_plan_free(p);
+        return;
+    }
+    /* device mirrors of every storage owner and gradient buffer */
+    void **host = own(c, sizeof(void *) * (size_t)nn), **dev = own(c, sizeof(void *) * (size_t)nn);
+    size_t *bytes = own(c, sizeof(size_t) * (size_t)nn);
+    int len = col_plan_length(p);
+    bool ok = true;
+    for (int k = 0; k < len && ok; k++) {
+        col_node *n = col_plan_node(p, k);
+        if (!owns_storage(n) && n->op != COL_OP_ACCUMULATE)
+            continue;
+        bytes[n->id] = node_bytes(n);
+        host[n->id] = n->t.data;
+        ok = col_cuda_alloc(&gpu, bytes[n->id], &dev[n->id], &err) == COL_OK &&
+             col_cuda_to_device(&gpu, dev[n->id], before[n->id] ? before[n->id] : host[n->id], bytes[n->id], &err) == COL_OK;
+    }
+    if (!ok)
+        TL_OK(false, "%s: device mirror: %s", c->name, err.msg);
+    /* device addresses for every node */
+    for (int k = 0; k < len && ok; k++) {
+        col_node *n = col_plan_node(p, k);
+        if (n->flags & COL_NODE_VIEW)
+            n->t.data = (char *)dev[n->view_base->id] + n->view_offset * (int64_t)col_dtype_size(n->t.dtype);
+        else if (n->op == COL_OP_KV_WRITE)
+            n->t.data = dev[n->src[0]->id];
+        else
+            n->t.data = dev[n->id];
+    }
+    col_exec ex = {.scratch = NULL, .scratch_bytes = 0, .be = &gpu};
+    for (int k = 0; k < len && ok; k++) {
+        col_node *n = col_plan_node(p, k);
+        if (n->op == COL_OP_LEAF || n->op == COL_OP_VIEW)
+            continue;
+        int id = n->op == COL_OP_KV_WRITE ? n->src[0]->id : n->id;
+        char sh[96];
+        col_shape_str(&n->t, sh, sizeof sh);
+        if (!gpu.kernel[n->op]) {
+            TL_OK(false, "%s: no CUDA kernel for %s", c->name, col_op_name(n->op));
+            continue;
+        }
+        /* in-place ops start from the pre-run contents; the others from NaN bytes */
+        col_status st = n->op == COL_OP_KV_WRITE || n->op == COL_OP_ACCUMULATE
+                            ? col_cuda_to_device(&gpu, dev[id], before[id], bytes[id], &err)
+                            : col_cuda_memset(&gpu, dev[id], 0xff, bytes[id], &err);
+        if (st == COL_OK)
+            st = gpu.kernel[n->op](n, &ex, &err);
+        if (st == COL_OK)
+            st = col_cuda_sync(&gpu, &err);
+        void *back = malloc(bytes[id] ? bytes[id] : 1);
+        if (st == COL_OK)
+            st = col_cuda_to_host(&gpu, back, dev[id], bytes[id], &err);
+        if (st != COL_OK) {
+            TL_OK(false, "%s: %s %s: %s", c->name, col_op_name(n->op), sh, err.msg);
+            free(back);
+            ok = st != COL_EINTERNAL; /* a device fault poisons the context */
+            continue;
+        }
+        col_dtype dt = n->op == COL_OP_KV_WRITE ? n->src[0]->t.dtype : n->t.dtype;
+        int64_t num = (int64_t)(bytes[id] / col_dtype_size(dt));
+        if (n->extra_bytes) /* cross_entropy: loss, lse [N] f32, count i64 */
+            num = col_numel(&n->t);
+        if (dt == COL_F32) {
+            double w = compare_f32(back, host[id], num);
+            if (n->op == COL_OP_CROSS_ENTROPY) {
+                size_t off = col_extra_offset(n);
+                int64_t N = n->src[0]->t.shape[0];
+                double w2 = compare_f32((float *)((char *)back + off), (float *)((char *)host[id] + off), N);
+                w = w2 > w ? w2 : w;
+                size_t co = off + (size_t)n->p.i[1];
+                if (memcmp((char *)back + co, (char *)host[id] + co, sizeof(int64_t)) != 0)
+                    w = INFINITY;
+            }
+            TL_OK(w <= c->tol, "%s: %s %s: worst error %.2e of tolerance %.0e", c->name, col_op_name(n->op), sh, w, c->tol);
+        } else {
+            TL_OK(memcmp(back, host[id], (size_t)num * col_dtype_size(dt)) == 0, "%s: %s %s %s: bitwise equal", c->name,
+                  col_op_name(n->op), col_dtype_name(dt), sh);
+        }
+        free(back);
+        /* later nodes read the CPU's value */
+        st = col_cuda_to_device(&gpu, dev[id], host[id], bytes[id], &err);
+        if (st != COL_OK) {
+            TL_OK(false, "%s: restore: %s", c->name, err.msg);
+            ok = false;
+        }
+    }
+    for (int i = 0; i < nn; i++)
+        col_cuda_free(&gpu, dev[i]);
+    col_plan_free(p);
+}
+
+static void finish(tcase *c)
+{
+    col_err err = {0};
+    if (c->loss && col_graph_status(c->g) == COL_OK && col_graph_backward(c->g, c->loss, &err) != COL_OK)
+        col_graph_fail(c->g, err.code, "%s", err.msg);
+    run_case(c);
+    col_graph_free(c->g);
+    for (int i = 0; i < c->nbufs; i++)
+        free(c->bufs[i]);
+}
+
+static tcase begin(const char *name, double tol)
+{
+    tcase c;
+    memset(&c, 0, sizeof c);
+    c.g = col_graph_new();
+    c.name = name;
+    c.tol = tol;
+    if (!c.g) {
+        printf("Bail out! out of memory\n");
+        exit(1);
+    }
+    return c;
+}
+
+#define TOL 1e-5
+
+/* ---- the cases ---- */
+
+static void case_copy_cast(void)
+{
+    tcase c = begin("copy/cast", TOL);
+    int64_t s[3] = {5, 7, 3};
+    col_node *x = input(&c, "x", COL_F32, 3, s, R_WIDE, 0, false);
+    col_node *xt = col_transpose(c.g, x, 0, 2);
+    col_contiguous(c.g, xt);
+    col_node *sl = col_slice(c.g, xt, 1, 2, 4);
+    const col_dtype dts[] = {COL_BF16, COL_F16, COL_I32, COL_I64};
+    for (int i = 0; i < 4; i++) {
+        col_node *y = col_cast(c.g, sl, dts[i]);
+        col_cast(c.g, col_transpose(c.g, y, 0, 1), COL_F32);
+        col_contiguous(c.g, col_transpose(c.g, y, 1, 2));
+    }
+    col_node *b = input(&c, "b", COL_BF16, 3, s, R_NORMAL, 0, false);
+    col_cast(c.g, b, COL_F16);
+    col_node *i64 = input(&c, "i", COL_I64, 3, s, R_WIDE, 0, false);
+    col_cast(c.g, col_transpose(c.g, i64, 0, 1), COL_BF16);
+    col_fill(c.g, COL_F32, 3, s, 0.25f);
+    col_fill(c.g, COL_BF16, 2, s, -3.5f);
+    col_fill(c.g, COL_I32, 1, s, 7.0f);
+    finish(&c);
+}
+
+static void case_binary(int variant)
+{
+    static const char *names[] = {"binary [2,3,33]+[33]", "binary [7,1]x[1,5]", "binary transposed"};
+    tcase c = begin(names[variant], TOL);
+    int64_t sa[3] = {2, 3, 33}, sb[1] = {33}, s71[2] = {7, 1}, s15[2] = {1, 5}, s43[2] = {4, 3};
+    col_node *a, *b;
+    if (variant == 0) {
+        a = param(&c, "a", 3, sa, R_NORMAL);
+        b = param(&c, "b", 1, sb, R_POSITIVE);
+    } else if (variant == 1) {
+        a = param(&c, "a", 2, s71, R_NORMAL);
+        b = param(&c, "b", 2, s15, R_POSITIVE);
+    } else {
+        a = col_transpose(c.g, param(&c, "a", 2, s43, R_NORMAL), 0, 1);
+        b = param(&c, "b", 1, &s43[1], R_POSITIVE); /* [3] as [3,1], broadcast over the rows of [4,3]^T */
+        b = col_reshape(c.g, b, 2, (int64_t[]){3, 1});
+    }
+    col_node *y = col_add(c.g, col_mul(c.g, a, b), col_div(c.g, a, b));
+    y = col_sub(c.g, y, col_scale(c.g, b, 0.5f, 1.25f));
+    backward_of(&c, y);
+    finish(&c);
+}
+
+typedef col_node *(*un_fn)(col_graph *, col_node *);
+
+static void case_unary(const char *name, un_fn f, int kind, bool transpose)
+{
+    tcase c = begin(name, TOL);
+    int64_t s[3] = {3, 17, 5};
+    col_node *x = param(&c, "x", 3, s, kind);
+    if (transpose)
+        x = col_transpose(c.g, x, 1, 2);
+    backward_of(&c, f(c.g, x));
+    finish(&c);
+}
+
+static void case_swiglu(void)
+{
+    tcase c = begin("swiglu", TOL);
+    int64_t s[2] = {9, 130}, s1[2] = {1, 130};
+    col_node *a = param(&c, "a", 2, s, R_NORMAL), *u = param(&c, "u", 2, s1, R_NORMAL);
+    backward_of(&c, col_swiglu(c.g, a, col_expand(c.g, u, 2, s)));
+    finish(&c);
+}
+
+static void case_dropout(void)
+{
+    tcase c = begin("dropout", TOL);
+    int64_t s[2] = {4, 1029};
+    col_node *x = param(&c, "x", 2, s, R_NORMAL);
+    col_graph_set_rng_counter(c.g, 3);
+    backward_of(&c, col_dropout(c.g, col_transpose(c.g, col_reshape(c.g, x, 2, (int64_t[]){1029, 4}), 0, 1), 0.3f, 1234));
+    col_dropout(c.g, x, 0.5f, 99);
+    finish(&c);
+}
+
+static void case_reduce(void)
+{
+    tcase c = begin("reduce", TOL);
+    int64_t s[3] = {4, 6, 70};
+    col_node *x = param(&c, "x", 3, s, R_NORMAL);
+    col_node *xt = col_transpose(c.g, x, 0, 2);
+    backward_of(&c, col_sum(c.g, x, 1u << 1, 0));
+    backward_of(&c, col_mean(c.g, xt, (1u << 0) | (1u << 2), 1));
+    backward_of(&c, col_max(c.g, x, 1u << 2, 1));
+    backward_of(&c, col_max(c.g, xt, (1u << 1) | (1u << 2), 0));
+    col_sum(c.g, x, 7u, 0);
+    col_sum(c.g, x, 1u, 0);
+    finish(&c);
+}
+
+static void case_softmax(int causal, bool mask)
+{
+    char name[64];
+    snprintf(name, sizeof name, "softmax causal=%d mask=%d", causal, (int)mask);
+    tcase c = begin(name, TOL);
+    int64_t s[4] = {2, 3, 5, 37}, sm[4] = {1, 1, 5, 37};
+    col_node *x = param(&c, "x", 4, s, R_NORMAL);
+    col_node *m = NULL;
+    if (mask) {
+        m = input(&c, "mask", COL_F32, 4, sm, R_NORMAL, 0, false);
+        float *md = m->bound;
+        for (int64_t i = 0; i < 37; i++)
+            md[2 * 37 + i] = -INFINITY; /* a fully masked query row */
+        md[4 * 37 + 3] = -INFINITY;
+    }
+    backward_of(&c, col_softmax(c.g, x, m, causal));
+    backward_of(&c, col_log_softmax(c.g, col_transpose(c.g, x, 2, 3)));
+    finish(&c);
+}
+
+static void case_norm(bool rms, bool w, bool b, int64_t rows, int64_t C)
+{
+    char name[80];
+    snprintf(name, sizeof name, "%s w=%d b=%d [%lld,%lld]", rms ? "rmsnorm" : "layernorm", (int)w, (int)b, (long long)rows,
+             (long long)C);
+    tcase c = begin(name, TOL);
+    int64_t s[2] = {rows, C};
+    col_node *x = param(&c, "x", 2, s, R_NORMAL);
+    col_node *wt = w ? param(&c, "w", 1, &C, R_NORMAL) : NULL, *bt = b ? param(&c, "b", 1, &C, R_NORMAL) : NULL;
+    backward_of(&c, rms ? col_rmsnorm(c.g, x, wt, 1e-5f) : col_layernorm(c.g, x, wt, bt, 1e-5f));
+    finish(&c);
+}
+
+static void case_matmul(bool tf32)
+{
+    tcase c = begin(tf32 ? "matmul tf32" : "matmul f32", tf32 ? 2e-3 : TOL);
+    col_cuda_backend_set_tf32(&gpu, tf32);
+    int64_t sa[3] = {3, 17, 33}, sb[2] = {33, 29}, sa4[4] = {2, 3, 5, 40}, sb4[4] = {2, 1, 40, 31}, sw[2] = {29, 33};
+    col_node *a = param(&c, "a", 3, sa, R_NORMAL), *b = param(&c, "b", 2, sb, R_NORMAL);
+    backward_of(&c, col_matmul(c.g, a, b));
+    col_node *a4 = param(&c, "a4", 4, sa4, R_NORMAL), *b4 = param(&c, "b4", 4, sb4, R_NORMAL);
+    backward_of(&c, col_matmul(c.g, a4, b4));
+    col_node *w = param(&c, "w", 2, sw, R_NORMAL);
+    col_node *xa = input(&c, "xa", COL_F32, 3, sa, R_NORMAL, 0, true);
+    backward_of(&c, col_linear(c.g, xa, w, NULL));
+    /* one row (decode) and a transposed left operand */
+    col_node *v = input(&c, "v", COL_F32, 2, (int64_t[]){1, 33}, R_NORMAL, 0, false);
+    col_matmul(c.g, v, b);
+    col_matmul(c.g, col_transpose(c.g, w, 0, 1), w);
+    finish(&c);
+    col_cuda_backend_set_tf32(&gpu, false);
+}
+
+static void case_embedding(col_dtype idt)
+{
+    tcase c = begin(idt == COL_I32 ? "embedding i32" : "embedding i64", TOL);
+    int64_t sw[2] = {11, 7}, si[2] = {3, 5};
+    col_node *w = param(&c, "w", 2, sw, R_NORMAL);
+    col_node *ids = input(&c, "ids", idt, 2, si, R_NORMAL, 11, false);
+    backward_of(&c, col_embedding(c.g, w, ids));
+    finish(&c);
+}
+
+static void case_cross_entropy(col_dtype tdt, int64_t N, int64_t V)
+{
+    char name[64];
+    snprintf(name, sizeof name, "cross_entropy %s [%lld,%lld]", col_dtype_name(tdt), (long long)N, (long long)V);
+    tcase c = begin(name, TOL);
+    int64_t sl[2] = {N, V};
+    col_node *x = param(&c, "logits", 2, sl, R_NORMAL);
+    col_node *t = input(&c, "targets", tdt, 1, &N, R_NORMAL, V, false);
+    if (tdt == COL_I64)
+        ((int64_t *)t->bound)[1] = -100;
+    else
+        ((int32_t *)t->bound)[N - 1] = -100;
+    c.loss = col_cross_entropy(c.g, x, t, -100);
+    finish(&c);
+}
+
+static void case_data_movement(void)
+{
+    tcase c = begin("concat/slice/arange/kv_write", TOL);
+    int64_t s1[2] = {3, 4}, s2[2] = {3, 6}, sc[4] = {1, 2, 8, 4}, sn[4] = {1, 2, 3, 4}, one = 1;
+    col_node *a = param(&c, "a", 2, s1, R_NORMAL), *b = param(&c, "b", 2, s2, R_NORMAL);
+    col_node *parts[2] = {a, col_transpose(c.g, col_reshape(c.g, b, 2, (int64_t[]){6, 3}), 0, 1)};
+    col_node *cat = col_concat(c.g, 2, parts, 1);
+    backward_of(&c, col_slice(c.g, cat, 1, 2, 5));
+    col_node *start = input(&c, "start", COL_I64, 1, &one, R_NORMAL, 0, false);
+    *(int64_t *)start->bound = 2;
+    col_arange(c.g, start, 9, 3);
+    col_arange(c.g, NULL, 5, 0);
+    col_node *cache = input(&c, "cache", COL_F32, 4, sc, R_NORMAL, 0, false);
+    col_node *nw = input(&c, "new", COL_F32, 4, sn, R_NORMAL, 0, false);
+    col_kv_write(c.g, cache, nw, start);
+    finish(&c);
+}
+
+/* bad ids / targets are COL_EINVAL; an impossible allocation is COL_ENOMEM */
+static void case_errors(void)
+{
+    col_err err = {0};
+    void *p = NULL;
+    col_status st = col_cuda_alloc(&gpu, (size_t)1 << 52, &p, &err);
+    TL_OK(st == COL_ENOMEM && p == NULL, "a 4 PiB allocation is COL_ENOMEM: %s", err.msg);
+    col_err_clear(&err);
+
+    int64_t sw[2] = {5, 3}, n = 4;
+    col_graph *g = col_graph_new();
+    col_node *w = col_input(g, "w", COL_F32, 2, sw), *ids = col_input(g, "ids", COL_I64, 1, &n);
+    col_node *e = col_embedding(g, w, ids);
+    col_node *t = col_input(g, "t", COL_I32, 1, &n);
+    col_node *lg = col_input(g, "lg", COL_F32, 2, (int64_t[]){4, 5});
+    col_node *ce = col_cross_entropy(g, lg, t, -1);
+    int64_t hid[4] = {0, 4, 5, 1};
+    int32_t ht[4] = {0, -1, 9, 2};
+    void *dw = NULL, *dids = NULL, *de = NULL, *dt = NULL, *dl = NULL, *dce = NULL;
+    bool ok = e && ce && col_cuda_alloc(&gpu, 64, &dw, &err) == COL_OK && col_cuda_alloc(&gpu, 64, &dids, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 256, &de, &err) == COL_OK && col_cuda_alloc(&gpu, 64, &dt, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 128, &dl, &err) == COL_OK && col_cuda_alloc(&gpu, 256, &dce, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dids, hid, sizeof hid, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dt, ht, sizeof ht, &err) == COL_OK;
+    TL_OK(ok, "error-case setup %s", err.msg);
+    if (ok) {
+        col_exec ex = {.be = &gpu};
+        e->src[0]->t.data = dw, e->src[1]->t.data = dids, e->t.data = de;
+        col_err e1 = {0}, e2 = {0};
+        st = gpu.kernel[COL_OP_EMBEDDING](e, &ex, &e1);
+        TL_OK(st == COL_EINVAL && strstr(e1.msg, "token id 5 at position 2"), "embedding: bad id is COL_EINVAL: %s", e1.msg);
+        col_node *lgv = ce->src[0], *tv = ce->src[1]; /* contiguous already: the leaves themselves */
+        lgv->t.data = dl, tv->t.data = dt, ce->t.data = dce;
+        st = gpu.kernel[COL_OP_CROSS_ENTROPY](ce, &ex, &e2);
+        TL_OK(st == COL_EINVAL && strstr(e2.msg, "target 9 at row 2"), "cross_entropy: bad target is COL_EINVAL: %s", e2.msg);
+    }
+    col_cuda_free(&gpu, dw), col_cuda_free(&gpu, dids), col_cuda_free(&gpu, de);
+    col_cuda_free(&gpu, dt), col_cuda_free(&gpu, dl), col_cuda_free(&gpu, dce);
+    col_graph_free(g);
+}
+
+static col_node *u_exp(col_graph *g, col_node *x) { return col_exp(g, x); }
+static col_node *u_log(col_graph *g, col_node *x) { return col_log(g, x); }
+static col_node *u_tanh(col_graph *g, col_node *x) { return col_tanh(g, x); }
+static col_node *u_sigmoid(col_graph *g, col_node *x) { return col_sigmoid(g, x); }
+static col_node *u_relu(col_graph *g, col_node *x) { return col_relu(g, x); }
+static col_node *u_gelu(col_graph *g, col_node *x) { return col_gelu(g, x); }
+static col_node *u_gelu_tanh(col_graph *g, col_node *x) { return col_gelu_tanh(g, x); }
+static col_node *u_silu(col_graph *g, col_node *x) { return col_silu(g, x); }
+
+int main(void)
+{
+    int ndev = 0;
+    col_err why = {0};
+    if (!col_cuda_device_count(&ndev, &why)) {
+        printf("1..0 # SKIP no CUDA device (%s)\n", why.msg);
+        return 0;
+    }
+    col_err err = {0};
+    if (col_cuda_backend_init(&gpu, 0, &err) != COL_OK) {
+        printf("1..0 # SKIP no usable CUDA device (%s)\n", err.msg);
+        return 0;
+    }
+    tl_cpu_backend(&cpu);
+    col_rng_init(&rng, 20240606);
+    TL_NOTE("device: %s", col_cuda_backend_device_name(&gpu));
+
+    case_copy_cast();
+    for (int v = 0; v < 3; v++)
+        case_binary(v);
+    case_unary("exp", u_exp, R_NORMAL, false);
+    case_unary("log", u_log, R_POSITIVE, true);
+    case_unary("tanh", u_tanh, R_NORMAL, true);
+    case_unary("sigmoid", u_sigmoid, R_NORMAL, false);
+    case_unary("relu", u_relu, R_NORMAL, true);
+    case_unary("gelu", u_gelu, R_NORMAL, false);
+    case_unary("gelu_tanh", u_gelu_tanh, R_NORMAL, true);
+    case_unary("silu", u_silu, R_NORMAL, false);
+    case_swiglu();
+    case_dropout();
+    case_reduce();
+    case_softmax(0, false);
+    case_softmax(1, false);
+    case_softmax(1, true);
+    case_norm(false, true, true, 6, 33);
+    case_norm(false, false, true, 5, 3000);
+    case_norm(false, false, false, 129, 64);
+    case_norm(true, true, false, 6, 33);
+    case_norm(true, true, false, 300, 515);
+    case_matmul(false);
+    case_matmul(true);
+    case_embedding(COL_I32);
+    case_embedding(COL_I64);
+    case_cross_entropy(COL_I64, 9, 13);
+    case_cross_entropy(COL_I32, 5, 3001);
+    case_data_movement();
+    case_errors();
+
+    col_cuda_backend_free(&gpu);
+    col_cpu_backend_free(&cpu);
+    return tl_done();
+}
