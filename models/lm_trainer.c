@@ -176,11 +176,11 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         if (!cfg->inference) {
             st = mt_resident_create(t->pool, t->plan, cfg->compute_budget, &t->tier.res, err);
             if (st != COL_OK)
-                col_err_set(err, st, "%s (--gpu-mem)", err->msg);
+                col_err_set(err, st, "%s (--gpu-mem)", err ? err->msg : "");
         } else if ((st = build_forward(t, 1, err)) == COL_OK) {
             st = mt_resident_create(t->pool, t->fplan, cfg->compute_budget, &t->ftier.res, err);
             if (st != COL_OK)
-                col_err_set(err, st, "%s (--gpu-mem)", err->msg);
+                col_err_set(err, st, "%s (--gpu-mem)", err ? err->msg : "");
         }
     }
     if (st != COL_OK) {

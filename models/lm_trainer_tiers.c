@@ -121,14 +121,14 @@ col_status lmt_alloc(col_lm_trainer *t, col_err *err)
         if ((tries[i] & (COL_LM_PARAMS | COL_LM_GRADS)) && !c->compute_budget) {
             if (i) /* the budget failure says what is needed; say how it could be met */
                 return col_err_set(err, COL_ENOMEM, "%s; the %s could move to the NVMe tier, but there they need a "
-                                   "compute tier to run on: give --gpu-mem", err->msg, what);
+                                   "compute tier to run on: give --gpu-mem", err ? err->msg : "", what);
             return col_err_set(err, COL_EINVAL, "%s on the NVMe tier need a compute tier to run on: give --gpu-mem", what);
         }
         st = alloc_with(t, tries[i], chunk, err);
         if (st != COL_ENOMEM || i + 1 == ntries)
             break;
     }
-    if (st == COL_OK) /* a fallback succeeded: no stale message */
+    if (st == COL_OK && err) /* a fallback succeeded: no stale message */
         *err = (col_err){0};
     return st;
 }
@@ -179,7 +179,7 @@ col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t res
         }
         col_status st = mt_resident_create(t->pool, plan, b - reserve, &tier->res, err);
         if (st != COL_OK)
-            return col_err_set(err, st, "%s (--gpu-mem)", err->msg);
+            return col_err_set(err, st, "%s (--gpu-mem)", err ? err->msg : "");
         mt_resident *with = anchor(t, tier);
         if (with && (st = mt_resident_share_arena(tier->res, with, err)) != COL_OK) {
             lmt_tier_free(tier);
