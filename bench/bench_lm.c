@@ -9,8 +9,10 @@
  *
  * tier: the same training step with parameters and gradients moved through a
  * budgeted compute tier (memtier mt_resident, 16 MiB chunks) at the smallest
- * budget the step allows and at twice that, against the step with everything
- * in place; without CUDA every transfer is a memcpy.
+ * budget the step allows and at twice that, with the transfers on the calling
+ * thread (sync) and on the tier's transfer thread (async), against the step
+ * with everything in place, and the time each step waited for transfers;
+ * without CUDA every transfer is a memcpy.
  *
  * Training FLOPs per step: 6 * N * tokens + 6 * L * C * T * tokens (llm.c's
  * count, N = parameters without position embeddings... here all parameters).
@@ -119,6 +121,49 @@ static double step_time(col_lm_trainer *t, const int32_t *ids, const int32_t *tg
     return bench_median(times, reps);
 }
 
+/* reps steps after one warm-up (the traced step) through a compute tier: medians of the step time, of the time
+ * the step waited for transfers and of the transfer time (all links); bytes moved and slid together per step */
+typedef struct {
+    double step, wait, busy, moved, compacted, horizon;
+} tier_fig;
+
+static tier_fig tier_steps(col_lm_trainer *t, const int32_t *ids, const int32_t *tg, int reps)
+{
+    double times[32], waits[32], busy[32];
+    col_err err = {0};
+    col_lm_step_info info;
+    mt_resident *r = col_lm_trainer_compute_tier(t);
+    mt_resident_stats rs, r0;
+    tier_fig f = {0};
+    for (int k = 0; k <= reps; k++) {
+        if (k == 1)
+            mt_resident_get_stats(r, &r0);
+        double t0 = bench_now();
+        if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
+            fprintf(stderr, "bench_lm: %s\n", err.msg);
+            exit(1);
+        }
+        double s = bench_now() - t0;
+        mt_resident_get_stats(r, &rs);
+        if (k) { /* one run of the tier per step (no gradient accumulation) */
+            times[k - 1] = s;
+            waits[k - 1] = rs.wait_s;
+            busy[k - 1] = 0;
+            for (int l = 0; l < MT_NLINKS; l++)
+                busy[k - 1] += rs.busy_s[l];
+        }
+    }
+    f.step = bench_median(times, reps);
+    f.wait = bench_median(waits, reps);
+    f.busy = bench_median(busy, reps);
+    f.moved = (double)(rs.bytes[MT_LINK_H2C] - r0.bytes[MT_LINK_H2C] + rs.bytes[MT_LINK_C2H] - r0.bytes[MT_LINK_C2H]) / reps;
+    f.compacted = (double)(rs.compacted - r0.compacted) / reps;
+    mt_plan_summary sum;
+    mt_resident_get_plan_summary(r, &sum);
+    f.horizon = sum.prefetch_s;
+    return f;
+}
+
 static void bench_tier(col_backend *be, int reps)
 {
     enum { B = 4, T = 64 };
@@ -135,19 +180,18 @@ static void bench_tier(col_backend *be, int reps)
     double base = step_time(t, ids, tg, reps);
     col_lm_trainer_free(t);
     printf("tier gpt2 124M, B=%d T=%d: everything in place %.0f ms/step; copy rate %.1f GB/s\n", B, T, 1000 * base, copy);
-    for (int f = 1; f <= 2; f++) {
-        t = session_tiered("gpt2", B, T, least * (size_t)f, be);
-        mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
-        uint64_t in0 = rs.bytes[MT_LINK_H2C], out0 = rs.bytes[MT_LINK_C2H], comp0 = rs.compacted;
-        double s = step_time(t, ids, tg, reps);
-        mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
-        double moved = (double)(rs.bytes[MT_LINK_H2C] - in0 + rs.bytes[MT_LINK_C2H] - out0) / (reps + 1);
-        double comp = (double)(rs.compacted - comp0) / (reps + 1);
-        printf("tier gpt2 124M, compute tier %.0f MB (%dx the smallest): %.0f ms/step, %.2fx the in-place step; "
-               "%.2f GB moved per step (%.0f ms at the copy rate), %.2f GB slid together to defragment\n",
-               (double)least * f / 1e6, f, 1000 * s, s / base, moved / 1e9, 1000 * moved / (copy * 1e9), comp / 1e9);
-        col_lm_trainer_free(t);
-    }
+    for (int f = 1; f <= 2; f++)
+        for (int async = 0; async <= 1; async++) {
+            t = session_tiered("gpt2", B, T, least * (size_t)f, be);
+            mt_resident_set_async(col_lm_trainer_compute_tier(t), async);
+            tier_fig g = tier_steps(t, ids, tg, reps);
+            printf("tier gpt2 124M, compute tier %.0f MB (%dx the smallest), %-5s: %.0f ms/step, %.2fx the in-place "
+                   "step; waited %.0f ms/step for transfers (links busy %.0f ms); %.2f GB moved per step (%.0f ms at the copy "
+                   "rate), %.2f GB slid together; prefetch horizon %.1f ms\n",
+                   (double)least * f / 1e6, f, async ? "async" : "sync", 1000 * g.step, g.step / base, 1000 * g.wait,
+                   1000 * g.busy, g.moved / 1e9, 1000 * g.moved / (copy * 1e9), g.compacted / 1e9, 1000 * g.horizon);
+            col_lm_trainer_free(t);
+        }
 }
 
 static void bench_train(col_backend *be, const col_blas *blas, int reps)

@@ -307,7 +307,7 @@ static void test_nvme_home(const outcome *ref)
                 col_err err = {0};
                 mlp m;
                 mt_resident *r = NULL, *re = NULL; /* training; evaluation (a plain run would touch the placeholders) */
-                outcome o;
+                outcome o = {{0}};
                 bool ok = mlp_make(&m, homes[h].kinds, NULL, &err);
                 size_t minb = ok ? min_budget(&m, 0) : 0, mine = ok ? min_budget(&m, 1) : 0;
                 ok = ok && mt_resident_create(m.pool, m.plan[0], f * minb, &r, &err) == COL_OK &&
@@ -429,7 +429,7 @@ static void test_slow_nvme(const outcome *ref)
         mt_nvme_faults hook = {.before_submit = slow};
         mlp m;
         mt_resident *r = NULL, *re = NULL;
-        outcome o;
+        outcome o = {{0}};
         bool ok = mlp_make(&m, 1u << MT_PARAM | 1u << MT_GRAD, &hook, &err);
         size_t minb = ok ? min_budget(&m, 0) : 0, mine = ok ? min_budget(&m, 1) : 0;
         ok = ok && mt_resident_create(m.pool, m.plan[0], 3 * minb, &r, &err) == COL_OK &&
@@ -506,7 +506,7 @@ static void test_mlp(void)
 {
     col_err err = {0};
     mlp m;
-    outcome ref;
+    outcome ref = {{0}};
     bool ok = mlp_make(&m, 0, NULL, &err) && mlp_steps(&m, NULL, NULL, &ref, &err);
     TL_OK(ok && isfinite(ref.loss[0]) && ref.loss[MSTEPS - 1] < ref.loss[0],
           "MLP, plain runs, host pool: losses %.7f ... %.7f %s", ref.loss[0], ref.loss[MSTEPS - 1], err.msg);
