@@ -316,7 +316,9 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
     r->st.budget = budget;
     r->act = col_plan_arena_bytes(plan) + col_plan_scratch_bytes(plan);
     r->st.peak = r->st.activations = r->act;
-    r->st.async = true;
+    /* Without CUDA the transfer thread's memcpy takes a core the compute threads need: measured on the
+     * 2-core VM, the synchronous step is faster (docs/PERF.md). A GPU's copy engine changes that. */
+    r->st.async = false;
     r->need = budget > r->act ? budget - r->act : 0;
     r->cur = -1;
     int n = col_plan_length(plan);
@@ -374,7 +376,7 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
                 fmt_size(budget, have, sizeof have);
                 fmt_size(sum.min_budget, need, sizeof need);
                 fmt_size(r->act, act, sizeof act);
-                st = col_err_set(err, COL_ENOMEM, "memtier: a compute tier of %s is too small: this training step "
+                st = col_err_set(err, COL_ENOMEM, "memtier: a compute tier of %s is too small: running this graph "
                                  "needs at least %zu bytes (%s) on it, %s of them activations", have, sum.min_budget,
                                  need, act);
             }
@@ -508,7 +510,7 @@ static col_status hook(void *user, const col_plan *p, int i, col_node *n, col_er
     if (k < 0)
         return COL_OK;
     if (r->tracing && r->cur >= 0)
-        r->op_s[r->cur] += mt_now() - r->mark;
+        r->op_s[r->cur] += col_seconds() - r->mark;
     const mt_plan_action *a = mt_plan_actions(r->mp, r->step, k, &na);
     col_status st = apply(r, a, na, k, err);
     for (int x = r->start[k]; x < r->start[k + 1] && st == COL_OK; x++) {
@@ -528,7 +530,7 @@ static col_status hook(void *user, const col_plan *p, int i, col_node *n, col_er
         }
     }
     r->cur = k;
-    r->mark = mt_now();
+    r->mark = col_seconds();
     return st;
 }
 
@@ -576,7 +578,7 @@ static col_status retime(mt_resident *r, col_err *err)
 
 col_status mt_resident_run(mt_resident *r, const col_backend *be, long step, col_err *err)
 {
-    double t0 = mt_now();
+    double t0 = col_seconds();
     mt_xq_begin_run(r->xq);
     r->step = step;
     r->tracing = !r->st.traced;
@@ -586,7 +588,7 @@ col_status mt_resident_run(mt_resident *r, const col_backend *be, long step, col
         memset(r->op_s, 0, sizeof *r->op_s * (size_t)r->nops);
     col_status st = col_plan_run_hooked(r->plan, be, hook, r, err);
     if (r->tracing && r->cur >= 0)
-        r->op_s[r->cur] += mt_now() - r->mark;
+        r->op_s[r->cur] += col_seconds() - r->mark;
     if (st == COL_OK) {
         int nt;
         const mt_plan_action *tail = mt_plan_tail(r->mp, step, &nt);
@@ -598,7 +600,7 @@ col_status mt_resident_run(mt_resident *r, const col_backend *be, long step, col
         st = st2;
     rebind_home(r);
     mt_xq_times(r->xq, &r->st.wait_s, r->st.busy_s);
-    r->st.run_s = mt_now() - t0;
+    r->st.run_s = col_seconds() - t0;
     r->st.total_run_s += r->st.run_s;
     r->st.total_wait_s += r->st.wait_s;
     for (int l = 0; l < MT_NLINKS; l++)

@@ -19,10 +19,14 @@
  * The budget covers the chunk copies and the graph's activation arena and
  * scratch, which stay on the compute tier for the whole run.
  *
- * Transfers are asynchronous: one transfer thread per mt_resident works
- * through a FIFO of fetches and write-backs (all NVMe I/O of a run happens
- * on it, in order), while the calling thread runs the ops; a WAIT action
- * blocks until the chunk has arrived. The plan prefetches (MT_PREFETCH_AUTO):
+ * Transfers can be asynchronous (mt_resident_set_async): one transfer thread
+ * per mt_resident works through a FIFO of fetches and write-backs (all NVMe
+ * I/O of a run happens on it, in order), while the calling thread runs the
+ * ops; a WAIT action blocks until the chunk has arrived. Without CUDA the
+ * default is synchronous: the compute tier is host memory, a copy is a
+ * memcpy, and a transfer thread would take a core from the compute threads
+ * (measured slower on a 2-core machine; a GPU's copy engine is what makes
+ * the overlap pay). The plan prefetches (MT_PREFETCH_AUTO):
  * the first run is timed op by op and link by link, and the plan is made
  * again from those figures for the runs after it.
  *
@@ -79,8 +83,8 @@ col_status mt_resident_run(mt_resident *r, const col_backend *be, long step, col
 void mt_resident_get_stats(const mt_resident *r, mt_resident_stats *s);
 /* The current plan's summary (after the traced run: the plan from measured figures). */
 void mt_resident_get_plan_summary(const mt_resident *r, mt_plan_summary *s);
-/* Transfers on the transfer thread (on, the default) or on the calling
- * thread, one after the other (off: for comparison). Between runs. */
+/* Transfers on the transfer thread (on) or on the calling thread, one after
+ * the other (off, the default without CUDA). Between runs. */
 void mt_resident_set_async(mt_resident *r, bool on);
 /* Checking mode for tests: while a host-home chunk is on the compute tier its
  * home copy is overwritten with NaNs (and every eviction writes back), so an

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "memtier.h"
+#include "timer.h"
 
 typedef struct {
     int chunk;
@@ -55,6 +56,5 @@ bool mt_xq_chunk_failed(mt_xq *q, int chunk);
  * synchronous mode: carrying out transfers), and transfers busy per link */
 void mt_xq_times(mt_xq *q, double *wait_s, double busy_s[MT_NLINKS]);
 
-double mt_now(void);
 
 #endif

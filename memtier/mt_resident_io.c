@@ -25,13 +25,6 @@ struct mt_xq {
     double wait_s, busy_s[MT_NLINKS];
 };
 
-double mt_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* a copy across the tiers on all threads (one thread's memcpy reaches a
  * third of the memory bandwidth): for the synchronous mode, where the
  * calling thread's OpenMP team is idle anyway */
@@ -104,10 +97,10 @@ static void *thread_main(void *arg)
         col_err e = {0};
         mt_link link = MT_LINK_H2C;
         col_status st = COL_OK;
-        double t0 = mt_now();
+        double t0 = col_seconds();
         if (!sk)
             st = run_xfer(q, &x, false, &link, &e);
-        double s = mt_now() - t0;
+        double s = col_seconds() - t0;
         pthread_mutex_lock(&q->mu);
         q->head++;
         finish(q, &x, st, &e, link, sk ? 0 : s);
@@ -193,11 +186,11 @@ col_status mt_xq_push(mt_xq *q, const mt_xfer *x, uint64_t *seq, col_err *err)
         col_err e = {0};
         mt_link link = MT_LINK_H2C;
         col_status st = COL_OK;
-        double t0 = mt_now();
+        double t0 = col_seconds();
         bool sk = skip(q, x);
         if (!sk)
             st = run_xfer(q, x, true, &link, &e);
-        double s = mt_now() - t0;
+        double s = col_seconds() - t0;
         pthread_mutex_lock(&q->mu);
         q->pushed++;
         finish(q, x, st, &e, link, sk ? 0 : s);
@@ -243,10 +236,10 @@ col_status mt_xq_wait(mt_xq *q, uint64_t seq, col_err *err)
 {
     pthread_mutex_lock(&q->mu);
     if (q->finished < seq) {
-        double t0 = mt_now();
+        double t0 = col_seconds();
         while (q->finished < seq)
             pthread_cond_wait(&q->done, &q->mu);
-        q->wait_s += mt_now() - t0;
+        q->wait_s += col_seconds() - t0;
     }
     col_status st = q->fail;
     if (st != COL_OK && err)

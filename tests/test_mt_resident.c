@@ -74,7 +74,7 @@ static void run_case(bool checkpoint)
         mt_resident_get_stats(col_lm_trainer_compute_tier(t), &st);
     col_lm_trainer_free(t);
     size_t minb = st.min_budget;
-    TL_OK(minb > 0 && !st.traced && st.async, "smallest compute tier for this graph: %zu bytes", minb);
+    TL_OK(minb > 0 && !st.traced && !st.async, "smallest compute tier for this graph: %zu bytes (synchronous by default)", minb);
     mt_plan_summary est = {0};
     col_lm_train_config tight0 = config(minb, checkpoint);
     t = NULL;
