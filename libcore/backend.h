@@ -4,7 +4,8 @@
  * be->kernel[node->op]. A kernel reads its sources through col_node_tensor()
  * (strides honoured unless the builder made them contiguous) and writes the
  * whole of its output; it must not allocate: workspace comes from ex->scratch
- * (node->scratch_bytes, asked for by the builder).
+ * (node->scratch_bytes, asked for by the builder). A backend with a memory
+ * table (mem, below) runs kernels on its own memory, queued: see plan.h.
  */
 #ifndef COL_BACKEND_H
 #define COL_BACKEND_H
@@ -22,10 +23,32 @@ typedef struct {
 
 typedef col_status (*col_kernel_fn)(const col_node *n, const col_exec *ex, col_err *err);
 
+/* The memory of a backend whose kernels do not work on host memory (a GPU).
+ * Plans made for such a backend (col_plan_create_on) take their activation
+ * arena and scratch from alloc, and callers move data with to_device/to_host
+ * (or col_plan_upload/col_plan_download). Every function gets the backend
+ * the table belongs to. */
+typedef struct {
+    /* *out = bytes of the backend's memory, at least 64-byte aligned (bytes 0
+     * gives a valid, freeable block); COL_ENOMEM with a message when it has
+     * none left, and *out = NULL on any error. */
+    col_status (*alloc)(const col_backend *be, size_t bytes, void **out, col_err *err);
+    void (*free)(const col_backend *be, void *p); /* p may be NULL */
+    /* Synchronous copies: they return once the data has arrived, ordered after
+     * the kernels already queued (host memory may be pageable). */
+    col_status (*to_device)(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err);
+    col_status (*to_host)(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err);
+    /* Waits for every queued kernel; reports an asynchronous kernel error. */
+    col_status (*sync)(const col_backend *be, col_err *err);
+} col_backend_mem;
+
 struct col_backend {
     const char *name;
     col_kernel_fn kernel[COL_OP_COUNT];
     void *ctx;                  /* backend-private state (e.g. the BLAS table) */
+    /* NULL: the kernels work on host memory (the CPU backend). Otherwise node
+     * data must be this backend's memory (the CUDA backend's device memory). */
+    const col_backend_mem *mem;
 };
 
 /* CPU backend: OpenBLAS for GEMM (loaded with the best kernels for this CPU),

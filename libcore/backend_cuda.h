@@ -25,6 +25,8 @@
 extern "C" {
 #endif
 
+#include "optim.h"
+
 /* Number of usable CUDA devices in *n. False (and *n = 0) without a driver
  * or a GPU; then why (if non-NULL) says what the CUDA runtime reported. */
 bool col_cuda_device_count(int *n, col_err *why);
@@ -55,6 +57,34 @@ col_status col_cuda_memset(const col_backend *be, void *dst, int value, size_t b
 /* Waits for everything queued on the backend's stream; reports the first
  * asynchronous error (a kernel fault) as a col_status. */
 col_status col_cuda_sync(const col_backend *be, col_err *err);
+
+/* The backend's memory table (be->mem after col_cuda_backend_init): the
+ * functions above, so col_plan_create_on(g, be, ...) puts a plan's arena and
+ * scratch in device memory (plan.h). */
+const col_backend_mem *col_cuda_mem_table(void);
+
+/* ---- optimizer on the device (cuda_optim.cu) ---- */
+/* col_opt_step (optim.h) with every buffer of ts (w, g, m, v) in the
+ * backend's device memory (the ts array itself is host memory): the same
+ * checks, and the same formulas with the same operations in the same order
+ * (no fused multiply-adds, IEEE division and square root), so each element
+ * gets what col_opt_step computes. AdamW and SGD (momentum, Nesterov);
+ * LAMB and LARS are COL_EUNSUPPORTED. The tensors are updated by one kernel
+ * launch per group of up to 32 tensors, queued on the backend's stream:
+ * col_cuda_sync (or a copy to the host) waits for it. A buffer that is not
+ * device-accessible memory is COL_EINVAL; on any error nothing is queued. */
+col_status col_cuda_opt_step(const col_backend *be, const col_opt_config *c, float lr, int64_t step, col_opt_tensor *ts,
+                             int nt, col_err *err);
+
+/* ---- timing on the backend's stream (cuda_mem.cu; for benchmarks) ---- */
+typedef struct col_cuda_event col_cuda_event;
+col_status col_cuda_event_create(const col_backend *be, col_cuda_event **ev, col_err *err);
+void col_cuda_event_free(col_cuda_event *ev);
+/* Queues the event on the backend's stream: it completes when the work
+ * queued before it has. */
+col_status col_cuda_event_record(const col_backend *be, col_cuda_event *ev, col_err *err);
+/* *ms = GPU time from a to b (both recorded, a first); waits for b. */
+col_status col_cuda_event_ms(const col_cuda_event *a, const col_cuda_event *b, float *ms, col_err *err);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 #include "plan.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +15,46 @@ struct col_plan {
     size_t arena_bytes, unshared_bytes;
     void *scratch;
     size_t scratch_bytes;
+    const col_backend *be;      /* device plan: the backend whose memory holds arena and scratch; NULL: host */
+    col_node *counter;          /* device plan: the graph's run counter leaf, when scheduled */
+    void *counter_dev;          /* its slot of device memory */
 };
 
 #define ALIGN 64
 static size_t align_up(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+/* plan memory: the device plan's backend table, host aligned_alloc otherwise */
+static col_status plan_alloc(const col_plan *p, size_t bytes, void **out, col_err *err, const char *what)
+{
+    *out = NULL;
+    if (p->be) {
+        col_err why = {0};
+        col_status st = p->be->mem->alloc(p->be, align_up(bytes), out, &why);
+        if (st != COL_OK) {
+            *out = NULL;
+            return col_err_set(err, st, "plan: cannot allocate %zu bytes of %s on the %s backend: %s", bytes, what,
+                               p->be->name, why.msg);
+        }
+        if (!*out || ((uintptr_t)*out & (ALIGN - 1)))
+            return col_err_set(err, COL_EINTERNAL, "plan: the %s backend returned %s for %zu bytes of %s",
+                               p->be->name, *out ? "memory not 64-byte aligned" : "NULL", bytes, what);
+        return COL_OK;
+    }
+    *out = aligned_alloc(ALIGN, align_up(bytes));
+    if (!*out)
+        return col_err_set(err, COL_ENOMEM, "plan: cannot allocate %zu bytes of %s", bytes, what);
+    return COL_OK;
+}
+
+static void plan_release(const col_plan *p, void *ptr)
+{
+    if (!ptr)
+        return;
+    if (p->be)
+        p->be->mem->free(p->be, ptr);
+    else
+        free(ptr);
+}
 
 size_t col_extra_offset(const col_node *n)
 {
@@ -148,13 +185,20 @@ static col_status assign_offsets(col_plan *p, col_err *err)
     return COL_OK;
 }
 
-col_status col_plan_create(col_graph *g, col_plan **out, col_err *err)
+col_status col_plan_create(col_graph *g, col_plan **out, col_err *err) { return col_plan_create_on(g, NULL, out, err); }
+
+col_status col_plan_create_on(col_graph *g, const col_backend *be, col_plan **out, col_err *err)
 {
     *out = NULL;
     if (col_graph_status(g) != COL_OK)
         return col_err_set(err, g->err.code, "%s", g->err.msg);
     if (g->cur_segment)
         return col_err_set(err, COL_ESTATE, "plan: a checkpoint segment is still open");
+    if (be && be->mem) {
+        const col_backend_mem *m = be->mem;
+        if (!m->alloc || !m->free || !m->to_device || !m->to_host || !m->sync)
+            return col_err_set(err, COL_EINVAL, "plan: the %s backend's memory table is incomplete", be->name);
+    }
     col_plan *p = calloc(1, sizeof *p);
     char *state = calloc((size_t)g->n + 1, 1);
     col_node **stack = calloc((size_t)g->n + 1, sizeof *stack);
@@ -169,6 +213,7 @@ col_status col_plan_create(col_graph *g, col_plan **out, col_err *err)
         return col_err_set(err, COL_ENOMEM, "plan: out of memory for %d nodes", g->n);
     }
     p->g = g;
+    p->be = be && be->mem ? be : NULL;
     p->epoch = ++g->plan_epoch;
     for (int i = 0; i < g->n; i++) {
         col_node *n = g->nodes[i];
@@ -273,15 +318,14 @@ col_status col_plan_create(col_graph *g, col_plan **out, col_err *err)
             p->scratch_bytes = n->scratch_bytes;
     }
     st = assign_offsets(p, err);
-    if (st == COL_OK && p->arena_bytes) {
-        p->arena = aligned_alloc(ALIGN, align_up(p->arena_bytes));
-        if (!p->arena)
-            st = col_err_set(err, COL_ENOMEM, "plan: cannot allocate a %zu-byte activation arena", p->arena_bytes);
-    }
-    if (st == COL_OK && p->scratch_bytes) {
-        p->scratch = aligned_alloc(ALIGN, align_up(p->scratch_bytes));
-        if (!p->scratch)
-            st = col_err_set(err, COL_ENOMEM, "plan: cannot allocate %zu bytes of kernel scratch", p->scratch_bytes);
+    if (st == COL_OK && p->arena_bytes)
+        st = plan_alloc(p, p->arena_bytes, &p->arena, err, "activation arena");
+    if (st == COL_OK && p->scratch_bytes)
+        st = plan_alloc(p, p->scratch_bytes, &p->scratch, err, "kernel scratch");
+    /* the run counter lives in host memory (graph.c): a device plan copies it to a slot of its own */
+    if (st == COL_OK && p->be && g->rng_counter && g->rng_counter->in_schedule) {
+        p->counter = g->rng_counter;
+        st = plan_alloc(p, sizeof(int64_t), &p->counter_dev, err, "run counter");
     }
     if (st != COL_OK) {
         col_plan_free(p);
@@ -302,21 +346,31 @@ void col_plan_free(col_plan *p)
     if (!p)
         return;
     free(p->order);
-    free(p->arena);
-    free(p->scratch);
+    plan_release(p, p->arena);
+    plan_release(p, p->scratch);
+    plan_release(p, p->counter_dev);
     free(p);
+}
+
+/* a bound leaf's address: its bound memory, except for the run counter of a
+ * device plan while it is bound to the graph's host word */
+static void *leaf_addr(const col_plan *p, const col_node *n)
+{
+    if (p->counter_dev && n == p->counter && n->bound == &p->g->rng_counter_value)
+        return p->counter_dev;
+    return n->bound;
 }
 
 /* a node's address from what it stands on: bound memory, its view base,
  * the cache it writes into, or the gradient buffer it accumulates into */
-static col_status resolve(col_node *n, col_err *err)
+static col_status resolve(const col_plan *p, col_node *n, col_err *err)
 {
     if (n->op == COL_OP_LEAF && n->bound) {
-        n->t.data = n->bound;
+        n->t.data = leaf_addr(p, n);
     } else if (n->flags & COL_NODE_VIEW) {
         col_node *b = n->view_base;
         if (b->op == COL_OP_LEAF && b->bound)
-            b->t.data = b->bound;
+            b->t.data = leaf_addr(p, b);
         n->t.data = b->t.data ? (char *)b->t.data + n->view_offset * (int64_t)col_dtype_size(n->t.dtype) : NULL;
     } else if (n->op == COL_OP_KV_WRITE) {
         n->t.data = n->src[0]->t.data; /* writes into, and stands for, the cache leaf */
@@ -331,13 +385,32 @@ static col_status resolve(col_node *n, col_err *err)
     return COL_OK;
 }
 
-col_status col_plan_run_hooked(col_plan *p, const col_backend *be, col_plan_hook hook, void *user, col_err *err)
+/* the backend may run this plan: the device plan's own backend, or any host backend for a host plan */
+static col_status check_backend(const col_plan *p, const col_backend *be, col_err *err)
 {
-    if (p->epoch != p->g->plan_epoch)
-        return col_err_set(err, COL_ESTATE, "run: this graph was planned again; run its newest plan");
+    if (!be)
+        return col_err_set(err, COL_EINVAL, "run: no backend given");
+    if (p->be && be != p->be)
+        return col_err_set(err, COL_EINVAL,
+                           "run: this plan's memory belongs to the %s backend it was made for (col_plan_create_on); "
+                           "it cannot run on another backend (%s)", p->be->name, be->name ? be->name : "unnamed");
+    if (!p->be && be->mem)
+        return col_err_set(err, COL_EINVAL,
+                           "run: this plan's memory is host memory; the %s backend needs a plan made for it "
+                           "(col_plan_create_on)", be->name ? be->name : "unnamed");
+    return COL_OK;
+}
+
+static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook, void *user, col_err *err)
+{
     /* resolve addresses: bound leaves may have been rebound since planning */
     for (int i = 0; i < p->n; i++) {
-        col_status st = resolve(p->order[i], err);
+        col_status st = resolve(p, p->order[i], err);
+        if (st != COL_OK)
+            return st;
+    }
+    if (p->counter_dev && p->counter->bound == &p->g->rng_counter_value) {
+        col_status st = be->mem->to_device(be, p->counter_dev, &p->g->rng_counter_value, sizeof(int64_t), err);
         if (st != COL_OK)
             return st;
     }
@@ -355,9 +428,9 @@ col_status col_plan_run_hooked(col_plan *p, const col_backend *be, col_plan_hook
             /* the hook may have rebound what this op reads or accumulates into */
             st = hook(user, p, i, n, err);
             for (int j = 0; j < n->nsrc && st == COL_OK; j++)
-                st = resolve(n->src[j], err);
+                st = resolve(p, n->src[j], err);
             if (st == COL_OK)
-                st = resolve(n, err);
+                st = resolve(p, n, err);
         }
         if (st == COL_OK)
             st = k(n, &ex, err);
@@ -367,10 +440,94 @@ col_status col_plan_run_hooked(col_plan *p, const col_backend *be, col_plan_hook
     return COL_OK;
 }
 
+col_status col_plan_run_hooked(col_plan *p, const col_backend *be, col_plan_hook hook, void *user, col_err *err)
+{
+    if (p->epoch != p->g->plan_epoch)
+        return col_err_set(err, COL_ESTATE, "run: this graph was planned again; run its newest plan");
+    col_status st = check_backend(p, be, err);
+    if (st != COL_OK)
+        return st;
+    st = run_ops(p, be, hook, user, err);
+    if (p->be) {
+        /* queued kernels finish (also after an error: nothing may still write when this returns);
+         * the first error is the one reported */
+        col_err e2 = {0};
+        col_status s2 = be->mem->sync(be, st == COL_OK ? err : &e2);
+        if (st == COL_OK)
+            st = s2;
+    }
+    return st;
+}
+
 col_status col_plan_run(col_plan *p, const col_backend *be, col_err *err)
 {
     return col_plan_run_hooked(p, be, NULL, NULL, err);
 }
+
+/* the address of node n's data for a copy of `bytes`; *in_host: it is host
+ * memory (a host plan, or the run counter's host word in a device plan) */
+static col_status copy_target(col_plan *p, col_node *n, size_t bytes, const void *host, void **addr, bool *in_host,
+                              col_err *err, const char *what)
+{
+    *addr = NULL;
+    *in_host = !p->be;
+    if (!n)
+        return col_err_set(err, COL_EINVAL, "%s: no node given", what);
+    if (p->epoch != p->g->plan_epoch)
+        return col_err_set(err, COL_ESTATE, "%s: this graph was planned again; use its newest plan", what);
+    if (!n->in_schedule)
+        return col_err_set(err, COL_EINVAL, "%s: node %s is not in this plan (nothing computed needs it)", what,
+                           n->name);
+    size_t size = (size_t)col_numel(&n->t) * col_dtype_size(n->t.dtype);
+    if (bytes > size)
+        return col_err_set(err, COL_EINVAL, "%s: %zu bytes do not fit node %s (%zu bytes)", what, bytes, n->name, size);
+    if (bytes && !host)
+        return col_err_set(err, COL_EINVAL, "%s: NULL host buffer for node %s", what, n->name);
+    if ((n->flags & COL_NODE_VIEW) && !col_is_contiguous(&n->t))
+        return col_err_set(err, COL_EINVAL, "%s: node %s is a strided view; copy its contiguous base", what, n->name);
+    col_status st = resolve(p, n, err);
+    if (st != COL_OK)
+        return st;
+    if (n->op == COL_OP_LEAF && n->t.data == p->counter_dev && p->counter_dev) {
+        /* the counter's value is the graph's host word (each run copies it to the device) */
+        *addr = n->bound;
+        *in_host = true;
+        return COL_OK;
+    }
+    if (!n->t.data && bytes)
+        return col_err_set(err, COL_EINVAL, "%s: node %s has no storage (a bound leaf with nothing bound?)", what,
+                           n->name);
+    *addr = n->t.data;
+    return COL_OK;
+}
+
+col_status col_plan_upload(col_plan *p, col_node *n, const void *src, size_t bytes, col_err *err)
+{
+    void *dst;
+    bool in_host;
+    col_status st = copy_target(p, n, bytes, src, &dst, &in_host, err, "plan upload");
+    if (st != COL_OK || !bytes)
+        return st;
+    if (!in_host)
+        return p->be->mem->to_device(p->be, dst, src, bytes, err);
+    memcpy(dst, src, bytes);
+    return COL_OK;
+}
+
+col_status col_plan_download(col_plan *p, col_node *n, void *dst, size_t bytes, col_err *err)
+{
+    void *src;
+    bool in_host;
+    col_status st = copy_target(p, n, bytes, dst, &src, &in_host, err, "plan download");
+    if (st != COL_OK || !bytes)
+        return st;
+    if (!in_host)
+        return p->be->mem->to_host(p->be, dst, src, bytes, err);
+    memcpy(dst, src, bytes);
+    return COL_OK;
+}
+
+const col_backend *col_plan_backend(const col_plan *p) { return p ? p->be : NULL; }
 
 int col_plan_length(const col_plan *p) { return p->n; }
 col_node *col_plan_node(const col_plan *p, int i) { return (i >= 0 && i < p->n) ? p->order[i] : NULL; }

@@ -15,9 +15,39 @@
 
 typedef struct col_plan col_plan;
 
+/* A host plan: arena and scratch in host memory (aligned_alloc). It runs on
+ * any backend without a memory table (be->mem NULL, e.g. the CPU backend) and
+ * refuses one with a table. */
 col_status col_plan_create(col_graph *g, col_plan **out, col_err *err);
+
+/* A plan for backend be. When be has a memory table (be->mem, e.g. the CUDA
+ * backend) it is a device plan: arena and scratch come from be->mem->alloc
+ * (and go back through be->mem->free in col_plan_free, so free the plan
+ * before the backend); arena nodes' data (col_data) are then device
+ * addresses: fill and read them with col_plan_upload / col_plan_download,
+ * never memcpy. Bind parameters, gradient buffers and any bound input to
+ * the backend's memory too. The graph's run counter (col_graph_rng_counter,
+ * host memory) gets a slot of device memory that each run fills with the
+ * counter's value. A device plan runs only on the backend object it was made
+ * for (another one: COL_EINVAL); its runs return once every kernel has
+ * completed (be->mem->sync), a kernel's asynchronous error becoming the run's
+ * status. be NULL, or a backend without a table: the same as col_plan_create. */
+col_status col_plan_create_on(col_graph *g, const col_backend *be, col_plan **out, col_err *err);
 void col_plan_free(col_plan *p);
 col_status col_plan_run(col_plan *p, const col_backend *be, col_err *err);
+
+/* Copy bytes from host memory src into node n's data (upload), or from n's
+ * data into host memory dst (download): through the plan's backend for a
+ * device plan, memcpy for a host plan. n must be a node of this plan's
+ * schedule with data (a leaf bound or given arena space, an arena node, a
+ * contiguous view of one), the plan the graph's newest, and bytes at most the
+ * node's size (numel * dtype size; bytes 0 copies nothing). Uploading into
+ * a bound leaf writes the caller's bound memory. Downloads after a run see
+ * its results; nodes not marked as outputs may have been overwritten. */
+col_status col_plan_upload(col_plan *p, col_node *n, const void *src, size_t bytes, col_err *err);
+col_status col_plan_download(col_plan *p, col_node *n, void *dst, size_t bytes, col_err *err);
+/* The backend a device plan was made for; NULL for a host plan. */
+const col_backend *col_plan_backend(const col_plan *p);
 
 /* A run that calls hook before each computing op (schedule index i, node n).
  * The hook may rebind leaves (col_bind) and gradient buffers (col_bind_grad)

@@ -120,6 +120,7 @@ col_status col_cuda_backend_init(col_backend *be, int device, col_err *err)
     c->device = device;
     be->ctx = c;
     be->name = "cuda";
+    be->mem = col_cuda_mem_table(); /* device memory for plans (cuda_mem.cu) */
     col_status st = cu_status(cudaSetDevice(device), err, "cuda backend: cudaSetDevice");
     cudaDeviceProp prop;
     if (st == COL_OK)

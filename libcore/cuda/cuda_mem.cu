@@ -1,0 +1,79 @@
+/* cuda_mem.cu - the CUDA backend's memory table (backend.h col_backend_mem):
+ * device memory and synchronous copies on the backend's stream, so plans made
+ * with col_plan_create_on(g, cuda, ...) keep their arena on the device; and
+ * CUDA events on the backend's stream for timing. */
+#include <stdlib.h>
+
+#include "cuda_internal.h"
+
+/* part 1's device memory helpers (backend_cuda.cu) already have the table's
+ * signatures: alloc 256-byte aligned cudaMalloc (COL_ENOMEM when out of
+ * memory), copies ordered after queued kernels that return when the data has
+ * arrived, sync waiting for the stream and reporting a kernel fault */
+static const col_backend_mem cu_mem = {
+    col_cuda_alloc, col_cuda_free, col_cuda_to_device, col_cuda_to_host, col_cuda_sync,
+};
+
+extern "C" const col_backend_mem *col_cuda_mem_table(void) { return &cu_mem; }
+
+/* ---- events on the backend's stream (benchmarks) ---- */
+
+struct col_cuda_event {
+    cudaEvent_t e;
+    int device;
+};
+
+extern "C" col_status col_cuda_event_create(const col_backend *be, col_cuda_event **ev, col_err *err)
+{
+    *ev = NULL;
+    if (!be || !be->ctx)
+        return col_err_set(err, COL_ESTATE, "cuda event: the CUDA backend is not initialised");
+    const col_cuda_ctx *c = (const col_cuda_ctx *)be->ctx;
+    col_cuda_event *x = (col_cuda_event *)calloc(1, sizeof *x);
+    if (!x)
+        return col_err_set(err, COL_ENOMEM, "cuda event: out of host memory");
+    x->device = c->device;
+    col_status st = cu_status(cudaSetDevice(c->device), err, "cuda event");
+    if (st == COL_OK)
+        st = cu_status(cudaEventCreate(&x->e), err, "cuda event: cudaEventCreate");
+    if (st != COL_OK) {
+        free(x);
+        return st;
+    }
+    *ev = x;
+    return COL_OK;
+}
+
+extern "C" void col_cuda_event_free(col_cuda_event *ev)
+{
+    if (!ev)
+        return;
+    cudaSetDevice(ev->device);
+    cudaEventDestroy(ev->e);
+    cudaGetLastError();
+    free(ev);
+}
+
+extern "C" col_status col_cuda_event_record(const col_backend *be, col_cuda_event *ev, col_err *err)
+{
+    if (!be || !be->ctx || !ev)
+        return col_err_set(err, COL_ESTATE, "cuda event record: no backend or event");
+    const col_cuda_ctx *c = (const col_cuda_ctx *)be->ctx;
+    col_status st = cu_status(cudaSetDevice(c->device), err, "cuda event record");
+    if (st == COL_OK)
+        st = cu_status(cudaEventRecord(ev->e, c->stream), err, "cuda event record");
+    return st;
+}
+
+extern "C" col_status col_cuda_event_ms(const col_cuda_event *a, const col_cuda_event *b, float *ms, col_err *err)
+{
+    *ms = 0.0f;
+    if (!a || !b)
+        return col_err_set(err, COL_EINVAL, "cuda event time: NULL event");
+    col_status st = cu_status(cudaSetDevice(b->device), err, "cuda event time");
+    if (st == COL_OK)
+        st = cu_status(cudaEventSynchronize(b->e), err, "cuda event time: cudaEventSynchronize");
+    if (st == COL_OK)
+        st = cu_status(cudaEventElapsedTime(ms, a->e, b->e), err, "cuda event time: cudaEventElapsedTime");
+    return st;
+}
