@@ -61,6 +61,11 @@ const char *col_cpu_backend_blas_core(const col_backend *be);
 /* Address of the saved-for-backward area that follows a node's output. */
 void *col_extra(const col_node *n);
 size_t col_extra_offset(const col_node *n);
+/* The inverse frequencies of a ROPE node's params, inv[i] for i < rd/2 (rd =
+ * rotary dims), in f32 exactly as Hugging Face transformers computes them:
+ * 1 / theta^(2i/rd), then LLaMA-3 scaling when f[1] > 0 (ops_nn.c). Every
+ * backend's RoPE kernel takes them from here, so they agree to the bit. */
+void col_rope_inv_freq(const col_op_params *p, int64_t rd, float *inv);
 /* Threads kernels may use (OpenMP max threads, at least 1). */
 int col_max_threads(void);
 

@@ -83,32 +83,6 @@ static col_status k_embedding_bwd(const col_node *n, const col_exec *ex, col_err
 
 /* ---- rotary position embedding ---- */
 
-/* inv_freq[i], i < rd/2, in f32 exactly as Hugging Face transformers computes
- * it: 1 / theta^(2i/rd), then LLaMA-3 scaling (_compute_llama3_parameters)
- * if p->f[1] > 0. torch evaluates `2*pi / t` as reciprocal(t) * 2*pi and
- * `orig / t` as reciprocal(t) * orig; mirrored here. */
-static void rope_inv_freq(const col_op_params *p, int64_t rd, float *inv)
-{
-    int64_t half = rd / 2;
-    float theta = p->f[0];
-    for (int64_t i = 0; i < half; i++)
-        inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)rd);
-    if (!(p->f[1] > 0.0f))
-        return;
-    float factor = p->f[1], low = p->f[2], high = p->f[3], orig = p->f[4];
-    float low_wl = orig / low, high_wl = orig / high;
-    for (int64_t i = 0; i < half; i++) {
-        float f = inv[i];
-        float wl = (1.0f / f) * (float)6.283185307179586;
-        if (wl > low_wl) {
-            inv[i] = f / factor;                        /* low frequencies: interpolate fully */
-        } else if (!(wl < high_wl)) {                   /* medium band: blend */
-            float smooth = ((1.0f / wl) * orig - low) / (high - low);
-            inv[i] = (1.0f - smooth) * f / factor + smooth * f;
-        }                                               /* high frequencies: unchanged */
-    }
-}
-
 /* x [B, H, T, D] (unit last-dim stride), pos [T] or [B, T] -> out [B, H, T, D].
  * For i < half = rd/2, with a = pos * inv_freq[i] (f32) and s = -1 if inverse:
  *   out[i]      = x[i] cos a - x[i+half] sin(s a)
@@ -130,7 +104,7 @@ static col_status k_rope(const col_node *n, const col_exec *ex, col_err *err)
     float *stab = (float *)((char *)ctab + align64(sizeof(float) * (size_t)(P * T * half)));
     int64_t *map = (int64_t *)((char *)stab + align64(sizeof(float) * (size_t)(P * T * half)));
     int64_t *uniq = map + P; /* uniq[k]: the position row of table k */
-    rope_inv_freq(&n->p, rd, inv);
+    col_rope_inv_freq(&n->p, rd, inv);
 
     /* one table per distinct position row (usually all B rows are equal) */
     size_t es = col_dtype_size(pt->dtype), rowb = (size_t)T * es;

@@ -3,8 +3,10 @@
  *
  * Kernels are in cpu_nn.c. Integer sources (token ids, positions, targets)
  * are made contiguous here so the kernels can index them flat. */
+#include "backend.h"
 #include "graph_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 static bool is_index_dtype(col_dtype dt) { return dt == COL_I32 || dt == COL_I64; }
@@ -193,4 +195,30 @@ void col_bwd_cross_entropy(col_graph *g, col_node *n, col_node *d)
     if (dl)
         dl->p.i[0] = n->p.i[0];
     col_accum_grad(g, logits, dl);
+}
+
+/* inv_freq[i], i < rd/2, in f32 exactly as Hugging Face transformers computes
+ * it: 1 / theta^(2i/rd), then LLaMA-3 scaling (_compute_llama3_parameters)
+ * if p->f[1] > 0. torch evaluates `2*pi / t` as reciprocal(t) * 2*pi and
+ * `orig / t` as reciprocal(t) * orig; mirrored here. */
+void col_rope_inv_freq(const col_op_params *p, int64_t rd, float *inv)
+{
+    int64_t half = rd / 2;
+    float theta = p->f[0];
+    for (int64_t i = 0; i < half; i++)
+        inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)rd);
+    if (!(p->f[1] > 0.0f))
+        return;
+    float factor = p->f[1], low = p->f[2], high = p->f[3], orig = p->f[4];
+    float low_wl = orig / low, high_wl = orig / high;
+    for (int64_t i = 0; i < half; i++) {
+        float f = inv[i];
+        float wl = (1.0f / f) * (float)6.283185307179586;
+        if (wl > low_wl) {
+            inv[i] = f / factor;                        /* low frequencies: interpolate fully */
+        } else if (!(wl < high_wl)) {                   /* medium band: blend */
+            float smooth = ((1.0f / wl) * orig - low) / (high - low);
+            inv[i] = (1.0f - smooth) * f / factor + smooth * f;
+        }                                               /* high frequencies: unchanged */
+    }
 }

@@ -254,6 +254,12 @@ static void run_case(tcase *c)
                 if (memcmp((char *)back + co, (char *)host[id] + co, sizeof(int64_t)) != 0)
                     w = INFINITY;
             }
+            if (n->op == COL_OP_ATTENTION) { /* and the logsumexp [B,Hq,T] saved for the backward */
+                size_t off = col_extra_offset(n);
+                double w2 = compare_f32((float *)((char *)back + off), (float *)((char *)host[id] + off),
+                                        (int64_t)(n->extra_bytes / sizeof(float)));
+                w = w2 > w ? w2 : w;
+            }
             TL_OK(w <= c->tol, "%s: %s %s: worst error %.2e of tolerance %.0e", c->name, col_op_name(n->op), sh, w, c->tol);
         } else {
             TL_OK(memcmp(back, host[id], (size_t)num * col_dtype_size(dt)) == 0, "%s: %s %s %s: bitwise equal", c->name,
@@ -493,6 +499,131 @@ static void case_data_movement(void)
     finish(&c);
 }
 
+/* rope: x [B,H,T,D] (optionally a transposed [B,T,H,D] view), positions
+ * [T] i32 or [B,T] i64 up to max_pos, rotary dims rd (0 = all), theta,
+ * optional LLaMA-3 scaling; the backward is a ROPE node with the inverse flag */
+static void case_rope(int64_t B, int64_t H, int64_t T, int64_t D, int rd, bool per_batch, bool transposed, float theta,
+                      bool llama3, int64_t max_pos)
+{
+    char name[128];
+    snprintf(name, sizeof name, "rope [%lld,%lld,%lld,%lld] rd=%d pos%s theta=%g llama3=%d%s", (long long)B, (long long)H,
+             (long long)T, (long long)D, rd, per_batch ? "[B,T]" : "[T]", (double)theta, (int)llama3,
+             transposed ? " transposed" : "");
+    tcase c = begin(name, TOL);
+    col_node *x;
+    if (transposed)
+        x = col_transpose(c.g, param(&c, "x", 4, (int64_t[]){B, T, H, D}, R_NORMAL), 1, 2);
+    else
+        x = param(&c, "x", 4, (int64_t[]){B, H, T, D}, R_NORMAL);
+    col_node *pos = per_batch ? input(&c, "pos", COL_I64, 2, (int64_t[]){B, T}, R_NORMAL, max_pos, false)
+                              : input(&c, "pos", COL_I32, 1, &T, R_NORMAL, max_pos, false);
+    col_rope_cfg cfg = {.rotary_dims = rd, .theta = theta};
+    if (llama3) {
+        cfg.llama3_factor = 8.0f;
+        cfg.llama3_low_freq_factor = 1.0f;
+        cfg.llama3_high_freq_factor = 4.0f;
+        cfg.llama3_original_max_pos = 8192.0f;
+    }
+    backward_of(&c, col_rope(c.g, x, pos, &cfg));
+    finish(&c);
+}
+
+/* Tolerance of the attention cases: the CUDA kernels sum scores, softmax
+ * denominators and gradients in another order than the CPU (and use CUDA's
+ * expf, 2 ulp). With the kernels run in a host emulation of CUDA (same code,
+ * same fmaf order, glibc expf) the worst error of these cases was 3.1e-6
+ * (the backward at T = 1024); 5e-5 leaves a margin for the device's expf
+ * and nvcc's fused multiply-adds. */
+#define ATT_TOL 5e-5
+
+/* attention q [B,Hq,T,D], k,v [B,Hkv,S,D] and its gradient; transposed: q,
+ * k, v are [B,T,H,D] tensors seen as [B,H,T,D] (strided, as after a
+ * projection) */
+static void case_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t S, int64_t D, int causal,
+                           bool transposed)
+{
+    char name[128];
+    snprintf(name, sizeof name, "attention B=%lld Hq=%lld Hkv=%lld T=%lld S=%lld D=%lld causal=%d%s", (long long)B,
+             (long long)Hq, (long long)Hkv, (long long)T, (long long)S, (long long)D, causal,
+             transposed ? " transposed" : "");
+    tcase c = begin(name, ATT_TOL);
+    col_node *q, *k, *v;
+    if (transposed) {
+        q = col_transpose(c.g, param(&c, "q", 4, (int64_t[]){B, T, Hq, D}, R_NORMAL), 1, 2);
+        k = col_transpose(c.g, param(&c, "k", 4, (int64_t[]){B, S, Hkv, D}, R_NORMAL), 1, 2);
+        v = col_transpose(c.g, param(&c, "v", 4, (int64_t[]){B, S, Hkv, D}, R_NORMAL), 1, 2);
+    } else {
+        q = param(&c, "q", 4, (int64_t[]){B, Hq, T, D}, R_NORMAL);
+        k = param(&c, "k", 4, (int64_t[]){B, Hkv, S, D}, R_NORMAL);
+        v = param(&c, "v", 4, (int64_t[]){B, Hkv, S, D}, R_NORMAL);
+    }
+    backward_of(&c, col_attention(c.g, q, k, v, causal, 0.0f));
+    finish(&c);
+}
+
+/* decoding: T new queries over the first start+T positions of a cache of S */
+static void case_attention_cached(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t S, int64_t D, int64_t start)
+{
+    char name[128];
+    snprintf(name, sizeof name, "attention cached B=%lld Hq=%lld Hkv=%lld T=%lld start=%lld S=%lld D=%lld", (long long)B,
+             (long long)Hq, (long long)Hkv, (long long)T, (long long)start, (long long)S, (long long)D);
+    tcase c = begin(name, ATT_TOL);
+    int64_t one = 1;
+    col_node *q = input(&c, "q", COL_F32, 4, (int64_t[]){B, Hq, T, D}, R_NORMAL, 0, false);
+    col_node *kc = input(&c, "kcache", COL_F32, 4, (int64_t[]){B, Hkv, S, D}, R_NORMAL, 0, false);
+    col_node *vc = input(&c, "vcache", COL_F32, 4, (int64_t[]){B, Hkv, S, D}, R_NORMAL, 0, false);
+    col_node *st = input(&c, "start", COL_I64, 1, &one, R_NORMAL, 0, false);
+    *(int64_t *)st->bound = start;
+    col_attention_cached(c.g, q, kc, vc, st, 0.0f);
+    finish(&c);
+}
+
+/* attention: a head dim over 128 is COL_EUNSUPPORTED (before any device
+ * access); a cache position past the cache is COL_EINVAL */
+static void case_attention_errors(void)
+{
+    col_exec ex = {.be = &gpu};
+    col_graph *g = col_graph_new();
+    int64_t sq[4] = {1, 2, 5, 160}, one = 1;
+    col_node *q = col_input(g, "q", COL_F32, 4, sq), *k = col_input(g, "k", COL_F32, 4, sq);
+    col_node *v = col_input(g, "v", COL_F32, 4, sq);
+    q->flags |= COL_NODE_NEEDS_GRAD;
+    col_node *a = col_attention(g, q, k, v, 1, 0.0f);
+    col_err e1 = {0}, e2 = {0}, e3 = {0}, e4 = {0};
+    col_status st = a ? gpu.kernel[COL_OP_ATTENTION](a, &ex, &e1) : COL_EINTERNAL;
+    TL_OK(st == COL_EUNSUPPORTED && strstr(e1.msg, "head dim 160"), "attention: head dim 160 is COL_EUNSUPPORTED: %s",
+          e1.msg);
+    col_node *bw = NULL;
+    if (a && col_graph_backward(g, col_sum(g, a, 15u, 0), &e4) == COL_OK)
+        for (int i = 0; i < col_graph_count(g); i++)
+            if (col_graph_node(g, i)->op == COL_OP_ATTENTION_BWD)
+                bw = col_graph_node(g, i);
+    st = bw ? gpu.kernel[COL_OP_ATTENTION_BWD](bw, &ex, &e4) : COL_EINTERNAL;
+    TL_OK(st == COL_EUNSUPPORTED && strstr(e4.msg, "head dim 160"),
+          "attention_bwd: head dim 160 is COL_EUNSUPPORTED: %s", e4.msg);
+    col_graph_free(g);
+
+    /* cached: start 38 + 3 new tokens over a cache of 40 */
+    g = col_graph_new();
+    int64_t s3[4] = {1, 1, 3, 8}, sc[4] = {1, 1, 40, 8};
+    col_node *qc = col_input(g, "q", COL_F32, 4, s3), *kc = col_input(g, "k", COL_F32, 4, sc);
+    col_node *vc = col_input(g, "v", COL_F32, 4, sc), *start = col_input(g, "start", COL_I64, 1, &one);
+    col_node *ac = col_attention_cached(g, qc, kc, vc, start, 0.0f);
+    void *dstart = NULL;
+    int64_t hs = 38;
+    bool ok = ac && col_cuda_alloc(&gpu, sizeof hs, &dstart, &e2) == COL_OK &&
+              col_cuda_to_device(&gpu, dstart, &hs, sizeof hs, &e2) == COL_OK;
+    TL_OK(ok, "cached attention error setup %s", e2.msg);
+    if (ok) {
+        ac->src[3]->t.data = dstart;
+        st = gpu.kernel[COL_OP_ATTENTION](ac, &ex, &e3);
+        TL_OK(st == COL_EINVAL && strstr(e3.msg, "cache position 38 + 3"), "attention: start past the cache is COL_EINVAL: %s",
+              e3.msg);
+    }
+    col_cuda_free(&gpu, dstart);
+    col_graph_free(g);
+}
+
 /* bad ids / targets are COL_EINVAL; an impossible allocation is COL_ENOMEM */
 static void case_errors(void)
 {
@@ -589,6 +720,19 @@ int main(void)
     case_cross_entropy(COL_I64, 9, 13);
     case_cross_entropy(COL_I32, 5, 3001);
     case_data_movement();
+    case_rope(2, 3, 17, 64, 0, false, false, 10000.0f, false, 4096);
+    case_rope(2, 4, 9, 128, 64, true, true, 500000.0f, true, 131072);
+    case_rope(1, 2, 33, 80, 32, false, true, 10000.0f, false, 2048);
+    case_attention(2, 4, 1, 77, 77, 32, 1, false);      /* GQA 4:1, T not a multiple of the tiles */
+    case_attention(1, 8, 2, 37, 100, 64, 1, true);      /* S != T (queries at the end), strided views */
+    case_attention(1, 2, 2, 50, 130, 128, 0, false);    /* not causal, S != T */
+    case_attention(2, 2, 1, 70, 45, 80, 0, true);       /* T > S (not causal), head dim 80 padded to 128 */
+    case_attention(1, 4, 1, 1, 200, 64, 1, false);      /* one query (decode step) */
+    case_attention(1, 4, 1, 1024, 1024, 64, 1, false);  /* long: many tiles, most skipped by the causal mask */
+    case_attention(1, 2, 1, 300, 300, 128, 0, true);    /* long, not causal, head dim 128 */
+    case_attention_cached(1, 4, 2, 3, 40, 32, 5);
+    case_attention_cached(2, 2, 1, 1, 70, 64, 66);
+    case_attention_errors();
     case_errors();
 
     col_cuda_backend_free(&gpu);

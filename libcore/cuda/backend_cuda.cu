@@ -161,6 +161,8 @@ col_status col_cuda_backend_init(col_backend *be, int device, col_err *err)
     cu_register_reduce(be);
     cu_register_norm(be);
     cu_register_nn(be);
+    cu_register_rope(be);
+    cu_register_attention(be);
     return COL_OK;
 }
 

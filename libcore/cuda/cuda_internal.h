@@ -133,5 +133,7 @@ void cu_register_unary(col_backend *be);   /* cuda_unary.cu */
 void cu_register_reduce(col_backend *be);  /* cuda_reduce.cu */
 void cu_register_norm(col_backend *be);    /* cuda_norm.cu */
 void cu_register_nn(col_backend *be);      /* cuda_nn.cu */
+void cu_register_rope(col_backend *be);    /* cuda_rope.cu */
+void cu_register_attention(col_backend *be); /* cuda_attention.cu */
 
 #endif
