@@ -66,6 +66,11 @@ size_t col_extra_offset(const col_node *n);
  * 1 / theta^(2i/rd), then LLaMA-3 scaling when f[1] > 0 (ops_nn.c). Every
  * backend's RoPE kernel takes them from here, so they agree to the bit. */
 void col_rope_inv_freq(const col_op_params *p, int64_t rd, float *inv);
+/* How a GEMM library (column-major) reads the last two dims of t, a matrix
+ * whose rows or columns are contiguous: row-major with row stride ld is
+ * column-major [c, r] untransposed (trans false); columns contiguous is
+ * [r, c] transposed. Shared by the CPU (BLAS) and CUDA (cuBLASLt) matmuls. */
+void col_matrix_layout(const col_tensor *t, bool *trans, int64_t *ld);
 /* Threads kernels may use (OpenMP max threads, at least 1). */
 int col_max_threads(void);
 

@@ -191,20 +191,11 @@ static col_status k_concat(const col_node *n, const col_exec *ex, col_err *err)
 /* trans flag and leading dimension of a BLAS-readable matrix (see blas_ok) */
 static void blas_layout(const col_tensor *t, int *trans, int *ld)
 {
-    int nd = t->ndim;
-    int64_t r = t->shape[nd - 2], c = t->shape[nd - 1];
-    int64_t sr = t->stride[nd - 2], sc = t->stride[nd - 1];
-    if ((sc == 1 || c == 1) && sr >= (c > 1 ? c : 1)) {
-        *trans = COL_BLAS_NO_TRANS;
-        *ld = (int)(sr > 0 ? sr : 1);
-        if (*ld < c)
-            *ld = (int)c;
-    } else {
-        *trans = COL_BLAS_TRANS;
-        *ld = (int)(sc > 0 ? sc : 1);
-        if (*ld < r)
-            *ld = (int)r;
-    }
+    bool tr;
+    int64_t l;
+    col_matrix_layout(t, &tr, &l);
+    *trans = tr ? COL_BLAS_TRANS : COL_BLAS_NO_TRANS;
+    *ld = (int)l;
 }
 
 static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)

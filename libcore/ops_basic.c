@@ -1,4 +1,5 @@
 /* ops_basic.c - op names; elementwise binary ops, scale, matmul, linear. */
+#include "backend.h"
 #include "graph_internal.h"
 
 #include <string.h>
@@ -202,4 +203,22 @@ col_node *col_linear(col_graph *g, col_node *x, col_node *w, col_node *bias)
     memcpy(shape, x->t.shape, sizeof shape);
     shape[x->t.ndim - 1] = out;
     return col_reshape(g, y, x->t.ndim, shape);
+}
+
+void col_matrix_layout(const col_tensor *t, bool *trans, int64_t *ld)
+{
+    int nd = t->ndim;
+    int64_t r = t->shape[nd - 2], c = t->shape[nd - 1];
+    int64_t sr = t->stride[nd - 2], sc = t->stride[nd - 1];
+    if ((sc == 1 || c == 1) && sr >= (c > 1 ? c : 1)) { /* rows contiguous: column-major [c, r], as is */
+        *trans = false;
+        *ld = sr > 0 ? sr : 1;
+        if (*ld < c)
+            *ld = c;
+    } else { /* columns contiguous: column-major [r, c], transposed */
+        *trans = true;
+        *ld = sc > 0 ? sc : 1;
+        if (*ld < r)
+            *ld = r;
+    }
 }

@@ -11,27 +11,6 @@
 
 #include "cuda_internal.h"
 
-/* op and leading dimension of t's matrix [r, c] as a column-major matrix (see
- * the CPU kernel's blas_layout): row-major with row stride ld is column-major
- * [c, r] untransposed; column-major-in-memory is [r, c] transposed. */
-static void layout(const col_tensor *t, bool *trans, int64_t *ld)
-{
-    int nd = t->ndim;
-    int64_t r = t->shape[nd - 2], c = t->shape[nd - 1];
-    int64_t sr = t->stride[nd - 2], sc = t->stride[nd - 1];
-    if ((sc == 1 || c == 1) && sr >= (c > 1 ? c : 1)) {
-        *trans = false;
-        *ld = sr > 0 ? sr : 1;
-        if (*ld < c)
-            *ld = c;
-    } else {
-        *trans = true;
-        *ld = sc > 0 ? sc : 1;
-        if (*ld < r)
-            *ld = r;
-    }
-}
-
 static cudaDataType_t cu_type(col_dtype dt)
 {
     return dt == COL_BF16 ? CUDA_R_16BF : dt == COL_F16 ? CUDA_R_16F : CUDA_R_32F;
@@ -119,8 +98,8 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
 
     bool ta, tb;
     int64_t lda, ldb;
-    layout(a, &ta, &lda);
-    layout(b, &tb, &ldb);
+    col_matrix_layout(a, &ta, &lda);
+    col_matrix_layout(b, &tb, &ldb);
     /* cuBLASLt operand 1 = b: stored as column-major [N, K] (no transpose) or [K, N] (transpose) */
     lt_objs o;
     memset(&o, 0, sizeof o);
