@@ -71,6 +71,10 @@ void col_rope_inv_freq(const col_op_params *p, int64_t rd, float *inv);
  * column-major [c, r] untransposed (trans false); columns contiguous is
  * [r, c] transposed. Shared by the CPU (BLAS) and CUDA (cuBLASLt) matmuls. */
 void col_matrix_layout(const col_tensor *t, bool *trans, int64_t *ld);
+/* Splits x into the dims a reduction keeps (in output order) and the dims
+ * it reduces (bits of axes), shapes and strides, for every backend's
+ * reduction kernels. */
+void col_split_axes(const col_tensor *x, uint32_t axes, col_tensor *kept, col_tensor *red);
 /* Threads kernels may use (OpenMP max threads, at least 1). */
 int col_max_threads(void);
 

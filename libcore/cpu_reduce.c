@@ -7,19 +7,6 @@
 
 #include "cpu_internal.h"
 
-/* Splits x into a kept part (output order) and a reduced part. */
-static void split_axes(const col_tensor *x, uint32_t axes, col_tensor *kept, col_tensor *red)
-{
-    memset(kept, 0, sizeof *kept);
-    memset(red, 0, sizeof *red);
-    for (int d = 0; d < x->ndim; d++) {
-        col_tensor *t = (axes & (1u << d)) ? red : kept;
-        t->shape[t->ndim] = x->shape[d];
-        t->stride[t->ndim] = x->stride[d];
-        t->ndim++;
-    }
-}
-
 static int64_t offset_at(const col_tensor *t, int64_t flat)
 {
     int64_t off = 0;
@@ -35,7 +22,7 @@ static col_status k_reduce(const col_node *n, const col_exec *ex, col_err *err)
     (void)ex, (void)err;
     const col_tensor *x = &n->src[0]->t;
     col_tensor kept, red;
-    split_axes(x, (uint32_t)n->p.i[0], &kept, &red);
+    col_split_axes(x, (uint32_t)n->p.i[0], &kept, &red);
     int64_t nout = col_numel(&kept), nred = col_numel(&red);
     const float *xd = x->data;
     float *out = n->t.data;
@@ -74,11 +61,11 @@ static col_status k_max_bwd(const col_node *n, const col_exec *ex, col_err *err)
     const col_tensor *x = &n->src[0]->t, *y = &n->src[1]->t, *dy = &n->src[2]->t;
     uint32_t axes = (uint32_t)n->p.i[0];
     col_tensor kept, red, ky, kd, ry, rd;
-    split_axes(x, axes, &kept, &red);
-    split_axes(y, axes, &ky, &ry);
-    split_axes(dy, axes, &kd, &rd);
+    col_split_axes(x, axes, &kept, &red);
+    col_split_axes(y, axes, &ky, &ry);
+    col_split_axes(dy, axes, &kd, &rd);
     col_tensor out = n->t, kout, rout;
-    split_axes(&out, axes, &kout, &rout);
+    col_split_axes(&out, axes, &kout, &rout);
     int64_t nout = col_numel(&kept), nred = col_numel(&red);
     memset(n->t.data, 0, sizeof(float) * (size_t)col_numel(&n->t));
 #pragma omp parallel for schedule(static) if (nout * nred > COL_PAR_MIN)

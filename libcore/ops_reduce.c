@@ -1,5 +1,8 @@
 /* ops_reduce.c - sum / mean / max over a set of axes, and their gradients. */
+#include "backend.h"
 #include "graph_internal.h"
+
+#include <string.h>
 
 static col_node *reduce(col_graph *g, col_op op, col_node *x, uint32_t axes, int keepdim)
 {
@@ -66,4 +69,16 @@ void col_bwd_reduce(col_graph *g, col_node *n, col_node *d)
         e = col_scale(g, e, cnt ? 1.0f / (float)cnt : 0.0f, 0.0f);
     }
     col_accum_grad(g, x, e);
+}
+
+void col_split_axes(const col_tensor *x, uint32_t axes, col_tensor *kept, col_tensor *red)
+{
+    memset(kept, 0, sizeof *kept);
+    memset(red, 0, sizeof *red);
+    for (int d = 0; d < x->ndim; d++) {
+        col_tensor *t = (axes & (1u << d)) ? red : kept;
+        t->shape[t->ndim] = x->shape[d];
+        t->stride[t->ndim] = x->stride[d];
+        t->ndim++;
+    }
 }

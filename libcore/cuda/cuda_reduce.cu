@@ -11,18 +11,6 @@
 
 #include "cuda_internal.h"
 
-static void split_axes(const col_tensor *x, uint32_t axes, col_tensor *kept, col_tensor *red)
-{
-    memset(kept, 0, sizeof *kept);
-    memset(red, 0, sizeof *red);
-    for (int d = 0; d < x->ndim; d++) {
-        col_tensor *t = (axes & (1u << d)) ? red : kept;
-        t->shape[t->ndim] = x->shape[d];
-        t->stride[t->ndim] = x->stride[d];
-        t->ndim++;
-    }
-}
-
 __device__ __forceinline__ float max_nan(float m, float v) { return (v > m || isnan(v)) ? v : m; }
 
 template <int OP>
@@ -87,7 +75,7 @@ static col_status k_reduce(const col_node *n, const col_exec *ex, col_err *err)
     const col_cuda_ctx *c = cu_ctx(ex);
     const col_tensor *x = &n->src[0]->t;
     col_tensor kt, rt;
-    split_axes(x, (uint32_t)n->p.i[0], &kt, &rt);
+    col_split_axes(x, (uint32_t)n->p.i[0], &kt, &rt);
     int64_t nout = col_numel(&kt), nred = col_numel(&rt);
     if (nout == 0)
         return COL_OK;
@@ -129,10 +117,10 @@ static col_status k_max_bwd(const col_node *n, const col_exec *ex, col_err *err)
     const col_tensor *x = &n->src[0]->t, *y = &n->src[1]->t, *dy = &n->src[2]->t;
     uint32_t axes = (uint32_t)n->p.i[0];
     col_tensor kx, rx, ky, ry, kd, rd, ko, ro;
-    split_axes(x, axes, &kx, &rx);
-    split_axes(y, axes, &ky, &ry);
-    split_axes(dy, axes, &kd, &rd);
-    split_axes(&n->t, axes, &ko, &ro);
+    col_split_axes(x, axes, &kx, &rx);
+    col_split_axes(y, axes, &ky, &ry);
+    col_split_axes(dy, axes, &kd, &rd);
+    col_split_axes(&n->t, axes, &ko, &ro);
     int64_t nout = col_numel(&kx), nred = col_numel(&rx);
     col_status st = cu_status(cudaMemsetAsync(n->t.data, 0, sizeof(float) * (size_t)col_numel(&n->t), c->stream), err,
                               "max_bwd");
