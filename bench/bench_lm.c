@@ -5,7 +5,11 @@
  * measured in the same run. Weights are random (--init random): speed does
  * not depend on their values.
  *
- *   bench_lm [train|generate|tier|all] [reps]
+ *   bench_lm [train|generate|tier|nvme|all] [reps]
+ *
+ * nvme: the same training step with the optimizer states, then everything, on
+ * the NVMe tier ($COL_BENCH_NVME_DIR, default /var/tmp): step and optimizer
+ * time and the NVMe bytes per step.
  *
  * tier: the same training step with parameters and gradients moved through a
  * budgeted compute tier (memtier mt_resident, 16 MiB chunks) at the smallest
@@ -194,6 +198,73 @@ static void bench_tier(col_backend *be, int reps)
         }
 }
 
+/* the optimizer states, then parameters, gradients and states, on the NVMe tier (a scratch file in
+ * $COL_BENCH_NVME_DIR, default /var/tmp): the step, its optimizer part and the NVMe traffic per step */
+static void bench_nvme(col_backend *be, int reps)
+{
+    enum { B = 4, T = 64 };
+    const char *dir = getenv("COL_BENCH_NVME_DIR") ? getenv("COL_BENCH_NVME_DIR") : "/var/tmp";
+    int32_t ids[B * T], tg[B * T];
+    random_batch(ids, tg, B * T);
+    col_lm_trainer *t = session_tiered("gpt2", B, T, (size_t)1 << 40, be);
+    mt_resident_stats rs;
+    mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
+    col_lm_trainer_free(t);
+    struct {
+        const char *what;
+        unsigned kinds;
+        size_t budget;
+    } cases[] = {
+        {"everything on the host", 0, 0},
+        {"optimizer states on NVMe", COL_LM_STATES, 0},
+        {"everything on NVMe, through a compute tier of ~2x the smallest", COL_LM_PARAMS | COL_LM_GRADS | COL_LM_STATES, 0},
+    };
+    double base = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        col_lm_config m;
+        col_err err = {0};
+        col_lm_preset("gpt2", &m, &err);
+        col_lm_train_config c = {.model = m, .batch = B, .seq = T, .opt = col_opt_defaults(COL_OPT_ADAMW), .seed = 1};
+        c.lr.lr_max = 1e-4f;
+        c.chunk_bytes = (size_t)16 << 20;
+        c.nvme_dir = cases[i].kinds ? dir : NULL;
+        c.nvme_kinds = cases[i].kinds;
+        if (cases[i].kinds & COL_LM_PARAMS) {
+            /* NVMe chunks take 4 KiB-rounded room: ask for twice the host-home smallest, plus slack */
+            c.compute_budget = 2 * rs.min_budget + ((size_t)64 << 20);
+        }
+        t = NULL;
+        if (col_lm_trainer_create(&c, be, &t, &err) != COL_OK) {
+            fprintf(stderr, "bench_lm: %s\n", err.msg);
+            exit(1);
+        }
+        const mt_pool *pool = col_lm_trainer_pool(t);
+        double times[32], optim[32];
+        uint64_t w0 = 0, r0 = 0;
+        for (int k = 0; k <= reps; k++) {
+            col_lm_step_info info;
+            if (k == 1)
+                w0 = mt_nvme_bytes_written(pool), r0 = mt_nvme_bytes_read(pool);
+            double t0 = bench_now();
+            if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
+                fprintf(stderr, "bench_lm: %s\n", err.msg);
+                exit(1);
+            }
+            if (k)
+                times[k - 1] = bench_now() - t0, optim[k - 1] = info.optim_s;
+        }
+        double step = bench_median(times, reps), opt = bench_median(optim, reps);
+        double wr = (double)(mt_nvme_bytes_written(pool) - w0) / reps, rd = (double)(mt_nvme_bytes_read(pool) - r0) / reps;
+        if (i == 0)
+            base = step;
+        printf("nvme gpt2 124M, B=%d T=%d, %s: %.0f ms/step (%.2fx), optimizer %.0f ms; NVMe per step: %.2f GB "
+               "written, %.2f GB read (%.2f GB/s over the step)\n", B, T, cases[i].what, 1000 * step, step / base,
+               1000 * opt, wr / 1e9, rd / 1e9, (wr + rd) / step / 1e9);
+        col_lm_trainer_free(t);
+    }
+    printf("nvme: scratch files in %s; compare with bench/bench_nvme.sh %s (fio on the same directory)\n", dir, dir);
+}
+
 static void bench_train(col_backend *be, const col_blas *blas, int reps)
 {
     enum { B = 4, T = 64 };
@@ -258,8 +329,9 @@ int main(int argc, char **argv)
     const char *what = argc > 1 ? argv[1] : "all";
     int reps = argc > 2 ? atoi(argv[2]) : 5;
     if (reps < 1 || reps > 31 ||
-        (strcmp(what, "train") && strcmp(what, "generate") && strcmp(what, "tier") && strcmp(what, "all"))) {
-        fprintf(stderr, "usage: bench_lm [train|generate|tier|all] [reps 1..31]\n");
+        (strcmp(what, "train") && strcmp(what, "generate") && strcmp(what, "tier") && strcmp(what, "nvme") &&
+         strcmp(what, "all"))) {
+        fprintf(stderr, "usage: bench_lm [train|generate|tier|nvme|all] [reps 1..31]\n");
         return 2;
     }
     col_err err = {0};
@@ -272,6 +344,8 @@ int main(int argc, char **argv)
     printf("# bench_lm: %d threads, OpenBLAS %s (%s), median of %d\n", omp_get_max_threads(), blas.core, blas.path, reps);
     if (!strcmp(what, "train") || !strcmp(what, "all"))
         bench_train(&be, &blas, reps);
+    if (!strcmp(what, "nvme") || !strcmp(what, "all"))
+        bench_nvme(&be, reps);
     if (!strcmp(what, "tier") || !strcmp(what, "all"))
         bench_tier(&be, reps);
     if (!strcmp(what, "generate") || !strcmp(what, "all")) {
