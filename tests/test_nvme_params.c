@@ -16,6 +16,7 @@
 #include "nvme.h"
 #include "testlib.h"
 #include "lm_testutil.h"
+#include "nvme_testutil.h"
 
 static col_backend be;
 static char dir[] = "/tmp/col_nvme_params_XXXXXX";
@@ -241,28 +242,14 @@ static void test_auto_chunk(void)
           chunk[0], tensors, waste[0], waste[1], waste[2]);
 }
 
-/* fail the k-th read of the store with EIO */
-typedef struct {
-    int reads, fail_at;
-} fault_state;
-
-static int fail_read(void *user, int op, int slot, size_t bytes)
-{
-    (void)slot, (void)bytes;
-    fault_state *f = user;
-    if (op == MT_NVME_OP_READ && ++f->reads == f->fail_at)
-        return -EIO;
-    return 0;
-}
-
 static void test_faults(void)
 {
     col_err err = {0};
     float l[STEPS];
     col_lm_trainer *t = NULL;
     /* count the reads of a clean run, then fail the first, and one a third, two thirds and all the way in */
-    fault_state count = {0, -1};
-    mt_nvme_faults hook = {.before_submit = fail_read, .user = &count};
+    tl_read_fault count = {0, -1};
+    mt_nvme_faults hook = {.before_submit = tl_fail_read, .user = &count};
     col_lm_train_config n = config(COL_OPT_ADAMW, ALL, least);
     n.nvme_faults = &hook;
     bool ok = col_lm_trainer_create(&n, &be, &t, &err) == COL_OK && steps(t, 0, 2, l, &err);
@@ -270,7 +257,7 @@ static void test_faults(void)
     TL_OK(ok && count.reads > 10, "a clean 2-step run reads NVMe %d times: %s", count.reads, err.msg);
     int at[] = {1, count.reads / 3, 2 * count.reads / 3, count.reads};
     for (int i = 0; i < 4 && ok; i++) {
-        fault_state fs = {0, at[i]};
+        tl_read_fault fs = {0, at[i]};
         hook.user = &fs;
         t = NULL;
         err = (col_err){0};

@@ -14,6 +14,7 @@
 #include "rng.h"
 #include "testlib.h"
 #include "lm_testutil.h"
+#include "nvme_testutil.h"
 
 static col_backend be;
 static char dir[] = "/tmp/col_nvme_states_XXXXXX";
@@ -114,26 +115,12 @@ static void test_save_resume(void)
     col_lm_trainer_free(a);
 }
 
-/* fail the k-th read of the store with EIO */
-typedef struct {
-    int reads, fail_at;
-} fault_state;
-
-static int fail_read(void *user, int op, int slot, size_t bytes)
-{
-    (void)slot, (void)bytes;
-    fault_state *f = user;
-    if (op == MT_NVME_OP_READ && ++f->reads == f->fail_at)
-        return -EIO;
-    return 0;
-}
-
 static void test_faults(void)
 {
     col_err err = {0};
     float l[STEPS];
-    fault_state fs = {0, 3};
-    mt_nvme_faults hook = {.before_submit = fail_read, .user = &fs};
+    tl_read_fault fs = {0, 3};
+    mt_nvme_faults hook = {.before_submit = tl_fail_read, .user = &fs};
     col_lm_train_config n = config(COL_OPT_ADAMW, true);
     n.nvme_faults = &hook;
     col_lm_trainer *t = NULL;
