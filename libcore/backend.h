@@ -40,6 +40,11 @@ typedef struct {
     col_status (*to_host)(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err);
     /* Waits for every queued kernel; reports an asynchronous kernel error. */
     col_status (*sync)(const col_backend *be, col_err *err);
+    /* Device-to-device copy of bytes between two ranges of the backend's
+     * memory that do not overlap, ordered after the kernels already queued
+     * (and before those queued after it). NULL when the backend has none
+     * (the compute tier then cannot compact its arena). */
+    col_status (*copy)(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err);
 } col_backend_mem;
 
 struct col_backend {

@@ -29,6 +29,7 @@ typedef struct {
     char *mem;          /* made on first use */
     size_t bytes, alloc; /* the largest need of its users; what mem holds */
     int refs;
+    const col_backend *dev; /* mem is this backend's memory (its table's alloc/free); NULL: host memory */
 } arena;
 
 struct mt_resident {
@@ -48,6 +49,7 @@ struct mt_resident {
     uint64_t *fetch_seq; /* per chunk: the transfer bringing it in (WAIT waits for it) */
     uint64_t *last_seq;  /* per chunk: the last transfer touching its copy */
     size_t granule;      /* MT_ALIGN, or MT_NVME_ALIGN when NVMe chunks are in play */
+    const col_backend *dev; /* the device plan's backend (a memory table): the tier is its memory; else NULL */
     arena *ar;
     size_t need;         /* this graph's chunk space: budget minus the activations */
     int *order;          /* resident chunks by address in the arena */
@@ -71,7 +73,7 @@ void mt_resident_poison_home(mt_resident *r, bool on) { r->poison = on; }
 void mt_resident_set_async(mt_resident *r, bool on)
 {
     mt_xq_set_async(r->xq, on);
-    r->st.async = on;
+    r->st.async = mt_xq_async(r->xq); /* a device tier stays synchronous */
 }
 
 /* KiB, MiB or GiB with one decimal */
@@ -89,10 +91,20 @@ static size_t round_to(size_t x, size_t g) { return (x + g - 1) / g * g; }
 
 /* ---- the arena ---- */
 
+static void arena_mem_free(arena *a)
+{
+    if (a->dev)
+        a->dev->mem->free(a->dev, a->mem);
+    else
+        free(a->mem);
+    a->mem = NULL;
+    a->alloc = 0;
+}
+
 static void arena_release(arena *a)
 {
     if (a && --a->refs == 0) {
-        free(a->mem);
+        arena_mem_free(a);
         free(a);
     }
 }
@@ -103,7 +115,17 @@ static col_status arena_ready(arena *a, col_err *err)
 {
     if (a->mem && a->alloc >= a->bytes)
         return COL_OK;
-    free(a->mem);
+    arena_mem_free(a);
+    if (a->dev) { /* device memory: offsets from its base keep the granule's alignment, nothing to fault in */
+        size_t n = round_to(a->bytes + 1, MT_NVME_ALIGN);
+        void *p = NULL;
+        col_status st = a->dev->mem->alloc(a->dev, n, &p, err);
+        if (st != COL_OK)
+            return st;
+        a->mem = p;
+        a->alloc = n;
+        return COL_OK;
+    }
     size_t al = a->bytes >= ((size_t)2 << 20) ? (size_t)2 << 20 : MT_NVME_ALIGN, n = round_to(a->bytes + 1, al);
     a->mem = aligned_alloc(al, n);
     a->alloc = a->mem ? n : 0;
@@ -117,6 +139,26 @@ static col_status arena_ready(arena *a, col_err *err)
         madvise(a->mem, n, MADV_HUGEPAGE);
 #endif
     memset(a->mem, 0, n);
+    return COL_OK;
+}
+
+/* moves bytes from src down to dst < src in the arena: a memmove, or on a
+ * device the table's copy (non-overlapping ranges) in pieces of at most the
+ * distance moved, front to back, each ordered after the one before */
+static col_status slide(mt_resident *r, char *dst, const char *src, size_t bytes, col_err *err)
+{
+    if (!r->dev) {
+        memmove(dst, src, bytes);
+        return COL_OK;
+    }
+    size_t step = (size_t)(src - dst);
+    for (size_t done = 0; done < bytes;) {
+        size_t n = bytes - done < step ? bytes - done : step;
+        col_status st = r->dev->mem->copy(r->dev, dst + done, src + done, n, err);
+        if (st != COL_OK)
+            return st;
+        done += n;
+    }
     return COL_OK;
 }
 
@@ -142,11 +184,16 @@ static col_status get_buffer(mt_resident *r, int c, void **at, col_err *err)
     if (pos == r->nres && off + need > r->need) { /* no gap: compact */
         if ((st = mt_xq_drain(r->xq, err)) != COL_OK)
             return st;
+        if (r->dev && !r->dev->mem->copy)
+            return col_err_set(err, COL_EINVAL, "memtier: the compute tier on backend %s must compact its arena to "
+                               "fit chunk %d, but the backend's memory table has no device-to-device copy",
+                               r->dev->name ? r->dev->name : "?", c);
         off = 0;
         for (int i = 0; i < r->nres; i++) {
             int x = r->order[i];
             if (r->copy[x] != base + off) {
-                memmove(base + off, r->copy[x], r->cap[x]);
+                if ((st = slide(r, base + off, r->copy[x], r->cap[x], err)) != COL_OK)
+                    return st;
                 r->st.compacted += r->cap[x];
             }
             r->copy[x] = base + off;
@@ -179,6 +226,8 @@ col_status mt_resident_share_arena(mt_resident *r, mt_resident *with, col_err *e
         return col_err_set(err, COL_EINVAL, "memtier: mt_resident_share_arena needs two compute tiers");
     if (r->ar == with->ar)
         return COL_OK;
+    if (r->dev != with->dev)
+        return col_err_set(err, COL_EINVAL, "memtier: compute tiers on different memories cannot share an arena");
     arena *a = with->ar;
     if (r->need > a->bytes)
         a->bytes = r->need; /* memory already made is remade on next use: nothing is resident between runs */
@@ -313,6 +362,8 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
         return col_err_set(err, COL_ENOMEM, "memtier: out of memory");
     r->pool = pool;
     r->plan = plan;
+    const col_backend *pb = col_plan_backend(plan);
+    r->dev = pb && pb->mem ? pb : NULL;
     r->st.budget = budget;
     r->act = col_plan_arena_bytes(plan) + col_plan_scratch_bytes(plan);
     r->st.peak = r->st.activations = r->act;
@@ -342,7 +393,7 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
         !r->order || !r->ar || !chunks)
         st = col_err_set(err, COL_ENOMEM, "memtier: out of memory");
     if (r->ar)
-        *r->ar = (arena){.bytes = r->need, .refs = 1};
+        *r->ar = (arena){.bytes = r->need, .refs = 1, .dev = r->dev};
     for (int i = 0; i < n && st == COL_OK; i++) {
         col_node *node = col_plan_node(plan, i);
         r->op_of[i] = node->op == COL_OP_LEAF || node->op == COL_OP_VIEW ? -1 : r->nops++;
@@ -356,8 +407,13 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
         st = collect(r, ops, &lists, err);
     if (st == COL_OK)
         st = chunk_sizes(r, chunks, err);
-    if (st == COL_OK)
-        st = mt_xq_create(pool, r->nchunks, &r->xq, err);
+    if (st == COL_OK) { /* on a device, NVMe chunks go through a host staging buffer as large as the largest */
+        size_t stage = 0;
+        for (int c = 0; r->dev && c < r->nchunks; c++)
+            if (r->nvme[c] && r->cap[c] > stage)
+                stage = r->cap[c];
+        st = mt_xq_create(pool, r->nchunks, r->dev, stage, &r->xq, err);
+    }
     if (st == COL_OK) {
         mt_plan_input in = {.nchunks = r->nchunks, .chunks = chunks, .nops = r->nops, .ops = ops, .budget = budget,
                             .prefetch = MT_PREFETCH_AUTO, .max_warmup = -1};

@@ -35,6 +35,20 @@
  * next step fetches them again. Without CUDA the compute tier is host memory
  * too, so the copies are memcpy's; the links' byte counts are what a GPU
  * would move. An mt_resident is used from one thread at a time.
+ *
+ * On a device plan (col_plan_create_on with a backend that has a memory
+ * table, col_plan_backend(plan)->mem) the compute tier is the device's
+ * memory: the chunk arena comes from mem->alloc (and goes back through
+ * mem->free when its last user is freed: free the compute tiers before the
+ * backend), a host-home chunk is fetched with mem->to_device and written
+ * back with mem->to_host, and an NVMe-home chunk goes NVMe -> a host staging
+ * buffer (MT_NVME_ALIGN-aligned, the largest chunk's mt_chunk_io_bytes) ->
+ * device, and back the same way. Compaction slides copies with mem->copy;
+ * a table without one makes a run that needs compaction fail (COL_EINVAL,
+ * saying so). Transfers there are synchronous: asynchronous transfers are a
+ * host-only option for now (mt_resident_set_async leaves a device tier
+ * synchronous). Homes stay in host memory or on NVMe, so the optimizer
+ * works on them as before.
  */
 #ifndef MT_RESIDENT_H
 #define MT_RESIDENT_H
@@ -84,7 +98,8 @@ void mt_resident_get_stats(const mt_resident *r, mt_resident_stats *s);
 /* The current plan's summary (after the traced run: the plan from measured figures). */
 void mt_resident_get_plan_summary(const mt_resident *r, mt_plan_summary *s);
 /* Transfers on the transfer thread (on) or on the calling thread, one after
- * the other (off, the default without CUDA). Between runs. */
+ * the other (off, the default). Between runs. A compute tier on a device
+ * stays synchronous (stats.async tells). */
 void mt_resident_set_async(mt_resident *r, bool on);
 /* Checking mode for tests: while a host-home chunk is on the compute tier its
  * home copy is overwritten with NaNs (and every eviction writes back), so an
@@ -97,7 +112,8 @@ void mt_resident_poison_home(mt_resident *r, bool on);
  * evaluation, decoding) hold one arena between them instead of one each.
  * They must never run at the same time; since every run ends with nothing
  * resident, that is all they need. r leaves any arena it shared before.
- * Freeing them in any order is fine. COL_EINVAL for NULL. */
+ * Freeing them in any order is fine. COL_EINVAL for NULL, or for tiers on
+ * different memories (a device and the host, or two devices). */
 col_status mt_resident_share_arena(mt_resident *r, mt_resident *with, col_err *err);
 
 #endif

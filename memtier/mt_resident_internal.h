@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "memtier.h"
 #include "timer.h"
 
@@ -33,10 +34,18 @@ typedef struct {
 
 typedef struct mt_xq mt_xq;
 
-col_status mt_xq_create(mt_pool *pool, int nchunks, mt_xq **out, col_err *err);
+/* dev: the backend whose memory the compute-tier copies are (a device plan's,
+ * with a memory table), or NULL for host memory. With dev, a transfer of a
+ * host-home chunk is dev->mem->to_device / to_host, and an NVMe-home chunk
+ * goes through a host staging buffer of stage_bytes (MT_NVME_ALIGN-aligned,
+ * at least every such chunk's mt_chunk_io_bytes): NVMe -> staging ->
+ * device, and back the same way. A queue with dev is synchronous only. */
+col_status mt_xq_create(mt_pool *pool, int nchunks, const col_backend *dev, size_t stage_bytes, mt_xq **out,
+                        col_err *err);
 /* drains the queue and joins the thread */
 void mt_xq_free(mt_xq *q);
-/* switches between the transfer thread and the calling thread; drains first */
+/* switches between the transfer thread and the calling thread; drains first
+ * (a queue with a device stays synchronous) */
 void mt_xq_set_async(mt_xq *q, bool on);
 bool mt_xq_async(const mt_xq *q);
 /* a new run: the queue is empty; clears the kept error, failed chunks and per-run times */

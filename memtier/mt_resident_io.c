@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "nvme.h"
+
 struct mt_xq {
     mt_pool *pool;
     int nchunks;
@@ -22,6 +24,8 @@ struct mt_xq {
     col_status fail;            /* the first failure of this run */
     col_err fail_err;
     bool *failed;               /* per chunk: its fetch failed in this run */
+    const col_backend *dev;     /* the copies are this backend's memory (NULL: host memory) */
+    void *stage;                /* with dev: host staging for NVMe chunks (NULL when none is needed) */
     double wait_s, busy_s[MT_NLINKS];
 };
 
@@ -45,6 +49,30 @@ static void copy_parallel(void *dst, const void *src, size_t n)
 static col_status run_xfer(mt_xq *q, const mt_xfer *x, bool parallel, mt_link *link, col_err *e)
 {
     col_status st = COL_OK;
+    if (q->dev) { /* device copies: through the backend's memory table */
+        const col_backend_mem *m = q->dev->mem;
+        if (x->home) {
+            st = x->store ? m->to_host(q->dev, x->home, x->buf, x->bytes, e)
+                          : m->to_device(q->dev, x->buf, x->home, x->bytes, e);
+            if (st == COL_OK && x->poison && !x->store)
+                memset(x->home, 0xff, x->bytes);
+            *link = x->store ? MT_LINK_C2H : MT_LINK_H2C;
+        } else if (!q->stage) {
+            st = col_err_set(e, COL_EINTERNAL, "memtier: no staging buffer for NVMe chunk %d", x->chunk);
+            *link = x->store ? MT_LINK_H2N : MT_LINK_N2H;
+        } else if (x->store) { /* device -> staging -> NVMe */
+            st = m->to_host(q->dev, q->stage, x->buf, x->bytes, e);
+            if (st == COL_OK)
+                st = mt_chunk_write(q->pool, x->chunk, q->stage, e);
+            *link = MT_LINK_H2N;
+        } else { /* NVMe -> staging -> device */
+            st = mt_chunk_read(q->pool, x->chunk, q->stage, e);
+            if (st == COL_OK)
+                st = m->to_device(q->dev, x->buf, q->stage, x->bytes, e);
+            *link = MT_LINK_N2H;
+        }
+        return st;
+    }
     if (x->home) {
         void *dst = x->store ? x->home : x->buf;
         const void *src = x->store ? x->buf : x->home;
@@ -110,14 +138,21 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-col_status mt_xq_create(mt_pool *pool, int nchunks, mt_xq **out, col_err *err)
+col_status mt_xq_create(mt_pool *pool, int nchunks, const col_backend *dev, size_t stage_bytes, mt_xq **out,
+                        col_err *err)
 {
     *out = NULL;
     mt_xq *q = calloc(1, sizeof *q);
     if (!q)
         return col_err_set(err, COL_ENOMEM, "memtier: out of memory");
     q->failed = calloc((size_t)nchunks + 1, sizeof *q->failed);
-    if (!q->failed) {
+    if (dev && stage_bytes) {
+        size_t n = (stage_bytes + MT_NVME_ALIGN - 1) / MT_NVME_ALIGN * MT_NVME_ALIGN;
+        q->stage = aligned_alloc(MT_NVME_ALIGN, n);
+    }
+    if (!q->failed || (dev && stage_bytes && !q->stage)) {
+        free(q->stage);
+        free(q->failed);
         free(q);
         return col_err_set(err, COL_ENOMEM, "memtier: out of memory");
     }
@@ -130,13 +165,15 @@ col_status mt_xq_create(mt_pool *pool, int nchunks, mt_xq **out, col_err *err)
             pthread_cond_destroy(&q->work);
         if (made > 0)
             pthread_mutex_destroy(&q->mu);
+        free(q->stage);
         free(q->failed);
         free(q);
         return col_err_set(err, COL_ENOMEM, "memtier: cannot create the transfer queue's locks");
     }
     q->pool = pool;
     q->nchunks = nchunks;
-    q->async = true;
+    q->dev = dev;
+    q->async = false; /* the default (mt_resident.h); mt_xq_set_async switches */
     *out = q;
     return COL_OK;
 }
@@ -157,13 +194,14 @@ void mt_xq_free(mt_xq *q)
     pthread_mutex_destroy(&q->mu);
     free(q->q);
     free(q->failed);
+    free(q->stage);
     free(q);
 }
 
 void mt_xq_set_async(mt_xq *q, bool on)
 {
     mt_xq_drain(q, NULL);
-    q->async = on;
+    q->async = on && !q->dev;
 }
 
 bool mt_xq_async(const mt_xq *q) { return q->async; }

@@ -63,7 +63,7 @@ static col_status build_train(col_lm_trainer *t, col_err *err)
     if (st == COL_OK)
         st = bind_params(t, &t->gg, true, err);
     if (st == COL_OK)
-        st = col_plan_create(t->g, &t->plan, err);
+        st = col_plan_create_on(t->g, t->be, &t->plan, err);
     return st;
 }
 
@@ -90,7 +90,7 @@ static col_status build_forward(col_lm_trainer *t, int batch, col_err *err)
         st = bind_params(t, &t->fgg, false, err);
     }
     if (st == COL_OK)
-        st = col_plan_create(t->fg, &t->fplan, err);
+        st = col_plan_create_on(t->fg, t->be, &t->fplan, err);
     if (st != COL_OK) { /* rebuilt on the next call */
         col_plan_free(t->fplan);
         col_graph_free(t->fg);
@@ -112,6 +112,9 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         return st;
     if (cfg->grad_accum < 0 || cfg->grad_accum > 65536)
         return col_err_set(err, COL_EINVAL, "gradient accumulation of %d micro-batches (1..65536)", cfg->grad_accum);
+    if (be && be->mem && !cfg->compute_budget)
+        return col_err_set(err, COL_EINVAL, "a device backend reaches parameters only through the compute tier: "
+                           "give --gpu-mem");
     col_lm_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
@@ -201,13 +204,89 @@ static void dec_free(struct dec_graph *d)
     memset(d, 0, sizeof *d);
 }
 
+/* the KV cache: host memory, or the device's */
+static void kv_free(col_lm_trainer *t)
+{
+    if (t->kv && lmt_dev(t))
+        lmt_dev(t)->free(t->be, t->kv);
+    else
+        free(t->kv);
+    t->kv = NULL;
+    t->kv_len = 0;
+}
+
+/* a zeroed cache of n floats: calloc, or the device's alloc filled from a zeroed host block */
+static col_status kv_alloc(col_lm_trainer *t, size_t n, col_err *err)
+{
+    const col_backend_mem *m = lmt_dev(t);
+    if (!m) {
+        t->kv = calloc(n, sizeof(float));
+        return t->kv ? COL_OK : COL_ENOMEM;
+    }
+    void *p = NULL;
+    col_status st = m->alloc(t->be, n * sizeof(float), &p, err);
+    if (st != COL_OK)
+        return st;
+    size_t bytes = n * sizeof(float), blk = bytes < ((size_t)4 << 20) ? bytes : (size_t)4 << 20;
+    void *zero = calloc(blk ? blk : 1, 1);
+    if (!zero)
+        st = col_err_set(err, COL_ENOMEM, "decode: out of memory");
+    for (size_t off = 0; st == COL_OK && off < bytes; off += blk)
+        st = m->to_device(t->be, (char *)p + off, zero, bytes - off < blk ? bytes - off : blk, err);
+    free(zero);
+    if (st != COL_OK) {
+        m->free(t->be, p);
+        return st;
+    }
+    t->kv = p;
+    return COL_OK;
+}
+
+/* room for n floats of logits in host memory (a device session's copies) */
+static col_status hlog_reserve(col_lm_trainer *t, size_t n, col_err *err)
+{
+    if (t->hlog_n >= n)
+        return COL_OK;
+    float *p = realloc(t->hlog, sizeof *p * n);
+    if (!p)
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory for %zu logits", n);
+    t->hlog = p;
+    t->hlog_n = n;
+    return COL_OK;
+}
+
+/* rows [row, row + rows) of a [.., vocab] logits node: its memory on a host
+ * plan, a host copy on a device plan (downloaded from the start through the
+ * last row asked for) */
+static col_status get_logits(col_lm_trainer *t, col_plan *plan, col_node *lg, size_t row, size_t rows,
+                             const float **out, col_err *err)
+{
+    size_t v = (size_t)t->cfg.model.vocab_size, n = (row + rows) * v;
+    if (!lmt_dev(t)) {
+        *out = (const float *)col_data(lg) + row * v;
+        return COL_OK;
+    }
+    col_status st = hlog_reserve(t, n, err);
+    if (st == COL_OK)
+        st = col_plan_download(plan, lg, t->hlog, sizeof(float) * n, err);
+    if (st == COL_OK)
+        *out = t->hlog + row * v;
+    return st;
+}
+
+static col_status get_loss(col_plan *plan, col_node *loss, float *out, col_err *err)
+{
+    return col_plan_download(plan, loss, out, sizeof *out, err);
+}
+
 void col_lm_trainer_free(col_lm_trainer *t)
 {
     if (!t)
         return;
     dec_free(&t->dec[0]);
     dec_free(&t->dec[1]);
-    free(t->kv);
+    kv_free(t);
+    free(t->hlog);
     lmt_tier_free(&t->tier);
     lmt_tier_free(&t->ftier);
     mt_stage_free(t->stage);
@@ -226,10 +305,14 @@ void col_lm_trainer_free(col_lm_trainer *t)
     free(t);
 }
 
-static void load_batch(col_lm_graph *gg, const int32_t *ids, const int32_t *targets, int64_t n)
+/* the batch into the graph's inputs (a memcpy on a host plan) */
+static col_status load_batch(col_plan *plan, col_lm_graph *gg, const int32_t *ids, const int32_t *targets, int64_t n,
+                             col_err *err)
 {
-    memcpy(col_data(gg->ids), ids, sizeof(int32_t) * (size_t)n);
-    memcpy(col_data(gg->targets), targets, sizeof(int32_t) * (size_t)n);
+    col_status st = col_plan_upload(plan, gg->ids, ids, sizeof(int32_t) * (size_t)n, err);
+    if (st == COL_OK)
+        st = col_plan_upload(plan, gg->targets, targets, sizeof(int32_t) * (size_t)n, err);
+    return st;
 }
 
 static int accum(const col_lm_trainer *t) { return t->cfg.grad_accum > 1 ? t->cfg.grad_accum : 1; }
@@ -242,10 +325,11 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
         return col_err_set(err, COL_ESTATE, "this session was created for inference: it cannot train");
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
-    load_batch(&t->gg, ids + k * n, targets + k * n, n);
-    col_status st = lmt_run(t, t->plan, &t->tier, 0, err);
+    col_status st = load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
+    if (st == COL_OK)
+        st = lmt_run(t, t->plan, &t->tier, 0, err);
     if (st == COL_OK && loss)
-        *loss = *(const float *)col_data(t->gg.loss);
+        st = get_loss(t->plan, t->gg.loss, loss, err);
     return st;
 }
 
@@ -324,13 +408,13 @@ col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int3
     col_status st = build_forward(t, t->cfg.batch, err);
     if (st != COL_OK)
         return st;
-    load_batch(&t->fgg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq);
-    st = lmt_run(t, t->fplan, &t->ftier, 0, err);
-    if (st == COL_OK) {
-        *loss = *(const float *)col_data(t->fgg.loss);
-        if (logits)
-            *logits = col_data(t->fgg.logits);
-    }
+    st = load_batch(t->fplan, &t->fgg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
+    if (st == COL_OK)
+        st = lmt_run(t, t->fplan, &t->ftier, 0, err);
+    if (st == COL_OK)
+        st = get_loss(t->fplan, t->fgg.loss, loss, err);
+    if (st == COL_OK && logits)
+        st = get_logits(t, t->fplan, t->fgg.logits, 0, (size_t)t->cfg.batch * (size_t)t->cfg.seq, logits, err);
     return st;
 }
 
@@ -342,15 +426,20 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
     col_status st = build_forward(t, 1, err);
     if (st != COL_OK)
         return st;
-    int32_t *ids = col_data(t->fgg.ids), *tg = col_data(t->fgg.targets);
+    int32_t *ids = malloc(sizeof *ids * 2 * (size_t)t->cfg.seq), *tg = ids + t->cfg.seq;
+    if (!ids)
+        return col_err_set(err, COL_ENOMEM, "sampling: out of memory");
     for (int i = 0; i < t->cfg.seq; i++) {
         ids[i] = i < n ? tokens[i] : 0; /* causal: padding after the context does not change it */
         tg[i] = -1;
     }
     tg[0] = 0; /* the loss needs one counted row; its value is not used */
-    st = lmt_run(t, t->fplan, &t->ftier, 0, err);
+    st = load_batch(t->fplan, &t->fgg, ids, tg, t->cfg.seq, err);
+    free(ids);
     if (st == COL_OK)
-        *logits = (const float *)col_data(t->fgg.logits) + (size_t)(n - 1) * (size_t)t->cfg.model.vocab_size;
+        st = lmt_run(t, t->fplan, &t->ftier, 0, err);
+    if (st == COL_OK)
+        st = get_logits(t, t->fplan, t->fgg.logits, (size_t)(n - 1), 1, logits, err);
     return st;
 }
 
@@ -481,7 +570,7 @@ static col_status dec_build(col_lm_trainer *t, struct dec_graph *d, int seq, col
     for (int l = 0; l < 2 * c->n_layer && st == COL_OK; l++)
         st = col_bind(d->lg.cache[l], t->kv + (size_t)l * per, err);
     if (st == COL_OK)
-        st = col_plan_create(d->g, &d->plan, err);
+        st = col_plan_create_on(d->g, t->be, &d->plan, err);
     return st;
 }
 
@@ -494,13 +583,14 @@ col_status col_lm_trainer_decode_reset(col_lm_trainer *t, int max_len, col_err *
     if (max_len != t->kv_len) {
         dec_free(&t->dec[0]);
         dec_free(&t->dec[1]);
-        free(t->kv);
+        kv_free(t);
         size_t n = 2 * (size_t)c->n_layer * (size_t)c->n_kv_head * (size_t)max_len * (size_t)c->head_dim;
-        t->kv = calloc(n, sizeof(float));
-        t->kv_len = t->kv ? max_len : 0;
-        if (!t->kv)
-            return col_err_set(err, COL_ENOMEM, "decode: cannot allocate a %.1f MB key/value cache",
-                               (double)n * 4 / 1e6);
+        col_err e2 = {0};
+        col_status st = kv_alloc(t, n, &e2);
+        if (st != COL_OK)
+            return col_err_set(err, st, "decode: cannot allocate a %.1f MB key/value cache%s%s", (double)n * 4 / 1e6,
+                               e2.msg[0] ? ": " : "", e2.msg);
+        t->kv_len = max_len;
     }
     t->kv_pos = 0;
     return COL_OK;
@@ -521,16 +611,21 @@ col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n
             return st;
         }
     }
-    memcpy(col_data(d->lg.ids), tokens, sizeof(int32_t) * (size_t)n);
-    *(int64_t *)col_data(d->lg.start) = t->kv_pos;
+    int64_t pos = t->kv_pos;
+    col_status st = col_plan_upload(d->plan, d->lg.ids, tokens, sizeof(int32_t) * (size_t)n, err);
+    if (st == COL_OK)
+        st = col_plan_upload(d->plan, d->lg.start, &pos, sizeof pos, err);
+    if (st != COL_OK)
+        return st;
     const col_lm_config *c = &t->cfg.model;
     size_t kv_bytes = sizeof(float) * 2 * (size_t)c->n_layer * (size_t)c->n_kv_head * (size_t)t->kv_len *
                       (size_t)c->head_dim;
-    col_status st = lmt_run(t, d->plan, &d->tier, kv_bytes, err);
+    st = lmt_run(t, d->plan, &d->tier, kv_bytes, err);
+    if (st == COL_OK)
+        st = get_logits(t, d->plan, d->lg.logits, (size_t)(n - 1), 1, logits, err);
     if (st != COL_OK)
         return st;
     t->kv_pos += n;
-    *logits = (const float *)col_data(d->lg.logits) + (size_t)(n - 1) * (size_t)t->cfg.model.vocab_size;
     return COL_OK;
 }
 

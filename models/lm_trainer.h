@@ -57,6 +57,16 @@ typedef struct {
     double compute_s, wait_s, optim_s;
 } col_lm_step_info;
 
+/* be runs every graph. A backend with a memory table (be->mem, a GPU) needs
+ * a compute_budget (else COL_EINVAL): parameters, gradients and optimizer
+ * states stay in host memory or on NVMe, the graphs are planned in the
+ * device's memory (col_plan_create_on) and reach parameters and gradients
+ * only through the compute tier, whose arena is device memory; batches go in
+ * with col_plan_upload, losses and logits come back into host memory the
+ * session owns (the logits pointers below are host memory either way), the
+ * key/value cache is device memory, and the optimizer runs on the host
+ * copies. Results are bitwise those of the CPU backend when the kernels
+ * are. Free the session before the backend. */
 col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backend *be, col_lm_trainer **out,
                                   col_err *err);
 void col_lm_trainer_free(col_lm_trainer *t);

@@ -55,11 +55,16 @@ struct col_lm_trainer {
         col_lm_graph lg;
         int seq;
     } dec[2];
-    float *kv;          /* 2 * n_layer caches of [1, n_kv_head, kv_len, head_dim] */
+    float *kv;          /* 2 * n_layer caches of [1, n_kv_head, kv_len, head_dim]; on a device backend its memory */
+    float *hlog;        /* on a device backend: host copies of the logits handed out (hlog_n floats) */
+    size_t hlog_n;
     int kv_len;
     int64_t kv_pos;
     double opt_s;       /* the last optimizer step's seconds */
 };
+
+/* the backend's memory table: non-NULL when graphs run in device memory */
+static inline const col_backend_mem *lmt_dev(const col_lm_trainer *t) { return t->be ? t->be->mem : NULL; }
 
 /* lm_trainer_tiers.c */
 /* Makes the pool and places every tensor: parameters, then gradients, then

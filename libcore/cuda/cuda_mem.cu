@@ -9,9 +9,10 @@
 /* part 1's device memory helpers (backend_cuda.cu) already have the table's
  * signatures: alloc 256-byte aligned cudaMalloc (COL_ENOMEM when out of
  * memory), copies ordered after queued kernels that return when the data has
- * arrived, sync waiting for the stream and reporting a kernel fault */
+ * arrived, sync waiting for the stream and reporting a kernel fault, copy a
+ * device-to-device cudaMemcpyAsync on the stream (ordered with the kernels) */
 static const col_backend_mem cu_mem = {
-    col_cuda_alloc, col_cuda_free, col_cuda_to_device, col_cuda_to_host, col_cuda_sync,
+    col_cuda_alloc, col_cuda_free, col_cuda_to_device, col_cuda_to_host, col_cuda_sync, col_cuda_copy,
 };
 
 extern "C" const col_backend_mem *col_cuda_mem_table(void) { return &cu_mem; }

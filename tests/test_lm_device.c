@@ -1,0 +1,331 @@
+/* test_lm_device.c - a training session on a backend with its own memory
+ * (backend.h's col_backend_mem), checked on the CPU with a fake "device":
+ * the CPU kernels with a memory table of host blocks that counts what it is
+ * asked for, refuses copies that do not go between a host buffer and one of
+ * its blocks (or, for its device-to-device copy, between two non-overlapping
+ * ranges of its blocks), and whose kernels refuse to run on any memory that
+ * is not one of its blocks: a parameter or gradient reached at home instead
+ * of through the compute tier fails the run.
+ *
+ * GPT-2 tiny and LLaMA tiny sessions on the fake device, through the
+ * smallest compute tier and twice that, with everything at home in host
+ * memory and then on the NVMe tier: 5 training steps (AdamW, 2 micro-batches,
+ * dropout, clipping) give bitwise the losses and weights of a CPU session;
+ * evaluation (loss and logits), next-token logits and greedy decoding with
+ * a key/value cache in device memory give the same results, the logits in
+ * host memory; every block goes back when the session is freed. A device
+ * session without a compute tier, and compaction with a table that has no
+ * device-to-device copy, are clear errors. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hf_config.h"
+#include "lm_trainer.h"
+#include "mt_resident.h"
+#include "ops.h"
+#include "testlib.h"
+#include "lm_testutil.h"
+
+static col_backend cpu, fake, fake_nocopy;
+
+enum { B = 2, T = 16, STEPS = 5, NTOK = 12, MAXBLK = 512 };
+
+/* ---- the fake device ---- */
+
+static struct {
+    void *blk[MAXBLK];
+    size_t size[MAXBLK];
+    int allocs, frees, live, to_dev, to_host, copies, kernels;
+    int refused;      /* copies that were not host<->block or block<->block */
+    int off_device;   /* kernels that were handed memory outside the blocks */
+    char first[200];  /* the first refusal */
+} fk;
+
+static int find_block(const void *p, size_t bytes)
+{
+    for (int i = 0; i < MAXBLK; i++)
+        if (fk.blk[i] && (const char *)p >= (char *)fk.blk[i] &&
+            (const char *)p + bytes <= (char *)fk.blk[i] + fk.size[i])
+            return i;
+    return -1;
+}
+
+static bool is_fake(const col_backend *be) { return be == &fake || be == &fake_nocopy; }
+
+static col_status refuse(col_err *err, const char *what, const void *a, const void *b)
+{
+    if (!fk.refused++ && !fk.off_device)
+        snprintf(fk.first, sizeof fk.first, "%s %p %p", what, a, b);
+    return col_err_set(err, COL_EINVAL, "fake %s: %p / %p is not the right kind of memory", what, a, b);
+}
+
+static col_status fk_alloc(const col_backend *be, size_t bytes, void **out, col_err *err)
+{
+    *out = NULL;
+    if (!is_fake(be))
+        return col_err_set(err, COL_EINTERNAL, "fake alloc: called with another backend");
+    int i = 0;
+    while (i < MAXBLK && fk.blk[i])
+        i++;
+    size_t b = (bytes + 63) & ~(size_t)63;
+    void *p = i < MAXBLK ? aligned_alloc(64, b ? b : 64) : NULL;
+    if (!p)
+        return col_err_set(err, COL_ENOMEM, "fake alloc: no block for %zu bytes", bytes);
+    memset(p, 0xff, b ? b : 64); /* NaN bytes: what nobody wrote shows */
+    fk.blk[i] = p;
+    fk.size[i] = bytes;
+    fk.allocs++;
+    fk.live++;
+    *out = p;
+    return COL_OK;
+}
+
+static void fk_free(const col_backend *be, void *p)
+{
+    (void)be;
+    if (!p)
+        return;
+    for (int i = 0; i < MAXBLK; i++)
+        if (fk.blk[i] == p) {
+            free(p);
+            fk.blk[i] = NULL;
+            fk.frees++;
+            fk.live--;
+            return;
+        }
+    fk.frees += 1000; /* not ours: fails every balance check */
+}
+
+static col_status fk_to_device(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
+{
+    if (!is_fake(be) || find_block(dst, bytes) < 0 || find_block(src, 1) >= 0)
+        return refuse(err, "to_device", dst, src);
+    memcpy(dst, src, bytes);
+    fk.to_dev++;
+    return COL_OK;
+}
+
+static col_status fk_to_host(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
+{
+    if (!is_fake(be) || find_block(src, bytes) < 0 || find_block(dst, 1) >= 0)
+        return refuse(err, "to_host", dst, src);
+    memcpy(dst, src, bytes);
+    fk.to_host++;
+    return COL_OK;
+}
+
+static col_status fk_copy(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
+{
+    const char *d = dst, *s = src;
+    if (!is_fake(be) || find_block(dst, bytes) < 0 || find_block(src, bytes) < 0 || (d < s + bytes && s < d + bytes))
+        return refuse(err, "copy", dst, src);
+    memcpy(dst, src, bytes); /* not memmove: overlapping ranges were refused above */
+    fk.copies++;
+    return COL_OK;
+}
+
+static col_status fk_sync(const col_backend *be, col_err *err)
+{
+    (void)be, (void)err;
+    return COL_OK;
+}
+
+static const col_backend_mem fk_mem = {fk_alloc, fk_free, fk_to_device, fk_to_host, fk_sync, fk_copy};
+static const col_backend_mem fk_mem_nocopy = {fk_alloc, fk_free, fk_to_device, fk_to_host, fk_sync, NULL};
+
+/* every CPU kernel, run only when its output, its sources and its scratch are fake device memory */
+static col_status fk_kernel(const col_node *n, const col_exec *ex, col_err *err)
+{
+    bool ok = n->t.data && find_block(n->t.data, 1) >= 0 && (!n->scratch_bytes || find_block(ex->scratch, 1) >= 0);
+    for (int j = 0; j < n->nsrc && ok; j++)
+        ok = n->src[j]->t.data && find_block(n->src[j]->t.data, 1) >= 0;
+    if (!ok) {
+        if (!fk.off_device++ && !fk.refused)
+            snprintf(fk.first, sizeof fk.first, "kernel %s (%s) off the device", col_op_name(n->op), n->name);
+        return col_err_set(err, COL_EINVAL, "fake kernel %s: memory outside the device", col_op_name(n->op));
+    }
+    fk.kernels++;
+    return cpu.kernel[n->op](n, ex, err);
+}
+
+static void fake_init(void)
+{
+    tl_cpu_backend(&cpu);
+    fake = cpu; /* ctx: the CPU backend's (BLAS) */
+    fake.name = "fakedev";
+    for (int op = 0; op < COL_OP_COUNT; op++)
+        fake.kernel[op] = cpu.kernel[op] ? fk_kernel : NULL;
+    fake.mem = &fk_mem;
+    fake_nocopy = fake;
+    fake_nocopy.mem = &fk_mem_nocopy;
+}
+
+/* ---- sessions ---- */
+
+static char dir[] = "/tmp/col_lm_device_XXXXXX";
+static const unsigned ALL = COL_LM_PARAMS | COL_LM_GRADS | COL_LM_STATES;
+
+static col_lm_train_config config(const char *model, unsigned kinds, size_t compute)
+{
+    col_lm_train_config c = {
+        .batch = B, .seq = T,
+        .opt = col_opt_defaults(COL_OPT_ADAMW),
+        .lr = {.kind = COL_LR_CONSTANT, .lr_max = 3e-3f},
+        .grad_clip = 0.05f, /* small: every step clips */
+        .grad_accum = 2,
+        .seed = 11,
+        .chunk_bytes = 16 << 10,
+        .nvme_dir = kinds ? dir : NULL,
+        .nvme_kinds = kinds,
+        .compute_budget = compute,
+    };
+    col_err err = {0};
+    if (col_lm_preset(model, &c.model, &err) != COL_OK)
+        TL_NOTE("preset %s: %s", model, err.msg);
+    c.model.dropout = 0.1f;
+    return c;
+}
+
+/* the smallest compute tier of the training graph on the device */
+static size_t least_budget(const char *model, unsigned kinds)
+{
+    col_err err = {0};
+    col_lm_train_config c = config(model, kinds, (size_t)1 << 30);
+    col_lm_trainer *t = NULL;
+    if (col_lm_trainer_create(&c, &fake, &t, &err) != COL_OK) {
+        TL_NOTE("least budget of %s: %s", model, err.msg);
+        return 0;
+    }
+    mt_resident_stats rs;
+    mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
+    col_lm_trainer_free(t);
+    return rs.min_budget;
+}
+
+static int V;
+
+/* a CPU session (everything in host memory, no compute tier) against a device session */
+static void compare(const char *model, unsigned kinds, size_t budget, const char *what)
+{
+    col_err err = {0};
+    col_lm_train_config h = config(model, 0, 0), d = config(model, kinds, budget);
+    V = h.model.vocab_size;
+    col_lm_trainer *a = NULL, *b = NULL;
+    int live0 = fk.live, td0 = fk.to_dev, th0 = fk.to_host, k0 = fk.kernels;
+    bool ok = col_lm_trainer_create(&h, &cpu, &a, &err) == COL_OK && col_lm_trainer_create(&d, &fake, &b, &err) == COL_OK;
+    TL_OK(ok, "%s %s: a CPU session and a device session with a %zu-byte compute tier: %s", model, what, budget,
+          err.msg);
+    if (!ok) {
+        col_lm_trainer_free(a), col_lm_trainer_free(b);
+        return;
+    }
+    float l0[STEPS] = {0}, l1[STEPS] = {0};
+    ok = tl_lm_steps(a, 0, STEPS, 300, V, l0, &err) && tl_lm_steps(b, 0, STEPS, 300, V, l1, &err);
+    TL_OK(ok, "%s %s: %d steps (AdamW, grad_accum 2, dropout, clipping) on both: %s", model, what, STEPS, err.msg);
+    TL_OK(ok && memcmp(l0, l1, sizeof l0) == 0, "%s %s: losses bitwise equal (%.7f ... %.7f vs %.7f ... %.7f)", model,
+          what, l0[0], l0[STEPS - 1], l1[0], l1[STEPS - 1]);
+    TL_OK(ok && tl_lm_same_weights(a, b), "%s %s: weights bitwise equal after %d steps", model, what, STEPS);
+    mt_resident_stats rs;
+    mt_resident_get_stats(col_lm_trainer_compute_tier(b), &rs);
+    TL_OK(ok && rs.fetches > 0 && !rs.async && fk.kernels > k0 && fk.to_dev > td0 && fk.to_host > th0,
+          "%s %s: the steps ran on the device through the compute tier (%d fetches, %d write-backs, %.1f KiB "
+          "compacted; %d kernels, %d uploads, %d downloads), synchronously", model, what, rs.fetches, rs.writebacks,
+          rs.compacted / 1024.0, fk.kernels - k0, fk.to_dev - td0, fk.to_host - th0);
+
+    int32_t ids[B * T], tg[B * T];
+    tl_lm_batch(77, V, B * T, ids, tg);
+    float ea = 0, eb = 0;
+    const float *xa = NULL, *xb = NULL;
+    ok = ok && col_lm_trainer_eval(a, ids, tg, &ea, &xa, &err) == COL_OK &&
+         col_lm_trainer_eval(b, ids, tg, &eb, &xb, &err) == COL_OK;
+    TL_OK(ok && ea == eb && memcmp(xa, xb, sizeof(float) * B * T * (size_t)V) == 0 && find_block(xb, 1) < 0,
+          "%s %s: evaluation loss %.7f and logits bitwise equal, the logits in host memory: %s", model, what, ea,
+          err.msg);
+    ok = ok && col_lm_trainer_next_logits(a, ids, 9, &xa, &err) == COL_OK &&
+         col_lm_trainer_next_logits(b, ids, 9, &xb, &err) == COL_OK;
+    TL_OK(ok && memcmp(xa, xb, sizeof(float) * (size_t)V) == 0 && find_block(xb, 1) < 0,
+          "%s %s: next-token logits bitwise equal, in host memory: %s", model, what, err.msg);
+    int32_t ga[NTOK], gb[NTOK];
+    ok = ok && col_lm_trainer_greedy(a, ids, 5, NTOK, ga, &err) == COL_OK &&
+         col_lm_trainer_greedy(b, ids, 5, NTOK, gb, &err) == COL_OK;
+    TL_OK(ok && memcmp(ga, gb, sizeof ga) == 0, "%s %s: greedy decoding (key/value cache on the device) gives the same "
+          "%d tokens (%d %d %d ...): %s", model, what, NTOK, ga[0], ga[1], ga[2], err.msg);
+    const float *da = NULL, *db = NULL;
+    ok = ok && col_lm_trainer_decode_reset(a, 8, &err) == COL_OK && col_lm_trainer_decode_reset(b, 8, &err) == COL_OK &&
+         col_lm_trainer_decode(a, ids, 3, &da, &err) == COL_OK && col_lm_trainer_decode(b, ids, 3, &db, &err) == COL_OK;
+    TL_OK(ok && memcmp(da, db, sizeof(float) * (size_t)V) == 0 && find_block(db, 1) < 0,
+          "%s %s: decoding after a reset to another length: the same logits, in host memory: %s", model, what,
+          err.msg);
+    col_lm_trainer_free(a);
+    col_lm_trainer_free(b);
+    TL_OK(fk.live == live0 && fk.refused == 0 && fk.off_device == 0,
+          "%s %s: every block went back (%d live); no copy refused, no kernel off the device%s%s", model, what,
+          fk.live, fk.first[0] ? ": " : "", fk.first);
+}
+
+/* compaction on a table without a device-to-device copy: refused, clearly */
+static void test_nocopy(const char *model, size_t budget)
+{
+    col_err err = {0};
+    col_lm_train_config d = config(model, 0, budget);
+    col_lm_trainer *b = NULL;
+    float l[STEPS];
+    int live0 = fk.live;
+    bool ok = col_lm_trainer_create(&d, &fake, &b, &err) == COL_OK && tl_lm_steps(b, 0, 1, 300, V, l, &err);
+    mt_resident_stats rs = {0};
+    if (ok)
+        mt_resident_get_stats(col_lm_trainer_compute_tier(b), &rs);
+    col_lm_trainer_free(b);
+    b = NULL;
+    TL_OK(ok && rs.compacted > 0, "%s: one step through a %zu-byte compute tier compacts its arena (%.1f KiB): %s",
+          model, budget, rs.compacted / 1024.0, err.msg);
+    err = (col_err){0};
+    ok = col_lm_trainer_create(&d, &fake_nocopy, &b, &err) == COL_OK;
+    col_status st = ok ? col_lm_trainer_step(b, (int32_t[B * T * 2]){0}, (int32_t[B * T * 2]){0}, NULL, &err) : COL_OK;
+    col_lm_trainer_free(b);
+    TL_OK(ok && st == COL_EINVAL && strstr(err.msg, "no device-to-device copy") && fk.live == live0,
+          "%s: the same step on a table without a copy is refused: %s", model, err.msg);
+}
+
+int main(void)
+{
+    fake_init();
+    if (!mkdtemp(dir)) {
+        printf("Bail out! mkdtemp failed\n");
+        return 1;
+    }
+    col_err err = {0};
+
+    /* a device session needs a compute tier */
+    col_lm_train_config c = config("gpt2-tiny", 0, 0);
+    col_lm_trainer *t = NULL;
+    col_status st = col_lm_trainer_create(&c, &fake, &t, &err);
+    TL_OK(st == COL_EINVAL && !t && strstr(err.msg, "compute tier") && strstr(err.msg, "--gpu-mem") && fk.live == 0,
+          "a device session without a compute budget: %s", err.msg);
+
+    const char *models[] = {"gpt2-tiny", "llama-tiny"};
+    for (int m = 0; m < 2; m++) {
+        for (int nv = 0; nv < 2; nv++) {
+            unsigned kinds = nv ? ALL : 0;
+            size_t least = least_budget(models[m], kinds);
+            TL_OK(least > 0, "%s: the smallest compute tier %s: %zu bytes", models[m],
+                  nv ? "with everything on NVMe" : "with host homes", least);
+            if (!least)
+                continue;
+            char what[64];
+            snprintf(what, sizeof what, "%s, smallest tier", nv ? "NVMe homes" : "host homes");
+            compare(models[m], kinds, least, what);
+            snprintf(what, sizeof what, "%s, twice the smallest tier", nv ? "NVMe homes" : "host homes");
+            compare(models[m], kinds, 2 * least, what);
+            if (!nv)
+                test_nocopy(models[m], least);
+        }
+    }
+    TL_OK(fk.live == 0 && fk.allocs == fk.frees, "every fake block went back (%d allocations, %d device copies)",
+          fk.allocs, fk.copies);
+    rmdir(dir);
+    col_cpu_backend_free(&cpu);
+    return tl_done();
+}
