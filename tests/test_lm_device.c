@@ -27,126 +27,28 @@
 #include "ops.h"
 #include "testlib.h"
 #include "lm_testutil.h"
+#include "fake_device.h"
 
 static col_backend cpu, fake, fake_nocopy;
 
-enum { B = 2, T = 16, STEPS = 5, NTOK = 12, MAXBLK = 512 };
+enum { B = 2, T = 16, STEPS = 5, NTOK = 12 };
 
-/* ---- the fake device ---- */
+/* ---- the fake device: tests/fake_device.h's memory, and kernels that refuse memory outside it ---- */
 
-static struct {
-    void *blk[MAXBLK];
-    size_t size[MAXBLK];
-    int allocs, frees, live, to_dev, to_host, copies, kernels;
-    int refused;      /* copies that were not host<->block or block<->block */
-    int off_device;   /* kernels that were handed memory outside the blocks */
-    char first[200];  /* the first refusal */
-} fk;
-
-static int find_block(const void *p, size_t bytes)
-{
-    for (int i = 0; i < MAXBLK; i++)
-        if (fk.blk[i] && (const char *)p >= (char *)fk.blk[i] &&
-            (const char *)p + bytes <= (char *)fk.blk[i] + fk.size[i])
-            return i;
-    return -1;
-}
-
-static bool is_fake(const col_backend *be) { return be == &fake || be == &fake_nocopy; }
-
-static col_status refuse(col_err *err, const char *what, const void *a, const void *b)
-{
-    if (!fk.refused++ && !fk.off_device)
-        snprintf(fk.first, sizeof fk.first, "%s %p %p", what, a, b);
-    return col_err_set(err, COL_EINVAL, "fake %s: %p / %p is not the right kind of memory", what, a, b);
-}
-
-static col_status fk_alloc(const col_backend *be, size_t bytes, void **out, col_err *err)
-{
-    *out = NULL;
-    if (!is_fake(be))
-        return col_err_set(err, COL_EINTERNAL, "fake alloc: called with another backend");
-    int i = 0;
-    while (i < MAXBLK && fk.blk[i])
-        i++;
-    size_t b = (bytes + 63) & ~(size_t)63;
-    void *p = i < MAXBLK ? aligned_alloc(64, b ? b : 64) : NULL;
-    if (!p)
-        return col_err_set(err, COL_ENOMEM, "fake alloc: no block for %zu bytes", bytes);
-    memset(p, 0xff, b ? b : 64); /* NaN bytes: what nobody wrote shows */
-    fk.blk[i] = p;
-    fk.size[i] = bytes;
-    fk.allocs++;
-    fk.live++;
-    *out = p;
-    return COL_OK;
-}
-
-static void fk_free(const col_backend *be, void *p)
-{
-    (void)be;
-    if (!p)
-        return;
-    for (int i = 0; i < MAXBLK; i++)
-        if (fk.blk[i] == p) {
-            free(p);
-            fk.blk[i] = NULL;
-            fk.frees++;
-            fk.live--;
-            return;
-        }
-    fk.frees += 1000; /* not ours: fails every balance check */
-}
-
-static col_status fk_to_device(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
-{
-    if (!is_fake(be) || find_block(dst, bytes) < 0 || find_block(src, 1) >= 0)
-        return refuse(err, "to_device", dst, src);
-    memcpy(dst, src, bytes);
-    fk.to_dev++;
-    return COL_OK;
-}
-
-static col_status fk_to_host(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
-{
-    if (!is_fake(be) || find_block(src, bytes) < 0 || find_block(dst, 1) >= 0)
-        return refuse(err, "to_host", dst, src);
-    memcpy(dst, src, bytes);
-    fk.to_host++;
-    return COL_OK;
-}
-
-static col_status fk_copy(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
-{
-    const char *d = dst, *s = src;
-    if (!is_fake(be) || find_block(dst, bytes) < 0 || find_block(src, bytes) < 0 || (d < s + bytes && s < d + bytes))
-        return refuse(err, "copy", dst, src);
-    memcpy(dst, src, bytes); /* not memmove: overlapping ranges were refused above */
-    fk.copies++;
-    return COL_OK;
-}
-
-static col_status fk_sync(const col_backend *be, col_err *err)
-{
-    (void)be, (void)err;
-    return COL_OK;
-}
-
-static const col_backend_mem fk_mem = {fk_alloc, fk_free, fk_to_device, fk_to_host, fk_sync, fk_copy};
-static const col_backend_mem fk_mem_nocopy = {fk_alloc, fk_free, fk_to_device, fk_to_host, fk_sync, NULL};
+static int off_device, kernels; /* kernels handed memory outside the blocks; kernels run */
 
 /* every CPU kernel, run only when its output, its sources and its scratch are fake device memory */
 static col_status fk_kernel(const col_node *n, const col_exec *ex, col_err *err)
 {
-    bool ok = n->t.data && find_block(n->t.data, 1) >= 0 && (!n->scratch_bytes || find_block(ex->scratch, 1) >= 0);
+    bool ok = n->t.data && fk_find_block(n->t.data, 1) >= 0 && (!n->scratch_bytes || fk_find_block(ex->scratch, 1) >= 0);
     for (int j = 0; j < n->nsrc && ok; j++)
-        ok = n->src[j]->t.data && find_block(n->src[j]->t.data, 1) >= 0;
+        ok = n->src[j]->t.data && fk_find_block(n->src[j]->t.data, 1) >= 0;
     if (!ok) {
-        if (!fk.off_device++ && !fk.refused)
+        if (!off_device++ && !fk.first[0])
             snprintf(fk.first, sizeof fk.first, "kernel %s (%s) off the device", col_op_name(n->op), n->name);
         return col_err_set(err, COL_EINVAL, "fake kernel %s: memory outside the device", col_op_name(n->op));
     }
-    fk.kernels++;
+    kernels++;
     return cpu.kernel[n->op](n, ex, err);
 }
 
@@ -160,6 +62,8 @@ static void fake_init(void)
     fake.mem = &fk_mem;
     fake_nocopy = fake;
     fake_nocopy.mem = &fk_mem_nocopy;
+    fk_own(&fake);
+    fk_own(&fake_nocopy);
 }
 
 /* ---- sessions ---- */
@@ -213,7 +117,7 @@ static void compare(const char *model, unsigned kinds, size_t budget, const char
     col_lm_train_config h = config(model, 0, 0), d = config(model, kinds, budget);
     V = h.model.vocab_size;
     col_lm_trainer *a = NULL, *b = NULL;
-    int live0 = fk.live, td0 = fk.to_dev, th0 = fk.to_host, k0 = fk.kernels;
+    int live0 = fk.live, td0 = fk.to_dev, th0 = fk.to_host, k0 = kernels;
     bool ok = col_lm_trainer_create(&h, &cpu, &a, &err) == COL_OK && col_lm_trainer_create(&d, &fake, &b, &err) == COL_OK;
     TL_OK(ok, "%s %s: a CPU session and a device session with a %zu-byte compute tier: %s", model, what, budget,
           err.msg);
@@ -229,10 +133,10 @@ static void compare(const char *model, unsigned kinds, size_t budget, const char
     TL_OK(ok && tl_lm_same_weights(a, b), "%s %s: weights bitwise equal after %d steps", model, what, STEPS);
     mt_resident_stats rs;
     mt_resident_get_stats(col_lm_trainer_compute_tier(b), &rs);
-    TL_OK(ok && rs.fetches > 0 && !rs.async && fk.kernels > k0 && fk.to_dev > td0 && fk.to_host > th0,
+    TL_OK(ok && rs.fetches > 0 && !rs.async && kernels > k0 && fk.to_dev > td0 && fk.to_host > th0,
           "%s %s: the steps ran on the device through the compute tier (%d fetches, %d write-backs, %.1f KiB "
           "compacted; %d kernels, %d uploads, %d downloads), synchronously", model, what, rs.fetches, rs.writebacks,
-          rs.compacted / 1024.0, fk.kernels - k0, fk.to_dev - td0, fk.to_host - th0);
+          rs.compacted / 1024.0, kernels - k0, fk.to_dev - td0, fk.to_host - th0);
 
     int32_t ids[B * T], tg[B * T];
     tl_lm_batch(77, V, B * T, ids, tg);
@@ -240,12 +144,12 @@ static void compare(const char *model, unsigned kinds, size_t budget, const char
     const float *xa = NULL, *xb = NULL;
     ok = ok && col_lm_trainer_eval(a, ids, tg, &ea, &xa, &err) == COL_OK &&
          col_lm_trainer_eval(b, ids, tg, &eb, &xb, &err) == COL_OK;
-    TL_OK(ok && ea == eb && memcmp(xa, xb, sizeof(float) * B * T * (size_t)V) == 0 && find_block(xb, 1) < 0,
+    TL_OK(ok && ea == eb && memcmp(xa, xb, sizeof(float) * B * T * (size_t)V) == 0 && fk_find_block(xb, 1) < 0,
           "%s %s: evaluation loss %.7f and logits bitwise equal, the logits in host memory: %s", model, what, ea,
           err.msg);
     ok = ok && col_lm_trainer_next_logits(a, ids, 9, &xa, &err) == COL_OK &&
          col_lm_trainer_next_logits(b, ids, 9, &xb, &err) == COL_OK;
-    TL_OK(ok && memcmp(xa, xb, sizeof(float) * (size_t)V) == 0 && find_block(xb, 1) < 0,
+    TL_OK(ok && memcmp(xa, xb, sizeof(float) * (size_t)V) == 0 && fk_find_block(xb, 1) < 0,
           "%s %s: next-token logits bitwise equal, in host memory: %s", model, what, err.msg);
     int32_t ga[NTOK], gb[NTOK];
     ok = ok && col_lm_trainer_greedy(a, ids, 5, NTOK, ga, &err) == COL_OK &&
@@ -255,12 +159,12 @@ static void compare(const char *model, unsigned kinds, size_t budget, const char
     const float *da = NULL, *db = NULL;
     ok = ok && col_lm_trainer_decode_reset(a, 8, &err) == COL_OK && col_lm_trainer_decode_reset(b, 8, &err) == COL_OK &&
          col_lm_trainer_decode(a, ids, 3, &da, &err) == COL_OK && col_lm_trainer_decode(b, ids, 3, &db, &err) == COL_OK;
-    TL_OK(ok && memcmp(da, db, sizeof(float) * (size_t)V) == 0 && find_block(db, 1) < 0,
+    TL_OK(ok && memcmp(da, db, sizeof(float) * (size_t)V) == 0 && fk_find_block(db, 1) < 0,
           "%s %s: decoding after a reset to another length: the same logits, in host memory: %s", model, what,
           err.msg);
     col_lm_trainer_free(a);
     col_lm_trainer_free(b);
-    TL_OK(fk.live == live0 && fk.refused == 0 && fk.off_device == 0,
+    TL_OK(fk.live == live0 && fk.refused == 0 && off_device == 0,
           "%s %s: every block went back (%d live); no copy refused, no kernel off the device%s%s", model, what,
           fk.live, fk.first[0] ? ": " : "", fk.first);
 }

@@ -20,98 +20,11 @@
 #include "plan.h"
 #include "rng.h"
 #include "testlib.h"
+#include "fake_device.h"
 
 static col_backend cpu, fake;
 
-enum { B = 2, T = 8, V = 13, MAXBLK = 256 };
-
-/* ---- the fake device's memory ---- */
-
-static struct {
-    void *blk[MAXBLK];
-    size_t size[MAXBLK];
-    int allocs, frees, live, to_dev, to_host, syncs;
-    bool fail_alloc, fail_sync;
-} fk;
-
-static int find_block(const void *p, size_t bytes)
-{
-    for (int i = 0; i < MAXBLK; i++)
-        if (fk.blk[i] && (const char *)p >= (char *)fk.blk[i] && (const char *)p + bytes <= (char *)fk.blk[i] + fk.size[i])
-            return i;
-    return -1;
-}
-
-static col_status fk_alloc(const col_backend *be, size_t bytes, void **out, col_err *err)
-{
-    *out = NULL;
-    if (be != &fake)
-        return col_err_set(err, COL_EINTERNAL, "fake alloc: called with another backend");
-    if (fk.fail_alloc)
-        return col_err_set(err, COL_ENOMEM, "fake device out of memory (%zu bytes)", bytes);
-    int i = 0;
-    while (i < MAXBLK && fk.blk[i])
-        i++;
-    size_t b = (bytes + 63) & ~(size_t)63;
-    void *p = i < MAXBLK ? aligned_alloc(64, b ? b : 64) : NULL;
-    if (!p)
-        return col_err_set(err, COL_ENOMEM, "fake alloc: no block for %zu bytes", bytes);
-    memset(p, 0xff, b ? b : 64); /* NaN bytes: what nobody wrote shows */
-    fk.blk[i] = p;
-    fk.size[i] = bytes;
-    fk.allocs++;
-    fk.live++;
-    *out = p;
-    return COL_OK;
-}
-
-static void fk_free(const col_backend *be, void *p)
-{
-    (void)be;
-    if (!p)
-        return;
-    for (int i = 0; i < MAXBLK; i++)
-        if (fk.blk[i] == p) {
-            free(p);
-            fk.blk[i] = NULL;
-            fk.frees++;
-            fk.live--;
-            return;
-        }
-    fk.frees += 1000; /* not ours: fails every balance check */
-}
-
-static col_status fk_to_device(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
-{
-    (void)be;
-    if (find_block(dst, bytes) < 0 || find_block(src, 1) >= 0)
-        return col_err_set(err, COL_EINVAL, "fake to_device: %p is not device memory or %p not host", dst, src);
-    memcpy(dst, src, bytes);
-    fk.to_dev++;
-    return COL_OK;
-}
-
-static col_status fk_to_host(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
-{
-    (void)be;
-    if (find_block(src, bytes) < 0 || find_block(dst, 1) >= 0)
-        return col_err_set(err, COL_EINVAL, "fake to_host: %p is not device memory or %p not host", src, dst);
-    memcpy(dst, src, bytes);
-    fk.to_host++;
-    return COL_OK;
-}
-
-static col_status fk_sync(const col_backend *be, col_err *err)
-{
-    (void)be;
-    fk.syncs++;
-    if (fk.fail_sync)
-        return col_err_set(err, COL_EINTERNAL, "fake device fault at sync");
-    return COL_OK;
-}
-
-static const col_backend_mem fk_mem = {fk_alloc, fk_free, fk_to_device, fk_to_host, fk_sync};
-static const col_backend_mem fk_mem_nosync = {fk_alloc, fk_free, fk_to_device, fk_to_host, NULL};
+enum { B = 2, T = 8, V = 13 };
 
 /* ---- one model graph, its memory, its plan ---- */
 
@@ -307,6 +220,7 @@ int main(void)
     fake = cpu; /* the CPU kernels (they run on host memory, which the fake device's is) */
     fake.name = "fakedev";
     fake.mem = &fk_mem;
+    fk_own(&fake);
     col_err err = {0};
 
     /* 1. host plans: col_plan_create with the old memcpy input path, and
@@ -362,11 +276,11 @@ int main(void)
         if (x->op == COL_OP_LEAF || (x->flags & COL_NODE_VIEW) || x->op == COL_OP_ACCUMULATE)
             continue;
         arena_nodes++;
-        in_dev += find_block(col_data(x), (size_t)col_numel(&x->t) * col_dtype_size(x->t.dtype)) >= 0;
+        in_dev += fk_find_block(col_data(x), (size_t)col_numel(&x->t) * col_dtype_size(x->t.dtype)) >= 0;
     }
     col_node *ids_leaf = d.gg.ids;
     arena_nodes++;
-    in_dev += find_block(col_data(ids_leaf), sizeof(int32_t) * B * T) >= 0;
+    in_dev += fk_find_block(col_data(ids_leaf), sizeof(int32_t) * B * T) >= 0;
     TL_OK(in_dev == arena_nodes && arena_nodes > 50, "all %d arena nodes (ids included) lie in fake device blocks",
           arena_nodes);
 
