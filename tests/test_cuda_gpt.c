@@ -42,6 +42,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "testlib.h"
+#include "cuda_testutil.h"
 
 /* cudart reserves address space that ASan's shadow gap would block, and the
  * CUDA driver keeps allocations until exit (for sanitizer builds). */
@@ -503,17 +504,9 @@ static void run_model(model *m)
 
 int main(void)
 {
-    int ndev = 0;
-    col_err why = {0};
-    if (!col_cuda_device_count(&ndev, &why)) {
-        printf("1..0 # SKIP no CUDA device (%s)\n", why.msg);
+    if (!tl_cuda_backend_or_skip(&gpu))
         return 0;
-    }
     col_err err = {0};
-    if (col_cuda_backend_init(&gpu, 0, &err) != COL_OK) {
-        printf("1..0 # SKIP no usable CUDA device (%s)\n", err.msg);
-        return 0;
-    }
     tl_cpu_backend(&cpu);
     TL_NOTE("device: %s", col_cuda_backend_device_name(&gpu));
 

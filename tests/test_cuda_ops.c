@@ -22,6 +22,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "testlib.h"
+#include "cuda_testutil.h"
 
 /* cudart reserves address space that ASan's shadow gap would block, and the
  * CUDA driver keeps allocations until exit (for sanitizer builds). */
@@ -676,17 +677,8 @@ static col_node *u_silu(col_graph *g, col_node *x) { return col_silu(g, x); }
 
 int main(void)
 {
-    int ndev = 0;
-    col_err why = {0};
-    if (!col_cuda_device_count(&ndev, &why)) {
-        printf("1..0 # SKIP no CUDA device (%s)\n", why.msg);
+    if (!tl_cuda_backend_or_skip(&gpu))
         return 0;
-    }
-    col_err err = {0};
-    if (col_cuda_backend_init(&gpu, 0, &err) != COL_OK) {
-        printf("1..0 # SKIP no usable CUDA device (%s)\n", err.msg);
-        return 0;
-    }
     tl_cpu_backend(&cpu);
     col_rng_init(&rng, 20240606);
     TL_NOTE("device: %s", col_cuda_backend_device_name(&gpu));
