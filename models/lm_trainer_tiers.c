@@ -207,21 +207,32 @@ static int next_chunk(const col_lm_trainer *t, int k, int i)
     return j;
 }
 
-/* Pass 1 reads every gradient once: averages it over the micro-batches (a
- * change written back) and adds its square sum; the global norm is then the
- * one-call value. Pass 2, tensor by tensor, reads parameter, gradient and
- * states, clips the gradient and updates: the element arithmetic of
- * col_clip_grad_norm + col_opt_step on everything at once. Reads of the next
- * chunks and write-backs of older ones run while a tensor is worked on. The
- * stage keeps nothing between steps: the compute tier writes the gradient
- * chunks behind its back. */
+/* a gradient averaged over the micro-batches, its square sum added to *sum */
+static void average(col_opt_tensor *o, int na, double *sum)
+{
+    if (na > 1)
+        for (int64_t j = 0; j < o->n; j++)
+            o->g[j] /= (float)na;
+    *sum += col_grad_sumsq(o, 1);
+}
+
+/* With clipping, pass 1 reads every gradient once: averages it over the
+ * micro-batches (a change written back) and adds its square sum, so the
+ * global norm - the one-call value - is known before any update. Pass 2,
+ * tensor by tensor, reads parameter, gradient and states, clips the
+ * gradient and updates: the element arithmetic of col_clip_grad_norm +
+ * col_opt_step on everything at once. Without clipping no update waits for
+ * the norm, so pass 2 averages and sums as it goes and there is no pass 1.
+ * Reads of the next chunks and write-backs of older ones run while a tensor
+ * is worked on. The stage keeps nothing between steps: the compute tier
+ * writes the gradient chunks behind its back. */
 col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err)
 {
     col_status st = COL_OK;
     double sum = 0;
     *norm = 0;
     mt_stage_forget(t->stage);
-    for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
+    for (int i = t->train0; clip > 0 && i < t->nt && st == COL_OK; i++) {
         col_opt_tensor o = t->ot[i];
         void *g = NULL;
         st = mt_stage_get(t->stage, t->ref[t->nt + i], na > 1, &g, err);
@@ -230,12 +241,9 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
         if (st != COL_OK)
             break;
         o.g = g;
-        if (na > 1)
-            for (int64_t j = 0; j < o.n; j++)
-                o.g[j] /= (float)na;
-        sum += col_grad_sumsq(&o, 1);
+        average(&o, na, &sum);
     }
-    if (st == COL_OK)
+    if (st == COL_OK && clip > 0)
         st = mt_stage_flush(t->stage, err);
     if (st != COL_OK) {
         mt_stage_forget(t->stage);
@@ -251,7 +259,7 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
         col_opt_tensor o = t->ot[i];
         for (int k = 0; k < nk && st == COL_OK; k++) {
             void *p = NULL;
-            /* the gradient's scaling need not reach its chunk: the next step zeroes it */
+            /* the gradient's averaging or scaling here need not reach its chunk: the next step zeroes it */
             st = mt_stage_get(t->stage, t->ref[k * t->nt + i], k != 1, &p, err);
             *(k == 0 ? &o.w : k == 1 ? &o.g : k == 2 ? &o.m : &o.v) = p;
         }
@@ -264,8 +272,12 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
             break;
         if (clip > 0)
             col_clip_grad_scale(&o, 1, clip, *norm);
+        else
+            average(&o, na, &sum);
         st = col_opt_step(&t->cfg.opt, lr, t->step + 1, &o, 1, err);
     }
+    if (st == COL_OK && clip <= 0)
+        *norm = sqrt(sum);
     if (st == COL_OK)
         st = mt_stage_flush(t->stage, err);
     mt_stage_forget(t->stage);

@@ -100,6 +100,32 @@ static void test_training(col_opt_kind opt)
     col_lm_trainer_free(b);
 }
 
+/* without clipping the streamed step averages and sums each gradient as it updates (no first pass):
+ * losses, weights and the reported gradient norm are still the host session's, bit for bit */
+static void test_no_clipping(void)
+{
+    col_err err = {0};
+    col_lm_train_config h = config(COL_OPT_ADAMW, 0, 0), n = config(COL_OPT_ADAMW, ALL, least);
+    h.grad_clip = n.grad_clip = 0;
+    col_lm_trainer *a = NULL, *b = NULL;
+    bool ok = col_lm_trainer_create(&h, &be, &a, &err) == COL_OK && col_lm_trainer_create(&n, &be, &b, &err) == COL_OK;
+    int len = B * T * 2; /* grad_accum 2 */
+    int32_t ids[B * T * 2], tg[B * T * 2];
+    bool same = ok;
+    double na = 0, nb = 0;
+    for (int k = 0; k < STEPS && ok; k++) {
+        col_lm_step_info ia, ib;
+        tl_lm_batch(900 + (uint64_t)k, V, len, ids, tg);
+        ok = col_lm_trainer_step(a, ids, tg, &ia, &err) == COL_OK && col_lm_trainer_step(b, ids, tg, &ib, &err) == COL_OK;
+        same = same && ok && ia.loss == ib.loss && ia.grad_norm == ib.grad_norm;
+        na = ia.grad_norm, nb = ib.grad_norm;
+    }
+    TL_OK(ok && same && tl_lm_same_weights(a, b), "no clipping, grad_accum 2: %d steps with the same losses, gradient "
+          "norms (last %.9g / %.9g) and weights: %s", STEPS, na, nb, err.msg);
+    col_lm_trainer_free(a);
+    col_lm_trainer_free(b);
+}
+
 /* evaluation, next-token logits and decoding, all through the compute tier */
 static void test_inference_graphs(void)
 {
@@ -278,6 +304,7 @@ int main(void)
     test_training(COL_OPT_ADAMW);
     test_training(COL_OPT_LAMB);
     test_training(COL_OPT_SGD);
+    test_no_clipping();
     test_inference_graphs();
     test_save_resume();
     test_placement();
