@@ -60,7 +60,6 @@ struct col_lm_trainer {
     size_t hlog_n;
     int kv_len;
     int64_t kv_pos;
-    double opt_s;       /* the last optimizer step's seconds */
 };
 
 /* the backend's memory table: non-NULL when graphs run in device memory */

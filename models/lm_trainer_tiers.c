@@ -11,11 +11,8 @@
 /* kind k of tensor i (0 parameter, 1 gradient, 2 and 3 state slots) -> mt_kind bit */
 static unsigned kind_bit(int k) { return k == 0 ? COL_LM_PARAMS : k == 1 ? COL_LM_GRADS : COL_LM_STATES; }
 
-static float **ot_slot(col_lm_trainer *t, int k, int i)
-{
-    col_opt_tensor *o = &t->ot[i];
-    return k == 0 ? &o->w : k == 1 ? &o->g : k == 2 ? &o->m : &o->v;
-}
+/* the pointer of kind k in o: weights, gradient, state slot 0 or 1 */
+static float **slot_of(col_opt_tensor *o, int k) { return k == 0 ? &o->w : k == 1 ? &o->g : k == 2 ? &o->m : &o->v; }
 
 static void fmt_mb(size_t b, char *buf, size_t n) { snprintf(buf, n, "%.1f MB", (double)b / 1e6); }
 
@@ -261,7 +258,7 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
             void *p = NULL;
             /* the gradient's averaging or scaling here need not reach its chunk: the next step zeroes it */
             st = mt_stage_get(t->stage, t->ref[k * t->nt + i], k != 1, &p, err);
-            *(k == 0 ? &o.w : k == 1 ? &o.g : k == 2 ? &o.m : &o.v) = p;
+            *slot_of(&o, k) = p;
         }
         for (int k = 0; k < nk && st == COL_OK; k++) {
             int j = next_chunk(t, k, i);
@@ -307,7 +304,7 @@ col_status col_lm_trainer_host_begin(col_lm_trainer *t, unsigned kinds, col_err 
                 continue;
             void *p = NULL;
             st = mt_stage_get(t->view, t->ref[k * t->nt + i], true, &p, err);
-            *ot_slot(t, k, i) = p;
+            *slot_of(&t->ot[i], k) = p;
         }
     }
     if (st != COL_OK) {
@@ -325,7 +322,7 @@ col_status col_lm_trainer_host_end(col_lm_trainer *t, bool write_back, col_err *
     for (int k = 0; k < 4; k++)
         if (t->view_kinds & kind_bit(k))
             for (int i = 0; i < t->nt; i++)
-                *ot_slot(t, k, i) = NULL;
+                *slot_of(&t->ot[i], k) = NULL;
     mt_stage_free(t->view);
     t->view = NULL;
     t->view_kinds = 0;
