@@ -144,6 +144,7 @@ split=$(grep '"step":150,"loss"' "$tmp/allnv.json" | grep -c '"compute_s":[0-9.]
     notok "no step-time split in --json: $(grep '"step":150,"loss"' "$tmp/allnv.json")"
 check "--nvme-kinds without --gpu-mem" 1 "--gpu-mem" -- $run --out e14 --nvme-dir "$tmp/nvme" --nvme-kinds params
 check "a bad --nvme-kinds" 2 "--nvme-kinds must be" -- $run --out e15 --nvme-kinds everything
+check "a bad --nvme-queue-depth" 2 "--nvme-queue-depth must be" -- $run --out e16 --nvme-queue-depth 0
 
 # ---- Ctrl-C: finishes the step, saves, exits 130; resume continues exactly ----
 (cd "$tmp" && exec "$ft" $run --out intr --save-every 0) > "$tmp/intr.json" 2> "$tmp/intr.err" &
