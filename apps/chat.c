@@ -26,6 +26,7 @@
 #include "memopts.h"
 #include "lineedit.h"
 #include "lm_source.h"
+#include "backend_cpu.h"
 
 #define PROG "colossal-chat"
 

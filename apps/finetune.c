@@ -28,6 +28,7 @@
 #include "sampling.h"
 #include "top_view.h"
 #include "timer.h"
+#include "backend_cpu.h"
 
 /* Ctrl-C / SIGTERM: finish the step, save, exit 130. The one piece of global
  * state: a signal handler can reach nothing else. SA_RESETHAND makes a

@@ -26,6 +26,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "bench_util.h"
+#include "backend_cpu.h"
 
 static double sgemm_rate(const col_blas *blas, int M, int K, int N, int reps)
 {

@@ -34,6 +34,7 @@
 #include "mt_resident.h"
 #include "rng.h"
 #include "bench_util.h"
+#include "backend_cpu.h"
 
 static double sgemm_rate(const col_blas *blas, int M, int K, int N)
 {

@@ -14,6 +14,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "testlib.h"
+#include "backend_cpu.h"
 
 static col_backend be;
 

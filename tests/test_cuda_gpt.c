@@ -1,7 +1,7 @@
 /* test_cuda_gpt.c - a whole training step on the GPU against the CPU (issue 6).
  *
  * A tiny GPT-2 and a tiny LLaMA (GQA, RoPE, RMSNorm, SwiGLU) training graph
- * is built as models/lm_trainer.c builds it (col_lm_build, training, loss,
+ * is built as models/lm/lm_trainer.c builds it (col_lm_build, training, loss,
  * col_graph_backward) and run on the CPU backend with a host plan. The same
  * graph is built again and planned with col_plan_create_on(cuda): weights
  * (the CPU's initial values) and gradient buffers in device memory, ids and
@@ -43,6 +43,7 @@
 #include "rng.h"
 #include "testlib.h"
 #include "cuda_testutil.h"
+#include "backend_cpu.h"
 
 /* cudart reserves address space that ASan's shadow gap would block, and the
  * CUDA driver keeps allocations until exit (for sanitizer builds). */

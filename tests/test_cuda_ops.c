@@ -23,6 +23,7 @@
 #include "rng.h"
 #include "testlib.h"
 #include "cuda_testutil.h"
+#include "backend_cpu.h"
 
 /* cudart reserves address space that ASan's shadow gap would block, and the
  * CUDA driver keeps allocations until exit (for sanitizer builds). */

@@ -11,6 +11,7 @@
 #include "rng.h"
 #include "memtier.h"
 #include "testlib.h"
+#include "backend_cpu.h"
 
 static col_backend be;
 

@@ -9,6 +9,7 @@
 #include "ops.h"
 #include "rng.h"
 #include "testlib.h"
+#include "backend_cpu.h"
 
 static col_kernel_fn real_max_bwd, real_scatter;
 

@@ -11,6 +11,7 @@
 #include "hf_config.h"
 #include "lm_trainer.h"
 #include "testlib.h"
+#include "backend_cpu.h"
 
 #ifndef FIXTURES
 #define FIXTURES "tests/fixtures/hf"

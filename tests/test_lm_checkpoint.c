@@ -11,6 +11,7 @@
 #include "rng.h"
 #include "testlib.h"
 #include "lm_testutil.h"
+#include "backend_cpu.h"
 
 #ifndef FIXTURES
 #define FIXTURES "tests/fixtures/hf"

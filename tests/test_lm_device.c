@@ -28,6 +28,7 @@
 #include "testlib.h"
 #include "lm_testutil.h"
 #include "fake_device.h"
+#include "backend_cpu.h"
 
 static col_backend cpu, fake, fake_nocopy;
 

@@ -18,6 +18,7 @@
 #include "testlib.h"
 #include "lm_testutil.h"
 #include "textio.h"
+#include "backend_cpu.h"
 
 #ifndef FIXTURES
 #define FIXTURES "tests/fixtures/hf"

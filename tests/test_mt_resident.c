@@ -17,6 +17,7 @@
 #include "rng.h"
 #include "testlib.h"
 #include "lm_testutil.h"
+#include "backend_cpu.h"
 
 static col_backend be;
 static char dir[] = "/tmp/col_mt_resident_XXXXXX";

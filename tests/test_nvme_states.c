@@ -15,6 +15,7 @@
 #include "testlib.h"
 #include "lm_testutil.h"
 #include "nvme_testutil.h"
+#include "backend_cpu.h"
 
 static col_backend be;
 static char dir[] = "/tmp/col_nvme_states_XXXXXX";

@@ -15,6 +15,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "testlib.h"
+#include "backend_cpu.h"
 
 /* ---- references in double ---- */
 

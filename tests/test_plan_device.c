@@ -21,6 +21,7 @@
 #include "rng.h"
 #include "testlib.h"
 #include "fake_device.h"
+#include "backend_cpu.h"
 
 static col_backend cpu, fake;
 

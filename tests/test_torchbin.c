@@ -1,4 +1,4 @@
-/* test_torchbin.c - PyTorch zip checkpoints (libcore/torchbin.c, pickle.c).
+/* test_torchbin.c - PyTorch zip checkpoints (libcore/formats/torchbin.c, pickle.c).
  *
  * 1. Every fixture written by tools/refgen/make_torch_fixtures.py is read
  *    three ways (col_pt_open, col_pt_parse from a 64-aligned buffer, from a

@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "gradcheck.h"
+#include "backend_cpu.h"
 
 static int tl_count, tl_failed;
 

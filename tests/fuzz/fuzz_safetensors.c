@@ -2,7 +2,7 @@
  *
  * Parses the input as a safetensors image, then converts every tensor of
  * fewer than 1M elements to f32 (at its own shape, and once at a wrong
- * shape). Any crash, leak, UB or hang is a bug in libcore/safetensors.c or
+ * shape). Any crash, leak, UB or hang is a bug in libcore/formats/safetensors.c or
  * checkpoint.c. Seeds: tests/fuzz/corpus_safetensors/. */
 #include <stdint.h>
 #include <stdlib.h>

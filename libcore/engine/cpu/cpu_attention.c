@@ -53,7 +53,8 @@
 #define VBYTES 16
 #define NV 2
 #endif
-enum { BR = 64, BC = 64, MR = 4, VL = VBYTES / 4, PAD = 16 };
+enum { BR = COL_ATTENTION_TILE, BC = COL_ATTENTION_TILE, MR = 4, VL = VBYTES / 4, PAD = COL_ATTENTION_PAD };
+/* the per-thread workspace is laid out as col_attention_scratch_per_thread (ops_attention.c) counts it */
 
 typedef float vf __attribute__((vector_size(VBYTES)));
 typedef int32_t vi __attribute__((vector_size(VBYTES)));
@@ -222,26 +223,6 @@ static void pack_rows(float *dst, int64_t Dp, const float *src, int64_t sstride,
 }
 
 /* ---- scratch (per thread, in floats; every region a multiple of 16 floats) ---- */
-static size_t fwd_floats(int64_t D)
-{
-    int64_t Dp = round16(D);
-    return (size_t)(D * BR + BC * Dp + BC * BR + BR * Dp + 4 * BR);
-}
-
-static size_t bwd_floats(int64_t D)
-{
-    int64_t Dp = round16(D);
-    size_t a = (size_t)(2 * D * BC + 2 * BR * BC + 2 * BC * Dp + 2 * BR * Dp + BR); /* pass A */
-    size_t b = (size_t)(2 * D * BR + BC * Dp + 2 * BC * BR + BR * Dp + 2 * BR);   /* pass B */
-    return a > b ? a : b;
-}
-
-size_t col_attention_scratch_per_thread(int64_t head_dim, bool backward)
-{
-    size_t f = backward ? bwd_floats(head_dim) : fwd_floats(head_dim);
-    return (f * sizeof(float) + 63) / 64 * 64;
-}
-
 static inline int thread_id(void)
 {
 #ifdef _OPENMP

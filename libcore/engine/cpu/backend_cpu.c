@@ -3,12 +3,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
-
-int col_max_threads(void)
-{
-    int n = omp_get_max_threads();
-    return n > 0 ? n : 1;
-}
+#include "backend_cpu.h"
 
 col_status col_cpu_backend_init(col_backend *be, col_err *err)
 {

@@ -1,7 +1,7 @@
 /* backend_cuda.h - the CUDA backend (issue 6): the same kernel table as the
  * CPU backend, run on one GPU.
  *
- * Built only when configure finds nvcc and cuBLAS (libcore/libcore_cuda.a).
+ * Built only when configure finds nvcc and cuBLAS (libcore/engine/cuda/libengine_cuda.a).
  * Every kernel runs on the backend's stream and returns as soon as it is
  * queued (its launch error, if any, becomes a col_status): node data must be
  * device memory. A few kernels synchronise the stream to report bad input

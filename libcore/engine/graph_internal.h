@@ -44,7 +44,9 @@ void col_bwd_norm(col_graph *g, col_node *n, col_node *d);    /* layernorm, rmsn
 void col_bwd_embedding(col_graph *g, col_node *n, col_node *d);
 void col_bwd_rope(col_graph *g, col_node *n, col_node *d);
 void col_bwd_attention(col_graph *g, col_node *n, col_node *d);
-/* per-thread kernel workspace of attention (backward: attention_bwd), from cpu_attention.c */
+/* per-thread workspace of the host attention kernels (backward: attention_bwd), in
+ * tiles of COL_ATTENTION_TILE queries x keys, head dims padded to COL_ATTENTION_PAD */
+enum { COL_ATTENTION_TILE = 64, COL_ATTENTION_PAD = 16 };
 size_t col_attention_scratch_per_thread(int64_t head_dim, bool backward);
 void col_bwd_cross_entropy(col_graph *g, col_node *n, col_node *d);
 void col_bwd_dropout(col_graph *g, col_node *n, col_node *d);

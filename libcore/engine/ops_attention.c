@@ -13,6 +13,27 @@
 #include "backend.h"
 #include "graph_internal.h"
 
+/* The host attention kernel's workspace, part of the op's contract: one
+ * query tile x key tile of scores per worker thread (COL_ATTENTION_TILE
+ * square), with head dims padded to COL_ATTENTION_PAD. Forward: the Q tile
+ * transposed, a padded V tile, the scores, the output accumulator and four
+ * row statistics; backward: the larger of its two passes. */
+static int64_t pad_dims(int64_t d) { return (d + COL_ATTENTION_PAD - 1) / COL_ATTENTION_PAD * COL_ATTENTION_PAD; }
+
+size_t col_attention_scratch_per_thread(int64_t D, bool backward)
+{
+    const int64_t BR = COL_ATTENTION_TILE, BC = COL_ATTENTION_TILE, Dp = pad_dims(D);
+    size_t f;
+    if (!backward) {
+        f = (size_t)(D * BR + BC * Dp + BC * BR + BR * Dp + 4 * BR);
+    } else {
+        size_t a = (size_t)(2 * D * BC + 2 * BR * BC + 2 * BC * Dp + 2 * BR * Dp + BR); /* pass A */
+        size_t b = (size_t)(2 * D * BR + BC * Dp + 2 * BC * BR + BR * Dp + 2 * BR);   /* pass B */
+        f = a > b ? a : b;
+    }
+    return (f * sizeof(float) + 63) / 64 * 64;
+}
+
 /* the kernels read rows with unit stride along D; other strides are free */
 static col_node *unit_last(col_graph *g, col_node *x)
 {

@@ -1,5 +1,5 @@
 /* chat.h - the roles of a chat conversation, shared by the training data
- * reader (dataset.h) and the chat templates (models/chat_template.h). */
+ * reader (dataset.h) and the chat templates (models/lm/chat_template.h). */
 #ifndef COL_CHAT_H
 #define COL_CHAT_H
 

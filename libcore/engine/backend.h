@@ -56,13 +56,6 @@ struct col_backend {
     const col_backend_mem *mem;
 };
 
-/* CPU backend: OpenBLAS for GEMM (loaded with the best kernels for this CPU),
- * OpenMP + vectorised loops for the rest. */
-col_status col_cpu_backend_init(col_backend *be, col_err *err);
-void col_cpu_backend_free(col_backend *be);
-/* Name of the OpenBLAS kernel set in use (e.g. "Cooperlake"). */
-const char *col_cpu_backend_blas_core(const col_backend *be);
-
 /* Address of the saved-for-backward area that follows a node's output. */
 void *col_extra(const col_node *n);
 size_t col_extra_offset(const col_node *n);
