@@ -30,6 +30,71 @@ static void write_plain(const char *path, const void *data, size_t len)
     fclose(f);
 }
 
+/* Files whose contents need a decoder colossal does not enable: each is one
+ * clear COL_EFORMAT naming the kind, and no program is started. $PATH is
+ * pointed at a directory of fake lzop/lrzip/grzip/uudecode programs that
+ * leave a marker file when run, as libarchive's external filters would. */
+static void test_no_external_filters(void)
+{
+    static const struct {
+        const char *name, *what;
+        const char *bytes;
+        size_t len;
+    } cases[] = {
+        {"x.lzo", "lzop-compressed", "\x89LZO\0\r\n\x1a\n\x10\x30\x20\xa0", 13},
+        {"x.lrz", "lrzip-compressed", "LRZI\0\6\0\0\0\0\0\0\0\0\0\0", 16},
+        {"x.grz", "grzip-compressed", "GRZipII\0\2\0:)\0\0\0\0", 16},
+        {"x.lz", "lzip-compressed", "LZIP\1\x0c\0\0\0\0\0\0", 12},
+        {"x.lz4", "lz4-compressed", "\x04\x22\x4d\x18\x64\x40\xa7\0\0\0\0", 11},
+        {"x.Z", "compress(1)-compressed", "\x1f\x9d\x90hello", 8},
+        {"x.uu", "uuencoded", "begin 644 config.json\n%>V5\n`\nend\n", 31},
+        {"x.b64", "uuencoded", "begin-base64 600 a\neyJ9\n====\n", 29},
+    };
+    char bin[300], marker[300], cmd[700];
+    snprintf(bin, sizeof bin, "%s/bin", dir);
+    snprintf(marker, sizeof marker, "%s/ran", dir);
+    mkdir(bin, 0755);
+    const char *progs[] = {"lzop", "lrzip", "grzip", "uudecode", "lzip", "lz4", "uncompress", "gzip"};
+    for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+        char p[400];
+        snprintf(p, sizeof p, "%s/%s", bin, progs[i]);
+        FILE *f = fopen(p, "w");
+        fprintf(f, "#!/bin/sh\necho %s >> %s\ncat\n", progs[i], marker);
+        fclose(f);
+        chmod(p, 0755);
+    }
+    const char *old = getenv("PATH");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("PATH", bin, 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_plain(path_of(cases[i].name), cases[i].bytes, cases[i].len);
+        char *got = NULL;
+        size_t glen = 0;
+        col_err err = {0};
+        col_status st = col_read_file(path_of(cases[i].name), 0, &got, &glen, &err);
+        TL_OK(st == COL_EFORMAT && strstr(err.msg, cases[i].what) && strstr(err.msg, cases[i].name) && !got,
+              "%s: refused as %s (%s)", cases[i].name, cases[i].what, err.msg);
+        free(got);
+    }
+    /* text that only starts like a uuencode header is text */
+    const char *text = "begin the reading at chapter 1\n";
+    write_plain(path_of("begin.txt"), text, strlen(text));
+    char *got = NULL;
+    size_t glen = 0;
+    col_err err = {0};
+    TL_OK(col_read_file(path_of("begin.txt"), 0, &got, &glen, &err) == COL_OK && glen == strlen(text) &&
+              memcmp(got, text, glen) == 0, "text starting with 'begin ' is read as text");
+    free(got);
+    if (saved)
+        setenv("PATH", saved, 1);
+    else
+        unsetenv("PATH");
+    free(saved);
+    TL_OK(access(marker, F_OK) != 0, "no external decompression program was started");
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", bin, marker);
+    TL_OK(system(cmd) == 0, "fake programs removed");
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) {
@@ -126,6 +191,7 @@ int main(void)
     }
     free(text);
     char cmd[300];
+    test_no_external_filters();
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     TL_OK(system(cmd) == 0, "cleanup");
     return tl_done();

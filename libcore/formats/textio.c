@@ -9,6 +9,103 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The decoders this reader enables: libarchive's own, in-process ones. A
+ * filter that libarchive would run as an external program from $PATH
+ * (lzop, lrzip, grzip: it says so with ARCHIVE_WARN) is never enabled, nor
+ * are uuencode and the rest: a data or config file must not start a program. */
+typedef int (*filter_fn)(struct archive *);
+static const struct {
+    const char *name;
+    filter_fn enable;
+} decoders[] = {
+    {"gzip", archive_read_support_filter_gzip},
+    {"bzip2", archive_read_support_filter_bzip2},
+    {"xz", archive_read_support_filter_xz},
+    {"lzma", archive_read_support_filter_lzma},
+    {"zstd", archive_read_support_filter_zstd},
+};
+
+/* true when libarchive decodes this filter in-process (probed on a scratch reader) */
+static bool builtin(filter_fn f)
+{
+    struct archive *probe = archive_read_new();
+    if (!probe)
+        return false;
+    bool ok = f(probe) == ARCHIVE_OK;
+    archive_read_free(probe);
+    return ok;
+}
+
+/* Compressed or encoded contents, by their first bytes; "decoder" names the
+ * entry of decoders[] that reads it, NULL when none does. */
+static const struct {
+    const char *what, *decoder;
+    const char *magic;
+    size_t len;
+} kinds[] = {
+    {"gzip-compressed", "gzip", "\x1f\x8b", 2},
+    {"bzip2-compressed", "bzip2", "BZh", 3},
+    {"xz-compressed", "xz", "\xfd" "7zXZ\0", 6},
+    {"zstd-compressed", "zstd", "\x28\xb5\x2f\xfd", 4},
+    {"lzop-compressed", NULL, "\x89LZO\0\r\n\x1a\n", 9},
+    {"lrzip-compressed", NULL, "LRZI", 4},
+    {"grzip-compressed", NULL, "GRZipII", 7},
+    {"lzip-compressed", NULL, "LZIP", 4},
+    {"lz4-compressed", NULL, "\x04\x22\x4d\x18", 4},
+    {"compress(1)-compressed (.Z)", NULL, "\x1f\x9d", 2},
+};
+
+/* a uuencode header: "begin" or "begin-base64", a space, an octal mode of
+ * three or four digits, a space (text that merely starts with "begin " is text) */
+static bool uuencode_header(const unsigned char *h, size_t n)
+{
+    size_t i = 0;
+    if (n >= 13 && memcmp(h, "begin-base64 ", 13) == 0)
+        i = 13;
+    else if (n >= 6 && memcmp(h, "begin ", 6) == 0)
+        i = 6;
+    else
+        return false;
+    size_t d = 0;
+    while (i + d < n && h[i + d] >= '0' && h[i + d] <= '7')
+        d++;
+    return (d == 3 || d == 4) && i + d < n && h[i + d] == ' ';
+}
+
+static bool decoder_enabled(const char *name)
+{
+    for (size_t i = 0; i < sizeof decoders / sizeof decoders[0]; i++)
+        if (strcmp(decoders[i].name, name) == 0)
+            return builtin(decoders[i].enable);
+    return false;
+}
+
+/* COL_EFORMAT when path's first bytes say it is compressed or encoded in a way
+ * this reader does not decode (rather than reading it as text) */
+static col_status check_kind(const char *path, col_err *err)
+{
+    unsigned char head[24];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno));
+    ssize_t got = read(fd, head, sizeof head);
+    close(fd);
+    if (got < 0)
+        return col_err_set(err, COL_EIO, "cannot read %s: %s", path, strerror(errno));
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if ((size_t)got < kinds[i].len || memcmp(head, kinds[i].magic, kinds[i].len) != 0)
+            continue;
+        if (kinds[i].decoder && decoder_enabled(kinds[i].decoder))
+            return COL_OK;
+        return col_err_set(err, COL_EFORMAT,
+                           "%s is %s, which colossal does not read (it reads plain, gzip, bzip2, xz and zstd files); "
+                           "decompress it first", path, kinds[i].what);
+    }
+    if (uuencode_header(head, (size_t)got))
+        return col_err_set(err, COL_EFORMAT, "%s is uuencoded, which colossal does not decode; decode it first", path);
+    return COL_OK;
+}
+
 col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t *len, col_err *err)
 {
     *data = NULL;
@@ -20,10 +117,15 @@ col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t
         return col_err_set(err, COL_EIO, "%s is a directory, not a data file", path);
     if (access(path, R_OK) != 0)
         return col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno));
+    col_status kst = check_kind(path, err);
+    if (kst != COL_OK)
+        return kst;
     struct archive *a = archive_read_new();
     if (!a)
         return col_err_set(err, COL_ENOMEM, "out of memory opening %s", path);
-    archive_read_support_filter_all(a);
+    for (size_t i = 0; i < sizeof decoders / sizeof decoders[0]; i++)
+        if (builtin(decoders[i].enable))
+            decoders[i].enable(a);
     archive_read_support_format_raw(a);
     archive_read_support_format_empty(a);
     col_status st = COL_OK;

@@ -1,5 +1,6 @@
-/* textio.h - read a whole data file, plain or compressed (.gz, .xz, .zst,
- * .bz2, ...: whatever libarchive's filters recognise from the content). */
+/* textio.h - read a whole data file, plain or compressed (gzip, bzip2, xz,
+ * zstd, recognised from the content by libarchive's in-process decoders;
+ * never a filter that runs an external program). */
 #ifndef COL_TEXTIO_H
 #define COL_TEXTIO_H
 
@@ -11,7 +12,9 @@
 /* Reads path into a newly allocated, NUL-terminated buffer (*data, *len not
  * counting the NUL). Fails with COL_EIO / COL_EFORMAT and a message naming
  * the file when it is missing, unreadable, corrupt, or larger than max_bytes
- * (0 = no limit) once decompressed. Free *data with free(). */
+ * (0 = no limit) once decompressed; COL_EFORMAT too for contents compressed or
+ * encoded in a way it does not decode (lzop, lrzip, lz4, .Z, uuencode, ...)
+ * instead of reading them as text. Free *data with free(). */
 col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t *len, col_err *err);
 
 /* Writes data to path atomically: a temporary file in the same directory,
