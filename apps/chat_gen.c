@@ -9,6 +9,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "termsafe.h"
 
 col_status chat_engine_init(chat_engine *g, col_lm_trainer *tr, const col_tokenizer *tok, int vocab, int ctx,
                             col_err *err)
@@ -93,6 +96,8 @@ typedef struct {
     buf_t pending; /* text not printed yet: it may be the start of a stop string */
     buf_t text;    /* what was printed */
     FILE *out;
+    bool tty;      /* out is a terminal: control characters are shown, not sent (termsafe.h) */
+    term_safe safe;
 } stream_t;
 
 static bool emit(const chat_engine *g, stream_t *s, const char *p, size_t n)
@@ -104,7 +109,10 @@ static bool emit(const chat_engine *g, stream_t *s, const char *p, size_t n)
         }
     if (n == 0)
         return true;
-    if (s->out) {
+    if (s->out && s->tty) {
+        term_safe_write(&s->safe, s->out, p, n);
+        fflush(s->out);
+    } else if (s->out) {
         fwrite(p, 1, n, s->out);
         fflush(s->out);
     }
@@ -175,7 +183,7 @@ col_status chat_generate(chat_engine *g, const int32_t *prompt, int n, FILE *out
     const float *logits = NULL;
     if (st == COL_OK)
         st = feed(g, prompt + start, n - start, &logits, err);
-    stream_t s = {.out = g->tok ? out : NULL};
+    stream_t s = {.out = g->tok ? out : NULL, .tty = g->tok && out && isatty(fileno(out))};
     bool oom = false;
     r->finish = CHAT_FINISH_LENGTH;
     for (int k = 0; k < g->max_new && st == COL_OK; k++) {
@@ -208,6 +216,8 @@ col_status chat_generate(chat_engine *g, const int32_t *prompt, int n, FILE *out
     }
     if (st == COL_OK && r->finish != CHAT_FINISH_STOP && s.pending.n > 0) /* no stop string came: it is text */
         oom = !emit(g, &s, s.pending.p, s.pending.n);
+    if (s.out && s.tty)
+        term_safe_flush(&s.safe, s.out);
     free(s.pending.p);
     if (st == COL_OK && oom)
         st = col_err_set(err, COL_ENOMEM, "out of memory");

@@ -29,6 +29,7 @@
 #include "top_view.h"
 #include "timer.h"
 #include "backend_cpu.h"
+#include "termsafe.h"
 
 /* Ctrl-C / SIGTERM: finish the step, save, exit 130. The one piece of global
  * state: a signal handler can reach nothing else. SA_RESETHAND makes a
@@ -432,6 +433,23 @@ static void say(run *r, const char *fmt, ...)
     va_end(ap);
 }
 
+/* a sample's text: model output, so on a terminal its control characters are shown, not sent (termsafe.h) */
+static void say_sample(run *r, long long step, const char *text)
+{
+    if (r->o.quiet || r->o.json)
+        return;
+    FILE *f = r->tty ? stderr : stdout;
+    if (r->tty)
+        fputs("\r\033[K", f);
+    fprintf(f, "sample at step %lld:\n", step);
+    if (isatty(fileno(f)))
+        term_safe_puts(f, text);
+    else
+        fputs(text, f);
+    fputs("\n\n", f);
+    fflush(f);
+}
+
 static void json_event(const char *key, double step, const char *skey, const char *sval, const char *nkey, double nval)
 {
     cJSON *j = cJSON_CreateObject();
@@ -588,7 +606,7 @@ static int train(run *r)
             if (o->json)
                 json_event("step", (double)s, "sample", text, NULL, 0);
             else
-                say(r, "sample at step %lld:\n%s\n", (long long)s, text);
+                say_sample(r, (long long)s, text);
             free(text);
         }
         bool last = s == o->steps || g_interrupted;

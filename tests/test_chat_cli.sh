@@ -284,5 +284,29 @@ else
     if wait_for '^exit=0$'; then pass "ctrl-d quits with exit 0"; else fail "ctrl-d"; fi
 fi
 
+# ---- model output on a terminal: control characters shown, not sent ----
+# The escape fixture (tools/refgen/make_escape_tokenizer.py) makes the model's
+# first greedy tokens decode to ESC and the 8-bit CSI byte 0x9b. Through a pipe
+# the bytes stay raw; on a terminal (script(1) gives one) they must arrive as
+# "^[" and U+FFFD, and no ESC or C1 byte may reach the terminal.
+esc_args="$base --tokenizer $fx/escape --prompt-ids 72,101,108,108,111 --max-new-tokens 6 $greedy"
+"$chat" $esc_args > "$tmp/out" 2> "$tmp/err"
+if [ "$(od -An -tx1 "$tmp/out" | tr -d ' \n')" = "1b9b696d5f650a" ]; then
+    pass "escape fixture through a pipe: the raw bytes (ESC 0x9b im_e)"
+else
+    fail "escape fixture through a pipe"; od -c "$tmp/out" | head -3 | sed 's/^/# /'
+fi
+if command -v script > /dev/null 2>&1; then
+    script -qec "$chat $esc_args" /dev/null > "$tmp/tty" 2>&1 < /dev/null
+    if grep -q '\^\[' "$tmp/tty" && [ "$(tr -d '\033\233' < "$tmp/tty" | wc -c)" -eq "$(wc -c < "$tmp/tty")" ] &&
+        grep -q "$(printf '\357\277\275')im_e" "$tmp/tty"; then
+        pass "escape fixture on a terminal: shown as ^[ and U+FFFD, no ESC or CSI byte sent"
+    else
+        fail "escape fixture on a terminal"; od -c "$tmp/tty" | head -3 | sed 's/^/# /'
+    fi
+else
+    n=$((n + 1)); echo "ok $n # SKIP script(1) is not installed (util-linux)"
+fi
+
 echo "1..$n"
 [ "$fails" -eq 0 ]
