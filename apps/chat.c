@@ -515,6 +515,10 @@ static int run(const options *opt)
     /* the rule of --help: an explicit --template, else the model's own template, else raw completion */
     bool chat = !o.prompt_ids && !o.raw && (o.has_template || src.has_chat);
     col_chat_family family = o.has_template ? o.family : src.chat;
+    if (!o.prompt_ids && !o.raw && !o.has_template && src.chat_unknown[0])
+        fprintf(stderr, PROG ": warning: %s has a chat template colossal does not know (%s); going on as a plain "
+                "text completer: choose the format with --template llama2|llama3|chatml|plain, or --raw to "
+                "silence this\n", src.tok_dir[0] ? src.tok_dir : o.model, src.chat_unknown);
     if (o.system && !chat && !o.prompt_ids) {
         fprintf(stderr, PROG ": --system needs a chat template: %s has none in tokenizer_config.json; choose one "
                         "with --template\n", src.tok_dir[0] ? src.tok_dir : o.model);

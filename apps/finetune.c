@@ -214,6 +214,11 @@ static col_status open_data(run *r, col_err *err)
         st = col_chat_family_parse(o->chat_template, &fam, err);
     else if (r->src.has_chat)
         fam = r->src.chat;
+    else if (r->src.chat_unknown[0] && col_dataset_is_chat_path(o->data))
+        /* the model has a template of its own: training its chats in another format would be wrong */
+        return col_err_set(err, COL_EUNSUPPORTED, "the model's chat template is not one colossal knows (%s); choose "
+                           "the format of the chat data with --template llama2|llama3|chatml|plain",
+                           r->src.chat_unknown);
     col_chat_sft *sft = NULL;
     if (st == COL_OK)
         st = col_chat_sft_new(fam, &sft, err);

@@ -105,6 +105,23 @@ printf '{"ids":[%s]}\n' "$raw_new_ids" > "$tmp/want"
 same "--prompt-ids of the encoded prompt gives the same ids" "$tmp/want" -- \
     "$base" --prompt-ids "$raw_ids" $greedy --max-new-tokens "$raw_new" --json
 
+# ---- a chat template colossal does not know: said on stderr, then plain completion ----
+mkdir -p "$tmp/jinja"
+cp "$chatml/tokenizer.json" "$tmp/jinja/"
+printf '{"chat_template": "{%% for m in messages %%}{{ m.content }}{%% endfor %%}", "eos_token": "<|endoftext|>"}\n' \
+    > "$tmp/jinja/tokenizer_config.json"
+"$chat" "$base" --tokenizer "$tmp/jinja" --prompt "The cat" $greedy --max-new-tokens "$raw_new" \
+    < /dev/null > "$tmp/out" 2> "$tmp/err"
+if [ $? -eq 0 ] && cmp -s "$tmp/raw" "$tmp/out" && grep -q "chat template colossal does not know" "$tmp/err" &&
+    grep -q -- "--template" "$tmp/err" && [ "$(wc -l < "$tmp/err")" -eq 1 ]; then
+    pass "an unknown chat template is named on stderr (with --template as the way out), then plain completion"
+else
+    fail "unknown chat template warning"
+fi
+"$chat" "$base" --tokenizer "$tmp/jinja" --raw --prompt "The cat" $greedy --max-new-tokens "$raw_new" \
+    < /dev/null > "$tmp/out" 2> "$tmp/err"
+[ ! -s "$tmp/err" ] && cmp -s "$tmp/raw" "$tmp/out" && pass "--raw: no warning" || fail "--raw with an unknown template"
+
 # ---- chat ----
 expect "$tmp/c1" chat1_reply.txt
 same "chat template from --tokenizer's tokenizer_config.json (ChatML)" "$tmp/c1" -- \

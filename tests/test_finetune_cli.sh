@@ -210,6 +210,15 @@ check "trains on .jsonl chat data" 0 "the model is in sft" -- gpt2-tiny chat.jso
 printf '{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [{"role": "wizard", "content": "x"}]}\n' > "$tmp/bad.jsonl"
 check "bad chat line is named" 1 "bad.jsonl:2" -- gpt2-tiny bad.jsonl --out e5 --steps 1
 check "unknown chat template" 2 "--template must be" -- gpt2-tiny chat.jsonl --template jinja
+# a model whose own chat template is none colossal knows: chat data is refused (not trained in another format)
+mkdir -p "$tmp/jinja"
+cp "$src/tests/fixtures/chat_model/base/"* "$tmp/jinja/"
+printf '{"chat_template": "{%% for m in messages %%}{{ m.content }}{%% endfor %%}", "eos_token": "<|endoftext|>"}\n' \
+    > "$tmp/jinja/tokenizer_config.json"
+check "a model's unknown chat template refuses chat data" 1 "chat template is not one colossal knows" -- \
+    jinja chat.jsonl --out e16 --steps 1 --batch 2 --seq 64
+check "... and --template chooses the format" 0 "the model is in e17" -- jinja chat.jsonl --out e17 --steps 1 \
+    --batch 2 --seq 64 --template chatml
 
 # ---- every optimizer and schedule, accumulation, dropout, checkpointing ----
 for opt in sgd adamw lamb lars; do

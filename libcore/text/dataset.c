@@ -354,6 +354,13 @@ static col_status load_chat(const char *path, const char *buf, size_t len, const
     return COL_OK;
 }
 
+bool col_dataset_is_chat_path(const char *path)
+{
+    char ext[16];
+    base_ext(path, ext);
+    return strcmp(ext, ".jsonl") == 0;
+}
+
 static col_status check_pct(double p, col_err *err)
 {
     if (!(p >= 0.0 && p < 100.0))

@@ -103,6 +103,10 @@ typedef struct col_dataset col_dataset;
 
 /* Loads path into a new dataset. Every problem fails with one line naming the
  * file (and for .jsonl the line number). */
+/* Whether col_dataset_load reads path as chat data (COL_DATA_AUTO): by its
+ * extension, .jsonl, with or without a compression suffix. */
+bool col_dataset_is_chat_path(const char *path);
+
 col_status col_dataset_load(const char *path, const col_dataset_opts *opts, col_dataset **out, col_err *err);
 
 /* A dataset from tokens in memory (copied); mask may be NULL (all trained),

@@ -1,6 +1,7 @@
 /* lm_source.c - opening the model a command line names (see lm_source.h). */
 #include "lm_source.h"
 
+#include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,16 @@ static col_status open_tokenizer(col_lm_source *s, const char *path, col_err *er
     return COL_OK;
 }
 
+/* whether a tokenizer_config.json text holds a chat_template at all (not null) */
+static bool has_chat_template(const char *json, size_t len)
+{
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    const cJSON *ct = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "chat_template") : NULL;
+    bool has = ct && !cJSON_IsNull(ct);
+    cJSON_Delete(root);
+    return has;
+}
+
 /* the chat template family of tok_dir/tokenizer_config.json, if it names one */
 static void detect_chat(col_lm_source *s)
 {
@@ -84,6 +95,8 @@ static void detect_chat(col_lm_source *s)
     if (access(path, R_OK) != 0 || col_read_file(path, (size_t)64 << 20, &json, &len, &e) != COL_OK)
         return;
     s->has_chat = col_chat_detect(json, len, &s->chat, &e) == COL_OK;
+    if (!s->has_chat && has_chat_template(json, len))
+        snprintf(s->chat_unknown, sizeof s->chat_unknown, "%s", e.msg);
     free(json);
 }
 

@@ -26,6 +26,9 @@ typedef struct {
     char tok_dir[4096];      /* the directory the tokenizer files came from; "" if none */
     bool has_chat;           /* tokenizer_config.json names a chat template of a built-in family */
     col_chat_family chat;
+    char chat_unknown[512];  /* tokenizer_config.json has a chat_template that is none of the built-in
+                                families: why it was not recognised (else ""); apps say so, since the
+                                model would otherwise silently become a plain completer */
     bool has_adapter;        /* the directory holds a LoRA adapter (adapter_config.json +
                                 adapter_model.safetensors) over the base weights of model.safetensors */
     col_lora_config lora;    /* its settings: create the trainer with them, then col_lm_trainer_load_adapter(dir) */
