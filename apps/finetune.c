@@ -204,6 +204,15 @@ static col_status save(run *r, bool final, col_err *err)
     return st;
 }
 
+/* the default --data-max: half of the machine's physical memory (1 GiB when it cannot be told) */
+static size_t default_data_max(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return (size_t)1 << 30;
+    return (size_t)pages / 2 * (size_t)page;
+}
+
 static col_status open_data(run *r, col_err *err)
 {
     const ft_opts *o = &r->o;
@@ -226,7 +235,13 @@ static col_status open_data(run *r, col_err *err)
         return st;
     col_dataset_opts dopts = {.tok = r->src.tok, .vocab_size = r->src.config.vocab_size, .val_percent = o->val_percent,
                               .tmpl = col_chat_sft_tmpl(sft)};
+    dopts.max_bytes = o->data_max ? o->data_max : default_data_max();
     st = col_dataset_load(o->data, &dopts, &r->ds, err);
+    if (st == COL_ENOMEM && strstr(err->msg, "limit")) {
+        char why[COL_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", err->msg);
+        col_err_set(err, st, "%.400s: raise --data-max, or give the data as llm.c token files (.bin)", why);
+    }
     col_chat_sft_free(sft);
     if (st != COL_OK)
         return st;

@@ -25,6 +25,7 @@ typedef struct {
     bool shuffle;
     uint64_t seed;
     double val_percent;
+    size_t data_max;             /* the most data held in memory once decompressed; 0 = half the machine's memory */
     /* evaluation, samples, saving */
     int eval_every, eval_batches;
     bool eval_only;

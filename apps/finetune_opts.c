@@ -32,7 +32,7 @@ static const ft_optdef optdefs[] = {
     {"json", false, true},        {"quiet", false, true},        {"help", false, true},
     {"tui", false, true},         {"gpu-mem", true, true},       {"chunk-size", true, true},
     {"nvme-dir", true, true},     {"nvme-max", true, true},      {"nvme-kinds", true, true},
-    {"nvme-queue-depth", true, true},
+    {"nvme-queue-depth", true, true}, {"data-max", true, true},
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
@@ -66,6 +66,8 @@ void ft_usage(FILE *f)
         "                         windows drawn with --seed\n"
         "  --seed N               data order, dropout and initialisation (default 1337)\n"
         "  --val-percent P        the last P%% of the data is held out for evaluation (default 5)\n"
+        "  --data-max SIZE        the most data read into memory once decompressed, e.g. 8G (default: half\n"
+        "                         the machine's memory); larger data is refused rather than exhausting memory\n"
         "  --eval-every N         evaluate every N steps (default steps/10); --eval-batches N (default 8)\n"
         "  --eval-only            print the evaluation loss of MODEL on DATA and exit\n"
         "  --sample-every N       print a sample every N steps (default 0: never)\n"
@@ -203,6 +205,13 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
         if (!num_in(v, 0, 100, false, &f) || f >= 100)
             return BAD("--val-percent must be a number in [0, 100) (got '%s')", v);
         o->val_percent = f;
+        return true;
+    }
+    if (!strcmp(name, "data-max")) {
+        size_t b;
+        if (!mem_parse_size(v, &b) || b == 0)
+            return BAD("--data-max must be a size above 0 such as 512M or 8G (got '%s')", v);
+        o->data_max = b;
         return true;
     }
     if (!strcmp(name, "eval-every")) return int_in(v, 0, 100000000, &o->eval_every) || BAD("--eval-every must be an integer >= 0 (got '%s')", v);

@@ -210,6 +210,11 @@ check "trains on .jsonl chat data" 0 "the model is in sft" -- gpt2-tiny chat.jso
 printf '{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [{"role": "wizard", "content": "x"}]}\n' > "$tmp/bad.jsonl"
 check "bad chat line is named" 1 "bad.jsonl:2" -- gpt2-tiny bad.jsonl --out e5 --steps 1
 check "unknown chat template" 2 "--template must be" -- gpt2-tiny chat.jsonl --template jinja
+# a compressed file that expands far beyond --data-max is refused early, with the option named
+head -c 67108864 /dev/zero | tr '\0' 'a' | xz -1 > "$tmp/bomb.txt.xz"
+check "data past --data-max once decompressed" 1 "raise --data-max" -- gpt2-tiny bomb.txt.xz --out e18 --steps 1 \
+    --data-max 8M
+check "a bad --data-max" 2 "--data-max must be" -- gpt2-tiny bomb.txt.xz --out e19 --data-max 0
 # a model whose own chat template is none colossal knows: chat data is refused (not trained in another format)
 mkdir -p "$tmp/jinja"
 cp "$src/tests/fixtures/chat_model/base/"* "$tmp/jinja/"

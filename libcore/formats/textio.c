@@ -164,7 +164,8 @@ col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t
                 break;
             n += (size_t)got;
             if (max_bytes && n > max_bytes) {
-                st = col_err_set(err, COL_EFORMAT, "%s is larger than the %zu-byte limit", path, max_bytes);
+                st = col_err_set(err, COL_ENOMEM, "%s is larger than the %zu-byte limit once decompressed (%s)",
+                                 path, max_bytes, "its contents are held in memory");
                 break;
             }
         }

@@ -11,8 +11,9 @@
 
 /* Reads path into a newly allocated, NUL-terminated buffer (*data, *len not
  * counting the NUL). Fails with COL_EIO / COL_EFORMAT and a message naming
- * the file when it is missing, unreadable, corrupt, or larger than max_bytes
- * (0 = no limit) once decompressed; COL_EFORMAT too for contents compressed or
+ * the file when it is missing, unreadable or corrupt, and with COL_ENOMEM
+ * when it is larger than max_bytes (0 = no limit) once decompressed (reading
+ * stops there: a small compressed file that expands without end costs no more); COL_EFORMAT too for contents compressed or
  * encoded in a way it does not decode (lzop, lrzip, lz4, .Z, uuencode, ...)
  * instead of reading them as text. Free *data with free(). */
 col_status col_read_file(const char *path, size_t max_bytes, char **data, size_t *len, col_err *err);
