@@ -13,6 +13,7 @@ import sys
 from collections import defaultdict
 
 DIRS = ("libcore", "memtier", "models")
+SRCDIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the sources, for out-of-tree builds
 SOURCE_EXTS = (".c", ".cu", ".cc", ".cpp")
 
 
@@ -24,7 +25,7 @@ def source_of(obj, builddir):
     if "-" in stem:  # automake names per-target objects TARGET-FILE.o
         stem = stem.split("-", 1)[1]
     for ext in SOURCE_EXTS:
-        if os.path.exists(os.path.join(builddir, folder, stem + ext)):
+        if any(os.path.exists(os.path.join(top, folder, stem + ext)) for top in (builddir, SRCDIR)):
             return os.path.join(folder, stem + ext)
     return None
 
