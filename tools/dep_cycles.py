@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-# Usage: tools/dep_cycles.py [BUILDDIR]  (after make; prints the cycles between the library's source files, exit 1 if any)
+# Usage: tools/dep_cycles.py [--edges DIR] [BUILDDIR]  (after make; prints the cycles between the library's files, exit 1 if any)
 """File-level dependency cycles between colossal's library sources.
 
 Every object file under BUILDDIR/{libcore,memtier,models} is read with `nm`: the global symbols it
 defines (T, D, B, R, ...) belong to its source file, and each undefined symbol is an edge to the file
 that defines it. The strongly connected components of that graph with more than one file are the
 cycles; for each, the script prints the files and the edges inside it with the symbols they use.
+--edges DIR also lists every edge between two files under DIR (e.g. --edges models/lm).
 """
 import os
 import subprocess
@@ -100,7 +101,12 @@ def strongly_connected(nodes, edges):
 
 
 def main():
-    builddir = sys.argv[1] if len(sys.argv) > 1 else "."
+    args = sys.argv[1:]
+    show = None
+    if len(args) >= 2 and args[0] == "--edges":
+        show = args[1].rstrip("/") + "/"
+        args = args[2:]
+    builddir = args[0] if args else "."
     objects = []
     for top in DIRS:
         for root, _, files in os.walk(os.path.join(builddir, top)):
@@ -130,6 +136,12 @@ def main():
             if dst != src:
                 edges[src].add(dst)
                 via[(src, dst)].add(name)
+    if show:
+        for src in sorted(uses):
+            for dst in sorted(edges[src]):
+                if src.startswith(show) and dst.startswith(show):
+                    print(f"{src} -> {dst}: {' '.join(sorted(demangle(sorted(via[(src, dst)]))))}")
+        print()
     cycles = [c for c in strongly_connected(set(uses), edges) if len(c) > 1]
     print(f"{len(uses)} files, {sum(len(v) for v in edges.values())} file-to-file edges, {len(cycles)} cycle(s)")
     for n, comp in enumerate(cycles, 1):
