@@ -57,11 +57,6 @@ static long next_use(const mt_plan *p, int c, long t)
     return a < hi ? base + p->use[a] : base + n + p->use[lo];
 }
 
-double mt_plan_hop_s(const mt_plan *p, mt_link l, size_t bytes)
-{
-    return p->links.latency_s + (double)bytes / p->links.bw[l];
-}
-
 static double fetch_s(const mt_plan *p, int c)
 {
     double s = mt_plan_hop_s(p, MT_LINK_H2C, p->chunks[c].bytes);

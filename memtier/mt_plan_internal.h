@@ -1,5 +1,6 @@
 /* mt_plan_internal.h - what mt_plan.c and mt_plan_sim.c (the timing model)
- * share; not part of the planner's API. */
+ * share; not part of the planner's API. The planner calls the timing model,
+ * never the other way round. */
 #ifndef MT_PLAN_INTERNAL_H
 #define MT_PLAN_INTERNAL_H
 
@@ -46,6 +47,7 @@ static inline const step_plan *step_of(const mt_plan *p, const plan_result *r, l
     return &r->steps[step < r->nwarm ? step : r->nwarm];
 }
 
+/* ---- the timing model (mt_plan_sim.c) ---- */
 /* latency + bytes / bandwidth of one hop (0 for an infinitely fast link) */
 double mt_plan_hop_s(const mt_plan *p, mt_link l, size_t bytes);
 /* the timing model over steps 0 .. nsteps-1 of a planning result */

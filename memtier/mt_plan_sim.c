@@ -1,10 +1,17 @@
-/* mt_plan_sim.c - the planner's timing model: one compute stream, each link
- * a FIFO moving one transfer at a time (see mt_plan.h, mt_plan_simulate). */
+/* mt_plan_sim.c - the planner's timing model: the time of one hop, and the
+ * simulation of planned steps with one compute stream, each link a FIFO
+ * moving one transfer at a time (see mt_plan.h, mt_plan_simulate). The
+ * planner (mt_plan.c) uses both; nothing here calls the planner. */
 #include "mt_plan_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+double mt_plan_hop_s(const mt_plan *p, mt_link l, size_t bytes)
+{
+    return p->links.latency_s + (double)bytes / p->links.bw[l];
+}
 
 typedef struct {
     double t, link_free[MT_NLINKS], space_free;

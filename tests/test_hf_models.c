@@ -9,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "hf_config.h"
+#include "lm_family.h"
 #include "lm_trainer.h"
 #include "testlib.h"
 #include "backend_cpu.h"
@@ -298,6 +299,29 @@ static void test_errors(void)
     }
 }
 
+/* the family registry and config.json agree on every family */
+static void test_families(void)
+{
+    int n = 0;
+    for (; col_lm_families[n]; n++) {
+        const col_lm_family *f = col_lm_families[n];
+        char json[128];
+        snprintf(json, sizeof json, "{\"model_type\": \"%s\"}", f->name);
+        col_lm_config c;
+        col_err err = {0};
+        bool parsed = col_hf_parse_config(json, strlen(json), "config.json", &c, &err) == COL_OK;
+        int mods = 0;
+        while (f->lora_modules[mods])
+            mods++;
+        bool same = parsed && c.arch == f->arch && col_lm_family_of(f->arch) == f &&
+                    strcmp(col_arch_name(f->arch), f->name) == 0;
+        TL_OK(same && col_lm_param_count(&c) > 0 && mods > 0 && mods < 32,
+              "family %s: model_type, col_arch_name and the registry agree; %d parameters, %d LoRA modules", f->name,
+              parsed ? col_lm_param_count(&c) : 0, mods);
+    }
+    TL_OK(n == 3, "%d families registered (GPT-2, OPT, LLaMA)", n);
+}
+
 int main(void)
 {
     tl_cpu_backend(&be);
@@ -308,6 +332,7 @@ int main(void)
         parity(models[i]);
     }
     test_errors();
+    test_families();
     col_cpu_backend_free(&be);
     return tl_done();
 }

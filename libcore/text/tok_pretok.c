@@ -1,14 +1,14 @@
-/* tok_pretok.c - the text on either side of BPE: GPT-2's
- * byte <-> unicode table, normalizer steps, the pre-tokenizer regex (PCRE2
- * with UTF and UCP, JIT-compiled when the library can), and the decoder,
- * turned at load time into each id's decoded bytes.
+/* tok_pretok.c - the text before BPE: normalizer steps, the pre-tokenizer
+ * splits (a regex: PCRE2 with UTF and UCP, JIT-compiled when the library
+ * can; or before each Metaspace character), col_tok_segment, which hands
+ * each word to BPE (tok_bpe.c), and reading tokenizer.json's normalizer and
+ * pre_tokenizer. Calls tok_bpe.c and tok_util.c.
  *
  * Hugging Face runs its regexes with Oniguruma, whose \s is Unicode's
  * White_Space property (PCRE2's has U+180E and lacks U+0085) and whose
  * Unicode tables are newer than PCRE2 10.42's, so patterns are rewritten
  * to give \s, \p{L} and \p{N} Oniguruma's sets. The regexes then split
  * every code point as Hugging Face does on the GPT-2 and LLaMA-3 patterns. */
-#define COL_TOK_INTERNAL
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>
 #include <pcre2.h>
@@ -17,40 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
-
-/* ---- GPT-2 bytes_to_unicode ---- */
-
-static bool printable_byte(unsigned b)
-{
-    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-}
-
-/* The 68 bytes that are not printable, 0x00-0x20, 0x7F-0xA0 and 0xAD, take
- * code points 256.. in byte order. */
-uint32_t col_bytelevel_cp(unsigned b)
-{
-    b &= 0xFF;
-    if (printable_byte(b))
-        return b;
-    if (b <= 0x20)
-        return 256 + b;
-    if (b <= 0xA0)
-        return 256 + 33 + (b - 0x7F);
-    return 256 + 67; /* 0xAD */
-}
-
-int col_bytelevel_byte(uint32_t cp)
-{
-    if (cp < 256)
-        return printable_byte(cp) ? (int)cp : -1;
-    uint32_t k = cp - 256;
-    if (k < 33)
-        return (int)k;
-    if (k < 67)
-        return (int)(0x7F + k - 33);
-    return k == 67 ? 0xAD : -1;
-}
+#include "tok_internal.h"
 
 /* ---- regex ---- */
 
@@ -423,15 +390,6 @@ static const char *type_of(const cJSON *o)
     return cJSON_IsObject(o) ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type")) : NULL;
 }
 
-/* a boolean field, def when absent or null; -1 when it is something else */
-static int bool_field(const cJSON *o, const char *key, int def)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v))
-        return def;
-    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1;
-}
-
 static col_status add_op(col_tokenizer *t, col_norm_kind kind, const char *a, const char *b, int scheme,
                          const char *name, col_err *err)
 {
@@ -521,7 +479,7 @@ static col_status parse_pre(col_tokenizer *t, const cJSON *p, const char *name, 
         return COL_OK;
     }
     if (strcmp(type, "ByteLevel") == 0) {
-        int aps = bool_field(p, "add_prefix_space", 1), re = bool_field(p, "use_regex", 1);
+        int aps = col_tok_json_bool(p, "add_prefix_space", 1), re = col_tok_json_bool(p, "use_regex", 1);
         if (aps < 0 || re < 0)
             return col_tok_fail(err, COL_EFORMAT, name, "pre_tokenizer: ByteLevel has a field that is not a boolean");
         t->byte_level = true;
@@ -538,7 +496,7 @@ static col_status parse_pre(col_tokenizer *t, const cJSON *p, const char *name, 
         const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
         const cJSON *lit = cJSON_GetObjectItemCaseSensitive(pat, "String");
         const char *beh = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "behavior"));
-        int inv = bool_field(p, "invert", 0);
+        int inv = col_tok_json_bool(p, "invert", 0);
         if ((!cJSON_IsString(rx) && !cJSON_IsString(lit)) || !beh || inv < 0)
             return col_tok_fail(err, COL_EFORMAT, name,
                                 "pre_tokenizer: Split needs pattern.Regex or pattern.String and a behavior");
@@ -554,7 +512,7 @@ static col_status parse_pre(col_tokenizer *t, const cJSON *p, const char *name, 
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(p, "replacement");
         const char *repl = r ? cJSON_GetStringValue(r) : "\xE2\x96\x81";
         const char *scheme = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "prepend_scheme"));
-        int aps = bool_field(p, "add_prefix_space", 1), split = bool_field(p, "split", 1);
+        int aps = col_tok_json_bool(p, "add_prefix_space", 1), split = col_tok_json_bool(p, "split", 1);
         uint32_t cp;
         if (!repl || !*repl || strlen(repl) >= sizeof t->meta_repl ||
             col_utf8_char((const unsigned char *)repl, strlen(repl), &cp) != strlen(repl) || aps < 0 || split < 0)
@@ -584,199 +542,4 @@ col_status col_tok_parse_pre(col_tokenizer *t, const cJSON *normalizer, const cJ
 {
     col_status st = parse_norm(t, normalizer, name, err);
     return st != COL_OK ? st : parse_pre(t, pre_tokenizer, name, err);
-}
-
-/* ---- the decoder: each id's decoded bytes ---- */
-
-/* GPT-2 byte-level name -> raw bytes in out; false if a character has no byte */
-bool col_bytelevel_raw(const char *s, size_t n, char *out, size_t *outlen)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t len = col_utf8_char((const unsigned char *)s + i, n - i, &cp);
-        int b = len ? col_bytelevel_byte(cp) : -1;
-        if (b < 0)
-            return false;
-        out[k++] = (char)b;
-        i += len;
-    }
-    *outlen = k;
-    return true;
-}
-
-/* the decoder as a list of per-token steps */
-enum { D_BYTELEVEL, D_REPLACE, D_BYTEFALLBACK };
-typedef struct {
-    int kind;
-    const char *a, *b;
-} dstep;
-typedef struct {
-    dstep s[16];
-    int n;
-} dchain;
-
-static col_status parse_decoder(col_tokenizer *t, const cJSON *d, dchain *ch, const char *name, col_err *err)
-{
-    char s1[64];
-    if (!d || cJSON_IsNull(d))
-        return COL_OK;
-    const char *type = cJSON_IsObject(d) ? cJSON_GetStringValue(col_tok_json_field(d, "type")) : NULL;
-    if (!type)
-        return col_tok_fail(err, COL_EFORMAT, name, "decoder: an entry has no \"type\"");
-    if (ch->n >= 15)
-        return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: too many steps");
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = col_tok_json_field(d, "decoders"), *x;
-        if (!cJSON_IsArray(list))
-            return col_tok_fail(err, COL_EFORMAT, name, "decoder: Sequence has no \"decoders\" array");
-        cJSON_ArrayForEach(x, list) {
-            col_status st = parse_decoder(t, x, ch, name, err);
-            if (st != COL_OK)
-                return st;
-        }
-    } else if (strcmp(type, "ByteLevel") == 0) {
-        ch->s[ch->n++] = (dstep){D_BYTELEVEL, NULL, NULL};
-    } else if (strcmp(type, "ByteFallback") == 0) {
-        ch->s[ch->n++] = (dstep){D_BYTEFALLBACK, NULL, NULL};
-    } else if (strcmp(type, "Fuse") == 0) {
-        /* concatenation is what decode does anyway */
-    } else if (strcmp(type, "Replace") == 0) {
-        const char *a = cJSON_GetStringValue(col_tok_json_field(col_tok_json_field(d, "pattern"), "String"));
-        const char *b = cJSON_GetStringValue(col_tok_json_field(d, "content"));
-        if (!a || !*a || !b)
-            return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: only Replace of a non-empty String is supported");
-        ch->s[ch->n++] = (dstep){D_REPLACE, a, b};
-    } else if (strcmp(type, "Strip") == 0) {
-        const char *c = cJSON_GetStringValue(col_tok_json_field(d, "content"));
-        int64_t start, stop;
-        if (!c || strcmp(c, " ") != 0 || !col_tok_json_int(col_tok_json_field(d, "start"), 0, 1000, &start) ||
-            !col_tok_json_int(col_tok_json_field(d, "stop"), 0, 0, &stop))
-            return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder: only Strip of leading spaces is supported");
-        t->strip_leading = (int)start;
-    } else if (strcmp(type, "Metaspace") == 0) {
-        const cJSON *r = col_tok_json_field(d, "replacement");
-        const char *repl = r ? cJSON_GetStringValue(r) : "\xE2\x96\x81";
-        const char *scheme = cJSON_GetStringValue(col_tok_json_field(d, "prepend_scheme"));
-        int aps = bool_field(d, "add_prefix_space", 1);
-        if (!repl || !*repl || aps < 0)
-            return col_tok_fail(err, COL_EFORMAT, name, "decoder: Metaspace needs a replacement character");
-        ch->s[ch->n++] = (dstep){D_REPLACE, repl, " "};
-        if (scheme ? strcmp(scheme, "never") != 0 : aps)
-            t->strip_leading = -1;
-    } else {
-        return col_tok_fail(err, COL_EUNSUPPORTED, name, "decoder type '%s' is not supported",
-                            col_tok_show(type, strlen(type), s1));
-    }
-    return COL_OK;
-}
-
-typedef struct {
-    char *p;
-    size_t cap;
-} scratch;
-
-static bool reserve(scratch *s, size_t n)
-{
-    if (n <= s->cap)
-        return true;
-    char *p = realloc(s->p, 2 * n);
-    if (!p)
-        return false;
-    s->p = p;
-    s->cap = 2 * n;
-    return true;
-}
-
-/* cur[0..*n) with a -> b, through tmp */
-static bool dec_replace(scratch *cur, size_t *n, scratch *tmp, const char *a, const char *b)
-{
-    size_t al = strlen(a), bl = strlen(b), k = 0;
-    if (!reserve(tmp, *n / al * bl + *n + 1))
-        return false;
-    for (size_t i = 0; i < *n;) {
-        if (i + al <= *n && memcmp(cur->p + i, a, al) == 0) {
-            memcpy(tmp->p + k, b, bl);
-            k += bl;
-            i += al;
-        } else
-            tmp->p[k++] = cur->p[i++];
-    }
-    scratch x = *cur;
-    *cur = *tmp;
-    *tmp = x;
-    *n = k;
-    return true;
-}
-
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-static col_status build_dec(col_tokenizer *t, const dchain *ch, const char *name, col_err *err)
-{
-    t->dec_off = calloc((size_t)t->n_ids, sizeof *t->dec_off);
-    t->dec_len = calloc((size_t)t->n_ids, sizeof *t->dec_len);
-    scratch out = {0}, cur = {0}, tmp = {0};
-    size_t at = 0;
-    bool ok = t->dec_off && t->dec_len;
-    for (int32_t i = 0; ok && i < t->n_ids; i++) {
-        if (!t->flags[i])
-            continue;
-        size_t n = t->name_len[i];
-        if (!(ok = reserve(&cur, n + 1)))
-            break;
-        memcpy(cur.p, t->names + t->name_off[i], n);
-        for (int k = 0; ok && k < ch->n; k++) {
-            const dstep *s = &ch->s[k];
-            if (s->kind == D_BYTELEVEL) {
-                size_t len;
-                if (!(ok = reserve(&tmp, n + 1)))
-                    break;
-                if (col_bytelevel_raw(cur.p, n, tmp.p, &len)) {
-                    memcpy(cur.p, tmp.p, len);
-                    n = len;
-                }
-            } else if (s->kind == D_REPLACE) {
-                ok = dec_replace(&cur, &n, &tmp, s->a, s->b);
-            } else if (n == 6 && memcmp(cur.p, "<0x", 3) == 0 && cur.p[5] == '>' && hexval(cur.p[3]) >= 0 &&
-                       hexval(cur.p[4]) >= 0) { /* D_BYTEFALLBACK */
-                cur.p[0] = (char)(hexval(cur.p[3]) * 16 + hexval(cur.p[4]));
-                n = 1;
-            }
-        }
-        if (!ok)
-            break;
-        if (at + n > UINT32_MAX) {
-            ok = false;
-            break;
-        }
-        if (at + n + 1 > out.cap) {
-            size_t cap = 2 * (at + n) + 4096;
-            char *p = realloc(out.p, cap);
-            if (!(ok = p != NULL))
-                break;
-            out.p = p;
-            out.cap = cap;
-        }
-        memcpy(out.p + at, cur.p, n);
-        t->dec_off[i] = (uint32_t)at;
-        t->dec_len[i] = (uint32_t)n;
-        at += n;
-    }
-    free(cur.p);
-    free(tmp.p);
-    t->dec = out.p;
-    return ok ? COL_OK : col_tok_fail(err, COL_ENOMEM, name, "out of memory");
-}
-
-col_status col_tok_build_decoder(col_tokenizer *t, const cJSON *decoder, bool bytelevel, const char *name,
-                                 col_err *err)
-{
-    dchain ch = {.n = 0};
-    if (bytelevel)
-        ch.s[ch.n++] = (dstep){D_BYTELEVEL, NULL, NULL};
-    col_status st = parse_decoder(t, decoder, &ch, name, err);
-    return st != COL_OK ? st : build_dec(t, &ch, name, err);
 }

@@ -1,52 +1,24 @@
-/* tokenizer.c - loading tokenizer.json or vocab.json + merges.txt: the
- * vocabulary, added tokens and their trie, merges, the encode keys of
- * byte-level vocabularies, the post-processor, tokenizer_config.json.
- * Every problem with a file fails with one line that names the file.
+/* tokenizer.c - the top of the tokenizer: loading tokenizer.json or
+ * vocab.json + merges.txt (the vocabulary, added tokens and their trie,
+ * merges, the encode keys of byte-level vocabularies, the post-processor,
+ * tokenizer_config.json), freeing, and the queries. Every problem with a
+ * file fails with one line that names the file.
  *
- * Encoding and decoding are in tok_bpe.c; normalizer, pre-tokenizer and
- * decoder descriptions in tok_pretok.c. */
-#define COL_TOK_INTERNAL
+ * The layers below it (tok_internal.h): encoding is tok_encode.c, decoding
+ * tok_decode.c, normalizers and pre-tokenizers tok_pretok.c, the BPE model
+ * tok_bpe.c, shared helpers tok_util.c. */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "textio.h"
-#include "tokenizer.h"
+#include "tok_internal.h"
 
 #define ID_LIMIT (1 << 24)
 #define FILE_MAX ((size_t)1 << 30)
-
-col_status col_tok_fail(col_err *err, col_status code, const char *name, const char *fmt, ...)
-{
-    char msg[COL_ERR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return col_err_set(err, code, "%s: %s", name, msg);
-}
-
-const char *col_tok_show(const char *s, size_t n, char out[64])
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (k > 50) {
-            memcpy(out + k, "...", 4);
-            return out;
-        }
-        if (c < 0x20 || c == 0x7F || c == '\'' || c == '\\')
-            k += (size_t)snprintf(out + k, 64 - k, "\\x%02X", c);
-        else
-            out[k++] = (char)c;
-    }
-    out[k] = '\0';
-    return out;
-}
 
 void col_tok_free(col_tokenizer *t)
 {
@@ -78,32 +50,7 @@ void col_tok_free(col_tokenizer *t)
     free(t);
 }
 
-/* ---- small JSON helpers ---- */
-
-const cJSON *col_tok_json_field(const cJSON *o, const char *key)
-{
-    return cJSON_GetObjectItemCaseSensitive(o, key);
-}
-
-bool col_tok_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (!cJSON_IsNumber(v))
-        return false;
-    double d = v->valuedouble;
-    if (!(d >= (double)lo && d <= (double)hi) || (double)(int64_t)d != d)
-        return false;
-    *out = (int64_t)d;
-    return true;
-}
-
-static int get_bool(const cJSON *o, const char *key, int def)
-{
-    const cJSON *v = col_tok_json_field(o, key);
-    if (!v || cJSON_IsNull(v))
-        return def;
-    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1;
-}
-
+/* text -> JSON, failing with the byte and line of the first problem */
 static col_status parse_json(const char *text, size_t len, const char *name, cJSON **out, col_err *err)
 {
     const char *end = NULL;
@@ -150,7 +97,8 @@ static col_status build_vocab(col_tokenizer *t, const cJSON *vocab, const cJSON 
             return col_tok_fail(err, COL_EFORMAT, name,
                                 "added_tokens[%zu]: needs a \"content\" string and an integer \"id\" in [0, %d)", na,
                                 ID_LIMIT);
-        if (get_bool(x, "special", 0) < 0 || get_bool(x, "lstrip", 0) < 0 || get_bool(x, "rstrip", 0) < 0)
+        if (col_tok_json_bool(x, "special", 0) < 0 || col_tok_json_bool(x, "lstrip", 0) < 0 ||
+            col_tok_json_bool(x, "rstrip", 0) < 0)
             return col_tok_fail(err, COL_EFORMAT, name, "added_tokens[%zu]: special/lstrip/rstrip must be booleans", na);
         na++;
         bytes += strlen(content);
@@ -217,8 +165,10 @@ static col_status build_vocab(col_tokenizer *t, const cJSON *vocab, const cJSON 
             t->name_len[id] = (uint32_t)len;
             at += len;
         }
-        t->flags[id] |= COL_TOKF_PRESENT | COL_TOKF_ADDED | (get_bool(x, "special", 0) ? COL_TOKF_SPECIAL : 0) |
-                        (get_bool(x, "lstrip", 0) ? COL_TOKF_LSTRIP : 0) | (get_bool(x, "rstrip", 0) ? COL_TOKF_RSTRIP : 0);
+        t->flags[id] |= COL_TOKF_PRESENT | COL_TOKF_ADDED |
+                        (col_tok_json_bool(x, "special", 0) ? COL_TOKF_SPECIAL : 0) |
+                        (col_tok_json_bool(x, "lstrip", 0) ? COL_TOKF_LSTRIP : 0) |
+                        (col_tok_json_bool(x, "rstrip", 0) ? COL_TOKF_RSTRIP : 0);
         t->added_id[t->n_added++] = (int32_t)id;
     }
     return COL_OK;
@@ -556,8 +506,8 @@ static col_status from_root(col_tokenizer *t, const cJSON *root, const char *nam
     col_status st = build_vocab(t, col_tok_json_field(model, "vocab"), col_tok_json_field(root, "added_tokens"), name, err);
     if (st != COL_OK)
         return st;
-    int bf = get_bool(model, "byte_fallback", 0), fu = get_bool(model, "fuse_unk", 0),
-        im = get_bool(model, "ignore_merges", 0);
+    int bf = col_tok_json_bool(model, "byte_fallback", 0), fu = col_tok_json_bool(model, "fuse_unk", 0),
+        im = col_tok_json_bool(model, "ignore_merges", 0);
     if (bf < 0 || fu < 0 || im < 0)
         return col_tok_fail(err, COL_EFORMAT, name, "model: byte_fallback, fuse_unk and ignore_merges must be booleans");
     t->byte_fallback = bf, t->fuse_unk = fu, t->ignore_merges = im;
@@ -726,4 +676,41 @@ done:
     else
         *out = t;
     return st;
+}
+
+/* ---- queries ---- */
+
+int32_t col_tok_vocab_size(const col_tokenizer *t)
+{
+    return t->n_ids;
+}
+
+int32_t col_tok_bos_id(const col_tokenizer *t)
+{
+    return t->bos_id;
+}
+
+int32_t col_tok_eos_id(const col_tokenizer *t)
+{
+    return t->eos_id;
+}
+
+int32_t col_tok_token_id(const col_tokenizer *t, const char *name)
+{
+    size_t n = strlen(name);
+    const unsigned char *s = (const unsigned char *)name;
+    int32_t node = n && t->trie ? t->trie_root[s[0]] : -1;
+    for (size_t k = 1; node >= 0 && k < n; k++) {
+        node = t->trie[node].child;
+        while (node >= 0 && t->trie[node].byte != s[k])
+            node = t->trie[node].sibling;
+    }
+    if (node >= 0 && t->trie[node].token >= 0)
+        return t->trie[node].token;
+    return col_strmap_get(&t->by_name, name, n);
+}
+
+bool col_tok_is_special(const col_tokenizer *t, int32_t id)
+{
+    return id >= 0 && id < t->n_ids && (t->flags[id] & COL_TOKF_SPECIAL);
 }

@@ -3,13 +3,14 @@
  * weights are stored [in, out], so the projections are x @ W + b. */
 #include <stdio.h>
 
-#include "lm.h"
+#include "lm_family.h"
+#include "lm_layers.h"
 
 enum { PER_LAYER = 12 };
 
-int col_gpt2_param_count(const col_lm_config *c) { return 2 + PER_LAYER * c->n_layer + 2; }
+static int gpt2_param_count(const col_lm_config *c) { return 2 + PER_LAYER * c->n_layer + 2; }
 
-void col_gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
+static void gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
 {
     int64_t C = c->hidden, F = c->ffn;
     int k = 0;
@@ -68,10 +69,10 @@ static col_node *attention(col_graph *g, col_node *x, col_node **p, int l, const
     return col_lm_dropout(g, conv1d(g, o, out, y, &p[2], p[3]), c, o);
 }
 
-col_node *col_gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
+static col_node *gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
 {
     col_node **p = out->params;
-    int np = col_gpt2_param_count(c);
+    int np = gpt2_param_count(c);
     int64_t BT = (int64_t)o->batch * o->seq, C = c->hidden;
     col_node *tok = col_embedding(g, p[0], out->ids);                   /* [B, T, C] */
     col_node *pos = col_embedding(g, p[1], col_lm_positions(g, o, out)); /* [T, C] */
@@ -92,3 +93,16 @@ col_node *col_gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm_bu
     int64_t flat[2] = {BT, C};
     return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, p[0], 0, 1)); /* tied: x @ wte^T */
 }
+
+static const char *const lora_modules[] = {"c_attn", "c_proj", "c_fc", NULL};
+
+const col_lm_family col_gpt2_family = {
+    .name = "gpt2",
+    .arch = COL_ARCH_GPT2,
+    .conv1d = true,
+    .lora_modules = lora_modules,
+    .lora_default_targets = "c_attn",
+    .param_count = gpt2_param_count,
+    .param_specs = gpt2_param_specs,
+    .forward = gpt2_forward,
+};

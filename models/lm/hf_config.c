@@ -13,6 +13,10 @@
 
 /* ---- the model config ---- */
 
+/* The families' names here and in their table entries (lm_family.h) are the
+ * same (test_hf_models checks): reading config.json does not go through the
+ * table, which carries the graph builders, so the parser links alone
+ * (fuzz_config). */
 const char *col_arch_name(col_arch a)
 {
     switch (a) {

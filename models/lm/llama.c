@@ -3,18 +3,19 @@
  * untied output embedding. Linear weights are [out, in]. */
 #include <stdio.h>
 
-#include "lm.h"
+#include "lm_family.h"
+#include "lm_layers.h"
 
 enum { PER_LAYER = 9 };
 
 static int per_layer(const col_lm_config *c) { return PER_LAYER + (c->attn_bias ? 3 : 0) + (c->mlp_bias ? 3 : 0); }
 
-int col_llama_param_count(const col_lm_config *c)
+static int llama_param_count(const col_lm_config *c)
 {
     return 1 + per_layer(c) * c->n_layer + 1 + (c->tie_embeddings ? 0 : 1);
 }
 
-void col_llama_param_specs(const col_lm_config *c, col_param_spec *s)
+static void llama_param_specs(const col_lm_config *c, col_param_spec *s)
 {
     int64_t C = c->hidden, Hq = (int64_t)c->n_head * c->head_dim, Hkv = (int64_t)c->n_kv_head * c->head_dim,
             F = c->ffn;
@@ -63,7 +64,7 @@ static col_node *heads(col_graph *g, const col_lm_build_opts *o, col_lm_graph *o
     return pos ? col_rope(g, h, pos, rope) : h;
 }
 
-col_node *col_llama_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
+static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
 {
     col_node **p = out->params;
     int64_t H = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
@@ -100,3 +101,17 @@ col_node *col_llama_forward(col_graph *g, const col_lm_config *c, const col_lm_b
     int64_t flat[2] = {(int64_t)o->batch * o->seq, c->hidden};
     return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, head, 0, 1));
 }
+
+static const char *const lora_modules[] = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
+                                           "gate_proj", "up_proj", "down_proj", NULL};
+
+const col_lm_family col_llama_family = {
+    .name = "llama",
+    .arch = COL_ARCH_LLAMA,
+    .conv1d = false,
+    .lora_modules = lora_modules,
+    .lora_default_targets = "q_proj,v_proj",
+    .param_count = llama_param_count,
+    .param_specs = llama_param_specs,
+    .forward = llama_forward,
+};

@@ -1,6 +1,7 @@
-/* lm.c - what the model families share: config checks, parameter specs,
- * initialisation, dropout/activation, attention through an optional
- * key/value cache, and the dispatch to each family's graph builder. */
+/* lm.c - what every model is: its parameter list and initialisation, and
+ * the graph around a family's forward builder (parameter, LoRA, input and
+ * cache leaves before it; logits and loss after it). The families are found
+ * in the registry (lm_family.h); lm.c includes none of them. */
 #include "lm.h"
 
 #include <math.h>
@@ -8,35 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lm_family.h"
 #include "rng.h"
 
 int col_lm_param_count(const col_lm_config *c)
 {
-    switch (c->arch) {
-    case COL_ARCH_GPT2: return col_gpt2_param_count(c);
-    case COL_ARCH_OPT: return col_opt_param_count(c);
-    case COL_ARCH_LLAMA: return col_llama_param_count(c);
-    }
-    return 0;
+    const col_lm_family *f = col_lm_family_of(c->arch);
+    return f ? f->param_count(c) : 0;
 }
 
 void col_lm_param_specs(const col_lm_config *c, col_param_spec *s)
 {
-    switch (c->arch) {
-    case COL_ARCH_GPT2: col_gpt2_param_specs(c, s); break;
-    case COL_ARCH_OPT: col_opt_param_specs(c, s); break;
-    case COL_ARCH_LLAMA: col_llama_param_specs(c, s); break;
-    }
-}
-
-void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, col_init_kind init)
-{
-    snprintf(s->name, sizeof s->name, "%s", name);
-    s->ndim = d1 ? 2 : 1;
-    s->shape[0] = d0;
-    s->shape[1] = d1;
-    s->decay = d1 != 0;
-    s->init = init;
+    const col_lm_family *f = col_lm_family_of(c->arch);
+    if (f)
+        f->param_specs(c, s);
 }
 
 int64_t col_param_numel(const col_param_spec *s) { return s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1); }
@@ -56,77 +42,15 @@ void col_lm_init_param(const col_lm_config *c, const col_param_spec *s, int inde
     }
 }
 
-col_node *col_lm_dropout(col_graph *g, col_node *x, const col_lm_config *c, const col_lm_build_opts *o)
-{
-    return (o->training && c->dropout > 0) ? col_dropout(g, x, c->dropout, o->dropout_seed) : x;
-}
-
-col_node *col_lm_activation(col_graph *g, col_node *x, col_act act)
-{
-    switch (act) {
-    case COL_ACT_GELU_TANH: return col_gelu_tanh(g, x);
-    case COL_ACT_GELU: return col_gelu(g, x);
-    case COL_ACT_RELU: return col_relu(g, x);
-    case COL_ACT_SILU: return col_silu(g, x);
-    }
-    return NULL;
-}
-
-col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *y,
-                      col_node *const *w)
-{
-    if (!o->lora_of || !x || !y)
-        return y;
-    int j = o->lora_of[w - out->params];
-    if (j < 0)
-        return y;
-    col_node *a = out->lora[2 * j], *b = out->lora[2 * j + 1];
-    if (!a || !b)
-        return NULL;
-    int64_t flat[2] = {-1, a->t.shape[1]};
-    /* PEFT: lora_B(lora_A(x)) * scaling; the scale is applied to the narrow [N, r] product */
-    col_node *h = col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, a, 0, 1));
-    h = col_matmul(g, col_scale(g, h, o->lora_scale, 0.0f), col_transpose(g, b, 0, 1));
-    return h ? col_add(g, y, col_reshape(g, h, y->t.ndim, y->t.shape)) : NULL;
-}
-
-col_node *col_lm_linear(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
-                        col_node *b)
-{
-    return col_lm_lora(g, o, out, x, col_linear(g, x, *w, b), w);
-}
-
-col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out)
-{
-    return col_arange(g, o->cache_len ? out->start : NULL, o->seq, 0);
-}
-
-col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, int l, col_node *q, col_node *k,
-                        col_node *v, float scale)
-{
-    if (!q || !k || !v)
-        return NULL;
-    col_node *y;
-    if (o->cache_len) {
-        col_node *kc = col_kv_write(g, out->cache[2 * l], k, out->start);
-        col_node *vc = col_kv_write(g, out->cache[2 * l + 1], v, out->start);
-        y = col_attention_cached(g, q, kc, vc, out->start, scale);
-    } else {
-        y = col_attention(g, q, k, v, 1, scale);
-    }
-    if (!y)
-        return NULL;
-    int64_t B = q->t.shape[0], H = q->t.shape[1], T = q->t.shape[2], D = q->t.shape[3];
-    int64_t merged[3] = {B, T, H * D};
-    return col_reshape(g, col_transpose(g, y, 1, 2), 3, merged); /* [B, T, H*D] */
-}
-
 col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out,
                         col_err *err)
 {
     col_status st = col_lm_check_config(c, err);
     if (st != COL_OK)
         return st;
+    const col_lm_family *family = col_lm_family_of(c->arch);
+    if (!family)
+        return col_err_set(err, COL_EINVAL, "model: architecture %d is not a registered family", (int)c->arch);
     if (o->batch <= 0 || o->seq <= 0 || o->seq > c->max_positions)
         return col_err_set(err, COL_EINVAL, "%s: sequence length %d is outside 1..%d (the model's maximum positions)",
                            col_arch_name(c->arch), o->seq, c->max_positions);
@@ -151,7 +75,7 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
             free(specs);
             return COL_EINVAL;
         }
-        bool conv1d = c->arch == COL_ARCH_GPT2; /* Conv1D weights are [in, out] */
+        bool conv1d = family->conv1d; /* Conv1D weights are [in, out] */
         int64_t in = specs[i].shape[conv1d ? 0 : 1], outf = specs[i].shape[conv1d ? 1 : 0];
         int64_t sa[2] = {o->lora_rank, in}, sb[2] = {outf, o->lora_rank};
         char n[48];
@@ -172,12 +96,7 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         for (int l = 0; l < 2 * c->n_layer; l++)
             out->cache[l] = col_input(g, l % 2 ? "v_cache" : "k_cache", COL_F32, 4, cs);
     }
-    col_node *logits2 = NULL; /* [B*T, V] */
-    switch (c->arch) {
-    case COL_ARCH_GPT2: logits2 = col_gpt2_forward(g, c, o, out); break;
-    case COL_ARCH_OPT: logits2 = col_opt_forward(g, c, o, out); break;
-    case COL_ARCH_LLAMA: logits2 = col_llama_forward(g, c, o, out); break;
-    }
+    col_node *logits2 = family->forward(g, c, o, out); /* [B*T, V] */
     int64_t lshape[3] = {o->batch, o->seq, c->vocab_size};
     out->logits = col_reshape(g, logits2, 3, lshape);
     out->loss = NULL;

@@ -2,7 +2,9 @@
  *
  * A model family is a parameter list with Hugging Face names and shapes (so
  * checkpoints map by name, without transposes) and a function that builds
- * the forward graph. The training session (lm_trainer.h) owns the memory.
+ * the forward graph: one entry of the family table (lm_family.h), which
+ * col_lm_build and the functions below dispatch through. The training
+ * session (lm_trainer.h) owns the memory.
  */
 #ifndef COL_MODELS_LM_H
 #define COL_MODELS_LM_H
@@ -94,34 +96,5 @@ typedef struct {
 
 col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out,
                         col_err *err);
-
-/* ---- family internals (lm.c dispatches to these) ---- */
-int col_gpt2_param_count(const col_lm_config *c);
-void col_gpt2_param_specs(const col_lm_config *c, col_param_spec *s);
-col_node *col_gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out);
-int col_opt_param_count(const col_lm_config *c);
-void col_opt_param_specs(const col_lm_config *c, col_param_spec *s);
-col_node *col_opt_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out);
-int col_llama_param_count(const col_lm_config *c);
-void col_llama_param_specs(const col_lm_config *c, col_param_spec *s);
-col_node *col_llama_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out);
-
-/* shared building blocks */
-void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, col_init_kind init);
-col_node *col_lm_dropout(col_graph *g, col_node *x, const col_lm_config *c, const col_lm_build_opts *o);
-col_node *col_lm_activation(col_graph *g, col_node *x, col_act act);
-/* causal self-attention core: q [B,Hq,T,D], k/v [B,Hkv,T,D] -> [B,T,Hq*D],
- * through the KV cache when the graph has one (layer index l) */
-col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, int l, col_node *q, col_node *k,
-                        col_node *v, float scale);
-/* y = the base projection of x by the weight at w (a pointer into out->params), plus
- * the LoRA path when that weight is adapted (two small matmuls, never B@A) */
-col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *y,
-                      col_node *const *w);
-/* col_linear (weight [out, in]) with the LoRA path */
-col_node *col_lm_linear(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
-                        col_node *b);
-/* positions 0..seq-1 (or start..start+seq-1 with a cache) as an i32 [seq] node */
-col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out);
 
 #endif

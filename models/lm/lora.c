@@ -1,6 +1,7 @@
 /* lora.c - which weights get LoRA adapters, their names, shapes and
  * initialisation, merging into the base weight, and PEFT's
- * adapter_config.json. The graph path is col_lm_lora (lm.c). */
+ * adapter_config.json. The graph path is col_lm_lora (lm_layers.c); which
+ * modules a family may adapt is in its table entry (lm_family.h). */
 #include "lora.h"
 
 #include <cjson/cJSON.h>
@@ -10,31 +11,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lm_family.h"
+#include "lm_layers.h"
 #include "rng.h"
 
 enum { MAX_MODULES = 8 };
 
-static const char *const gpt2_modules[] = {"c_attn", "c_proj", "c_fc", NULL};
-static const char *const opt_modules[] = {"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2", NULL};
-static const char *const llama_modules[] = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
-                                            "gate_proj", "up_proj", "down_proj", NULL};
+static const char *const no_modules[] = {NULL};
 
+/* the family's adaptable modules (lm_family.h), NULL-terminated */
 static const char *const *modules_of(col_arch a)
 {
-    return a == COL_ARCH_GPT2 ? gpt2_modules : a == COL_ARCH_OPT ? opt_modules : llama_modules;
+    const col_lm_family *f = col_lm_family_of(a);
+    return f ? f->lora_modules : no_modules;
 }
 
-const char *col_lora_valid_modules(col_arch arch)
+/* Conv1D weights are [in, out]; nn.Linear's [out, in] */
+static bool conv1d_of(col_arch a)
 {
-    switch (arch) {
-    case COL_ARCH_GPT2: return "c_attn, c_proj, c_fc";
-    case COL_ARCH_OPT: return "q_proj, k_proj, v_proj, out_proj, fc1, fc2";
-    case COL_ARCH_LLAMA: return "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj";
-    }
-    return "";
+    const col_lm_family *f = col_lm_family_of(a);
+    return f && f->conv1d;
 }
 
-const char *col_lora_default_targets(col_arch arch) { return arch == COL_ARCH_GPT2 ? "c_attn" : "q_proj,v_proj"; }
+const char *col_lora_valid_modules(col_arch arch, char *buf, size_t len)
+{
+    const char *const *mods = modules_of(arch);
+    size_t n = 0;
+    buf[0] = 0;
+    for (int k = 0; mods[k]; k++) {
+        int w = snprintf(buf + n, len - n, "%s%s", k ? ", " : "", mods[k]);
+        if (w < 0 || (size_t)w >= len - n)
+            break;
+        n += (size_t)w;
+    }
+    return buf;
+}
+
+const char *col_lora_default_targets(col_arch arch)
+{
+    const col_lm_family *f = col_lm_family_of(arch);
+    return f ? f->lora_default_targets : "";
+}
 
 float col_lora_alpha(const col_lora_config *l) { return l->alpha == 0 ? (float)l->rank : l->alpha; }
 float col_lora_scale(const col_lora_config *l) { return l->rank > 0 ? col_lora_alpha(l) / (float)l->rank : 0.0f; }
@@ -60,6 +77,7 @@ static col_status parse_targets(col_arch arch, const char *targets, unsigned *ma
 {
     const char *const *mods = modules_of(arch);
     const char *s = targets[0] ? targets : col_lora_default_targets(arch);
+    char valid[COL_LORA_MODULES_MAX];
     *mask = 0;
     while (*s) {
         while (*s == ',' || isspace((unsigned char)*s))
@@ -77,12 +95,13 @@ static col_status parse_targets(col_arch arch, const char *targets, unsigned *ma
             k++;
         if (!mods[k])
             return col_err_set(err, COL_EINVAL, "LoRA target module '%.*s' is not a module of %s; valid: %s",
-                               (int)(e - b > 64 ? 64 : e - b), b, col_arch_name(arch), col_lora_valid_modules(arch));
+                               (int)(e - b > 64 ? 64 : e - b), b, col_arch_name(arch),
+                               col_lora_valid_modules(arch, valid, sizeof valid));
         *mask |= 1u << k;
     }
     if (!*mask)
         return col_err_set(err, COL_EINVAL, "LoRA targets '%s' name no module; valid for %s: %s", targets,
-                           col_arch_name(arch), col_lora_valid_modules(arch));
+                           col_arch_name(arch), col_lora_valid_modules(arch, valid, sizeof valid));
     return COL_OK;
 }
 
@@ -97,7 +116,7 @@ static int module_index(col_arch arch, const char *name)
 
 static void in_out(const col_lm_config *c, const col_param_spec *w, int64_t *in, int64_t *out)
 {
-    bool conv1d = c->arch == COL_ARCH_GPT2; /* Conv1D: [in, out]; nn.Linear: [out, in] */
+    bool conv1d = conv1d_of(c->arch);
     *in = w->shape[conv1d ? 0 : 1];
     *out = w->shape[conv1d ? 1 : 0];
 }
@@ -187,7 +206,7 @@ void col_lora_merge(const col_lm_config *c, const col_param_spec *w, const float
 {
     int64_t in, out;
     in_out(c, w, &in, &out);
-    bool conv1d = c->arch == COL_ARCH_GPT2;
+    bool conv1d = conv1d_of(c->arch);
     memcpy(dst, wdata, sizeof(float) * (size_t)(in * out));
     float *row = malloc(sizeof(float) * (size_t)in);
     for (int64_t o = 0; o < out; o++) {
@@ -239,7 +258,7 @@ col_status col_lora_config_json(const col_lm_config *c, const col_lora_config *l
     }
     cJSON_AddStringToObject(o, "base_model_name_or_path", "");
     cJSON_AddStringToObject(o, "bias", "none");
-    cJSON_AddBoolToObject(o, "fan_in_fan_out", c->arch == COL_ARCH_GPT2);
+    cJSON_AddBoolToObject(o, "fan_in_fan_out", conv1d_of(c->arch));
     cJSON_AddBoolToObject(o, "inference_mode", 1);
     cJSON_AddBoolToObject(o, "init_lora_weights", 1);
     cJSON_AddNumberToObject(o, "lora_alpha", col_lora_alpha(l));
@@ -291,13 +310,15 @@ col_status col_lora_check_config_json(const char *json, size_t len, const char *
         st = col_err_set(err, COL_EFORMAT, "%s: \"target_modules\" is missing or not a list", name);
     if (st == COL_OK) {
         col_err e = {0};
+        char valid[COL_LORA_MODULES_MAX];
         parse_targets(c->arch, l->targets, &want, &e);
         const cJSON *x;
         if (cJSON_IsString(tm)) { /* PEFT also allows one name (a regex); only plain names are understood */
             int k = module_index(c->arch, tm->valuestring);
             if (k < 0)
                 st = col_err_set(err, COL_EFORMAT, "%s: target_modules \"%.64s\" is not a module of %s (%s)", name,
-                                 tm->valuestring, col_arch_name(c->arch), col_lora_valid_modules(c->arch));
+                                 tm->valuestring, col_arch_name(c->arch),
+                                 col_lora_valid_modules(c->arch, valid, sizeof valid));
             else
                 have = 1u << k;
         }
@@ -308,7 +329,7 @@ col_status col_lora_check_config_json(const char *json, size_t len, const char *
             if (k < 0) {
                 st = col_err_set(err, COL_EFORMAT, "%s: target_modules holds %.64s, not a module of %s (%s)", name,
                                  cJSON_IsString(x) ? x->valuestring : "a non-string", col_arch_name(c->arch),
-                                 col_lora_valid_modules(c->arch));
+                                 col_lora_valid_modules(c->arch, valid, sizeof valid));
                 break;
             }
             have |= 1u << k;

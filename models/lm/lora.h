@@ -25,8 +25,11 @@ typedef struct {
 } col_lora_config;
 
 /* The modules a family can adapt, comma-separated ("c_attn, c_proj, c_fc"),
- * and its default targets ("c_attn" for GPT-2, "q_proj,v_proj" otherwise). */
-const char *col_lora_valid_modules(col_arch arch);
+ * written into buf (room for len bytes, COL_LORA_MODULES_MAX is enough) and
+ * returned; and its default targets ("c_attn" for GPT-2, "q_proj,v_proj"
+ * otherwise). Both come from the family's table entry (lm_family.h). */
+enum { COL_LORA_MODULES_MAX = 160 };
+const char *col_lora_valid_modules(col_arch arch, char *buf, size_t len);
 const char *col_lora_default_targets(col_arch arch);
 /* alpha / rank, with alpha = 0 read as alpha = rank */
 float col_lora_scale(const col_lora_config *l);

@@ -4,20 +4,21 @@
  * size (opt-350m), tied output embedding. Linear weights are [out, in]. */
 #include <stdio.h>
 
-#include "lm.h"
+#include "lm_family.h"
+#include "lm_layers.h"
 
 enum { PER_LAYER = 16, POS_OFFSET = 2 };
 
 static bool projected(const col_lm_config *c) { return c->word_embed_proj_dim != c->hidden; }
 static bool final_norm(const col_lm_config *c) { return c->pre_ln; }
 
-int col_opt_param_count(const col_lm_config *c)
+static int opt_param_count(const col_lm_config *c)
 {
     return 2 + (projected(c) ? 2 : 0) + PER_LAYER * c->n_layer + (final_norm(c) ? 2 : 0) + (c->tie_embeddings ? 0 : 1);
 }
 
 /* order: embeddings, project_in, layers, final norm, project_out, lm_head */
-void col_opt_param_specs(const col_lm_config *c, col_param_spec *s)
+static void opt_param_specs(const col_lm_config *c, col_param_spec *s)
 {
     int64_t C = c->hidden, E = c->word_embed_proj_dim, F = c->ffn;
     int k = 0;
@@ -73,7 +74,7 @@ static col_node *attention(col_graph *g, col_node *x, col_node **lp, int l, cons
     return col_lm_dropout(g, col_lm_linear(g, o, out, y, &lp[6], lp[7]), c, o);
 }
 
-col_node *col_opt_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
+static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
 {
     col_node **p = out->params;
     int k = 0;
@@ -112,3 +113,16 @@ col_node *col_opt_forward(col_graph *g, const col_lm_config *c, const col_lm_bui
     int64_t flat[2] = {(int64_t)o->batch * o->seq, c->word_embed_proj_dim};
     return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, head, 0, 1));
 }
+
+static const char *const lora_modules[] = {"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2", NULL};
+
+const col_lm_family col_opt_family = {
+    .name = "opt",
+    .arch = COL_ARCH_OPT,
+    .conv1d = false,
+    .lora_modules = lora_modules,
+    .lora_default_targets = "q_proj,v_proj",
+    .param_count = opt_param_count,
+    .param_specs = opt_param_specs,
+    .forward = opt_forward,
+};

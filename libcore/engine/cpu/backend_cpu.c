@@ -1,4 +1,5 @@
-#include <omp.h>
+/* backend_cpu.c - the CPU backend: loads OpenBLAS (blas.c) and has each kernel
+ * module (cpu_*.c) fill its entries of the table; the modules never call back. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,69 +1,11 @@
-/* backend_cuda.cu - CUDA backend: device, stream, cuBLASLt handle, workspace;
- * device memory helpers; CUDA errors as col_status. */
+/* backend_cuda.cu - CUDA backend: device, stream, cuBLASLt handle, workspace,
+ * and the kernel table, which the kernel modules (cuda_*.cu) fill. Device
+ * memory is cuda_mem.cu's; CUDA errors as col_status are cuda_util.cu's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"
-
-col_status cu_status(cudaError_t e, col_err *err, const char *what)
-{
-    if (e == cudaSuccess)
-        return COL_OK;
-    col_status code = COL_EINTERNAL;
-    switch (e) {
-    case cudaErrorMemoryAllocation: code = COL_ENOMEM; break;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorNoKernelImageForDevice:
-    case cudaErrorUnsupportedPtxVersion:
-    case cudaErrorCallRequiresNewerDriver:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice: code = COL_EUNSUPPORTED; break;
-    default: break;
-    }
-    return col_err_set(err, code, "%s: CUDA error %s: %s", what, cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-col_status cu_blas_status(cublasStatus_t s, col_err *err, const char *what)
-{
-    if (s == CUBLAS_STATUS_SUCCESS)
-        return COL_OK;
-    col_status code = s == CUBLAS_STATUS_ALLOC_FAILED ? COL_ENOMEM
-                      : s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_ARCH_MISMATCH ? COL_EUNSUPPORTED
-                                                                                              : COL_EINTERNAL;
-    return col_err_set(err, code, "%s: cuBLAS error %s: %s", what, cublasLtGetStatusName(s), cublasLtGetStatusString(s));
-}
-
-col_status cu_launch(col_err *err, const char *what) { return cu_status(cudaGetLastError(), err, what); }
-
-cu_td cu_td_of(const col_tensor *t)
-{
-    cu_td d;
-    memset(&d, 0, sizeof d);
-    /* drop size-1 dims, then merge d-1 into d when stride[d-1] == stride[d] * shape[d] */
-    for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] == 1)
-            continue;
-        if (d.ndim > 0 && d.stride[d.ndim - 1] == t->stride[i] * t->shape[i]) {
-            d.shape[d.ndim - 1] *= t->shape[i];
-            d.stride[d.ndim - 1] = t->stride[i];
-        } else {
-            d.shape[d.ndim] = t->shape[i];
-            d.stride[d.ndim] = t->stride[i];
-            d.ndim++;
-        }
-    }
-    for (int i = 0; i < t->ndim; i++)
-        if (t->shape[i] == 0) { /* empty: nothing is addressed */
-            d.ndim = 0;
-            break;
-        }
-    d.contig = d.ndim == 0 || (d.ndim == 1 && d.stride[0] == 1);
-    return d;
-}
 
 extern "C" {
 
@@ -177,88 +119,6 @@ bool col_cuda_backend_tf32(const col_backend *be) { return be && be->ctx && ((co
 const char *col_cuda_backend_device_name(const col_backend *be)
 {
     return be && be->ctx ? ((const col_cuda_ctx *)be->ctx)->name : "";
-}
-
-/* ---- device memory ---- */
-
-static col_status use_device(const col_backend *be, col_err *err, const char *what)
-{
-    if (!be || !be->ctx)
-        return col_err_set(err, COL_ESTATE, "%s: the CUDA backend is not initialised", what);
-    return cu_status(cudaSetDevice(((const col_cuda_ctx *)be->ctx)->device), err, what);
-}
-
-col_status col_cuda_alloc(const col_backend *be, size_t bytes, void **out, col_err *err)
-{
-    *out = NULL;
-    col_status st = use_device(be, err, "cuda alloc");
-    if (st != COL_OK)
-        return st;
-    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
-        *out = NULL;
-        cudaGetLastError();
-        char what[64];
-        snprintf(what, sizeof what, "cuda alloc of %zu bytes", bytes);
-        return cu_status(e, err, what);
-    }
-    return COL_OK;
-}
-
-void col_cuda_free(const col_backend *be, void *p)
-{
-    if (!p || !be || !be->ctx)
-        return;
-    cudaSetDevice(((const col_cuda_ctx *)be->ctx)->device);
-    cudaFree(p);
-}
-
-static col_status copy_sync(const col_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                            col_err *err, const char *what)
-{
-    col_status st = use_device(be, err, what);
-    if (st != COL_OK || !bytes)
-        return st;
-    cudaStream_t s = ((const col_cuda_ctx *)be->ctx)->stream;
-    st = cu_status(cudaMemcpyAsync(dst, src, bytes, kind, s), err, what);
-    if (st == COL_OK)
-        st = cu_status(cudaStreamSynchronize(s), err, what);
-    return st;
-}
-
-col_status col_cuda_to_device(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
-{
-    return copy_sync(be, dst, src, bytes, cudaMemcpyHostToDevice, err, "cuda copy to device");
-}
-
-col_status col_cuda_to_host(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
-{
-    return copy_sync(be, dst, src, bytes, cudaMemcpyDeviceToHost, err, "cuda copy to host");
-}
-
-col_status col_cuda_copy(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
-{
-    col_status st = use_device(be, err, "cuda copy");
-    if (st != COL_OK || !bytes)
-        return st;
-    return cu_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ((const col_cuda_ctx *)be->ctx)->stream),
-                     err, "cuda copy");
-}
-
-col_status col_cuda_memset(const col_backend *be, void *dst, int value, size_t bytes, col_err *err)
-{
-    col_status st = use_device(be, err, "cuda memset");
-    if (st != COL_OK || !bytes)
-        return st;
-    return cu_status(cudaMemsetAsync(dst, value, bytes, ((const col_cuda_ctx *)be->ctx)->stream), err, "cuda memset");
-}
-
-col_status col_cuda_sync(const col_backend *be, col_err *err)
-{
-    col_status st = use_device(be, err, "cuda sync");
-    if (st != COL_OK)
-        return st;
-    return cu_status(cudaStreamSynchronize(((const col_cuda_ctx *)be->ctx)->stream), err, "cuda sync");
 }
 
 } /* extern "C" */

@@ -43,7 +43,7 @@ bool col_cuda_backend_tf32(const col_backend *be);
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
 const char *col_cuda_backend_device_name(const col_backend *be);
 
-/* ---- device memory (on the backend's device, ordered on its stream) ---- */
+/* ---- device memory (cuda_mem.cu; on the backend's device, ordered on its stream) ---- */
 /* *out = bytes of device memory (256-byte aligned); COL_ENOMEM when out of memory. */
 col_status col_cuda_alloc(const col_backend *be, size_t bytes, void **out, col_err *err);
 void col_cuda_free(const col_backend *be, void *p);

@@ -34,6 +34,7 @@ typedef struct {
 
 static inline col_cuda_ctx *cu_ctx(const col_exec *ex) { return (col_cuda_ctx *)ex->be->ctx; }
 
+/* ---- errors (cuda_util.cu) ---- */
 /* CUDA error -> col_status with the CUDA message (COL_OK for cudaSuccess) */
 col_status cu_status(cudaError_t e, col_err *err, const char *what);
 /* cuBLAS(Lt) status -> col_status with its message */
@@ -50,7 +51,7 @@ typedef struct {
 } cu_td;
 
 /* Describes t with adjacent dims merged where its strides allow (the
- * logical-index -> offset map is unchanged). */
+ * logical-index -> offset map is unchanged; cuda_util.cu). */
 cu_td cu_td_of(const col_tensor *t);
 
 __device__ __forceinline__ int64_t cu_off(const cu_td &t, int64_t i)
@@ -126,7 +127,7 @@ static inline int cu_row_threads(int64_t C)
     return C <= 256 ? 32 : C <= 2048 ? 128 : C <= 8192 ? 256 : 512;
 }
 
-/* ---- the kernel modules ---- */
+/* ---- the kernel modules: backend_cuda.cu registers them; they call only cuda_util.cu ---- */
 void cu_register_basic(col_backend *be);   /* cuda_basic.cu */
 void cu_register_matmul(col_backend *be);  /* cuda_matmul.cu */
 void cu_register_unary(col_backend *be);   /* cuda_unary.cu */

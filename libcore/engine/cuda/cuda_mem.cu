@@ -1,16 +1,104 @@
-/* cuda_mem.cu - the CUDA backend's memory table (backend.h col_backend_mem):
- * device memory and synchronous copies on the backend's stream, so plans made
- * with col_plan_create_on(g, cuda, ...) keep their arena on the device; and
- * CUDA events on the backend's stream for timing. */
+/* cuda_mem.cu - the CUDA backend's device memory: allocation, copies and
+ * memset on the backend's stream, and its memory table (backend.h
+ * col_backend_mem) of them, so plans made with col_plan_create_on(g, cuda,
+ * ...) keep their arena on the device; and CUDA events on the backend's
+ * stream for timing. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_internal.h"
 
-/* part 1's device memory helpers (backend_cuda.cu) already have the table's
- * signatures: alloc 256-byte aligned cudaMalloc (COL_ENOMEM when out of
- * memory), copies ordered after queued kernels that return when the data has
- * arrived, sync waiting for the stream and reporting a kernel fault, copy a
- * device-to-device cudaMemcpyAsync on the stream (ordered with the kernels) */
+/* ---- device memory ---- */
+
+extern "C" {
+
+static col_status use_device(const col_backend *be, col_err *err, const char *what)
+{
+    if (!be || !be->ctx)
+        return col_err_set(err, COL_ESTATE, "%s: the CUDA backend is not initialised", what);
+    return cu_status(cudaSetDevice(((const col_cuda_ctx *)be->ctx)->device), err, what);
+}
+
+col_status col_cuda_alloc(const col_backend *be, size_t bytes, void **out, col_err *err)
+{
+    *out = NULL;
+    col_status st = use_device(be, err, "cuda alloc");
+    if (st != COL_OK)
+        return st;
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        cudaGetLastError();
+        char what[64];
+        snprintf(what, sizeof what, "cuda alloc of %zu bytes", bytes);
+        return cu_status(e, err, what);
+    }
+    return COL_OK;
+}
+
+void col_cuda_free(const col_backend *be, void *p)
+{
+    if (!p || !be || !be->ctx)
+        return;
+    cudaSetDevice(((const col_cuda_ctx *)be->ctx)->device);
+    cudaFree(p);
+}
+
+static col_status copy_sync(const col_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            col_err *err, const char *what)
+{
+    col_status st = use_device(be, err, what);
+    if (st != COL_OK || !bytes)
+        return st;
+    cudaStream_t s = ((const col_cuda_ctx *)be->ctx)->stream;
+    st = cu_status(cudaMemcpyAsync(dst, src, bytes, kind, s), err, what);
+    if (st == COL_OK)
+        st = cu_status(cudaStreamSynchronize(s), err, what);
+    return st;
+}
+
+col_status col_cuda_to_device(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
+{
+    return copy_sync(be, dst, src, bytes, cudaMemcpyHostToDevice, err, "cuda copy to device");
+}
+
+col_status col_cuda_to_host(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
+{
+    return copy_sync(be, dst, src, bytes, cudaMemcpyDeviceToHost, err, "cuda copy to host");
+}
+
+col_status col_cuda_copy(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err)
+{
+    col_status st = use_device(be, err, "cuda copy");
+    if (st != COL_OK || !bytes)
+        return st;
+    return cu_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ((const col_cuda_ctx *)be->ctx)->stream),
+                     err, "cuda copy");
+}
+
+col_status col_cuda_memset(const col_backend *be, void *dst, int value, size_t bytes, col_err *err)
+{
+    col_status st = use_device(be, err, "cuda memset");
+    if (st != COL_OK || !bytes)
+        return st;
+    return cu_status(cudaMemsetAsync(dst, value, bytes, ((const col_cuda_ctx *)be->ctx)->stream), err, "cuda memset");
+}
+
+col_status col_cuda_sync(const col_backend *be, col_err *err)
+{
+    col_status st = use_device(be, err, "cuda sync");
+    if (st != COL_OK)
+        return st;
+    return cu_status(cudaStreamSynchronize(((const col_cuda_ctx *)be->ctx)->stream), err, "cuda sync");
+}
+
+} /* extern "C" */
+
+/* the device memory helpers above have the table's signatures: alloc
+ * 256-byte aligned cudaMalloc (COL_ENOMEM when out of memory), copies ordered
+ * after queued kernels that return when the data has arrived, sync waiting
+ * for the stream and reporting a kernel fault, copy a device-to-device
+ * cudaMemcpyAsync on the stream (ordered with the kernels) */
 static const col_backend_mem cu_mem = {
     col_cuda_alloc, col_cuda_free, col_cuda_to_device, col_cuda_to_host, col_cuda_sync, col_cuda_copy,
 };

@@ -1,0 +1,79 @@
+/* lm_layers.c - the building blocks of the model families (lm_layers.h). */
+#include "lm_layers.h"
+
+#include <stdio.h>
+
+void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, col_init_kind init)
+{
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->ndim = d1 ? 2 : 1;
+    s->shape[0] = d0;
+    s->shape[1] = d1;
+    s->decay = d1 != 0;
+    s->init = init;
+}
+
+col_node *col_lm_dropout(col_graph *g, col_node *x, const col_lm_config *c, const col_lm_build_opts *o)
+{
+    return (o->training && c->dropout > 0) ? col_dropout(g, x, c->dropout, o->dropout_seed) : x;
+}
+
+col_node *col_lm_activation(col_graph *g, col_node *x, col_act act)
+{
+    switch (act) {
+    case COL_ACT_GELU_TANH: return col_gelu_tanh(g, x);
+    case COL_ACT_GELU: return col_gelu(g, x);
+    case COL_ACT_RELU: return col_relu(g, x);
+    case COL_ACT_SILU: return col_silu(g, x);
+    }
+    return NULL;
+}
+
+col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *y,
+                      col_node *const *w)
+{
+    if (!o->lora_of || !x || !y)
+        return y;
+    int j = o->lora_of[w - out->params];
+    if (j < 0)
+        return y;
+    col_node *a = out->lora[2 * j], *b = out->lora[2 * j + 1];
+    if (!a || !b)
+        return NULL;
+    int64_t flat[2] = {-1, a->t.shape[1]};
+    /* PEFT: lora_B(lora_A(x)) * scaling; the scale is applied to the narrow [N, r] product */
+    col_node *h = col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, a, 0, 1));
+    h = col_matmul(g, col_scale(g, h, o->lora_scale, 0.0f), col_transpose(g, b, 0, 1));
+    return h ? col_add(g, y, col_reshape(g, h, y->t.ndim, y->t.shape)) : NULL;
+}
+
+col_node *col_lm_linear(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
+                        col_node *b)
+{
+    return col_lm_lora(g, o, out, x, col_linear(g, x, *w, b), w);
+}
+
+col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out)
+{
+    return col_arange(g, o->cache_len ? out->start : NULL, o->seq, 0);
+}
+
+col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, int l, col_node *q, col_node *k,
+                        col_node *v, float scale)
+{
+    if (!q || !k || !v)
+        return NULL;
+    col_node *y;
+    if (o->cache_len) {
+        col_node *kc = col_kv_write(g, out->cache[2 * l], k, out->start);
+        col_node *vc = col_kv_write(g, out->cache[2 * l + 1], v, out->start);
+        y = col_attention_cached(g, q, kc, vc, out->start, scale);
+    } else {
+        y = col_attention(g, q, k, v, 1, scale);
+    }
+    if (!y)
+        return NULL;
+    int64_t B = q->t.shape[0], H = q->t.shape[1], T = q->t.shape[2], D = q->t.shape[3];
+    int64_t merged[3] = {B, T, H * D};
+    return col_reshape(g, col_transpose(g, y, 1, 2), 3, merged); /* [B, T, H*D] */
+}

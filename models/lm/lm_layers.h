@@ -1,0 +1,30 @@
+/* lm_layers.h - what the model families (gpt.c, opt.c, llama.c) build
+ * from: parameter specs, dropout, activations, projections with their LoRA
+ * path, positions, and attention through the optional key/value cache.
+ * These call only the engine's graph builders, never a family or lm.c. */
+#ifndef COL_MODELS_LM_LAYERS_H
+#define COL_MODELS_LM_LAYERS_H
+
+#include "lm.h"
+
+/* A parameter spec: name, shape [d0] (d1 = 0) or [d0, d1]; matrices get weight decay. */
+void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, col_init_kind init);
+/* x, with dropout when the graph is for training and the config has some */
+col_node *col_lm_dropout(col_graph *g, col_node *x, const col_lm_config *c, const col_lm_build_opts *o);
+/* the activation act of x */
+col_node *col_lm_activation(col_graph *g, col_node *x, col_act act);
+/* causal self-attention core: q [B,Hq,T,D], k/v [B,Hkv,T,D] -> [B,T,Hq*D],
+ * through the KV cache when the graph has one (layer index l) */
+col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, int l, col_node *q, col_node *k,
+                        col_node *v, float scale);
+/* y = the base projection of x by the weight at w (a pointer into out->params), plus
+ * the LoRA path when that weight is adapted (two small matmuls, never B@A) */
+col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *y,
+                      col_node *const *w);
+/* col_linear (weight [out, in]) with the LoRA path */
+col_node *col_lm_linear(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
+                        col_node *b);
+/* positions 0..seq-1 (or start..start+seq-1 with a cache) as an i32 [seq] node */
+col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out);
+
+#endif
