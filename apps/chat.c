@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "apperr.h"
 #include "backend.h"
 #include "chat.h"
 #include "memopts.h"
@@ -71,6 +72,23 @@ static void usage(FILE *f)
         "reply; ctrl-d or ctrl-c on an empty line quits.\n"
         "Commands (interactive or piped): /reset (forget the conversation), /system TEXT (set or, without TEXT,\n"
         "clear the system prompt), /quit. A line starting with // sends the text after the first /.\n", mem_opts_help);
+}
+
+/* The option (without "--") that sets s, named beside a library error that marks s (apperr.h). */
+static const char *chat_flag_of(col_setting s)
+{
+    switch (s) {
+    case COL_SETTING_TOKENIZER: return "tokenizer";
+    case COL_SETTING_CHAT_TEMPLATE: return "template";
+    default: return mem_opt_of(s);
+    }
+}
+
+/* one line for a failed call: the message, and the option of the setting at fault */
+static void print_err(const col_err *e)
+{
+    char line[APP_ERR_LINE_MAX];
+    fprintf(stderr, PROG ": %s\n", app_err_line(e, chat_flag_of, line, sizeof line));
 }
 
 static _Noreturn void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -307,7 +325,7 @@ static bool handle_line(session *s, const char *line, col_err *err)
             if (!s->conv)
                 fprintf(stderr, PROG ": /system needs a chat template (this model completes text: use --template)\n");
             else if (chat_conv_set_system(s->conv, arg, err) != COL_OK)
-                fprintf(stderr, PROG ": %s\n", err->msg);
+                print_err(err);
             else if (s->interactive)
                 fprintf(stderr, *arg ? "(system prompt set)\n" : "(system prompt cleared)\n");
         } else {
@@ -346,7 +364,7 @@ static bool handle_line(session *s, const char *line, col_err *err)
     if (s->interactive)
         sigaction(SIGINT, &old, NULL);
     if (st != COL_OK) {
-        fprintf(stderr, PROG ": %s\n", err->msg);
+        print_err(err);
         s->failures++;
         return s->interactive; /* piped input: stop at a real error */
     }
@@ -462,7 +480,7 @@ static int run_prompt(session *s, const options *o, col_err *err)
         free(ids);
     }
     if (st != COL_OK) {
-        fprintf(stderr, PROG ": %s\n", err->msg);
+        print_err(err);
         return 1;
     }
     if (skipped)
@@ -483,7 +501,7 @@ static int run(const options *opt)
     col_lm_source src;
     bool text_needed = !o.prompt_ids;
     if (col_lm_source_open(o.model, o.tokenizer, text_needed, &src, &err) != COL_OK) {
-        fprintf(stderr, PROG ": %s\n", err.msg);
+        print_err(&err);
         return 1;
     }
     const col_lm_config *mc = &src.config;
@@ -540,7 +558,7 @@ static int run(const options *opt)
     if (src.has_adapter) /* a LoRA run's output: the base weights plus the adapter beside them */
         tc.lora = src.lora;
     if (col_cpu_backend_init(&be, &err) != COL_OK) {
-        fprintf(stderr, PROG ": %s\n", err.msg);
+        print_err(&err);
         col_lm_source_close(&src);
         return 1;
     }
@@ -552,7 +570,7 @@ static int run(const options *opt)
         (src.weights && col_lm_trainer_load(tr, src.weights, &err) != COL_OK) ||
         (src.has_adapter && col_lm_trainer_load_adapter(tr, src.dir, &err) != COL_OK) ||
         chat_engine_init(&g, tr, src.tok, mc->vocab_size, ctx, &err) != COL_OK) {
-        fprintf(stderr, PROG ": %s\n", err.msg);
+        print_err(&err);
         goto done;
     }
     col_ckpt_close(src.weights); /* the weights are in the session now */
@@ -585,7 +603,7 @@ static int run(const options *opt)
     g.stops = stops;
     g.strip_leading_space = chat && family == COL_CHAT_LLAMA2;
     if (chat && chat_conv_set_system(&conv, o.system, &err) != COL_OK) {
-        fprintf(stderr, PROG ": %s\n", err.msg);
+        print_err(&err);
         goto done;
     }
     session s = {.g = &g, .conv = chat ? &conv : NULL};

@@ -60,9 +60,11 @@ typedef struct {
 
 static double now(void) { return col_seconds(); }
 
-static int fail(const char *msg)
+/* one line for a failed call: the message, and the option of the setting at fault */
+static int fail(const col_err *e)
 {
-    fprintf(stderr, "colossal-finetune: %s\n", msg);
+    char line[APP_ERR_LINE_MAX];
+    fprintf(stderr, "colossal-finetune: %s\n", app_err_line(e, ft_flag_of, line, sizeof line));
     return 1;
 }
 
@@ -321,7 +323,7 @@ static col_status make_trainer(run *r, col_err *err)
     } else if (r->src.weights) {
         st = col_lm_trainer_load(r->tr, r->src.weights, err);
         if (st != COL_OK)
-            col_err_set(err, st, "%s: %s", r->src.dir, err->msg);
+            col_err_prefix(err, "%s", r->src.dir);
         else if (r->src.has_adapter)
             st = col_lm_trainer_load_adapter(r->tr, r->src.dir, err);
     }
@@ -592,7 +594,7 @@ static int train(run *r)
             st = col_lm_trainer_step(r->tr, r->ids, r->tg, &info, &err);
         if (st != COL_OK) {
             say(r, "%s", "");
-            rc = fail(err.msg);
+            rc = fail(&err);
             break;
         }
         r->state.batches = bs;
@@ -609,7 +611,7 @@ static int train(run *r)
             double vl;
             int nb;
             if (evaluate(r, &vl, &nb, &err) != COL_OK) {
-                rc = fail(err.msg);
+                rc = fail(&err);
                 break;
             }
             if (o->json)
@@ -620,7 +622,7 @@ static int train(run *r)
         if (o->sample_every > 0 && (s % o->sample_every == 0 || s == o->steps) && r->src.tok) {
             char *text = NULL;
             if (sample(r, &text, &err) != COL_OK) {
-                rc = fail(err.msg);
+                rc = fail(&err);
                 break;
             }
             if (o->json)
@@ -633,8 +635,8 @@ static int train(run *r)
         if (last || (o->save_every > 0 && s % o->save_every == 0)) {
             if (save(r, s == o->steps, &err) != COL_OK) {
                 say(r, "%s", "");
-                fprintf(stderr, "colossal-finetune: saving step %lld: %s\n", (long long)s, err.msg);
-                rc = 1;
+                col_err_prefix(&err, "saving step %lld", (long long)s);
+                rc = fail(&err);
                 break;
             }
         }
@@ -703,7 +705,7 @@ int main(int argc, char **argv)
     }
     if (o->resume[0] && !resume_options(o, &r.state, &err)) {
         ft_free(o);
-        return fail(err.msg) + (err.code == COL_EINVAL);
+        return fail(&err) + (err.code == COL_EINVAL);
     }
     if (o->resume[0] && r.state.step >= o->steps && !o->eval_only) {
         printf("%s holds a finished run (%lld of %d steps): nothing to resume\n", o->resume, (long long)r.state.step,
@@ -788,7 +790,7 @@ int main(int argc, char **argv)
         say(&r, "note: no statistics for colossal-top (%s)", err.msg);
         r.pub = NULL;
     }
-    err.msg[0] = '\0';
+    col_err_clear(&err);
     if (o->tui) {
         if (!r.pub || !(r.tui = top_tui_open("colossal-finetune"))) {
             col_err_set(&err, COL_EINVAL, "--tui needs a terminal (and shared memory for the statistics)");
@@ -801,7 +803,7 @@ int main(int argc, char **argv)
     rc = train(&r);
 out:
     if (rc == 1 && err.msg[0])
-        fail(err.msg);
+        fail(&err);
     cleanup(&r);
     return rc;
 }

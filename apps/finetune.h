@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "apperr.h"
 #include "memopts.h"
 #include "dataset.h"
 #include "lm_trainer.h"
@@ -68,6 +69,9 @@ bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code);
 bool ft_set(ft_opts *o, const char *name, const char *value, char *msg, size_t n);
 /* Options that do not change the math of a run and may differ on --resume. */
 bool ft_runtime_option(const char *name);
+/* The option (without "--") that sets s, named beside a library error that
+ * marks s (apperr.h); NULL when no option of colossal-finetune does. */
+const char *ft_flag_of(col_setting s);
 /* Records an option as given (for the run state); false when out of room. */
 bool ft_remember(ft_opts *o, const char *name, const char *value);
 void ft_free(ft_opts *o);

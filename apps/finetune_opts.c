@@ -125,6 +125,16 @@ void ft_free(ft_opts *o)
     o->nargs = 0;
 }
 
+const char *ft_flag_of(col_setting s)
+{
+    switch (s) {
+    case COL_SETTING_TOKENIZER: return "tokenizer";
+    case COL_SETTING_CHAT_TEMPLATE: return "template";
+    case COL_SETTING_OUTPUT_DIR: return "out";
+    default: return mem_opt_of(s);
+    }
+}
+
 bool ft_runtime_option(const char *name)
 {
     for (int i = 0; i < NOPTS; i++)

@@ -99,6 +99,19 @@ int mem_opt_set(mem_opts *m, const char *name, const char *v, char *msg, size_t 
     return -1;
 }
 
+const char *mem_opt_of(col_setting s)
+{
+    switch (s) {
+    case COL_SETTING_HOST_BUDGET: return "cpu-mem";
+    case COL_SETTING_COMPUTE_BUDGET: return "gpu-mem";
+    case COL_SETTING_CHUNK_SIZE: return "chunk-size";
+    case COL_SETTING_NVME_DIR: return "nvme-dir";
+    case COL_SETTING_NVME_MAX: return "nvme-max";
+    case COL_SETTING_NVME_KINDS: return "nvme-kinds";
+    default: return NULL;
+    }
+}
+
 void mem_opts_apply(const mem_opts *m, col_lm_train_config *tc)
 {
     tc->host_budget = m->cpu_mem;

@@ -33,6 +33,11 @@ extern const char mem_opts_help[];
 /* Copies the options into a session's configuration. */
 void mem_opts_apply(const mem_opts *m, col_lm_train_config *tc);
 
+/* The option (without "--", one of mem_opt_names) that sets s, for naming it
+ * beside a library error that marks s (apperr.h); NULL for the settings of
+ * other options. */
+const char *mem_opt_of(col_setting s);
+
 /* Parses a size such as 512M, 8G, 1.5GiB or 4096 (bytes; K/M/G/T are powers of 1024). */
 bool mem_parse_size(const char *v, size_t *out);
 

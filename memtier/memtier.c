@@ -115,7 +115,8 @@ col_status mt_create(const mt_config *cfg, mt_pool **pool, col_err *e)
     *pool = NULL;
     size_t chunk = cfg && cfg->chunk_bytes ? cfg->chunk_bytes : MT_DEFAULT_CHUNK_BYTES;
     if (chunk > SIZE_MAX / 4)
-        return col_err_set(e, COL_EINVAL, "memtier: chunk size %zu bytes is too large", chunk);
+        return col_err_set_on(e, COL_SETTING_CHUNK_SIZE, COL_EINVAL, "memtier: chunk size %zu bytes is too large",
+                              chunk);
     mt_pool *p = calloc(1, sizeof *p);
     if (!p)
         return col_err_set(e, COL_ENOMEM, "memtier: out of host memory creating a pool");
@@ -189,8 +190,8 @@ static int new_chunk(mt_pool *p, mt_kind kind, size_t capacity, col_err *e)
             char have[32], need[32];
             fmt_size(p->nvme_max, have, sizeof have);
             fmt_size(end, need, sizeof need);
-            col_err_set(e, COL_ENOMEM, "memtier: the NVMe tier's %s (--nvme-max) is too small: this model needs at "
-                        "least %s there", have, need);
+            col_err_set_on(e, COL_SETTING_NVME_MAX, COL_ENOMEM, "memtier: the NVMe tier's size limit of %s is too "
+                           "small: this model needs at least %s there", have, need);
             return -1;
         }
         /* its address: reserved, never backed (any access faults) */
@@ -256,8 +257,8 @@ col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_
         char have[32], need[32];
         fmt_size(pool->host_budget, have, sizeof have);
         fmt_size(pool->needed_bytes, need, sizeof need);
-        return col_err_set(e, COL_ENOMEM, "memtier: host budget %s is too small: this model needs at least %s (--cpu-mem)",
-                           have, need);
+        return col_err_set_on(e, COL_SETTING_HOST_BUDGET, COL_ENOMEM,
+                              "memtier: the host budget of %s is too small: this model needs at least %s", have, need);
     }
     pool->tensors[kind]++;
     pool->tensor_bytes[kind] += bytes;
@@ -443,8 +444,8 @@ size_t mt_chunk_io_bytes(const mt_pool *pool, int chunk)
 
 static col_status chunk_error(mt_pool *pool, int chunk, col_status st, col_err *e)
 {
-    return col_err_set(e, st, "memtier: %s chunk %d on the NVMe tier: %s", mt_kind_name(pool->chunks[chunk].kind), chunk,
-                       e->msg);
+    col_err_prefix(e, "memtier: %s chunk %d on the NVMe tier", mt_kind_name(pool->chunks[chunk].kind), chunk);
+    return st;
 }
 
 int mt_chunk_slots(const mt_pool *pool, int chunk)
@@ -483,7 +484,7 @@ static col_status finish(mt_pool *pool, mt_nvme_req req, col_err *e)
         if (pool->done[i].req == req) {
             col_status st = pool->done[i].err.code;
             if (st != COL_OK)
-                col_err_set(e, st, "%s", pool->done[i].err.msg);
+                col_err_copy(e, &pool->done[i].err);
             pool->done[i] = pool->done[--pool->ndone];
             return st;
         }
@@ -521,7 +522,7 @@ static col_status wait_all(mt_pool *pool, const uint64_t *req, int n, col_status
         col_err e2 = {0};
         col_status w = finish(pool, req[i], &e2);
         if (w != COL_OK && st == COL_OK)
-            st = col_err_set(e, w, "%s", e2.msg);
+            st = col_err_copy(e, &e2);
     }
     return st;
 }

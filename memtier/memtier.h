@@ -53,7 +53,7 @@ typedef struct {
     /* the NVMe tier (memtier/nvme.h): chunks of the kinds in nvme_kinds (bit 1 << kind) live in
      * slots of a scratch file in nvme_dir instead of host memory; NULL = no NVMe tier */
     const char *nvme_dir;
-    uint64_t nvme_max;  /* --nvme-max: bytes the scratch file may take; 0 = unlimited */
+    uint64_t nvme_max;  /* the NVMe tier's size limit: bytes the scratch file may take; 0 = unlimited */
     unsigned nvme_kinds;
     const struct mt_nvme_faults *nvme_faults; /* tests: fault injection for the store */
     /* the store's queue depth (mt_nvme_config.queue_depth): 0 = its default; 1..MT_NVME_MAX_QUEUE_DEPTH,
@@ -96,7 +96,9 @@ void mt_destroy(mt_pool *pool);
 /* Places a tensor of `bytes` (> 0) of kind `kind`; *ref receives its place.
  * Fails with COL_ENOMEM when a new chunk would take the pool's host memory
  * past host_budget; the message names the budget and the smallest budget
- * that would have held every allocation requested so far. After such a
+ * that would have held every allocation requested so far, and
+ * COL_SETTING_HOST_BUDGET is marked (a chunk past nvme_max on the NVMe tier:
+ * COL_SETTING_NVME_MAX). After such a
  * failure the chunk is still planned (tier MT_TIER_NONE, no memory), so
  * later requests keep being planned and refused with an updated total: a
  * caller may go on allocating the whole model and report the last message.

@@ -538,10 +538,10 @@ static col_status check_budget(mt_plan *p, const size_t *act, col_err *e)
         }
     }
     if (p->budget && need_max > p->budget)
-        return col_err_set(e, COL_ENOMEM,
-                           "memtier plan: budget %zu bytes is too small: op %d needs %zu bytes (%zu of chunks + %zu of "
-                           "activations); the smallest budget that works is %zu bytes",
-                           p->budget, worst, need_max, worst_chunks, act[worst], need_max);
+        return col_err_set_on(e, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM,
+                              "memtier plan: budget %zu bytes is too small: op %d needs %zu bytes (%zu of chunks + %zu "
+                              "of activations); the smallest budget that works is %zu bytes",
+                              p->budget, worst, need_max, worst_chunks, act[worst], need_max);
     p->min_budget = need_max;
     return COL_OK;
 }
@@ -602,9 +602,9 @@ col_status mt_plan_create(const mt_plan_input *in, mt_plan **out, col_err *e)
             return col_err_set(e, COL_EINVAL, "memtier plan: chunk %d: home tier %d is neither host nor nvme", c,
                                (int)in->chunks[c].home);
         if (in->budget && in->chunks[c].bytes > in->budget)
-            return col_err_set(e, COL_ENOMEM,
-                               "memtier plan: chunk %d (%zu bytes) is larger than the compute-tier budget (%zu bytes)",
-                               c, in->chunks[c].bytes, in->budget);
+            return col_err_set_on(e, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM,
+                                  "memtier plan: chunk %d (%zu bytes) is larger than the compute-tier budget (%zu "
+                                  "bytes)", c, in->chunks[c].bytes, in->budget);
     }
     size_t nref = 0;
     for (int i = 0; i < n; i++) {

@@ -110,7 +110,7 @@ typedef struct {
  * schedule, a chunk id out of range, a bad size, home, time, bandwidth or
  * latency; COL_ENOMEM when a chunk is larger than the budget or an op's
  * chunks plus its activation bytes do not fit (the message names the
- * smallest budget that would work). */
+ * smallest budget that would work; COL_SETTING_COMPUTE_BUDGET is marked). */
 col_status mt_plan_create(const mt_plan_input *in, mt_plan **out, col_err *e);
 void mt_plan_free(mt_plan *p);
 

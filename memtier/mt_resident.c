@@ -132,7 +132,8 @@ static col_status arena_ready(arena *a, col_err *err)
     if (!a->mem) {
         char b[32];
         fmt_size(n, b, sizeof b);
-        return col_err_set(err, COL_ENOMEM, "memtier: out of memory for the compute tier's %s of chunk space", b);
+        return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM,
+                              "memtier: out of memory for the compute tier's %s of chunk space", b);
     }
 #ifdef MADV_HUGEPAGE
     if (al > MT_NVME_ALIGN)
@@ -200,8 +201,9 @@ static col_status get_buffer(mt_resident *r, int c, void **at, col_err *err)
             off += r->fp[x];
         }
         if (off + need > r->need)
-            return col_err_set(err, COL_ENOMEM, "memtier: the compute tier (%zu bytes) cannot hold chunk %d (%zu bytes) "
-                               "beside %zu resident", r->st.budget, c, r->fp[c], r->resident);
+            return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM, "memtier: the compute tier (%zu bytes) "
+                                  "cannot hold chunk %d (%zu bytes) beside %zu resident", r->st.budget, c, r->fp[c],
+                                  r->resident);
     }
     memmove(r->order + pos + 1, r->order + pos, sizeof *r->order * (size_t)(r->nres - pos));
     r->order[pos] = c;
@@ -432,9 +434,9 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
                 fmt_size(budget, have, sizeof have);
                 fmt_size(sum.min_budget, need, sizeof need);
                 fmt_size(r->act, act, sizeof act);
-                st = col_err_set(err, COL_ENOMEM, "memtier: a compute tier of %s is too small: running this graph "
-                                 "needs at least %zu bytes (%s) on it, %s of them activations", have, sum.min_budget,
-                                 need, act);
+                st = col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM, "memtier: a compute tier of %s "
+                                    "is too small: running this graph needs at least %zu bytes (%s) on it, %s of them "
+                                    "activations", have, sum.min_budget, need, act);
             }
             mt_plan_free(probe);
         }
@@ -619,7 +621,7 @@ static col_status empty_tier(mt_resident *r, col_err *err)
     }
     col_status st3 = mt_xq_drain(r->xq, st == COL_OK ? err : NULL);
     if (st == COL_OK && st2 != COL_OK)
-        st = col_err_set(err, st2, "%s", e2.msg);
+        st = col_err_copy(err, &e2);
     return st != COL_OK ? st : st3;
 }
 

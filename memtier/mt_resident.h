@@ -83,7 +83,8 @@ typedef struct {
 /* Plans the compute tier for running plan (whose parameters and gradient
  * buffers are bound into pool's chunks: host memory, or the placeholder
  * addresses of NVMe chunks) within budget bytes. A budget below the
- * graph's smallest is COL_ENOMEM naming that smallest budget. Op times
+ * graph's smallest is COL_ENOMEM naming that smallest budget, with
+ * COL_SETTING_COMPUTE_BUDGET marked. Op times
  * start as estimates from the ops' sizes, bandwidths as guesses. */
 col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_resident **out, col_err *err);
 /* Joins the transfer thread; frees the arena when no other mt_resident shares it. */

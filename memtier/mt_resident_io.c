@@ -281,7 +281,7 @@ col_status mt_xq_wait(mt_xq *q, uint64_t seq, col_err *err)
     }
     col_status st = q->fail;
     if (st != COL_OK && err)
-        col_err_set(err, st, "%s", q->fail_err.msg);
+        col_err_copy(err, &q->fail_err);
     pthread_mutex_unlock(&q->mu);
     return st;
 }

@@ -78,7 +78,7 @@ static col_status settle_all(mt_stage *s, col_err *err)
         col_err e2 = {0};
         col_status st = settle(s, &s->b[i], &e2);
         if (st != COL_OK && first == COL_OK)
-            first = col_err_set(err, st, "%s", e2.msg);
+            first = col_err_copy(err, &e2);
     }
     return first;
 }

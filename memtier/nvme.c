@@ -92,17 +92,19 @@ static const char *human(uint64_t b, char *buf, size_t n)
 }
 
 /* The message for every out-of-space case: the directory, what was needed,
- * what is free, and why it did not fit. */
-static col_status space_error(const mt_nvme *nv, int slot, const char *why, col_err *err)
+ * what is free, why it did not fit and what would help; the setting at fault
+ * is the size limit (COL_SETTING_NVME_MAX) or the directory (NVME_DIR). */
+static col_status space_error(const mt_nvme *nv, int slot, const char *why, col_setting at, col_err *err)
 {
     uint64_t free_b = fs_free_bytes(nv->dir);
     char h1[32], h2[32];
-    return col_err_set(err, COL_ENOMEM,
-                       "NVMe store in %s is out of space: slot %d needs %zu bytes (%s) at offset %" PRIu64
-                       "; %s; the file system has %" PRIu64 " bytes (%s) free; free space there or lower the "
-                       "NVMe use",
-                       nv->dir, slot, nv->slot_bytes, human(nv->slot_bytes, h1, sizeof h1),
-                       (uint64_t)slot * nv->slot_bytes, why, free_b, human(free_b, h2, sizeof h2));
+    return col_err_set_on(err, at, COL_ENOMEM,
+                          "NVMe store in %s is out of space: slot %d needs %zu bytes (%s) at offset %" PRIu64
+                          "; %s; the file system has %" PRIu64 " bytes (%s) free; %s or lower the NVMe use",
+                          nv->dir, slot, nv->slot_bytes, human(nv->slot_bytes, h1, sizeof h1),
+                          (uint64_t)slot * nv->slot_bytes, why, free_b, human(free_b, h2, sizeof h2),
+                          at == COL_SETTING_NVME_MAX ? "raise the size limit"
+                                                     : "free space there, choose another NVMe directory");
 }
 
 /* ---- open / close ---- */
@@ -111,13 +113,16 @@ static col_status check_dir(const char *dir, col_err *err)
 {
     struct stat sb;
     if (stat(dir, &sb) != 0)
-        return col_err_set(err, COL_EIO, "NVMe directory %s %s; create it or choose another --nvme-dir", dir,
-                           errno == ENOENT ? "does not exist" : strerror(errno));
+        return col_err_set_on(err, COL_SETTING_NVME_DIR, COL_EIO,
+                              "NVMe directory %s %s; create it or choose another NVMe directory", dir,
+                              errno == ENOENT ? "does not exist" : strerror(errno));
     if (!S_ISDIR(sb.st_mode))
-        return col_err_set(err, COL_EIO, "NVMe directory %s is not a directory; choose another --nvme-dir", dir);
+        return col_err_set_on(err, COL_SETTING_NVME_DIR, COL_EIO,
+                              "NVMe directory %s is not a directory; choose another NVMe directory", dir);
     if (access(dir, W_OK | X_OK) != 0)
-        return col_err_set(err, COL_EIO, "NVMe directory %s is not writable (%s); choose another --nvme-dir", dir,
-                           strerror(errno));
+        return col_err_set_on(err, COL_SETTING_NVME_DIR, COL_EIO,
+                              "NVMe directory %s is not writable (%s); choose another NVMe directory", dir,
+                              strerror(errno));
     return COL_OK;
 }
 
@@ -144,8 +149,9 @@ static col_status create_file(mt_nvme *nv, bool buffered, col_err *err)
         if (nv->fd >= 0)
             return COL_OK;
         if (errno != EEXIST)
-            return col_err_set(err, COL_EIO, "cannot create the NVMe scratch file %s: %s; choose another --nvme-dir",
-                               nv->path, strerror(errno));
+            return col_err_set_on(err, COL_SETTING_NVME_DIR, COL_EIO,
+                                  "cannot create the NVMe scratch file %s: %s; choose another NVMe directory", nv->path,
+                                  strerror(errno));
     }
     return col_err_set(err, COL_EIO, "cannot find a free name for the NVMe scratch file in %s", nv->dir);
 }
@@ -170,7 +176,7 @@ static col_status probe_direct(mt_nvme *nv, col_err *err)
     }
     free(blk);
     if (w < 0 && e == ENOSPC)
-        return space_error(nv, 0, "the file system is full", err);
+        return space_error(nv, 0, "the file system is full", COL_SETTING_NVME_DIR, err);
     if (w != MT_NVME_ALIGN)
         return col_err_set(err, COL_EIO, "cannot write the NVMe scratch file %s: %s", nv->path,
                            w < 0 ? strerror(e) : "short write");
@@ -185,7 +191,7 @@ col_status mt_nvme_open(const mt_nvme_config *cfg, mt_nvme **out, col_err *err)
         return col_err_set(err, COL_EINVAL, "mt_nvme_open needs a place for the store");
     *out = NULL;
     if (!cfg || !cfg->dir || !cfg->dir[0])
-        return col_err_set(err, COL_EINVAL, "NVMe store: no directory given (--nvme-dir)");
+        return col_err_set_on(err, COL_SETTING_NVME_DIR, COL_EINVAL, "NVMe store: no directory given");
     if (cfg->slot_bytes == 0 || cfg->slot_bytes % MT_NVME_ALIGN || cfg->slot_bytes > MAX_SLOT_BYTES)
         return col_err_set(err, COL_EINVAL,
                            "NVMe store: slot size %zu bytes must be a positive multiple of %d up to %zu bytes",
@@ -195,8 +201,9 @@ col_status mt_nvme_open(const mt_nvme_config *cfg, mt_nvme **out, col_err *err)
         return col_err_set(err, COL_EINVAL, "NVMe store: queue depth %d is not in 1..%d", cfg->queue_depth,
                            MT_NVME_MAX_QUEUE_DEPTH);
     if (cfg->max_bytes && cfg->max_bytes < cfg->slot_bytes)
-        return col_err_set(err, COL_EINVAL, "NVMe store: --nvme-max %" PRIu64 " bytes is less than one slot (%zu bytes)",
-                           cfg->max_bytes, cfg->slot_bytes);
+        return col_err_set_on(err, COL_SETTING_NVME_MAX, COL_EINVAL,
+                              "NVMe store: a size limit of %" PRIu64 " bytes is less than one slot (%zu bytes)",
+                              cfg->max_bytes, cfg->slot_bytes);
     col_status st = check_dir(cfg->dir, err);
     if (st != COL_OK)
         return st;
@@ -493,7 +500,7 @@ static col_status grow_slots(mt_nvme *nv, int slot, col_err *err)
 }
 
 /* Reserves a slot's bytes in the file (first write only), so a full file
- * system or --nvme-max is reported before any transfer. */
+ * system or the size limit is reported before any transfer. */
 static col_status reserve(mt_nvme *nv, int slot, col_err *err)
 {
     nvme_slot *s = &nv->slots[slot];
@@ -502,16 +509,16 @@ static col_status reserve(mt_nvme *nv, int slot, col_err *err)
     uint64_t end = ((uint64_t)slot + 1) * nv->slot_bytes;
     if (nv->max_bytes && end > nv->max_bytes) {
         char why[160], h[32];
-        snprintf(why, sizeof why, "--nvme-max %" PRIu64 " bytes (%s) holds %" PRIu64 " slots", nv->max_bytes,
+        snprintf(why, sizeof why, "its size limit of %" PRIu64 " bytes (%s) holds %" PRIu64 " slots", nv->max_bytes,
                  human(nv->max_bytes, h, sizeof h), nv->max_bytes / nv->slot_bytes);
-        return space_error(nv, slot, why, err);
+        return space_error(nv, slot, why, COL_SETTING_NVME_MAX, err);
     }
     if (!nv->no_fallocate) {
         int r = fallocate(nv->fd, 0, (off_t)((uint64_t)slot * nv->slot_bytes), (off_t)nv->slot_bytes);
         if (r != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
             nv->no_fallocate = true; /* the writes themselves will report ENOSPC */
         } else if (r != 0 && errno == ENOSPC) {
-            return space_error(nv, slot, "the file system is full", err);
+            return space_error(nv, slot, "the file system is full", COL_SETTING_NVME_DIR, err);
         } else if (r != 0) {
             return col_err_set(err, COL_EIO, "cannot reserve NVMe slot %d in %s: %s", slot, nv->path,
                                strerror(errno));
@@ -599,7 +606,7 @@ static col_status result(mt_nvme *nv, nvme_rq *q, col_err *err)
     case FAIL_ERRNO:
         if (q->err == ENOSPC || q->err == EDQUOT)
             st = space_error(nv, q->slot, q->err == ENOSPC ? "the file system is full (No space left on device)"
-                                                          : "the disk quota is exhausted", err);
+                                                          : "the disk quota is exhausted", COL_SETTING_NVME_DIR, err);
         else
             st = col_err_set(err, COL_EIO, "NVMe %s of slot %d in %s failed: %s", op, q->slot, nv->path,
                              strerror(q->err));

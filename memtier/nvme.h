@@ -25,11 +25,13 @@
  * kernel) skip a per-request page mapping; any other aligned buffer works
  * too.
  *
- * Errors: COL_ENOMEM for space (--nvme-max reached, file system full), with
- * the directory, the bytes needed and the bytes free; COL_EIO for failed or
+ * Errors: COL_ENOMEM for space (the size limit reached: COL_SETTING_NVME_MAX
+ * marked; the file system full: COL_SETTING_NVME_DIR), with the directory,
+ * the bytes needed and the bytes free; COL_EIO for failed or
  * short transfers (a short one is retried once for the remainder) and for a
- * checksum mismatch, naming the slot and the file; COL_EINVAL / COL_ESTATE
- * for misuse. A failed write leaves its slot unwritten (reading it is
+ * checksum mismatch, naming the slot and the file; COL_EIO with
+ * COL_SETTING_NVME_DIR for a directory that cannot hold the file;
+ * COL_EINVAL / COL_ESTATE for misuse. A failed write leaves its slot unwritten (reading it is
  * refused), a failed read leaves the buffer's contents undefined.
  *
  * A store is not thread-safe: use it from one thread. Stores share no
@@ -65,8 +67,8 @@ typedef struct mt_nvme_faults {
 } mt_nvme_faults;
 
 typedef struct {
-    const char *dir;        /* --nvme-dir: an existing, writable directory */
-    uint64_t max_bytes;     /* --nvme-max: file size limit; 0 = unlimited */
+    const char *dir;        /* an existing, writable directory (COL_SETTING_NVME_DIR) */
+    uint64_t max_bytes;     /* file size limit (COL_SETTING_NVME_MAX); 0 = unlimited */
     size_t slot_bytes;      /* bytes per slot (a chunk); a multiple of MT_NVME_ALIGN */
     int queue_depth;        /* most outstanding requests; 0 = MT_NVME_DEFAULT_QUEUE_DEPTH */
     bool buffered;          /* do not try O_DIRECT (tests of the fallback path) */

@@ -81,7 +81,7 @@ done
 # ---- memory tiers: a compute tier and the weights on NVMe change nothing ----
 printf '{"ids":[%s]}\n' "$llama3_new" > "$tmp/want"
 k=$(echo "$llama3_new" | tr ',' '\n' | wc -l)
-check "--gpu-mem below what decoding needs names the smallest" 1 "needs at least" -- \
+check "--gpu-mem below what decoding needs names the smallest" 1 "of them activations (--gpu-mem)" -- \
     "$hf/llama3" --prompt-ids "$llama3_prompt" $greedy --max-new-tokens "$k" --json --chunk-size 4K --gpu-mem 4K
 mkdir -p "$tmp/nvme"
 same "llama3: weights on NVMe, through a 2 MiB compute tier: transformers' greedy ids" "$tmp/want" -- \
@@ -89,8 +89,13 @@ same "llama3: weights on NVMe, through a 2 MiB compute tier: transformers' greed
     --nvme-dir "$tmp/nvme" --nvme-kinds params
 [ -z "$(ls -A "$tmp/nvme")" ] && pass "nothing is left in --nvme-dir" || fail "files left in --nvme-dir"
 check "--nvme-kinds with a bad list" 2 "--nvme-kinds must be" -- "$hf/llama3" --nvme-kinds weights
-check "parameters on NVMe without --gpu-mem" 1 "--gpu-mem" -- \
+check "parameters on NVMe without --gpu-mem" 1 "need a compute tier to run on: set a compute tier budget (--gpu-mem)" -- \
     "$hf/llama3" --prompt-ids "$llama3_prompt" --json --nvme-dir "$tmp/nvme" --nvme-kinds params
+check "an --nvme-dir that is a file" 1 "is not a directory; choose another NVMe directory (--nvme-dir)" -- \
+    "$hf/llama3" --prompt-ids "$llama3_prompt" --json --chunk-size 4K --gpu-mem 2M --nvme-dir "$tmp/in" --nvme-kinds params
+check "a host budget too small" 1 "host budget of 4.0 KiB is too small" -- "$hf/llama3" --prompt-ids "$llama3_prompt" \
+    --json --cpu-mem 4K
+grep -q -- "needs at least .* (--cpu-mem)$" "$tmp/err" && pass "... and names --cpu-mem" || fail "no --cpu-mem: $(cat "$tmp/err")"
 
 # ---- text completion (a base model: no chat template) ----
 expect "$tmp/raw" raw_greedy.txt
@@ -204,6 +209,10 @@ check "corrupt config.json" 1 "config.json" -- "$tmp/corrupt" --prompt hi
 check "--prompt-ids with an id >= vocab" 1 "id 257 (at position 1) is out of range" -- \
     "$base" --prompt-ids 5,257 --json
 check "--prompt without a tokenizer" 1 "has no tokenizer files" -- "$tmp/notok" --prompt hi
+grep -q -- "give a tokenizer apart from the model (--tokenizer)$" "$tmp/err" && pass "... and names --tokenizer" ||
+    fail "no --tokenizer: $(cat "$tmp/err")"
+check "a --tokenizer that does not exist" 1 "nothing-here: No such file or directory (--tokenizer)" -- "$base" \
+    --tokenizer "$tmp/nothing-here" --prompt hi
 check "--stop without a tokenizer" 1 "--stop needs a tokenizer" -- "$tmp/notok" --prompt-ids 1,2 --json --stop x
 check "unknown option" 2 "unknown option '--bogus'" -- "$base" --bogus
 check "--top-p 2" 2 "top_p" -- "$base" --top-p 2 --prompt hi

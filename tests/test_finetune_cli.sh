@@ -106,8 +106,15 @@ if [ "$(losses "$tmp/nvme.json" | wc -l)" -eq 150 ] && [ "$(losses "$tmp/nvme.js
 else
     notok "the NVMe run differs: $(head -n 1 "$tmp/err")"
 fi
-check "a missing --nvme-dir" 1 "nvme-dir" -- $run --out e12 --nvme-dir "$tmp/no/such/dir"
-check "a compute tier below the smallest the model needs" 1 "needs at least" -- $run --out e11 --chunk-size 16K --gpu-mem 8K
+# a library error says what is wrong in the library's words; the line names the option that sets it
+check "a missing --nvme-dir" 1 "does not exist; create it or choose another NVMe directory (--nvme-dir)$" -- $run \
+    --out e12 --nvme-dir "$tmp/no/such/dir"
+check "an --nvme-dir that is a file" 1 "is not a directory; choose another NVMe directory (--nvme-dir)$" -- $run \
+    --out e17 --nvme-dir "$tmp/corpus.txt"
+check "an --nvme-max below what the states need" 1 "size limit of 16.0 KiB is too small: .* at least .* there (--nvme-max)$" \
+    -- $run --out e18 --chunk-size 16K --nvme-dir "$tmp/nvme" --nvme-max 16K
+check "a compute tier below the smallest the model needs" 1 "needs at least [0-9]* bytes .* (--gpu-mem)$" -- $run \
+    --out e11 --chunk-size 16K --gpu-mem 8K
 least=$(sed -n 's/.*needs at least \([0-9]*\) bytes.*/\1/p' "$tmp/err")
 (cd "$tmp" && "$ft" $run --out tiered --save-every 0 --chunk-size 16K --gpu-mem "$least") > "$tmp/tiered.json" 2> "$tmp/err"
 if [ -n "$least" ] && [ "$(losses "$tmp/tiered.json" | wc -l)" -eq 150 ] &&
@@ -127,7 +134,7 @@ else
 fi
 
 # everything on NVMe (parameters, gradients, states), reached through the smallest compute tier that holds its chunks
-check "everything on NVMe: a compute tier too small for its chunks" 1 "needs at least" -- $run --out e13 \
+check "everything on NVMe: a compute tier too small for its chunks" 1 "needs at least .* (--gpu-mem)$" -- $run --out e13 \
     --chunk-size 16K --gpu-mem 8K --nvme-dir "$tmp/nvme" --nvme-kinds all
 least_nv=$(sed -n 's/.*needs at least \([0-9]*\) bytes.*/\1/p' "$tmp/err")
 (cd "$tmp" && "$ft" $run --out allnv --save-every 60 --chunk-size 16K --gpu-mem "$least_nv" --nvme-dir "$tmp/nvme" \
@@ -142,7 +149,8 @@ fi
 split=$(grep '"step":150,"loss"' "$tmp/allnv.json" | grep -c '"compute_s":[0-9.]*,"wait_s":[0-9.]*,"optim_s":[0-9.]*,"nvme_written":[1-9]')
 [ "$split" -eq 1 ] && ok "--json reports the step's split (compute, transfer wait, optimizer) and its bytes written to NVMe" ||
     notok "no step-time split in --json: $(grep '"step":150,"loss"' "$tmp/allnv.json")"
-check "--nvme-kinds without --gpu-mem" 1 "--gpu-mem" -- $run --out e14 --nvme-dir "$tmp/nvme" --nvme-kinds params
+check "--nvme-kinds without --gpu-mem" 1 "need a compute tier to run on: set a compute tier budget (--gpu-mem)$" -- \
+    $run --out e14 --nvme-dir "$tmp/nvme" --nvme-kinds params
 check "a bad --nvme-kinds" 2 "--nvme-kinds must be" -- $run --out e15 --nvme-kinds everything
 check "a bad --nvme-queue-depth" 2 "--nvme-queue-depth must be" -- $run --out e16 --nvme-queue-depth 0
 
@@ -233,7 +241,11 @@ check "linear schedule, warmup, momentum, nesterov" 0 "the model is in sched" --
     --batch 2 --seq 16 --optimizer sgd --momentum 0.9 --nesterov --schedule linear --warmup 2 --min-lr-ratio 0
 check "gradient accumulation, dropout, activation checkpointing" 0 "with accumulation" -- gpt2-tiny corpus.txt --out acc \
     --steps 3 --batch 2 --seq 16 --grad-accum 3 --dropout 0.2 --checkpointing
-check "host memory budget too small" 1 "at least" -- gpt2-tiny corpus.txt --out e9 --steps 1 --cpu-mem 64K
+check "host memory budget too small" 1 "host budget of 64.0 KiB is too small: .* at least .* (--cpu-mem)$" -- \
+    gpt2-tiny corpus.txt --out e9 --steps 1 --cpu-mem 64K
+check "a host budget that only a compute tier could meet names both options" 1 \
+    "the gradients could move to the NVMe tier, .* set a compute tier budget (--cpu-mem, --gpu-mem)$" -- \
+    gpt2-tiny corpus.txt --out e19 --steps 1 --cpu-mem 64K --nvme-dir "$tmp/nvme"
 
 # ---- statistics for colossal-top; --tui ----
 top=${TOP:-$(dirname "$ft")/colossal-top}
@@ -299,13 +311,15 @@ check "empty data" 1 "empty.txt" -- gpt2-tiny empty.txt --out e1
 check "data too short" 1 "training tokens" -- gpt2-tiny short.txt --out e2
 check "missing data" 1 "missing.txt" -- gpt2-tiny missing.txt --out e3
 check "sequence longer than the model allows" 1 "longer than" -- gpt2-tiny corpus.txt --seq 4096 --out e4
-check "tokenizer that does not fit the model" 1 "do not belong together" -- "$src/tests/fixtures/hf/gpt2" corpus.txt --tokenizer bytes
+check "tokenizer that does not fit the model" 1 "do not belong together (--tokenizer)$" -- "$src/tests/fixtures/hf/gpt2" \
+    corpus.txt --tokenizer bytes
 check "unknown option" 2 "unknown option" -- --bogus
 check "option without its value" 2 "needs a value" -- --steps
 check "bad number" 2 "--lr must be" -- --lr fast
 check "a learning rate that is 0 as a float" 2 "--lr must be" -- --lr 2e-88
 check "MODEL without DATA" 2 "give DATA" -- gpt2-tiny
-check "output directory not writable" 1 "cannot write the output directory" -- gpt2-tiny corpus.txt --out "$tmp/corpus.txt/x" --steps 1
+check "output directory not writable" 1 "cannot write the output directory .*; choose another output directory (--out)$" -- \
+    gpt2-tiny corpus.txt --out "$tmp/corpus.txt/x" --steps 1
 check "output directory holds other files" 1 "not a colossal-finetune output" -- gpt2-tiny corpus.txt --out foreign --steps 1
 [ "$(cat "$tmp/foreign/notes.txt")" = keep ] && ok "the foreign directory is untouched" || notok "foreign files touched"
 check "existing run without --resume or --overwrite" 1 "holds a run already" -- gpt2-tiny corpus.txt --out ref --steps 1

@@ -207,8 +207,9 @@ int main(void)
     col_lm_train_config c = config("gpt2-tiny", 0, 0);
     col_lm_trainer *t = NULL;
     col_status st = col_lm_trainer_create(&c, &fake, &t, &err);
-    TL_OK(st == COL_EINVAL && !t && strstr(err.msg, "compute tier") && strstr(err.msg, "--gpu-mem") && fk.live == 0,
-          "a device session without a compute budget: %s", err.msg);
+    TL_OK(st == COL_EINVAL && !t && strstr(err.msg, "compute tier budget") &&
+              err.settings == 1u << COL_SETTING_COMPUTE_BUDGET && fk.live == 0,
+          "a device session without a compute budget (the budget marked): %s", err.msg);
 
     const char *models[] = {"gpt2-tiny", "llama-tiny"};
     for (int m = 0; m < 2; m++) {

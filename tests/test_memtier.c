@@ -251,9 +251,11 @@ static void test_budget(void)
     mt_create(&(mt_config){.chunk_bytes = 32 * MIB, .host_budget = 64 * MIB}, &pool, &err);
     col_status s = mt_alloc(pool, MT_PARAM, 96 * MIB, &r, &err);
     TL_OK(s == COL_ENOMEM && r.chunk == -1 &&
-              strcmp(err.msg, "memtier: host budget 64.0 MiB is too small: this model needs at least 96.0 MiB "
-                              "(--cpu-mem)") == 0,
+              strcmp(err.msg, "memtier: the host budget of 64.0 MiB is too small: this model needs at least "
+                              "96.0 MiB") == 0,
           "budget message: %s", err.msg);
+    TL_OK(err.settings == 1u << COL_SETTING_HOST_BUDGET, "the budget failure marks the host budget (0x%x)",
+          err.settings);
     mt_destroy(pool);
 
     /* 1 MiB chunks, 2.5 MiB budget: two chunks fit, the third does not */
@@ -262,7 +264,7 @@ static void test_budget(void)
     bool ok = mt_alloc(pool, MT_PARAM, 600000, &a, &err) == COL_OK && mt_alloc(pool, MT_GRAD, 600000, &b, &err) == COL_OK;
     ok &= mt_alloc(pool, MT_PARAM, 300000, &c, &err) == COL_OK && c.chunk == a.chunk; /* fits in chunk 0 */
     s = mt_alloc(pool, MT_PARAM, 600000, &r, &err);
-    TL_OK(ok && s == COL_ENOMEM && r.chunk == -1 && strstr(err.msg, "host budget 2.5 MiB") &&
+    TL_OK(ok && s == COL_ENOMEM && r.chunk == -1 && strstr(err.msg, "host budget of 2.5 MiB") &&
               strstr(err.msg, "needs at least 3.0 MiB"),
           "third chunk refused: %s", err.msg);
     /* later requests are still planned: a small param joins the refused chunk, a big grad needs one more */

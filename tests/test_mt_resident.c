@@ -126,8 +126,8 @@ static void run_case(bool checkpoint)
     char want[64];
     snprintf(want, sizeof want, "%zu", minb);
     TL_OK(col_lm_trainer_create(&small, &be, &t, &err) == COL_ENOMEM && strstr(err.msg, want) &&
-              strstr(err.msg, "--gpu-mem"),
-          "one byte less is refused, naming the smallest budget: %s", err.msg);
+              err.settings == 1u << COL_SETTING_COMPUTE_BUDGET,
+          "one byte less is refused, naming the smallest budget (the compute tier budget marked): %s", err.msg);
     col_lm_trainer_free(t);
 }
 

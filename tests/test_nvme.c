@@ -1,7 +1,7 @@
 /* test_nvme.c - the NVMe tier's slot store: CRC-32C known answers (hardware
  * and software), round trips with many requests in flight, every injected
- * fault (I/O error, ENOSPC, short transfer, corrupted data), --nvme-max,
- * bad directories, cleanup, and a real full file system (a 1 MiB tmpfs,
+ * fault (I/O error, ENOSPC, short transfer, corrupted data), the size limit,
+ * bad directories (each error marking the setting at fault), cleanup, and a real full file system (a 1 MiB tmpfs,
  * when running as root where mount works). */
 #include <dirent.h>
 #include <errno.h>
@@ -282,8 +282,9 @@ static void test_misuse(void)
     TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EINVAL, "negative queue depth: %s", err.msg);
     cfg.queue_depth = 0;
     cfg.max_bytes = SLOT - 1;
-    TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EINVAL && strstr(err.msg, "less than one slot"),
-          "--nvme-max below one slot: %s", err.msg);
+    TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EINVAL && strstr(err.msg, "less than one slot") &&
+              col_err_has_setting(&err, COL_SETTING_NVME_MAX),
+          "a size limit below one slot (the size limit marked): %s", err.msg);
     TL_OK(count_entries(root) == 0, "no file left after failed opens");
 }
 
@@ -295,15 +296,18 @@ static void test_bad_dir(void)
     snprintf(path, sizeof path, "%s/missing", root);
     mt_nvme_config cfg = {.dir = path, .slot_bytes = SLOT};
     TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EIO && !nv && strstr(err.msg, "does not exist") &&
-              strstr(err.msg, path),
-          "missing directory: %s", err.msg);
+              strstr(err.msg, path) && err.settings == 1u << COL_SETTING_NVME_DIR,
+          "missing directory (the directory marked): %s", err.msg);
     snprintf(path, sizeof path, "%s/afile", root);
     FILE *f = fopen(path, "w");
     fclose(f);
-    TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EIO && strstr(err.msg, "not a directory"), "a file: %s", err.msg);
+    TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EIO && strstr(err.msg, "not a directory; choose another NVMe directory") &&
+              err.settings == 1u << COL_SETTING_NVME_DIR,
+          "a file (the directory marked): %s", err.msg);
     unlink(path);
     cfg.dir = NULL;
-    TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EINVAL, "no directory: %s", err.msg);
+    TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EINVAL && col_err_has_setting(&err, COL_SETTING_NVME_DIR),
+          "no directory: %s", err.msg);
     if (geteuid() == 0) {
         tl_skip("unwritable directory: root may write anywhere");
         return;
@@ -311,8 +315,9 @@ static void test_bad_dir(void)
     snprintf(path, sizeof path, "%s/ro", root);
     mkdir(path, 0500);
     cfg.dir = path;
-    TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EIO && strstr(err.msg, "not writable"), "read-only directory: %s",
-          err.msg);
+    TL_OK(mt_nvme_open(&cfg, &nv, &err) == COL_EIO && strstr(err.msg, "not writable") &&
+              col_err_has_setting(&err, COL_SETTING_NVME_DIR),
+          "read-only directory: %s", err.msg);
     TL_OK(count_entries(path) == 0, "nothing created in the read-only directory");
     rmdir(path);
 }
@@ -390,8 +395,9 @@ static void test_faults(void)
     /* ENOSPC from the device: a space error naming the directory */
     fs.fail_op = MT_NVME_OP_WRITE, fs.fail_k = fs.submits[MT_NVME_OP_WRITE] + 1, fs.fail_errno = ENOSPC;
     TL_OK(mt_nvme_write_sync(nv, 7, a, &err) == COL_ENOMEM && strstr(err.msg, root) &&
-              strstr(err.msg, "out of space") && strstr(err.msg, "free") && strstr(err.msg, "65536 bytes"),
-          "ENOSPC on a write: %s", err.msg);
+              strstr(err.msg, "out of space") && strstr(err.msg, "free") && strstr(err.msg, "65536 bytes") &&
+              err.settings == 1u << COL_SETTING_NVME_DIR,
+          "ENOSPC on a write (the directory marked): %s", err.msg);
     fs.fail_op = -1;
 
     /* a short write, retried once for the remainder: succeeds */
@@ -461,10 +467,11 @@ static void test_max(void)
     int ok = 1;
     for (int i = 0; i < 4; i++)
         ok &= mt_nvme_write_sync(nv, i, a, &err) == COL_OK;
-    TL_OK(ok, "--nvme-max of 4 slots: slots 0..3 fit");
-    TL_OK(mt_nvme_write_sync(nv, 4, a, &err) == COL_ENOMEM && strstr(err.msg, "--nvme-max 262244 bytes") &&
-              strstr(err.msg, "holds 4 slots") && strstr(err.msg, root) && strstr(err.msg, "free"),
-          "slot 4 is past --nvme-max: %s", err.msg);
+    TL_OK(ok, "a size limit of 4 slots: slots 0..3 fit");
+    TL_OK(mt_nvme_write_sync(nv, 4, a, &err) == COL_ENOMEM && strstr(err.msg, "size limit of 262244 bytes") &&
+              strstr(err.msg, "holds 4 slots") && strstr(err.msg, root) && strstr(err.msg, "free") &&
+              strstr(err.msg, "raise the size limit") && err.settings == 1u << COL_SETTING_NVME_MAX,
+          "slot 4 is past the size limit (the size limit marked): %s", err.msg);
     TL_OK(mt_nvme_write_sync(nv, 3, a, &err) == COL_OK, "rewriting a slot inside the limit still works");
     mt_nvme_stats st;
     mt_nvme_stats_get(nv, &st);

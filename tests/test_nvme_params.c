@@ -3,7 +3,7 @@
  * compute tier and by the optimizer through streamed host buffers: training,
  * evaluation, next-token logits and decoding give bitwise the results of an
  * all-host session; it saves and resumes across placements; the placement
- * follows --cpu-mem; faults and impossible placements are clear errors. */
+ * follows the host budget; faults and impossible placements are clear errors. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,26 +219,29 @@ static void test_placement(void)
         c.host_budget = cases[i].budget;
         err = (col_err){0};
         ok = col_lm_trainer_create(&c, &be, &t, &err) == COL_OK;
-        TL_OK(ok && col_lm_trainer_nvme_kinds(t) == cases[i].want, "--cpu-mem %zu (%s): NVMe holds 0x%x: %s",
+        TL_OK(ok && col_lm_trainer_nvme_kinds(t) == cases[i].want, "host budget %zu (%s): NVMe holds 0x%x: %s",
               cases[i].budget, cases[i].what, ok ? col_lm_trainer_nvme_kinds(t) : 0, err.msg);
         col_lm_trainer_free(t);
         t = NULL;
     }
     c.compute_budget = 0;
-    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_ENOMEM && strstr(err.msg, "--cpu-mem") &&
-              strstr(err.msg, "--gpu-mem"),
-          "a host budget only NVMe gradients would meet, without a compute tier: %s", err.msg);
+    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_ENOMEM && strstr(err.msg, "host budget") &&
+              strstr(err.msg, "set a compute tier budget") &&
+              err.settings == ((1u << COL_SETTING_HOST_BUDGET) | (1u << COL_SETTING_COMPUTE_BUDGET)),
+          "a host budget only NVMe gradients would meet, without a compute tier (both budgets marked): %s", err.msg);
     col_lm_trainer_free(t);
     t = NULL;
     c.nvme_kinds = COL_LM_PARAMS;
-    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "--gpu-mem"),
-          "parameters on NVMe without a compute tier: %s", err.msg);
+    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "need a compute tier") &&
+              err.settings == 1u << COL_SETTING_COMPUTE_BUDGET,
+          "parameters on NVMe without a compute tier (the compute tier budget marked): %s", err.msg);
     col_lm_trainer_free(t);
     t = NULL;
     c = config(COL_OPT_ADAMW, COL_LM_GRADS, least);
     c.nvme_dir = NULL;
-    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "--nvme-dir"),
-          "NVMe kinds without --nvme-dir: %s", err.msg);
+    TL_OK(col_lm_trainer_create(&c, &be, &t, &err) == COL_EINVAL && strstr(err.msg, "no directory") &&
+              err.settings == 1u << COL_SETTING_NVME_DIR,
+          "NVMe kinds without an NVMe directory (the directory marked): %s", err.msg);
     col_lm_trainer_free(t);
 }
 

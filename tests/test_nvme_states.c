@@ -1,6 +1,6 @@
 /* test_nvme_states.c - optimizer states on the NVMe tier: the step streams
  * them through host buffers and gives bitwise the results of host states;
- * they save and resume; faults and a too-small --nvme-max are clear errors. */
+ * they save and resume; faults and a too-small NVMe size limit are clear errors. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -133,15 +133,16 @@ static void test_faults(void)
     t = NULL;
     n = config(COL_OPT_ADAMW, true);
     n.nvme_max = 3 * 16384; /* three slots: less than the states need */
-    TL_OK(col_lm_trainer_create(&n, &be, &t, &err) == COL_ENOMEM && strstr(err.msg, "--nvme-max") &&
-              strstr(err.msg, "at least"),
-          "a too small --nvme-max names what is needed: %s", err.msg);
+    TL_OK(col_lm_trainer_create(&n, &be, &t, &err) == COL_ENOMEM && strstr(err.msg, "size limit") &&
+              strstr(err.msg, "at least") && err.settings == 1u << COL_SETTING_NVME_MAX,
+          "a too small NVMe size limit names what is needed (the limit marked): %s", err.msg);
     col_lm_trainer_free(t);
     t = NULL;
     n = config(COL_OPT_ADAMW, true);
     n.nvme_dir = "/nonexistent/colossal";
-    TL_OK(col_lm_trainer_create(&n, &be, &t, &err) == COL_EIO && strstr(err.msg, "/nonexistent/colossal"),
-          "a missing --nvme-dir: %s", err.msg);
+    TL_OK(col_lm_trainer_create(&n, &be, &t, &err) == COL_EIO && strstr(err.msg, "/nonexistent/colossal") &&
+              err.settings == 1u << COL_SETTING_NVME_DIR,
+          "a missing NVMe directory (the directory marked): %s", err.msg);
     col_lm_trainer_free(t);
 }
 

@@ -91,8 +91,9 @@ int main(void)
     snprintf(p, sizeof p, "%s/file", root);
     put(root, "file", "x");
     snprintf(sub, sizeof sub, "%s/out", p);
-    TL_OK(col_outdir_begin(sub, stage, sizeof stage, &err) == COL_EIO && strstr(err.msg, "cannot write the output"),
-          "an unwritable output location: %s", err.msg);
+    TL_OK(col_outdir_begin(sub, stage, sizeof stage, &err) == COL_EIO && strstr(err.msg, "cannot write the output") &&
+              strstr(err.msg, "choose another output directory") && err.settings == 1u << COL_SETTING_OUTPUT_DIR,
+          "an unwritable output location (the output directory marked): %s", err.msg);
     TL_OK(col_outdir_begin(p, stage, sizeof stage, &err) == COL_OK &&
               col_outdir_commit(p, stage, &err) == COL_EIO && strstr(err.msg, "not a directory") && exists(stage),
           "a file in the way: %s", err.msg);

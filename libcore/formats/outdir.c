@@ -76,15 +76,16 @@ col_status col_outdir_remove(const char *path, col_err *err)
 col_status col_outdir_begin(const char *dir, char *stage, size_t n, col_err *err)
 {
     if (snprintf(stage, n, "%s.partial", dir) >= (int)n)
-        return col_err_set(err, COL_EINVAL, "output path %s is too long", dir);
+        return col_err_set_on(err, COL_SETTING_OUTPUT_DIR, COL_EINVAL, "output path %s is too long", dir);
     col_status st = col_outdir_remove(stage, err);
     if (st != COL_OK)
         return st;
     if (mkdir(stage, 0755) != 0) {
         char parent[4096];
         parent_of(dir, parent, sizeof parent);
-        return col_err_set(err, COL_EIO, "cannot write the output directory %s: %s: %s (choose another --out)", dir,
-                           parent, strerror(errno));
+        return col_err_set_on(err, COL_SETTING_OUTPUT_DIR, COL_EIO,
+                              "cannot write the output directory %s: %s: %s; choose another output directory", dir,
+                              parent, strerror(errno));
     }
     return COL_OK;
 }

@@ -25,7 +25,7 @@
 
 /* Creates the staging directory for dir (removing a stale one) and writes
  * its path into stage (size n). Fails when the parent of dir is not
- * writable, with a line saying so. */
+ * writable, with a line saying so and COL_SETTING_OUTPUT_DIR marked. */
 col_status col_outdir_begin(const char *dir, char *stage, size_t n, col_err *err);
 /* fsyncs stage, makes it dir (replacing the old dir, if any) and fsyncs the
  * parent. On failure dir is unchanged and stage is still there. */

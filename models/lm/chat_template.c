@@ -39,8 +39,8 @@ col_status col_chat_family_parse(const char *name, col_chat_family *out, col_err
             *out = (col_chat_family)i;
             return COL_OK;
         }
-    return col_err_set(err, COL_EINVAL, "chat template '%s' is not built in: use " FAMILY_OPTIONS,
-                       name ? name : "(null)");
+    return col_err_set_on(err, COL_SETTING_CHAT_TEMPLATE, COL_EINVAL,
+                          "chat template '%s' is not built in: use " FAMILY_OPTIONS, name ? name : "(null)");
 }
 
 /* ---- whitespace as Python's str.strip() sees it (UTF-8) ---- */
@@ -230,17 +230,17 @@ col_status col_chat_render(col_chat_family f, const col_chat_message *msgs, int 
 
 /* ---- detection ---- */
 
-#define NO_JINJA "colossal does not run Jinja templates; choose the format with --chat-template " FAMILY_OPTIONS
+#define NO_JINJA "colossal does not run Jinja templates; choose one of the built-in formats: " FAMILY_OPTIONS
 
 col_status col_chat_detect_template(const char *t, col_chat_family *out, col_err *err)
 {
     if (!t)
-        return col_err_set(err, COL_EINVAL, "chat template: none given; " NO_JINJA);
+        return col_err_set_on(err, COL_SETTING_CHAT_TEMPLATE, COL_EINVAL, "chat template: none given; " NO_JINJA);
     if (strstr(t, "<|start_header_id|>")) {
         if (strstr(t, "Cutting Knowledge Date"))
-            return col_err_set(err, COL_EUNSUPPORTED,
-                               "chat template: a Llama-3.1-style template (it adds a 'Cutting Knowledge Date' "
-                               "system header) is not built in; " NO_JINJA " (llama3 omits that header)");
+            return col_err_set_on(err, COL_SETTING_CHAT_TEMPLATE, COL_EUNSUPPORTED,
+                                  "chat template: a Llama-3.1-style template (it adds a 'Cutting Knowledge Date' "
+                                  "system header) is not built in; " NO_JINJA " (llama3 omits that header)");
         *out = COL_CHAT_LLAMA3;
         return COL_OK;
     }
@@ -253,13 +253,13 @@ col_status col_chat_detect_template(const char *t, col_chat_family *out, col_err
             *out = COL_CHAT_LLAMA2;
             return COL_OK;
         }
-        return col_err_set(err, COL_EUNSUPPORTED,
-                           "chat template: an [INST] template without <<SYS>> (Mistral style) is not the llama2 "
-                           "format; " NO_JINJA);
+        return col_err_set_on(err, COL_SETTING_CHAT_TEMPLATE, COL_EUNSUPPORTED,
+                              "chat template: an [INST] template without <<SYS>> (Mistral style) is not the llama2 "
+                              "format; " NO_JINJA);
     }
-    return col_err_set(err, COL_EUNSUPPORTED,
-                       "chat template: no known markers (<|start_header_id|>, <|im_start|>, [INST] with <<SYS>>) in "
-                       "the template; " NO_JINJA);
+    return col_err_set_on(err, COL_SETTING_CHAT_TEMPLATE, COL_EUNSUPPORTED,
+                          "chat template: no known markers (<|start_header_id|>, <|im_start|>, [INST] with <<SYS>>) in "
+                          "the template; " NO_JINJA);
 }
 
 col_status col_chat_detect(const char *json, size_t len, col_chat_family *out, col_err *err)
@@ -276,7 +276,8 @@ col_status col_chat_detect(const char *json, size_t len, col_chat_family *out, c
     if (!cJSON_IsObject(root)) {
         st = col_err_set(err, COL_EFORMAT, "tokenizer_config.json: the top level is not an object");
     } else if (!ct || cJSON_IsNull(ct)) {
-        st = col_err_set(err, COL_EINVAL, "tokenizer_config.json has no chat_template; " NO_JINJA);
+        st = col_err_set_on(err, COL_SETTING_CHAT_TEMPLATE, COL_EINVAL,
+                            "tokenizer_config.json has no chat_template; " NO_JINJA);
     } else if (cJSON_IsString(ct)) {
         st = col_chat_detect_template(ct->valuestring, out, err);
     } else if (cJSON_IsArray(ct)) {
@@ -299,8 +300,8 @@ col_status col_chat_detect(const char *json, size_t len, col_chat_family *out, c
                 nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%.40s", nl ? ", " : "", nm->valuestring);
         }
         if (st == COL_OK && !tmpl)
-            st = col_err_set(err, COL_EINVAL, "tokenizer_config.json: chat_template list has no \"default\" entry "
-                             "(it has: %s); " NO_JINJA, nl ? names : "nothing");
+            st = col_err_set_on(err, COL_SETTING_CHAT_TEMPLATE, COL_EINVAL, "tokenizer_config.json: chat_template "
+                                "list has no \"default\" entry (it has: %s); " NO_JINJA, nl ? names : "nothing");
         else if (st == COL_OK)
             st = col_chat_detect_template(tmpl, out, err);
     } else {

@@ -51,7 +51,8 @@ typedef struct {
 } col_chat_family_info;
 
 const col_chat_family_info *col_chat_info(col_chat_family f);
-/* "llama2" | "llama3" | "chatml" | "plain" -> family; error naming the options otherwise. */
+/* "llama2" | "llama3" | "chatml" | "plain" -> family; error naming the options
+ * otherwise (COL_SETTING_CHAT_TEMPLATE marked). */
 col_status col_chat_family_parse(const char *name, col_chat_family *out, col_err *err);
 
 /* Renders msgs[0..n) into a malloc'ed NUL-terminated string *out (length
@@ -62,7 +63,8 @@ col_status col_chat_render(col_chat_family f, const col_chat_message *msgs, int 
 /* Recognises the family of the "chat_template" field of tokenizer_config.json
  * text (untrusted; len bytes). The field may be a string or a list of
  * {"name", "template"} (the one named "default" is used). An absent field or
- * a template of no built-in family is an error that names the options. */
+ * a template of no built-in family is an error that names the options and
+ * marks COL_SETTING_CHAT_TEMPLATE. */
 col_status col_chat_detect(const char *json, size_t len, col_chat_family *out, col_err *err);
 /* The same on a template string itself. */
 col_status col_chat_detect_template(const char *tmpl, col_chat_family *out, col_err *err);

@@ -19,7 +19,7 @@ col_status col_hf_load_config(const char *dir, col_lm_config *out, col_err *err)
  * transformers and by col_hf_parse_config); free() the result. */
 col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err);
 
-/* Built-in architectures for training from scratch (--init random):
+/* Built-in architectures for training from scratch (random weights):
  * gpt2, gpt2-medium, gpt2-large, gpt2-xl, opt-125m, opt-350m, opt-1.3b,
  * llama-7b-shaped, llama3-8b-shaped, and the small test shapes
  * gpt2-tiny, llama-tiny (257 ids: the bundled byte-level tokenizer), and

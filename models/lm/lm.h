@@ -59,7 +59,7 @@ int col_lm_param_count(const col_lm_config *c);
 /* Specs in first-use order of the forward graph. */
 void col_lm_param_specs(const col_lm_config *c, col_param_spec *specs);
 int64_t col_param_numel(const col_param_spec *s);
-/* Random initialisation (--init random): N(0, 0.02), residual output
+/* Random initialisation (training from scratch): N(0, 0.02), residual output
  * projections N(0, 0.02/sqrt(2 n_layer)), biases 0, norm weights 1; draws
  * depend only on (seed, tensor index, element). */
 void col_lm_init_param(const col_lm_config *c, const col_param_spec *s, int index, float *data, uint64_t seed);

@@ -82,7 +82,7 @@ static col_status in_host_view(col_lm_trainer *t, unsigned kinds, bool write,
         st = fn(t, dir, flags, err);
     col_err e2 = {0};
     col_status st2 = col_lm_trainer_host_end(t, write && st == COL_OK, &e2);
-    return st != COL_OK ? st : st2 != COL_OK ? col_err_set(err, st2, "%s", e2.msg) : COL_OK;
+    return st != COL_OK ? st : st2 != COL_OK ? col_err_copy(err, &e2) : COL_OK;
 }
 
 static col_status save_model(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)

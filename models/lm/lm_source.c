@@ -139,21 +139,24 @@ col_status col_lm_source_open(const char *model, const char *tokenizer, bool nee
     }
     if (st != COL_OK)
         ;
-    else if (tokenizer)
-        st = open_tokenizer(out, tokenizer, err);
-    else if (out->preset[0])
+    else if (tokenizer) {
+        if ((st = open_tokenizer(out, tokenizer, err)) != COL_OK)
+            col_err_add_setting(err, COL_SETTING_TOKENIZER);
+    } else if (out->preset[0])
         st = open_tokenizer(out, preset_tokenizer(out->preset), err);
     else if (exists_in(out->dir, "tokenizer.json") || exists_in(out->dir, "vocab.json"))
         st = open_tokenizer(out, out->dir, err);
     else if (need_tokenizer)
-        st = col_err_set(err, COL_EIO,
-                         "%s has no tokenizer files (tokenizer.json, or vocab.json + merges.txt): copy them from the "
-                         "base model or name one with --tokenizer",
-                         out->dir);
-    if (st == COL_OK && out->tok && col_tok_vocab_size(out->tok) > out->config.vocab_size)
+        st = col_err_set_on(err, COL_SETTING_TOKENIZER, COL_EIO,
+                            "%s has no tokenizer files (tokenizer.json, or vocab.json + merges.txt): copy them from "
+                            "the base model or give a tokenizer apart from the model", out->dir);
+    if (st == COL_OK && out->tok && col_tok_vocab_size(out->tok) > out->config.vocab_size) {
         st = col_err_set(err, COL_EFORMAT, "the tokenizer in %s has %d ids but the model's vocabulary has %d: they do "
                          "not belong together", out->tok_dir, (int)col_tok_vocab_size(out->tok),
                          out->config.vocab_size);
+        if (tokenizer)
+            col_err_add_setting(err, COL_SETTING_TOKENIZER);
+    }
     if (st != COL_OK) {
         col_lm_source_close(out);
         return st;

@@ -39,7 +39,9 @@ typedef struct {
  * family: gpt2 for gpt2-* and opt-*, llama2 for llama-*, llama3 for
  * llama3-*), or a tokenizer path or bundled name that replaces them.
  * need_tokenizer: fail when none is found (instead of leaving tok NULL).
- * A tokenizer with more ids than the model's vocabulary is an error. */
+ * A tokenizer with more ids than the model's vocabulary is an error. Errors
+ * about the tokenizer (none found when needed, the one given cannot be read
+ * or does not fit) mark COL_SETTING_TOKENIZER. */
 col_status col_lm_source_open(const char *model, const char *tokenizer, bool need_tokenizer, col_lm_source *out,
                               col_err *err);
 void col_lm_source_close(col_lm_source *s);

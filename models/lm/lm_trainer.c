@@ -113,8 +113,8 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     if (cfg->grad_accum < 0 || cfg->grad_accum > 65536)
         return col_err_set(err, COL_EINVAL, "gradient accumulation of %d micro-batches (1..65536)", cfg->grad_accum);
     if (be && be->mem && !cfg->compute_budget)
-        return col_err_set(err, COL_EINVAL, "a device backend reaches parameters only through the compute tier: "
-                           "give --gpu-mem");
+        return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_EINVAL, "a device backend reaches parameters "
+                              "only through the compute tier: set a compute tier budget");
     col_lm_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
@@ -174,17 +174,13 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         st = lmt_init_params(t, err);
     if (st == COL_OK && !cfg->inference)
         st = build_train(t, err);
-    /* the compute tier is made now, so a budget too small is refused at the start */
+    /* the compute tier is made now, so a budget too small is refused at the start (memtier's message marks
+     * the compute tier budget) */
     if (st == COL_OK && cfg->compute_budget > 0) {
-        if (!cfg->inference) {
+        if (!cfg->inference)
             st = mt_resident_create(t->pool, t->plan, cfg->compute_budget, &t->tier.res, err);
-            if (st != COL_OK)
-                col_err_set(err, st, "%s (--gpu-mem)", err ? err->msg : "");
-        } else if ((st = build_forward(t, 1, err)) == COL_OK) {
+        else if ((st = build_forward(t, 1, err)) == COL_OK)
             st = mt_resident_create(t->pool, t->fplan, cfg->compute_budget, &t->ftier.res, err);
-            if (st != COL_OK)
-                col_err_set(err, st, "%s (--gpu-mem)", err ? err->msg : "");
-        }
     }
     if (st != COL_OK) {
         col_lm_trainer_free(t);

@@ -40,12 +40,12 @@ static col_status alloc_with(col_lm_trainer *t, unsigned kinds, size_t chunk_byt
             /* keep planning after a budget failure so the message names the full need */
             col_status a = mt_alloc(t->pool, kind[k], bytes, &t->ref[k * t->nt + i], &fail_err);
             if (a != COL_OK && a != COL_ENOMEM)
-                return col_err_set(err, a, "%s", fail_err.msg);
+                return col_err_copy(err, &fail_err);
             if (a == COL_ENOMEM)
                 first_fail = a;
         }
     t->nvme_kinds = kinds;
-    return first_fail == COL_OK ? COL_OK : col_err_set(err, first_fail, "%s", fail_err.msg);
+    return first_fail == COL_OK ? COL_OK : col_err_copy(err, &fail_err);
 }
 
 /* the chunk size: the option, else the one wasting least on the parameters
@@ -83,16 +83,28 @@ static col_status chunk_size(col_lm_trainer *t, size_t *out, col_err *err)
     return st;
 }
 
+/* The host budget (or the NVMe tier's limit) could not hold the tensors, and moving the next kind, what, to the
+ * NVMe tier would need a compute tier: says so after the budget's message, marking both settings. */
+static col_status more_room(col_err *err, const char *what)
+{
+    unsigned was = err ? err->settings : 0;
+    col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM, "%s; the %s could move to the NVMe tier, but there "
+                   "they need a compute tier to run on: set a compute tier budget", err ? err->msg : "", what);
+    if (err)
+        err->settings |= was;
+    return COL_ENOMEM;
+}
+
 col_status lmt_alloc(col_lm_trainer *t, col_err *err)
 {
     const col_lm_train_config *c = &t->cfg;
     const unsigned all = COL_LM_PARAMS | COL_LM_GRADS | COL_LM_STATES;
     unsigned k = c->nvme_kinds;
     if (k & ~all)
-        return col_err_set(err, COL_EINVAL, "NVMe tier: unknown kinds 0x%x", k);
+        return col_err_set_on(err, COL_SETTING_NVME_KINDS, COL_EINVAL, "NVMe tier: unknown kinds 0x%x", k);
     if (k && !c->nvme_dir)
-        return col_err_set(err, COL_EINVAL, "tensors were asked to live on the NVMe tier, but no directory was "
-                           "given for it (--nvme-dir)");
+        return col_err_set_on(err, COL_SETTING_NVME_DIR, COL_EINVAL, "tensors were asked to live on the NVMe tier, "
+                              "but no directory was given for it");
     t->ref = malloc(sizeof *t->ref * (size_t)t->nt * 4);
     if (!t->ref)
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
@@ -116,10 +128,10 @@ col_status lmt_alloc(col_lm_trainer *t, col_err *err)
             continue;
         const char *what = tries[i] & COL_LM_PARAMS ? "parameters" : "gradients";
         if ((tries[i] & (COL_LM_PARAMS | COL_LM_GRADS)) && !c->compute_budget) {
-            if (i) /* the budget failure says what is needed; say how it could be met */
-                return col_err_set(err, COL_ENOMEM, "%s; the %s could move to the NVMe tier, but there they need a "
-                                   "compute tier to run on: give --gpu-mem", err ? err->msg : "", what);
-            return col_err_set(err, COL_EINVAL, "%s on the NVMe tier need a compute tier to run on: give --gpu-mem", what);
+            if (i) /* the budget failure says what is needed; say how else it could be met */
+                return more_room(err, what);
+            return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_EINVAL, "%s on the NVMe tier need a compute "
+                                  "tier to run on: set a compute tier budget", what);
         }
         st = alloc_with(t, tries[i], chunk, err);
         if (st != COL_ENOMEM || i + 1 == ntries)
@@ -171,12 +183,12 @@ col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t res
             char have[32], need[32];
             fmt_mb(b, have, sizeof have);
             fmt_mb(reserve, need, sizeof need);
-            return col_err_set(err, COL_ENOMEM, "a compute tier of %s cannot hold the %s key/value cache (--gpu-mem)",
-                               have, need);
+            return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM,
+                                  "a compute tier of %s cannot hold the %s key/value cache", have, need);
         }
         col_status st = mt_resident_create(t->pool, plan, b - reserve, &tier->res, err);
-        if (st != COL_OK)
-            return col_err_set(err, st, "%s (--gpu-mem)", err ? err->msg : "");
+        if (st != COL_OK) /* memtier's message marks the compute tier budget where it is at fault */
+            return st;
         mt_resident *with = anchor(t, tier);
         if (with && (st = mt_resident_share_arena(tier->res, with, err)) != COL_OK) {
             lmt_tier_free(tier);
