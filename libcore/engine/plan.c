@@ -26,7 +26,7 @@ struct col_plan {
     size_t arena_bytes, unshared_bytes;
     void *scratch;
     size_t scratch_bytes;
-    bool no_dropout;            /* dropout nodes run as copies (col_plan_set_dropout) */
+    bool no_dropout;            /* dropout kernels pass their input through (col_plan_set_dropout) */
     const col_backend *be;      /* device plan: the backend whose memory holds arena and scratch; NULL: host */
     col_node *counter;          /* device plan: the graph's run counter leaf, when scheduled */
     void *counter_dev;          /* its slot of device memory */
@@ -536,18 +536,6 @@ static col_status check_backend(const col_plan *p, const col_backend *be, col_er
     return COL_OK;
 }
 
-/* the kernel of node n in this plan: with dropout off a dropout node is a copy of its input */
-static col_status kernel_of(const col_plan *p, const col_backend *be, const col_node *n, col_kernel_fn *k,
-                            col_err *err)
-{
-    col_op op = n->op == COL_OP_DROPOUT && p->no_dropout ? COL_OP_COPY : n->op;
-    *k = be->kernel[op];
-    if (!*k)
-        return col_err_set(err, COL_EUNSUPPORTED, "run: the %s backend has no kernel for %s", be->name,
-                           col_op_name(op));
-    return COL_OK;
-}
-
 static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook, void *user, col_err *err)
 {
     /* this plan's addresses into the nodes: another plan of the graph may have run since, and
@@ -562,14 +550,18 @@ static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook
         if (st != COL_OK)
             return st;
     }
-    col_exec ex = {.scratch = p->scratch, .scratch_bytes = p->scratch_bytes, .be = be};
+    col_exec ex = {
+        .scratch = p->scratch, .scratch_bytes = p->scratch_bytes, .be = be, .dropout_off = p->no_dropout};
     for (int i = 0; i < p->n; i++) {
         col_node *n = p->order[i];
         if (n->op == COL_OP_LEAF || n->op == COL_OP_VIEW)
             continue;
-        col_kernel_fn k;
-        col_status st = kernel_of(p, be, n, &k, err);
-        if (st == COL_OK && hook) {
+        col_kernel_fn k = be->kernel[n->op];
+        if (!k)
+            return col_err_set(err, COL_EUNSUPPORTED, "run: the %s backend has no kernel for %s", be->name,
+                               col_op_name(n->op));
+        col_status st = COL_OK;
+        if (hook) {
             /* the hook may have rebound what this op reads or accumulates into */
             st = hook(user, p, i, n, err);
             for (int j = 0; j < n->nsrc && st == COL_OK; j++)

@@ -55,7 +55,7 @@ col_status col_plan_create_for(col_graph *g, const col_backend *be, col_node *co
                                col_err *err);
 void col_plan_free(col_plan *p);
 /* Dropout on (the default) or off for this plan's later runs: off, every
- * dropout node copies its input unchanged (the backend's COPY kernel), so a
+ * dropout kernel writes its input unchanged (col_exec.dropout_off), so a
  * plan of a training graph evaluates the model as one built without dropout,
  * bit for bit. */
 void col_plan_set_dropout(col_plan *p, bool on);
