@@ -1,4 +1,4 @@
-/* mt_resident.c - the compute tier of one planned graph (see mt_resident.h
+/* mt_resident.c - the compute tier of one plan of a graph (see mt_resident.h
  * and docs/MEMTIER_PLANNER.md, "How the compute tier runs a plan"); the
  * transfer queue is in mt_resident_io.c. */
 #include "mt_resident.h"

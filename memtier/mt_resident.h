@@ -1,4 +1,4 @@
-/* mt_resident.h - the compute tier of one planned graph: a budgeted arena
+/* mt_resident.h - the compute tier of one plan of a graph: a budgeted arena
  * holding copies of the pool's chunks, filled and emptied before each op as
  * a placement plan (mt_plan.h) says, with every parameter and gradient the op
  * touches rebound to its copy (col_plan_run_hooked). The values an op sees
@@ -109,7 +109,7 @@ void mt_resident_set_async(mt_resident *r, bool on);
  * placeholder faults when touched). */
 void mt_resident_poison_home(mt_resident *r, bool on);
 /* Makes r use with's chunk arena, grown to r's need if that is larger
- * (need = budget - activations), so several graphs of one model (training,
+ * (need = budget - activations), so several plans of one model (training,
  * evaluation, decoding) hold one arena between them instead of one each.
  * They must never run at the same time; since every run ends with nothing
  * resident, that is all they need. r leaves any arena it shared before.

@@ -46,6 +46,7 @@ typedef struct {
     const char *name;
     double tol;                 /* f32 tolerance for this case */
     col_node *loss;             /* differentiated in finish() when set */
+    bool dropout_off;           /* both runs with dropout off (col_plan_set_dropout, col_exec.dropout_off) */
 } tcase;
 
 static void *own(tcase *c, size_t bytes)
@@ -181,7 +182,9 @@ static void run_case(tcase *c)
         }
     }
     col_plan *p = NULL;
-    if (col_plan_create(g, &p, &err) != COL_OK || col_plan_run(p, &cpu, &err) != COL_OK) {
+    if (col_plan_create(g, &p, &err) == COL_OK)
+        col_plan_set_dropout(p, !c->dropout_off);
+    if (!p || col_plan_run(p, &cpu, &err) != COL_OK) {
         TL_OK(false, "%s: cpu run: %s", c->name, err.msg);
         col_plan_free(p);
         return;
@@ -212,7 +215,7 @@ static void run_case(tcase *c)
         else
             n->t.data = dev[n->id];
     }
-    col_exec ex = {.scratch = NULL, .scratch_bytes = 0, .be = &gpu};
+    col_exec ex = {.scratch = NULL, .scratch_bytes = 0, .be = &gpu, .dropout_off = c->dropout_off};
     for (int k = 0; k < len && ok; k++) {
         col_node *n = col_plan_node(p, k);
         if (n->op == COL_OP_LEAF || n->op == COL_OP_VIEW)
@@ -381,6 +384,19 @@ static void case_swiglu(void)
 static void case_dropout(void)
 {
     tcase c = begin("dropout", TOL);
+    int64_t s[2] = {4, 1029};
+    col_node *x = param(&c, "x", 2, s, R_NORMAL);
+    col_graph_set_rng_counter(c.g, 3);
+    backward_of(&c, col_dropout(c.g, col_transpose(c.g, col_reshape(c.g, x, 2, (int64_t[]){1029, 4}), 0, 1), 0.3f, 1234));
+    col_dropout(c.g, x, 0.5f, 99);
+    finish(&c);
+}
+
+/* the same graph run with dropout off: every dropout (backward ones too) passes its input through */
+static void case_dropout_off(void)
+{
+    tcase c = begin("dropout off", TOL);
+    c.dropout_off = true;
     int64_t s[2] = {4, 1029};
     col_node *x = param(&c, "x", 2, s, R_NORMAL);
     col_graph_set_rng_counter(c.g, 3);
@@ -697,6 +713,7 @@ int main(void)
     case_unary("silu", u_silu, R_NORMAL, false);
     case_swiglu();
     case_dropout();
+    case_dropout_off();
     case_reduce();
     case_softmax(0, false);
     case_softmax(1, false);

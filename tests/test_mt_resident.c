@@ -4,7 +4,8 @@
  * run with everything in place. Placement must never change the math:
  * not the budget, not the transfer thread, not the re-plan after the traced
  * step, not chunks whose home is the NVMe tier, not an arena shared between
- * graphs. */
+ * graphs, not two plans of one graph (training and evaluation) each with a
+ * tier of its own. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -139,9 +140,9 @@ static const int64_t dims[NL + 1] = {D, H, H, C};
 typedef struct {
     mt_pool *pool;
     mt_ref w[NP], g[NP]; /* weight l at 2l, bias at 2l + 1 */
-    col_graph *gr[2];    /* training, evaluation */
-    col_plan *plan[2];
-    col_node *p[2][NP], *loss[2];
+    col_graph *gr;       /* one graph, two plans: */
+    col_plan *plan[2];   /* training (loss and gradients), evaluation (the loss only) */
+    col_node *p[NP], *loss;
     float x[N * D];
     int32_t y[N];
 } mlp;
@@ -171,31 +172,31 @@ static bool tensor_io(mt_pool *pool, mt_ref ref, float *v, bool put)
     return ok;
 }
 
-static col_node *build_one(mlp *m, int which)
+static col_node *build(mlp *m)
 {
-    col_graph *g = m->gr[which] = col_graph_new();
+    col_graph *g = m->gr = col_graph_new();
     int64_t sx[2] = {N, D}, sy[1] = {N};
     col_node *x = col_input(g, "x", COL_F32, 2, sx), *y = col_input(g, "y", COL_I32, 1, sy), *h = x;
     col_bind(x, m->x, NULL);
     col_bind(y, m->y, NULL);
     for (int l = 0; l < NL; l++) {
         int64_t sw[2] = {dims[l + 1], dims[l]}, sb[1] = {dims[l + 1]};
-        col_node *w = m->p[which][2 * l] = col_param(g, "w", COL_F32, 2, sw);
-        col_node *b = m->p[which][2 * l + 1] = col_param(g, "b", COL_F32, 1, sb);
+        col_node *w = m->p[2 * l] = col_param(g, "w", COL_F32, 2, sw);
+        col_node *b = m->p[2 * l + 1] = col_param(g, "b", COL_F32, 1, sb);
         h = col_linear(g, h, w, b);
         if (l + 1 < NL)
             h = col_tanh(g, h);
     }
-    col_node *loss = m->loss[which] = col_cross_entropy(g, h, y, -1);
+    col_node *loss = m->loss = col_cross_entropy(g, h, y, -1);
     col_mark_output(loss);
     for (int i = 0; i < NP; i++) { /* NVMe chunks: the placeholder addresses */
-        col_bind(m->p[which][i], mt_addr(m->pool, m->w[i]), NULL);
-        col_bind_grad(m->p[which][i], mt_addr(m->pool, m->g[i]), NULL);
+        col_bind(m->p[i], mt_addr(m->pool, m->w[i]), NULL);
+        col_bind_grad(m->p[i], mt_addr(m->pool, m->g[i]), NULL);
     }
     return loss;
 }
 
-/* the pool (the kinds in nvme_kinds on the NVMe tier), the same initial weights every time, both graphs planned */
+/* the pool (the kinds in nvme_kinds on the NVMe tier), the same initial weights every time, the graph planned twice */
 static bool mlp_make(mlp *m, unsigned nvme_kinds, const mt_nvme_faults *faults, col_err *err)
 {
     memset(m, 0, sizeof *m);
@@ -214,18 +215,16 @@ static bool mlp_make(mlp *m, unsigned nvme_kinds, const mt_nvme_faults *faults, 
         if (!tensor_io(m->pool, m->w[i], v, true))
             return col_err_set(err, COL_EIO, "cannot write the initial weights"), false;
     }
-    col_node *lt = build_one(m, 0);
-    build_one(m, 1);
-    return col_graph_backward(m->gr[0], lt, err) == COL_OK && col_plan_create(m->gr[0], &m->plan[0], err) == COL_OK &&
-           col_plan_create(m->gr[1], &m->plan[1], err) == COL_OK;
+    col_node *lt = build(m);
+    return col_graph_backward(m->gr, lt, err) == COL_OK && col_plan_create(m->gr, &m->plan[0], err) == COL_OK &&
+           col_plan_create_for(m->gr, NULL, &lt, 1, &m->plan[1], err) == COL_OK;
 }
 
 static void mlp_free(mlp *m)
 {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 2; k++)
         col_plan_free(m->plan[k]);
-        col_graph_free(m->gr[k]);
-    }
+    col_graph_free(m->gr);
     mt_destroy(m->pool);
 }
 
@@ -267,13 +266,13 @@ static bool mlp_steps(mlp *m, mt_resident *rt, mt_resident *re, outcome *o, col_
         mt_zero(m->pool, MT_GRAD);
         ok = (rt ? mt_resident_run(rt, &be, s, err) : col_plan_run(m->plan[0], &be, err)) == COL_OK;
         if (ok)
-            o->loss[s] = *(const float *)col_data(m->loss[0]);
+            o->loss[s] = *(const float *)col_plan_data(m->plan[0], m->loss);
         for (int i = 0; i < NP && ok && s == 0; i++)
             ok = tensor_io(m->pool, m->g[i], o->grad0[i], false);
         ok = ok && sgd(m);
         ok = ok && (re ? mt_resident_run(re, &be, s, err) : col_plan_run(m->plan[1], &be, err)) == COL_OK;
         if (ok)
-            o->eval[s] = *(const float *)col_data(m->loss[1]);
+            o->eval[s] = *(const float *)col_plan_data(m->plan[1], m->loss);
     }
     for (int i = 0; i < NP && ok; i++)
         ok = tensor_io(m->pool, m->w[i], o->w[i], false);
@@ -401,13 +400,13 @@ static void test_faults(const outcome *ref)
                   "%s, an EIO %s fails the run with its message: %s", async ? "async" : "sync", what, err.msg);
             bool home = true;
             for (int i = 0; i < NP; i++)
-                home &= m.p[0][i]->bound == mt_addr(m.pool, m.w[i]) && m.p[0][i]->grad_data == mt_addr(m.pool, m.g[i]);
+                home &= m.p[i]->bound == mt_addr(m.pool, m.w[i]) && m.p[i]->grad_data == mt_addr(m.pool, m.g[i]);
             TL_OK(home, "after the failed run every parameter and gradient is bound home (placeholders)");
             if (!w) { /* the weights were only read: the next step is step 0 of the plain run */
                 mt_zero(m.pool, MT_GRAD);
                 col_err_clear(&err);
                 st = mt_resident_run(r, &be, 2, &err);
-                TL_OK(st == COL_OK && *(const float *)col_data(m.loss[0]) == ref->loss[0],
+                TL_OK(st == COL_OK && *(const float *)col_plan_data(m.plan[0], m.loss) == ref->loss[0],
                       "the next run goes through and gives the reference loss %.7f: %s", ref->loss[0], err.msg);
             }
             mt_resident_free(r);

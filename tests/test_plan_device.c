@@ -8,9 +8,11 @@
  * and go back to it; every run syncs once (also when a kernel fails) and an
  * asynchronous error at sync becomes the run's status; uploads and downloads
  * go through the table; a device plan refuses any other backend and a host
- * plan refuses a backend with a table; and the device plan's loss and
+ * plan refuses a backend with a table; the device plan's loss and
  * gradients are bitwise those of host plans (col_plan_create and
- * col_plan_create_on with no table), which run exactly as before. */
+ * col_plan_create_on with no table), which run exactly as before; and a
+ * graph planned twice has two plans that run in turn, each with its own
+ * memory and the same bits, one freed leaving the other usable. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,8 +246,14 @@ int main(void)
     bool ok = run(&h, &cpu, 3, true, &err) == COL_OK && collect(&h, &rb);
     TL_OK(ok && same(&ra, &rb), "host plan with uploads: loss %.7f and %zu gradients bitwise equal: %s", rb.loss, rb.n, err.msg);
     col_err e1 = {0};
-    TL_OK(col_plan_run(old, &cpu, &e1) == COL_ESTATE && col_plan_upload(old, h.gg.ids, NULL, 0, &e1) == COL_ESTATE,
-          "the older plan refuses to run or copy: %s", e1.msg);
+    col_plan *newer = h.plan;
+    result rold = {0};
+    h.plan = old;
+    ok = run(&h, &cpu, 3, true, &e1) == COL_OK && collect(&h, &rold);
+    h.plan = newer;
+    TL_OK(ok && same(&ra, &rold) && col_plan_data(old, h.gg.ids) != col_plan_data(newer, h.gg.ids),
+          "the older plan of the graph still runs and copies, in its own arena, same bits: %s", e1.msg);
+    free(rold.grads);
     col_plan_free(old);
     col_plan_free(h.plan);
     h.plan = NULL;
@@ -277,11 +285,11 @@ int main(void)
         if (x->op == COL_OP_LEAF || (x->flags & COL_NODE_VIEW) || x->op == COL_OP_ACCUMULATE)
             continue;
         arena_nodes++;
-        in_dev += fk_find_block(col_data(x), (size_t)col_numel(&x->t) * col_dtype_size(x->t.dtype)) >= 0;
+        in_dev += fk_find_block(col_plan_data(d.plan, x), (size_t)col_numel(&x->t) * col_dtype_size(x->t.dtype)) >= 0;
     }
     col_node *ids_leaf = d.gg.ids;
     arena_nodes++;
-    in_dev += fk_find_block(col_data(ids_leaf), sizeof(int32_t) * B * T) >= 0;
+    in_dev += fk_find_block(col_plan_data(d.plan, ids_leaf), sizeof(int32_t) * B * T) >= 0;
     TL_OK(in_dev == arena_nodes && arena_nodes > 50, "all %d arena nodes (ids included) lie in fake device blocks",
           arena_nodes);
 
@@ -377,16 +385,24 @@ int main(void)
               memcmp(w0, w0h, sizeof w0) == 0,
           "a bound parameter downloads its bound memory: %s", err.msg);
 
-    /* 6. planning again: the old plan's memory goes back, the new one takes its own */
-    col_plan *dold = d.plan;
+    /* 6. planning again: a second device plan with memory of its own; the two run in turn */
+    col_plan *dold = d.plan, *dnew = NULL;
     d.plan = NULL;
-    ok = col_plan_create_on(d.g, &fake, &d.plan, &err) == COL_OK;
-    TL_OK(ok && fk.live == live0 + 6, "replanned (%d blocks): %s",
-          fk.live - live0, err.msg);
-    e1 = (col_err){0};
-    TL_OK(col_plan_run(dold, &fake, &e1) == COL_ESTATE, "the older device plan refuses to run: %s", e1.msg);
+    ok = col_plan_create_on(d.g, &fake, &dnew, &err) == COL_OK;
+    TL_OK(ok && fk.live == live0 + 6, "planned again (%d blocks): %s", fk.live - live0, err.msg);
+    result rn = {0}, ro = {0}, rn2 = {0};
+    d.plan = dnew;
+    ok = ok && run(&d, &fake, 3, true, &err) == COL_OK && collect(&d, &rn);
+    d.plan = dold;
+    ok = ok && run(&d, &fake, 3, true, &err) == COL_OK && collect(&d, &ro);
+    d.plan = dnew;
+    TL_OK(ok && same(&ra, &rn) && same(&ra, &ro),
+          "the new and the older device plan run in turn, each with the host plan's bits: %s", err.msg);
     col_plan_free(dold);
-    TL_OK(fk.live == live0 + 3, "freeing it gave its 3 blocks back");
+    TL_OK(fk.live == live0 + 3, "freeing the older one gave its 3 blocks back");
+    TL_OK(run(&d, &fake, 3, true, &err) == COL_OK && collect(&d, &rn2) && same(&ra, &rn2),
+          "the new one runs on: %s", err.msg);
+    free(rn.grads), free(ro.grads), free(rn2.grads);
     col_plan_free(d.plan);
     d.plan = NULL;
     TL_OK(fk.live == live0 && fk.allocs - fk.frees == live0, "freeing the new one too (%d live)", fk.live);

@@ -19,6 +19,8 @@ typedef struct {
     void *scratch;              /* at least node->scratch_bytes, 64-byte aligned */
     size_t scratch_bytes;
     const col_backend *be;
+    bool dropout_off;           /* the plan runs with dropout off (col_plan_set_dropout): a dropout kernel
+                                   writes its input unchanged */
 } col_exec;
 
 typedef col_status (*col_kernel_fn)(const col_node *n, const col_exec *ex, col_err *err);

@@ -10,7 +10,8 @@
 
 typedef struct {
     col_graph *g;
-    col_plan *plan;
+    col_plan *plan;                    /* forward and backward: the analytic gradients */
+    col_plan *fwd;                     /* the output only: the finite differences */
     col_node *leaf[COL_GC_MAX_INPUTS];
     void *data[COL_GC_MAX_INPUTS];     /* bound copies of the inputs */
     float *grad[COL_GC_MAX_INPUTS];
@@ -22,6 +23,7 @@ typedef struct {
 static void gc_free(gc_state *s, int n)
 {
     col_plan_free(s->plan);
+    col_plan_free(s->fwd);
     col_graph_free(s->g);
     for (int i = 0; i < n; i++) {
         free(s->data[i]);
@@ -30,10 +32,10 @@ static void gc_free(gc_state *s, int n)
     free(s->r);
 }
 
-/* loss = sum(out * R) in double, from the f32 output */
+/* loss = sum(out * R) in double, from the f32 output of a forward run */
 static double gc_loss(const gc_state *s)
 {
-    const float *o = col_data(s->out);
+    const float *o = col_plan_data(s->fwd, s->out);
     double acc = 0.0;
     for (int64_t i = 0; i < s->nout; i++)
         acc += (double)o[i] * (double)s->r[i];
@@ -92,6 +94,8 @@ static col_status gc_build(gc_state *s, col_gc_build_fn build, void *user, int n
     col_status st = col_graph_backward(s->g, loss, err);
     if (st == COL_OK)
         st = col_plan_create(s->g, &s->plan, err);
+    if (st == COL_OK)
+        st = col_plan_create_for(s->g, NULL, &s->out, 1, &s->fwd, err);
     return st;
 }
 
@@ -143,12 +147,12 @@ col_status col_gradcheck(const col_backend *be, col_gc_build_fn build, void *use
             double h = o.h * (fabs(x0) > 1.0 ? fabs(x0) : 1.0);
             col_set_from_f64(&host, k, x0 + h);
             double hp = col_get_as_f64(&host, k) - x0; /* the step actually taken after rounding */
-            st = gc_run(&s, be, n, err);
+            st = col_plan_run(s.fwd, be, err);
             double lp = st == COL_OK ? gc_loss(&s) : 0;
             col_set_from_f64(&host, k, x0 - h);
             double hm = x0 - col_get_as_f64(&host, k);
             if (st == COL_OK)
-                st = gc_run(&s, be, n, err);
+                st = col_plan_run(s.fwd, be, err);
             double lm = st == COL_OK ? gc_loss(&s) : 0;
             col_set_from_f64(&host, k, x0);
             double num = (lp - lm) / (hp + hm);

@@ -11,7 +11,10 @@
  *
  * Storage: views share their base's storage; leaves (parameters, inputs) are
  * bound to caller-owned memory (memtier for parameters) or given arena space;
- * every other node gets arena space planned from liveness (plan.c).
+ * every other node gets arena space planned from liveness (plan.c). The
+ * schedule, liveness and arena layout belong to each plan, not to the graph:
+ * a graph may have several plans (plan.h). Nodes keep only the addresses of
+ * the plan that was created or ran last (t.data), which the kernels read.
  */
 #ifndef COL_GRAPH_H
 #define COL_GRAPH_H
@@ -42,7 +45,8 @@ typedef struct col_node {
     col_op op;
     int nsrc;
     struct col_node *src[COL_MAX_SRC];
-    col_tensor t;                   /* shape, dtype, strides; t.data bound at run time */
+    col_tensor t;                   /* shape, dtype, strides; t.data: the address in the plan that was
+                                       created or ran last (plan.h), which kernels read */
     col_op_params p;                /* op-specific, documented in ops.h */
     uint32_t flags;
     struct col_node *view_base;     /* storage owner (never itself a view); NULL if not a view */
@@ -59,9 +63,6 @@ typedef struct col_node {
     /* storage */
     void *bound;                    /* caller memory for leaves (and ACCUMULATE targets) */
     void *grad_data;                /* PARAM: caller memory the gradient is added into */
-    size_t arena_offset;
-    int first_use, last_use;        /* schedule positions (plan.c) */
-    bool in_schedule;
 } col_node;
 
 typedef struct col_graph col_graph;
@@ -87,7 +88,9 @@ col_status col_bind(col_node *leaf, void *data, col_err *err);
 /* Binds the buffer a PARAM's gradient is added into (same shape, f32). */
 col_status col_bind_grad(col_node *param, float *grad, col_err *err);
 void col_mark_output(col_node *n);
-/* Pointer to a node's data after planning (arena or bound memory). */
+/* Pointer to a node's data (arena or bound memory) in the plan of its graph
+ * that was created or ran last; NULL before any. When a graph has several
+ * plans, col_plan_data(plan, n) names the plan. */
 void *col_data(const col_node *n);
 
 /* ---- generic node creation (used by op builders) ---- */

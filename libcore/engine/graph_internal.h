@@ -11,7 +11,6 @@ struct col_graph {
     int cur_segment;            /* checkpoint segment being recorded (0: none) */
     int next_segment;
     bool in_backward;           /* nodes created now are backward nodes */
-    uint64_t plan_epoch;        /* bumped by each col_plan_create: older plans are stale */
     uint64_t dropout_streams;   /* next Philox stream offset handed to a dropout */
     col_node *rng_counter;      /* i64 [1] leaf bound to rng_counter_value (random ops read it) */
     int64_t rng_counter_value;

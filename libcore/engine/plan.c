@@ -6,15 +6,27 @@
 
 #include "graph_internal.h"
 
+/* What a plan knows about one node of its graph (at[node id]): the plan's
+ * own schedule, liveness and arena layout, never written into the node. */
+typedef struct {
+    size_t offset;              /* arena range start, when arena */
+    int first_use, last_use;    /* schedule positions of the storage owner's first and last use */
+    bool scheduled;             /* in this plan's schedule */
+    bool arena;                 /* owns a range of this plan's arena */
+    bool output;                /* one of the plan's outputs: kept alive to the end of a run */
+} plan_node;
+
 struct col_plan {
     col_graph *g;
-    uint64_t epoch;             /* the graph's plan_epoch when this plan was made */
+    int nnodes;                 /* the graph's node count when planned: later nodes are not in this plan */
+    plan_node *at;              /* [nnodes] */
     col_node **order;
     int n;
     void *arena;
     size_t arena_bytes, unshared_bytes;
     void *scratch;
     size_t scratch_bytes;
+    bool no_dropout;            /* dropout kernels pass their input through (col_plan_set_dropout) */
     const col_backend *be;      /* device plan: the backend whose memory holds arena and scratch; NULL: host */
     col_node *counter;          /* device plan: the graph's run counter leaf, when scheduled */
     void *counter_dev;          /* its slot of device memory */
@@ -84,6 +96,19 @@ static size_t storage_bytes(const col_node *n)
     return b ? b : ALIGN;
 }
 
+/* the nodes n depends on: its sources, then its view base */
+static int ndeps(const col_node *n) { return n->nsrc + ((n->flags & COL_NODE_VIEW) ? 1 : 0); }
+static col_node *dep(const col_node *n, int c) { return c < n->nsrc ? n->src[c] : n->view_base; }
+
+/* n is a node of this plan's schedule (a node of another graph, or one
+ * added after planning, is not) */
+static bool in_plan(const col_plan *p, const col_node *n)
+{
+    return n && n->id >= 0 && n->id < p->nnodes && p->g->nodes[n->id] == n && p->at[n->id].scheduled;
+}
+
+/* ---- the schedule ---- */
+
 /* iterative post-order DFS emission of n and its unemitted dependencies */
 static int emit(col_plan *p, col_node *root, char *state, col_node **stack, int *child)
 {
@@ -93,10 +118,8 @@ static int emit(col_plan *p, col_node *root, char *state, col_node **stack, int 
     sp++;
     while (sp) {
         col_node *n = stack[sp - 1];
-        int ndeps = n->nsrc + ((n->flags & COL_NODE_VIEW) ? 1 : 0);
-        if (child[sp - 1] < ndeps) {
-            int c = child[sp - 1]++;
-            col_node *d = c < n->nsrc ? n->src[c] : n->view_base;
+        if (child[sp - 1] < ndeps(n)) {
+            col_node *d = dep(n, child[sp - 1]++);
             if (state[d->id] == 0) {
                 state[d->id] = 1;
                 stack[sp] = d;
@@ -108,17 +131,148 @@ static int emit(col_plan *p, col_node *root, char *state, col_node **stack, int 
             continue;
         }
         state[n->id] = 2;
-        n->in_schedule = true;
+        p->at[n->id].scheduled = true;
         p->order[p->n++] = n;
         sp--;
     }
     return 0;
 }
 
+/* 1: state 3 for the plan's outputs and everything they need */
+static void mark_needed(col_plan *p, char *state, col_node **stack)
+{
+    int sp = 0;
+    for (int i = 0; i < p->nnodes; i++)
+        if (p->at[i].output) {
+            state[i] = 3;
+            stack[sp++] = p->g->nodes[i];
+        }
+    while (sp) {
+        col_node *n = stack[--sp];
+        for (int c = 0; c < ndeps(n); c++) {
+            col_node *d = dep(n, c);
+            if (state[d->id] != 3) {
+                state[d->id] = 3;
+                stack[sp++] = d;
+            }
+        }
+    }
+}
+
+/* 2: emit needed nodes in creation order, each after its dependencies, so
+ * recomputation clones (created last) run just before their first use */
+static col_status emit_needed(col_plan *p, char *state, col_node **stack, int *child, col_err *err)
+{
+    for (int i = 0; i < p->nnodes; i++)
+        state[i] = state[i] == 3 ? 0 : 2;
+    for (int i = 0; i < p->nnodes; i++) {
+        col_node *n = p->g->nodes[i];
+        if (state[n->id] != 0)
+            continue;
+        state[n->id] = 1;
+        if (emit(p, n, state, stack, child) != 0)
+            return col_err_set(err, COL_EINTERNAL, "plan: the graph has a cycle at node %s", n->name);
+    }
+    return COL_OK;
+}
+
+/* 3: a gradient is added into its parameter's buffer as soon as it is
+ * complete, so it does not hold arena space until the end */
+static col_status hoist_accumulates(col_plan *p, col_err *err)
+{
+    col_node **hoisted = calloc((size_t)p->n + 1, sizeof *hoisted);
+    int *first_acc = malloc(sizeof(int) * ((size_t)p->nnodes + 1)), *next_acc = malloc(sizeof(int) * ((size_t)p->n + 1));
+    if (!hoisted || !first_acc || !next_acc) {
+        free(hoisted);
+        free(first_acc);
+        free(next_acc);
+        return col_err_set(err, COL_ENOMEM, "plan: out of memory");
+    }
+    /* per gradient node, the ACCUMULATE nodes reading it (a linked list of positions) */
+    for (int i = 0; i < p->nnodes; i++)
+        first_acc[i] = -1;
+    for (int i = p->n - 1; i >= 0; i--) {
+        col_node *n = p->order[i];
+        if (n->op == COL_OP_ACCUMULATE) {
+            next_acc[i] = first_acc[n->src[0]->id];
+            first_acc[n->src[0]->id] = i;
+        }
+    }
+    int k = 0;
+    for (int i = 0; i < p->n; i++) {
+        col_node *n = p->order[i];
+        if (n->op == COL_OP_ACCUMULATE)
+            continue;
+        hoisted[k++] = n;
+        for (int j = first_acc[n->id]; j >= 0; j = next_acc[j])
+            hoisted[k++] = p->order[j];
+    }
+    free(p->order);
+    p->order = hoisted;
+    free(first_acc);
+    free(next_acc);
+    return COL_OK;
+}
+
+static col_status schedule(col_plan *p, col_err *err)
+{
+    char *state = calloc((size_t)p->nnodes + 1, 1);
+    col_node **stack = calloc((size_t)p->nnodes + 1, sizeof *stack);
+    int *child = calloc((size_t)p->nnodes + 1, sizeof *child);
+    col_status st = COL_OK;
+    if (!state || !stack || !child)
+        st = col_err_set(err, COL_ENOMEM, "plan: out of memory for %d nodes", p->nnodes);
+    if (st == COL_OK) {
+        mark_needed(p, state, stack);
+        st = emit_needed(p, state, stack, child, err);
+    }
+    free(state);
+    free(stack);
+    free(child);
+    if (st == COL_OK)
+        st = hoist_accumulates(p, err);
+    if (st == COL_OK && p->n == 0)
+        st = col_err_set(err, COL_EINVAL, "plan: nothing to compute (mark an output or call backward)");
+    return st;
+}
+
+/* ---- liveness and the arena ---- */
+
+static void liveness(col_plan *p)
+{
+    for (int i = 0; i < p->nnodes; i++)
+        p->at[i].first_use = p->at[i].last_use = -1;
+    for (int i = 0; i < p->n; i++) {
+        col_node *n = p->order[i];
+        plan_node *o = &p->at[owner_of(n)->id];
+        if (o->first_use < 0)
+            o->first_use = i;
+        if (o->last_use < i)
+            o->last_use = i;
+        for (int s = 0; s < n->nsrc; s++) {
+            plan_node *so = &p->at[owner_of(n->src[s])->id];
+            if (so->last_use < i)
+                so->last_use = i;
+        }
+        if (p->at[n->id].output)
+            o->last_use = p->n;
+        if (n->op == COL_OP_LEAF) {
+            p->at[n->id].first_use = 0;
+            p->at[n->id].last_use = p->n;
+        }
+        if (n->scratch_bytes > p->scratch_bytes)
+            p->scratch_bytes = n->scratch_bytes;
+    }
+}
+
 typedef struct {
     col_node *n;
     size_t size;
 } owner_t;
+
+typedef struct {
+    size_t start, end;
+} range_t;
 
 static int by_size_desc(const void *a, const void *b)
 {
@@ -128,18 +282,33 @@ static int by_size_desc(const void *a, const void *b)
     return x->n->id - y->n->id;
 }
 
-static int by_offset(const void *a, const void *b)
+static int by_start(const void *a, const void *b)
 {
-    const col_node *x = *(col_node *const *)a, *y = *(col_node *const *)b;
-    return x->arena_offset < y->arena_offset ? -1 : x->arena_offset > y->arena_offset;
+    const range_t *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
 }
 
+/* the lowest offset where size bytes fit between the ranges (sorted by start) */
+static size_t first_fit(const range_t *r, int nr, size_t size)
+{
+    size_t off = 0;
+    for (int j = 0; j < nr; j++) {
+        if (off + size <= r[j].start)
+            break;
+        if (r[j].end > off)
+            off = r[j].end;
+    }
+    return off;
+}
+
+/* greedy by size: each owner, largest first, at the lowest offset free of
+ * the owners already placed whose liveness overlaps its own */
 static col_status assign_offsets(col_plan *p, col_err *err)
 {
     int cnt = 0;
     owner_t *own = calloc((size_t)p->n + 1, sizeof *own);
     col_node **placed = calloc((size_t)p->n + 1, sizeof *placed);
-    col_node **conf = calloc((size_t)p->n + 1, sizeof *conf);
+    range_t *conf = calloc((size_t)p->n + 1, sizeof *conf);
     if (!own || !placed || !conf) {
         free(own);
         free(placed);
@@ -148,6 +317,7 @@ static col_status assign_offsets(col_plan *p, col_err *err)
     }
     for (int i = 0; i < p->n; i++)
         if (owns_arena(p->order[i])) {
+            p->at[p->order[i]->id].arena = true;
             own[cnt].n = p->order[i];
             own[cnt].size = storage_bytes(p->order[i]);
             p->unshared_bytes += own[cnt].size;
@@ -157,26 +327,18 @@ static col_status assign_offsets(col_plan *p, col_err *err)
     int nplaced = 0;
     size_t top = 0;
     for (int k = 0; k < cnt; k++) {
-        col_node *n = own[k].n;
+        plan_node *a = &p->at[own[k].n->id];
         int nc = 0;
         for (int j = 0; j < nplaced; j++) {
-            col_node *m = placed[j];
-            if (m->first_use <= n->last_use && n->first_use <= m->last_use)
-                conf[nc++] = m;
+            const plan_node *b = &p->at[placed[j]->id];
+            if (b->first_use <= a->last_use && a->first_use <= b->last_use)
+                conf[nc++] = (range_t){b->offset, b->offset + storage_bytes(placed[j])};
         }
-        qsort(conf, (size_t)nc, sizeof *conf, by_offset);
-        size_t off = 0;
-        for (int j = 0; j < nc; j++) {
-            size_t mo = conf[j]->arena_offset, me = mo + storage_bytes(conf[j]);
-            if (off + own[k].size <= mo)
-                break;
-            if (me > off)
-                off = me;
-        }
-        n->arena_offset = off;
-        if (off + own[k].size > top)
-            top = off + own[k].size;
-        placed[nplaced++] = n;
+        qsort(conf, (size_t)nc, sizeof *conf, by_start);
+        a->offset = first_fit(conf, nc, own[k].size);
+        if (a->offset + own[k].size > top)
+            top = a->offset + own[k].size;
+        placed[nplaced++] = own[k].n;
     }
     p->arena_bytes = top;
     free(own);
@@ -185,9 +347,72 @@ static col_status assign_offsets(col_plan *p, col_err *err)
     return COL_OK;
 }
 
-col_status col_plan_create(col_graph *g, col_plan **out, col_err *err) { return col_plan_create_on(g, NULL, out, err); }
+/* ---- addresses ---- */
 
-col_status col_plan_create_on(col_graph *g, const col_backend *be, col_plan **out, col_err *err)
+/* a bound leaf's address: its bound memory, except for the run counter of a
+ * device plan while it is bound to the graph's host word */
+static void *leaf_addr(const col_plan *p, const col_node *n)
+{
+    if (p->counter_dev && n == p->counter && n->bound == &p->g->rng_counter_value)
+        return p->counter_dev;
+    return n->bound;
+}
+
+/* node n's address in plan p (n in its schedule): bound memory, its range of
+ * the arena, its view base's, the cache it writes into, or the gradient
+ * buffer it accumulates into */
+static void *node_addr(const col_plan *p, const col_node *n)
+{
+    if (n->op == COL_OP_LEAF && n->bound)
+        return leaf_addr(p, n);
+    if (n->flags & COL_NODE_VIEW) {
+        char *b = node_addr(p, n->view_base);
+        return b ? b + n->view_offset * (int64_t)col_dtype_size(n->t.dtype) : NULL;
+    }
+    if (n->op == COL_OP_KV_WRITE)
+        return node_addr(p, n->src[0]); /* writes into, and stands for, the cache leaf */
+    if (n->op == COL_OP_ACCUMULATE)
+        return n->src[1]->grad_data;
+    return p->at[n->id].arena ? (char *)p->arena + p->at[n->id].offset : NULL;
+}
+
+/* what a run needs bound from the caller */
+static col_status check_bound(const col_node *n, col_err *err)
+{
+    if (n->op == COL_OP_ACCUMULATE && !n->src[1]->grad_data)
+        return col_err_set(err, COL_ESTATE, "run: parameter %s has no gradient buffer bound (col_bind_grad)",
+                           n->src[1]->name);
+    if (n->op == COL_OP_LEAF && (n->flags & COL_NODE_PARAM) && !n->bound)
+        return col_err_set(err, COL_ESTATE, "run: parameter %s has no data bound (col_bind)", n->name);
+    return COL_OK;
+}
+
+/* points n->t.data (and a view's bound base leaf's) at n's address in plan p */
+static col_status bind_node(const col_plan *p, col_node *n, col_err *err)
+{
+    col_status st = check_bound(n, err);
+    if (st != COL_OK)
+        return st;
+    col_node *b = n->view_base;
+    if ((n->flags & COL_NODE_VIEW) && b->op == COL_OP_LEAF && b->bound)
+        b->t.data = leaf_addr(p, b);
+    n->t.data = node_addr(p, n);
+    return COL_OK;
+}
+
+/* every node of the schedule at its address in this plan (sources come
+ * before the nodes reading them, so views follow their bases) */
+static void bind_all(const col_plan *p)
+{
+    for (int i = 0; i < p->n; i++)
+        p->order[i]->t.data = node_addr(p, p->order[i]);
+}
+
+void *col_plan_data(const col_plan *p, const col_node *n) { return p && in_plan(p, n) ? node_addr(p, n) : NULL; }
+
+/* ---- creation ---- */
+
+static col_status plan_new(col_graph *g, const col_backend *be, col_plan **out, col_err *err)
 {
     *out = NULL;
     if (col_graph_status(g) != COL_OK)
@@ -200,145 +425,83 @@ col_status col_plan_create_on(col_graph *g, const col_backend *be, col_plan **ou
             return col_err_set(err, COL_EINVAL, "plan: the %s backend's memory table is incomplete", be->name);
     }
     col_plan *p = calloc(1, sizeof *p);
-    char *state = calloc((size_t)g->n + 1, 1);
-    col_node **stack = calloc((size_t)g->n + 1, sizeof *stack);
-    int *child = calloc((size_t)g->n + 1, sizeof *child);
-    if (p)
+    if (p) {
+        p->at = calloc((size_t)g->n + 1, sizeof *p->at);
         p->order = calloc((size_t)g->n + 1, sizeof *p->order);
-    if (!p || !state || !stack || !child || !p->order) {
-        free(state);
-        free(stack);
-        free(child);
+    }
+    if (!p || !p->at || !p->order) {
         col_plan_free(p);
         return col_err_set(err, COL_ENOMEM, "plan: out of memory for %d nodes", g->n);
     }
     p->g = g;
+    p->nnodes = g->n;
     p->be = be && be->mem ? be : NULL;
-    p->epoch = ++g->plan_epoch;
-    for (int i = 0; i < g->n; i++) {
-        col_node *n = g->nodes[i];
-        n->in_schedule = false;
-        n->first_use = n->last_use = -1;
-    }
-    /* 1: mark what the outputs need (state 3 = needed) */
-    col_status st = COL_OK;
-    int sp = 0;
-    for (int i = 0; i < g->n; i++)
-        if (g->nodes[i]->flags & COL_NODE_OUTPUT) {
-            state[i] = 3;
-            stack[sp++] = g->nodes[i];
-        }
-    while (sp) {
-        col_node *n = stack[--sp];
-        int ndeps = n->nsrc + ((n->flags & COL_NODE_VIEW) ? 1 : 0);
-        for (int c = 0; c < ndeps; c++) {
-            col_node *d = c < n->nsrc ? n->src[c] : n->view_base;
-            if (state[d->id] != 3) {
-                state[d->id] = 3;
-                stack[sp++] = d;
-            }
-        }
-    }
-    /* 2: emit needed nodes in creation order, each after its dependencies, so
-     * recomputation clones (created last) run just before their first use */
-    for (int i = 0; i < g->n; i++)
-        state[i] = state[i] == 3 ? 0 : 2;
-    for (int i = 0; i < g->n && st == COL_OK; i++) {
-        col_node *n = g->nodes[i];
-        if (state[n->id] == 0) {
-            state[n->id] = 1;
-            if (emit(p, n, state, stack, child) != 0)
-                st = col_err_set(err, COL_EINTERNAL, "plan: the graph has a cycle at node %s", n->name);
-        }
-    }
-    /* 3: a gradient is added into its parameter's buffer as soon as it is
-     * complete, so it does not hold arena space until the end */
+    *out = p;
+    return COL_OK;
+}
+
+/* schedule, liveness, arena and memory of a plan whose outputs are marked;
+ * frees p on failure */
+static col_status plan_finish(col_plan *p, col_plan **out, col_err *err)
+{
+    col_status st = schedule(p, err);
     if (st == COL_OK) {
-        col_node **hoisted = calloc((size_t)p->n + 1, sizeof *hoisted);
-        int *first_acc = malloc(sizeof(int) * ((size_t)g->n + 1)), *next_acc = malloc(sizeof(int) * ((size_t)p->n + 1));
-        if (!hoisted || !first_acc || !next_acc) {
-            free(hoisted);
-            hoisted = NULL;
-            st = col_err_set(err, COL_ENOMEM, "plan: out of memory");
-        } else {
-            /* per gradient node, the ACCUMULATE nodes reading it (a linked list of positions) */
-            for (int i = 0; i < g->n; i++)
-                first_acc[i] = -1;
-            for (int i = p->n - 1; i >= 0; i--) {
-                col_node *n = p->order[i];
-                if (n->op == COL_OP_ACCUMULATE) {
-                    next_acc[i] = first_acc[n->src[0]->id];
-                    first_acc[n->src[0]->id] = i;
-                }
-            }
-            int k = 0;
-            for (int i = 0; i < p->n; i++) {
-                col_node *n = p->order[i];
-                if (n->op == COL_OP_ACCUMULATE)
-                    continue;
-                hoisted[k++] = n;
-                for (int j = first_acc[n->id]; j >= 0; j = next_acc[j])
-                    hoisted[k++] = p->order[j];
-            }
-            free(p->order);
-            p->order = hoisted;
-        }
-        free(first_acc);
-        free(next_acc);
+        liveness(p);
+        st = assign_offsets(p, err);
     }
-    free(state);
-    free(stack);
-    free(child);
-    if (st == COL_OK && p->n == 0)
-        st = col_err_set(err, COL_EINVAL, "plan: nothing to compute (mark an output or call backward)");
-    if (st != COL_OK) {
-        col_plan_free(p);
-        return st;
-    }
-    /* liveness */
-    for (int i = 0; i < p->n; i++) {
-        col_node *n = p->order[i];
-        col_node *o = owner_of(n);
-        if (o->first_use < 0)
-            o->first_use = i;
-        if (o->last_use < i)
-            o->last_use = i;
-        for (int s = 0; s < n->nsrc; s++) {
-            col_node *so = owner_of(n->src[s]);
-            if (so->last_use < i)
-                so->last_use = i;
-        }
-        if (n->flags & COL_NODE_OUTPUT)
-            o->last_use = p->n;
-        if (n->op == COL_OP_LEAF) {
-            n->first_use = 0;
-            n->last_use = p->n;
-        }
-        if (n->scratch_bytes > p->scratch_bytes)
-            p->scratch_bytes = n->scratch_bytes;
-    }
-    st = assign_offsets(p, err);
     if (st == COL_OK && p->arena_bytes)
         st = plan_alloc(p, p->arena_bytes, &p->arena, err, "activation arena");
     if (st == COL_OK && p->scratch_bytes)
         st = plan_alloc(p, p->scratch_bytes, &p->scratch, err, "kernel scratch");
     /* the run counter lives in host memory (graph.c): a device plan copies it to a slot of its own */
-    if (st == COL_OK && p->be && g->rng_counter && g->rng_counter->in_schedule) {
-        p->counter = g->rng_counter;
+    col_node *c = p->g->rng_counter;
+    if (st == COL_OK && p->be && c && in_plan(p, c)) {
+        p->counter = c;
         st = plan_alloc(p, sizeof(int64_t), &p->counter_dev, err, "run counter");
     }
     if (st != COL_OK) {
         col_plan_free(p);
         return st;
     }
-    /* arena nodes get their address now, so inputs can be filled before running */
-    for (int i = 0; i < p->n; i++) {
-        col_node *n = p->order[i];
-        if (owns_arena(n))
-            n->t.data = (char *)p->arena + n->arena_offset;
-    }
+    /* the nodes get this plan's addresses now, so col_data works and inputs can be filled before running */
+    bind_all(p);
     *out = p;
     return COL_OK;
+}
+
+col_status col_plan_create(col_graph *g, col_plan **out, col_err *err) { return col_plan_create_on(g, NULL, out, err); }
+
+col_status col_plan_create_on(col_graph *g, const col_backend *be, col_plan **out, col_err *err)
+{
+    col_plan *p;
+    col_status st = plan_new(g, be, &p, err);
+    if (st != COL_OK)
+        return st;
+    for (int i = 0; i < p->nnodes; i++)
+        p->at[i].output = (g->nodes[i]->flags & COL_NODE_OUTPUT) != 0;
+    return plan_finish(p, out, err);
+}
+
+col_status col_plan_create_for(col_graph *g, const col_backend *be, col_node *const *outputs, int n, col_plan **out,
+                               col_err *err)
+{
+    col_plan *p;
+    col_status st = plan_new(g, be, &p, err);
+    if (st != COL_OK)
+        return st;
+    if (!outputs || n < 1) {
+        col_plan_free(p);
+        return col_err_set(err, COL_EINVAL, "plan: no outputs given");
+    }
+    for (int k = 0; k < n; k++) {
+        col_node *o = outputs[k];
+        if (!o || o->id < 0 || o->id >= p->nnodes || g->nodes[o->id] != o) {
+            col_plan_free(p);
+            return col_err_set(err, COL_EINVAL, "plan: output %d is %s", k, o ? "not a node of this graph" : "NULL");
+        }
+        p->at[o->id].output = true;
+    }
+    return plan_finish(p, out, err);
 }
 
 void col_plan_free(col_plan *p)
@@ -346,44 +509,16 @@ void col_plan_free(col_plan *p)
     if (!p)
         return;
     free(p->order);
+    free(p->at);
     plan_release(p, p->arena);
     plan_release(p, p->scratch);
     plan_release(p, p->counter_dev);
     free(p);
 }
 
-/* a bound leaf's address: its bound memory, except for the run counter of a
- * device plan while it is bound to the graph's host word */
-static void *leaf_addr(const col_plan *p, const col_node *n)
-{
-    if (p->counter_dev && n == p->counter && n->bound == &p->g->rng_counter_value)
-        return p->counter_dev;
-    return n->bound;
-}
+void col_plan_set_dropout(col_plan *p, bool on) { p->no_dropout = !on; }
 
-/* a node's address from what it stands on: bound memory, its view base,
- * the cache it writes into, or the gradient buffer it accumulates into */
-static col_status resolve(const col_plan *p, col_node *n, col_err *err)
-{
-    if (n->op == COL_OP_LEAF && n->bound) {
-        n->t.data = leaf_addr(p, n);
-    } else if (n->flags & COL_NODE_VIEW) {
-        col_node *b = n->view_base;
-        if (b->op == COL_OP_LEAF && b->bound)
-            b->t.data = leaf_addr(p, b);
-        n->t.data = b->t.data ? (char *)b->t.data + n->view_offset * (int64_t)col_dtype_size(n->t.dtype) : NULL;
-    } else if (n->op == COL_OP_KV_WRITE) {
-        n->t.data = n->src[0]->t.data; /* writes into, and stands for, the cache leaf */
-    } else if (n->op == COL_OP_ACCUMULATE) {
-        n->t.data = n->src[1]->grad_data;
-        if (!n->t.data)
-            return col_err_set(err, COL_ESTATE, "run: parameter %s has no gradient buffer bound (col_bind_grad)",
-                               n->src[1]->name);
-    }
-    if (n->op == COL_OP_LEAF && (n->flags & COL_NODE_PARAM) && !n->bound)
-        return col_err_set(err, COL_ESTATE, "run: parameter %s has no data bound (col_bind)", n->name);
-    return COL_OK;
-}
+/* ---- running ---- */
 
 /* the backend may run this plan: the device plan's own backend, or any host backend for a host plan */
 static col_status check_backend(const col_plan *p, const col_backend *be, col_err *err)
@@ -403,9 +538,10 @@ static col_status check_backend(const col_plan *p, const col_backend *be, col_er
 
 static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook, void *user, col_err *err)
 {
-    /* resolve addresses: bound leaves may have been rebound since planning */
+    /* this plan's addresses into the nodes: another plan of the graph may have run since, and
+     * bound leaves may have been rebound */
     for (int i = 0; i < p->n; i++) {
-        col_status st = resolve(p, p->order[i], err);
+        col_status st = bind_node(p, p->order[i], err);
         if (st != COL_OK)
             return st;
     }
@@ -414,7 +550,8 @@ static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook
         if (st != COL_OK)
             return st;
     }
-    col_exec ex = {.scratch = p->scratch, .scratch_bytes = p->scratch_bytes, .be = be};
+    col_exec ex = {
+        .scratch = p->scratch, .scratch_bytes = p->scratch_bytes, .be = be, .dropout_off = p->no_dropout};
     for (int i = 0; i < p->n; i++) {
         col_node *n = p->order[i];
         if (n->op == COL_OP_LEAF || n->op == COL_OP_VIEW)
@@ -428,9 +565,9 @@ static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook
             /* the hook may have rebound what this op reads or accumulates into */
             st = hook(user, p, i, n, err);
             for (int j = 0; j < n->nsrc && st == COL_OK; j++)
-                st = resolve(p, n->src[j], err);
+                st = bind_node(p, n->src[j], err);
             if (st == COL_OK)
-                st = resolve(p, n, err);
+                st = bind_node(p, n, err);
         }
         if (st == COL_OK)
             st = k(n, &ex, err);
@@ -442,8 +579,6 @@ static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook
 
 col_status col_plan_run_hooked(col_plan *p, const col_backend *be, col_plan_hook hook, void *user, col_err *err)
 {
-    if (p->epoch != p->g->plan_epoch)
-        return col_err_set(err, COL_ESTATE, "run: this graph was planned again; run its newest plan");
     col_status st = check_backend(p, be, err);
     if (st != COL_OK)
         return st;
@@ -464,8 +599,10 @@ col_status col_plan_run(col_plan *p, const col_backend *be, col_err *err)
     return col_plan_run_hooked(p, be, NULL, NULL, err);
 }
 
-/* the address of node n's data for a copy of `bytes`; *in_host: it is host
- * memory (a host plan, or the run counter's host word in a device plan) */
+/* ---- copies in and out ---- */
+
+/* the address of node n's data in this plan for a copy of `bytes`; *in_host:
+ * it is host memory (a host plan, or the run counter's host word in a device plan) */
 static col_status copy_target(col_plan *p, col_node *n, size_t bytes, const void *host, void **addr, bool *in_host,
                               col_err *err, const char *what)
 {
@@ -473,10 +610,8 @@ static col_status copy_target(col_plan *p, col_node *n, size_t bytes, const void
     *in_host = !p->be;
     if (!n)
         return col_err_set(err, COL_EINVAL, "%s: no node given", what);
-    if (p->epoch != p->g->plan_epoch)
-        return col_err_set(err, COL_ESTATE, "%s: this graph was planned again; use its newest plan", what);
-    if (!n->in_schedule)
-        return col_err_set(err, COL_EINVAL, "%s: node %s is not in this plan (nothing computed needs it)", what,
+    if (!in_plan(p, n))
+        return col_err_set(err, COL_EINVAL, "%s: node %s is not in this plan (nothing it computes needs it)", what,
                            n->name);
     size_t size = (size_t)col_numel(&n->t) * col_dtype_size(n->t.dtype);
     if (bytes > size)
@@ -485,19 +620,20 @@ static col_status copy_target(col_plan *p, col_node *n, size_t bytes, const void
         return col_err_set(err, COL_EINVAL, "%s: NULL host buffer for node %s", what, n->name);
     if ((n->flags & COL_NODE_VIEW) && !col_is_contiguous(&n->t))
         return col_err_set(err, COL_EINVAL, "%s: node %s is a strided view; copy its contiguous base", what, n->name);
-    col_status st = resolve(p, n, err);
+    col_status st = check_bound(n, err);
     if (st != COL_OK)
         return st;
-    if (n->op == COL_OP_LEAF && n->t.data == p->counter_dev && p->counter_dev) {
+    void *a = node_addr(p, n);
+    if (n->op == COL_OP_LEAF && p->counter_dev && a == p->counter_dev) {
         /* the counter's value is the graph's host word (each run copies it to the device) */
         *addr = n->bound;
         *in_host = true;
         return COL_OK;
     }
-    if (!n->t.data && bytes)
+    if (!a && bytes)
         return col_err_set(err, COL_EINVAL, "%s: node %s has no storage (a bound leaf with nothing bound?)", what,
                            n->name);
-    *addr = n->t.data;
+    *addr = a;
     return COL_OK;
 }
 

@@ -67,7 +67,8 @@ static col_status build_train(col_lm_trainer *t, col_err *err)
     return st;
 }
 
-/* the forward-only graph, built on first use for a given batch size */
+/* the forward-only graph, built on first use for a given batch size: for
+ * what the training graph cannot serve (forward_pass) */
 static col_status build_forward(col_lm_trainer *t, int batch, col_err *err)
 {
     if (t->fg && t->fbatch == batch)
@@ -98,6 +99,33 @@ static col_status build_forward(col_lm_trainer *t, int batch, col_err *err)
         t->fplan = NULL;
         t->fg = NULL;
     }
+    return st;
+}
+
+/* the session's forward pass for `batch` rows: the training graph's evaluation
+ * plan when the shapes match, else the forward-only graph */
+typedef struct {
+    col_plan *plan;
+    col_lm_graph *gg;
+    lmt_tier *tier;
+} fwd_pass;
+
+static col_status forward_pass(col_lm_trainer *t, int batch, fwd_pass *f, col_err *err)
+{
+    if (t->g && batch == t->cfg.batch) {
+        if (!t->eplan) {
+            col_node *outs[2] = {t->gg.loss, t->gg.logits};
+            col_status st = col_plan_create_for(t->g, t->be, outs, 2, &t->eplan, err);
+            if (st != COL_OK)
+                return st;
+            col_plan_set_dropout(t->eplan, false);
+        }
+        *f = (fwd_pass){t->eplan, &t->gg, &t->etier};
+        return COL_OK;
+    }
+    col_status st = build_forward(t, batch, err);
+    if (st == COL_OK)
+        *f = (fwd_pass){t->fplan, &t->fgg, &t->ftier};
     return st;
 }
 
@@ -259,7 +287,7 @@ static col_status get_logits(col_lm_trainer *t, col_plan *plan, col_node *lg, si
 {
     size_t v = (size_t)t->cfg.model.vocab_size, n = (row + rows) * v;
     if (!lmt_dev(t)) {
-        *out = (const float *)col_data(lg) + row * v;
+        *out = (const float *)col_plan_data(plan, lg) + row * v;
         return COL_OK;
     }
     col_status st = hlog_reserve(t, n, err);
@@ -284,11 +312,13 @@ void col_lm_trainer_free(col_lm_trainer *t)
     kv_free(t);
     free(t->hlog);
     lmt_tier_free(&t->tier);
+    lmt_tier_free(&t->etier);
     lmt_tier_free(&t->ftier);
     mt_stage_free(t->stage);
     mt_stage_free(t->view);
     free(t->ref);
     col_plan_free(t->plan);
+    col_plan_free(t->eplan);
     col_graph_free(t->g);
     graph_arrays_free(&t->gg);
     col_plan_free(t->fplan);
@@ -401,16 +431,17 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
 col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
                                const float **logits, col_err *err)
 {
-    col_status st = build_forward(t, t->cfg.batch, err);
+    fwd_pass f;
+    col_status st = forward_pass(t, t->cfg.batch, &f, err);
     if (st != COL_OK)
         return st;
-    st = load_batch(t->fplan, &t->fgg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
+    st = load_batch(f.plan, f.gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
     if (st == COL_OK)
-        st = lmt_run(t, t->fplan, &t->ftier, 0, err);
+        st = lmt_run(t, f.plan, f.tier, 0, err);
     if (st == COL_OK)
-        st = get_loss(t->fplan, t->fgg.loss, loss, err);
+        st = get_loss(f.plan, f.gg->loss, loss, err);
     if (st == COL_OK && logits)
-        st = get_logits(t, t->fplan, t->fgg.logits, 0, (size_t)t->cfg.batch * (size_t)t->cfg.seq, logits, err);
+        st = get_logits(t, f.plan, f.gg->logits, 0, (size_t)t->cfg.batch * (size_t)t->cfg.seq, logits, err);
     return st;
 }
 
@@ -419,7 +450,8 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
 {
     if (n < 1 || n > t->cfg.seq)
         return col_err_set(err, COL_EINVAL, "sampling: %d context tokens (1..%d)", n, t->cfg.seq);
-    col_status st = build_forward(t, 1, err);
+    fwd_pass f;
+    col_status st = forward_pass(t, 1, &f, err);
     if (st != COL_OK)
         return st;
     int32_t *ids = malloc(sizeof *ids * 2 * (size_t)t->cfg.seq), *tg = ids + t->cfg.seq;
@@ -430,12 +462,12 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
         tg[i] = -1;
     }
     tg[0] = 0; /* the loss needs one counted row; its value is not used */
-    st = load_batch(t->fplan, &t->fgg, ids, tg, t->cfg.seq, err);
+    st = load_batch(f.plan, f.gg, ids, tg, t->cfg.seq, err);
     free(ids);
     if (st == COL_OK)
-        st = lmt_run(t, t->fplan, &t->ftier, 0, err);
+        st = lmt_run(t, f.plan, f.tier, 0, err);
     if (st == COL_OK)
-        st = get_logits(t, t->fplan, t->fgg.logits, (size_t)(n - 1), 1, logits, err);
+        st = get_logits(t, f.plan, f.gg->logits, (size_t)(n - 1), 1, logits, err);
     return st;
 }
 

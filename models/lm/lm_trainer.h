@@ -1,7 +1,9 @@
 /* lm_trainer.h - one language-model session: parameters, gradients and
  * optimizer states in memtier chunks, a planned forward+backward graph, the
- * optimizer step, a forward-only graph for evaluation, and incremental
- * decoding with a key/value cache, all sharing the same parameter memory. */
+ * optimizer step, evaluation (a second plan of the training graph: its
+ * forward pass with dropout off), a one-row forward graph for sampling, and
+ * incremental decoding with a key/value cache, all sharing the same
+ * parameter memory. */
 #ifndef COL_MODELS_LM_TRAINER_H
 #define COL_MODELS_LM_TRAINER_H
 
@@ -82,7 +84,8 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
 col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
                                const float **logits, col_err *err);
 /* Logits [vocab] of the last of n tokens (n <= seq); the sequence is
- * left-aligned in one row of the forward-only graph. */
+ * left-aligned in one row of a forward pass (the training graph's when the
+ * batch is 1). */
 col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, int n, const float **logits,
                                        col_err *err);
 

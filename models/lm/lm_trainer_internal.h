@@ -40,7 +40,13 @@ struct col_lm_trainer {
     col_plan *plan;
     lmt_tier tier;      /* its compute tier (compute_budget > 0); the others share its memory */
     col_lm_graph gg;
-    /* forward-only graph: eval batches and sampling */
+    /* the training graph planned for its loss and logits only, dropout off (made on first use):
+     * evaluation, and sampling when the batch is 1 - the forward pass of the training graph gives
+     * bitwise the results of a graph built without dropout */
+    col_plan *eplan;
+    lmt_tier etier;
+    /* forward-only graph, only where the training graph cannot serve: an inference session has
+     * none, and sampling runs one row (a [batch, seq] graph would do batch times the work) */
     col_graph *fg;
     col_plan *fplan;
     lmt_tier ftier;

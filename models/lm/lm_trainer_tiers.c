@@ -166,7 +166,7 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err)
 /* any existing compute tier of the session other than tier: the memory to share */
 static mt_resident *anchor(col_lm_trainer *t, const lmt_tier *tier)
 {
-    lmt_tier *all[] = {&t->tier, &t->ftier, &t->dec[0].tier, &t->dec[1].tier};
+    lmt_tier *all[] = {&t->tier, &t->etier, &t->ftier, &t->dec[0].tier, &t->dec[1].tier};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i] != tier && all[i]->res)
             return all[i]->res;

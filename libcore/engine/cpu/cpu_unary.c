@@ -10,6 +10,7 @@
  * depend on the thread count.
  */
 #include <math.h>
+#include <string.h>
 
 #include "cpu_internal.h"
 #include "rng.h"
@@ -252,6 +253,10 @@ static void b_dropout(const blk *b)
     float *restrict o = b->out[0];
     int64_t n = b->n;
     float p = b->p->f[0];
+    if (p <= 0.0f) {
+        memcpy(o, x, sizeof *o * (size_t)n);
+        return;
+    }
     if (p >= 1.0f) {
         for (int64_t i = 0; i < n; i++)
             o[i] = x[i] * 0.0f;
@@ -316,15 +321,16 @@ static void gather_tile(const col_tensor *t, int64_t r0, int64_t nr, int64_t c0,
  * packed one after the other. */
 static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex;
     blk_fn f = fn_of(n->op);
     int nin = n->nsrc, nout = n->op == COL_OP_SWIGLU_BWD ? 2 : 1;
     if (!f || nin < 1 || nin > 3)
         return col_err_set(err, COL_EINTERNAL, "%s: not an elementwise op with 1..3 sources", col_op_name(n->op));
     col_op_params prm = n->p;
     if (n->op == COL_OP_DROPOUT) {
-        /* src1 is the run counter, not an elementwise input */
+        /* src1 is the run counter, not an elementwise input; p 0 (dropout off) passes x through */
         nin = 1;
+        if (ex->dropout_off)
+            prm.f[0] = 0.0f;
         int64_t c = n->nsrc > 1 ? *(const int64_t *)n->src[1]->t.data : 0;
         if (c != 0) {
             col_philox_out h = col_philox((uint64_t)prm.i[0], (uint64_t)c);

@@ -104,6 +104,10 @@ __global__ void k_dropout_g(float *__restrict__ o, const float *__restrict__ x, 
     float scale = p >= 1.0f ? 0.0f : 1.0f / (1.0f - p);
     CU_GRID_LOOP(i, n) {
         float v = x[cu_off(tx, i)];
+        if (p <= 0.0f) { /* dropout off (col_exec.dropout_off): the input unchanged */
+            o[i] = v;
+            continue;
+        }
         if (p >= 1.0f) {
             o[i] = v * 0.0f;
             continue;
@@ -156,7 +160,8 @@ static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *
                                                       cu_td_of(&n->src[2]->t), num);
         break;
     case COL_OP_DROPOUT:
-        k_dropout_g<<<g, CU_THREADS, 0, c->stream>>>(o, x0, t0, num, n->p.f[0], (uint64_t)n->p.i[0], (uint64_t)n->p.i[1],
+        k_dropout_g<<<g, CU_THREADS, 0, c->stream>>>(o, x0, t0, num, ex->dropout_off ? 0.0f : n->p.f[0],
+                                                     (uint64_t)n->p.i[0], (uint64_t)n->p.i[1],
                                                      n->nsrc > 1 ? (const int64_t *)n->src[1]->t.data : NULL);
         break;
     default: return col_err_set(err, COL_EINTERNAL, "%s: not an elementwise op", col_op_name(n->op));
