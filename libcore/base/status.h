@@ -18,7 +18,8 @@ typedef enum {
     COL_EFORMAT,     /* malformed input file */
     COL_EUNSUPPORTED,/* valid request that this build cannot do */
     COL_ESTATE,      /* call made in the wrong state (e.g. run before plan) */
-    COL_EINTERNAL    /* a bug: an invariant did not hold */
+    COL_EINTERNAL,   /* a bug: an invariant did not hold */
+    COL_EBUSY        /* held by another process (a lock) */
 } col_status;
 
 #define COL_ERR_MSG_MAX 512
