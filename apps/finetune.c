@@ -56,6 +56,7 @@ typedef struct {
     mt_stats_snapshot *snap;
     top_tui *tui;           /* --tui */
     bool quiet_saved;
+    col_outdir *od;         /* the output directory, locked for the run (NULL for --eval-only) */
 } run;
 
 static double now(void) { return col_seconds(); }
@@ -124,7 +125,6 @@ static bool resume_options(ft_opts *o, ft_state *s, col_err *err)
     ft_opts given = *o;
     ft_defaults(o);
     snprintf(o->resume, sizeof o->resume, "%s", given.resume);
-    col_outdir_recover(given.resume, err);
     if (ft_state_read(given.resume, o, s, err) != COL_OK) {
         ft_free(&given);
         return false;
@@ -146,53 +146,75 @@ static bool resume_options(ft_opts *o, ft_state *s, col_err *err)
     return ok;
 }
 
-static bool dir_empty(const char *path)
+/* up to three of the entries of path (none: "") */
+static void some_entries(const char *path, char *out, size_t n)
 {
     DIR *d = opendir(path);
     struct dirent *e;
-    bool empty = d != NULL;
-    while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            empty = false;
+    int count = 0;
+    size_t at = 0;
+    out[0] = '\0';
+    while (d && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (count < 3 && at < n)
+            at += (size_t)snprintf(out + at, n - at, "%s%s", count ? ", " : "", e->d_name);
+        count++;
+    }
+    if (count > 3 && at < n)
+        snprintf(out + at, n - at, " and %d more", count - 3);
     if (d)
         closedir(d);
-    return empty;
+}
+
+/* --out (or --resume), opened and locked for the whole run: its path from
+ * here on is the normalised one (no trailing slash) */
+static int open_out(run *r, col_err *err)
+{
+    ft_opts *o = &r->o;
+    char *dir = o->resume[0] ? o->resume : o->out;
+    col_status st = col_outdir_open(dir, 0, &r->od, err);
+    if (st != COL_OK) {
+        if (o->resume[0]) { /* the directory came from --resume: name that option, not --out */
+            err->settings &= ~(1u << COL_SETTING_OUTPUT_DIR);
+            col_err_prefix(err, "--resume");
+        }
+        return st == COL_EINVAL || st == COL_EBUSY ? 2 : 1;
+    }
+    snprintf(dir, sizeof o->out, "%s", col_outdir_path(r->od));
+    return 0;
 }
 
 /* The output directory must be ours to replace: absent, empty, or an earlier
- * colossal-finetune output (then only with --resume or --overwrite). */
+ * colossal-finetune output (then only with --resume or --overwrite; the
+ * user's own files in it are kept, outdir.h). */
 static bool check_out(const ft_opts *o, col_err *err)
 {
-    char path[4200], stage[4200];
+    char path[4200], some[1024];
     struct stat sb;
-    if (col_outdir_recover(o->out, err) != COL_OK)
-        return false;
-    if (stat(o->out, &sb) == 0) {
-        if (!S_ISDIR(sb.st_mode))
-            return col_err_set(err, COL_EIO, "--out %s exists and is not a directory", o->out), false;
-        snprintf(path, sizeof path, "%s/trainer_state.json", o->out);
-        if (exists(path)) {
-            if (!o->resume[0] && !o->overwrite)
-                return col_err_set(err, COL_EIO, "%s holds a run already: continue it with --resume %s, replace it "
-                                   "with --overwrite, or choose another --out", o->out, o->out), false;
-        } else if (!dir_empty(o->out)) {
-            return col_err_set(err, COL_EIO, "--out %s is not empty and is not a colossal-finetune output: choose "
-                               "another directory", o->out), false;
-        }
+    if (stat(o->out, &sb) != 0)
+        return true;
+    snprintf(path, sizeof path, "%s/trainer_state.json", o->out);
+    if (exists(path)) {
+        if (!o->resume[0] && !o->overwrite)
+            return col_err_set(err, COL_EIO, "%s holds a run already: continue it with --resume %s, replace it "
+                               "with --overwrite, or choose another --out", o->out, o->out), false;
+        return true;
     }
-    if (col_outdir_begin(o->out, stage, sizeof stage, err) != COL_OK)
-        return false;
-    col_outdir_abort(stage);
+    some_entries(o->out, some, sizeof some);
+    if (some[0])
+        return col_err_set(err, COL_EIO, "--out %s is not empty and is not a colossal-finetune output (it holds %s): "
+                           "choose another directory", o->out, some), false;
     return true;
 }
 
 /* writes the whole output directory at once (outdir.h) */
 static col_status save(run *r, bool final, col_err *err)
 {
-    char stage[4200];
+    const char *stage;
     /* LoRA: checkpoints keep base + adapter (resumable); the final export may merge */
     unsigned flags = final && r->o.merge_lora ? COL_SAVE_MERGE_LORA : 0;
-    col_status st = col_outdir_begin(r->o.out, stage, sizeof stage, err);
+    col_status st = col_outdir_begin(r->od, &stage, err);
     if (st != COL_OK)
         return st;
     r->state.step = col_lm_trainer_steps(r->tr);
@@ -200,9 +222,9 @@ static col_status save(run *r, bool final, col_err *err)
         (st = col_lm_trainer_save_optimizer(r->tr, stage, err)) == COL_OK &&
         (st = col_lm_source_copy_tokenizer(&r->src, stage, err)) == COL_OK &&
         (st = ft_state_write(stage, &r->o, &r->state, err)) == COL_OK)
-        st = col_outdir_commit(r->o.out, stage, err);
+        st = col_outdir_commit(r->od, err);
     if (st != COL_OK)
-        col_outdir_abort(stage);
+        col_outdir_abort(r->od); /* a stage that could not be put in place is kept (the message says where) */
     return st;
 }
 
@@ -683,6 +705,7 @@ static void cleanup(run *r)
         col_cpu_backend_free(&r->be);
     free(r->ids);
     free(r->tg);
+    col_outdir_close(r->od);
     ft_free(&r->o);
 }
 
@@ -703,14 +726,20 @@ int main(int argc, char **argv)
         ft_free(o);
         return fprintf(stderr, "colossal-finetune: %s\n", msg), 2;
     }
+    if ((o->resume[0] || !o->eval_only) && (rc = open_out(&r, &err)) != 0) {
+        fail(&err);
+        cleanup(&r);
+        return rc;
+    }
     if (o->resume[0] && !resume_options(o, &r.state, &err)) {
-        ft_free(o);
-        return fail(&err) + (err.code == COL_EINVAL);
+        rc = fail(&err) + (err.code == COL_EINVAL);
+        cleanup(&r);
+        return rc;
     }
     if (o->resume[0] && r.state.step >= o->steps && !o->eval_only) {
         printf("%s holds a finished run (%lld of %d steps): nothing to resume\n", o->resume, (long long)r.state.step,
                o->steps);
-        ft_free(o);
+        cleanup(&r);
         return 0;
     }
     absolutize(o->model, sizeof o->model);

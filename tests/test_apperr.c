@@ -89,7 +89,7 @@ static void test_line(void)
 /* library errors as the apps print them */
 static void test_library_errors(void)
 {
-    char dir[] = "/tmp/colossal-apperr-XXXXXX", path[256], stage[512], line[APP_ERR_LINE_MAX];
+    char dir[] = "/tmp/colossal-apperr-XXXXXX", path[256], line[APP_ERR_LINE_MAX];
     if (!mkdtemp(dir)) {
         TL_OK(false, "mkdtemp");
         return;
@@ -116,9 +116,11 @@ static void test_library_errors(void)
     mt_destroy(pool);
     /* an output directory under a file */
     snprintf(path, sizeof path, "%s/file/out", dir);
-    TL_OK(col_outdir_begin(path, stage, sizeof stage, &e) == COL_EIO && !strstr(e.msg, "--") &&
+    col_outdir *od = NULL;
+    TL_OK(col_outdir_open(path, 0, &od, &e) == COL_EIO && !od && !strstr(e.msg, "--") &&
               ends_with(app_err_line(&e, flag_of, line, sizeof line), "choose another output directory (--out)"),
           "an unusable output directory: %s", line);
+    col_outdir_close(od);
     snprintf(path, sizeof path, "%s/file", dir);
     unlink(path);
     rmdir(dir);

@@ -70,7 +70,11 @@ awk 'BEGIN { srand(3); for (i = 0; i < 4000; i++) printf "line %d of the %s corp
 (cd "$tmp" && exec "$ft" $run --out killed) > "$tmp/killed.json" 2> /dev/null &
 bg=$!
 tries=0
+noted=
 while [ "$(saved_step "$tmp/killed")" = "" ] || [ "$(saved_step "$tmp/killed")" -lt 20 ]; do
+    # the user's own file, put into the run directory between two saves: it must survive them all
+    [ -z "$noted" ] && noted=$(saved_step "$tmp/killed") && [ -n "$noted" ] &&
+        echo "my notes on run $noted" > "$tmp/killed/notes.txt"
     tries=$((tries + 1))
     [ $tries -gt 3000 ] && break
     kill -0 $bg 2>/dev/null || break
@@ -84,6 +88,9 @@ if [ -n "$k" ] && [ "$k" -lt 150 ]; then
 else
     notok "the run was not killed mid-way (saved step '$k')"
 fi
+[ -n "$noted" ] && [ "$(cat "$tmp/killed/notes.txt" 2>/dev/null)" = "my notes on run $noted" ] &&
+    ok "a file of the user's put in at step $noted survives the saves up to step $k and kill -9" ||
+    notok "the user's notes.txt (put in at step '$noted') did not survive the saves: $(ls -A "$tmp/killed" | tr '\n' ' ')"
 cp -r "$tmp/killed" "$tmp/killed_copy"
 check "resume after kill -9" 0 "" -- --resume killed --json
 losses "$tmp/out" > "$tmp/resumed.txt"
@@ -96,6 +103,8 @@ else
 fi
 cmp -s "$tmp/killed/model.safetensors" "$tmp/ref/model.safetensors" && ok "final weights are byte-identical" ||
     notok "final weights differ"
+[ "$(cat "$tmp/killed/notes.txt" 2>/dev/null)" = "my notes on run $noted" ] &&
+    ok "the user's notes.txt survives the resumed run's saves too" || notok "notes.txt lost on --resume"
 
 # ---- a compute tier too small for the model: chunks move around every op, the math does not change ----
 mkdir -p "$tmp/nvme"
@@ -173,7 +182,7 @@ else
 fi
 [ "$(losses "$tmp/intr.json" | wc -l)" -eq "$k" ] && ok "the interrupted run stopped right after the saved step" ||
     notok "steps printed and saved differ"
-check "resume after Ctrl-C" 0 "" -- --resume intr --json
+check "resume after Ctrl-C (given with a trailing slash)" 0 "" -- --resume intr/ --json
 losses "$tmp/out" > "$tmp/resumed.txt"
 losses "$tmp/ref.json" | sed -n "$((k + 1)),\$p" > "$tmp/ref_tail.txt"
 cmp -s "$tmp/resumed.txt" "$tmp/ref_tail.txt" && ok "resumed after Ctrl-C: identical losses" ||
@@ -256,6 +265,10 @@ while ! "$top" --json -p $bg 2>/dev/null | grep -q '"step":[1-9]'; do
     tries=$((tries + 1)); [ $tries -gt 500 ] && break; sleep 0.02
 done
 snap=$("$top" --json -p $bg 2>/dev/null)
+# a second process on the same output directory: refused at once, naming the first (which the kill below shows unharmed)
+check "a second run on an --out in use is refused, naming the process" 2 "in use by process $bg" -- \
+    gpt2-tiny corpus.txt --out stats --overwrite --steps 1 --batch 2 --seq 32
+check "so is a --resume of it" 2 "in use by process $bg" -- --resume stats
 kill -INT $bg; wait $bg; rc=$?
 if echo "$snap" | grep -q '"program":"colossal-finetune"' && echo "$snap" | grep -q '"run":"gpt2-tiny"' &&
     echo "$snap" | grep -q '"total_steps":100000' && [ "$rc" -eq 130 ]; then
@@ -265,6 +278,8 @@ else
 fi
 # (checked on the file itself: colossal-top would clean up a dead process's segment on its own)
 [ -e "/dev/shm/colossal-$bg" ] && notok "the segment outlived the run" || ok "the statistics segment is removed at exit"
+[ -s "$tmp/stats/trainer_state.json" ] && [ ! -e "$tmp/stats.lock" ] &&
+    ok "the first run saved on Ctrl-C and removed its lock" || notok "the first run's save or lock: $(ls -A "$tmp")"
 if command -v tmux >/dev/null 2>&1; then
     T="tmux -L colft$$ -f /dev/null"
     $T new-session -d -s ft -x 110 -y 30 "cd '$tmp' && LC_ALL=C.UTF-8 '$ft' gpt2-tiny corpus.txt --out tui --steps 100000 --batch 2 --seq 32 --tui; echo \$? > '$tmp/tui_rc'; sleep 1"
@@ -296,6 +311,36 @@ else
 fi
 check "--tui without a terminal" 1 "needs a terminal" -- gpt2-tiny corpus.txt --out e8 --tui --steps 1
 
+# ---- the output directory: links, trailing slashes, a full disk ----
+# a link to a colossal output with a file of the user's: writing through it would replace what it points to
+mkdir -p "$tmp/victim" && cp "$tmp/greedy/"* "$tmp/victim/" && echo mine > "$tmp/victim/precious.txt"
+victim_sum=$(cd "$tmp/victim" && ls && cat ./* | cksum)
+ln -s victim "$tmp/linked"
+check "a symbolic link as --out is refused" 2 "linked is a symbolic link; colossal does not write through links" -- \
+    gpt2-tiny corpus.txt --out linked --overwrite --steps 1 --batch 2 --seq 16
+check "also as --resume" 2 "linked is a symbolic link" -- --resume linked/
+ln -s victim "$tmp/planted.partial"
+check "a link at OUT.partial is refused, not followed" 1 "planted.partial is a symbolic link" -- \
+    gpt2-tiny corpus.txt --out planted --steps 1 --batch 2 --seq 16
+[ "$(cd "$tmp/victim" && ls && cat ./* | cksum)" = "$victim_sum" ] && ok "the directory behind the links is untouched" ||
+    notok "the directory behind the links changed: $(ls -A "$tmp/victim" | tr '\n' ' ')"
+check "--out with a trailing slash trains and saves" 0 "the model is in slash/" -- \
+    gpt2-tiny corpus.txt --out slash/ --steps 4 --save-every 2 --batch 2 --seq 16
+[ -s "$tmp/slash/trainer_state.json" ] && [ ! -e "$tmp/slash.partial" ] && [ ! -e "$tmp/slash/.partial" ] &&
+    ok "the save is in slash, nothing staged inside it" || notok "slash/: $(ls -A "$tmp/slash" | tr '\n' ' ')"
+# the disk fills up while the final save is written (a file size limit): the previous save stays byte for byte
+check "a run to overwrite" 0 "the model is in full" -- gpt2-tiny corpus.txt --out full --steps 2 --batch 2 --seq 16
+cp -r "$tmp/full" "$tmp/full_before"
+(cd "$tmp" && trap '' XFSZ && ulimit -f 200 && exec "$ft" gpt2-tiny corpus.txt --out full --overwrite --steps 2 --batch 2 \
+    --seq 16 --quiet) > /dev/null 2> "$tmp/err"
+rc=$?
+if [ "$rc" -eq 1 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "saving step 2: .*File too large" "$tmp/err" &&
+    diff -r "$tmp/full" "$tmp/full_before" > /dev/null && [ ! -e "$tmp/full.partial" ]; then
+    ok "a save that fills the disk: one line ($(cat "$tmp/err")), the previous save byte for byte, no stage left"
+else
+    notok "a save that fills the disk: exit $rc: $(head -n 2 "$tmp/err")"
+fi
+
 # ---- bad input ----
 mkdir -p "$tmp/badcfg" && echo '{"model_type": "gpt2", "n_embd": "wide"' > "$tmp/badcfg/config.json"
 : > "$tmp/empty.txt"
@@ -320,7 +365,7 @@ check "a learning rate that is 0 as a float" 2 "--lr must be" -- --lr 2e-88
 check "MODEL without DATA" 2 "give DATA" -- gpt2-tiny
 check "output directory not writable" 1 "cannot write the output directory .*; choose another output directory (--out)$" -- \
     gpt2-tiny corpus.txt --out "$tmp/corpus.txt/x" --steps 1
-check "output directory holds other files" 1 "not a colossal-finetune output" -- gpt2-tiny corpus.txt --out foreign --steps 1
+check "output directory holds other files" 1 "not a colossal-finetune output (it holds notes.txt)" -- gpt2-tiny corpus.txt --out foreign --steps 1
 [ "$(cat "$tmp/foreign/notes.txt")" = keep ] && ok "the foreign directory is untouched" || notok "foreign files touched"
 check "existing run without --resume or --overwrite" 1 "holds a run already" -- gpt2-tiny corpus.txt --out ref --steps 1
 check "resume from a directory that is no run" 1 "trainer_state.json" -- --resume foreign

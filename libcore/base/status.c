@@ -97,6 +97,7 @@ const char *col_status_name(col_status s)
     case COL_EUNSUPPORTED: return "unsupported";
     case COL_ESTATE: return "wrong state";
     case COL_EINTERNAL: return "internal error";
+    case COL_EBUSY: return "busy";
     }
     return "unknown status";
 }

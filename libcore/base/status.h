@@ -26,7 +26,8 @@ typedef enum {
     COL_EFORMAT,     /* malformed input file */
     COL_EUNSUPPORTED,/* valid request that this build cannot do */
     COL_ESTATE,      /* call made in the wrong state (e.g. run before plan) */
-    COL_EINTERNAL    /* a bug: an invariant did not hold */
+    COL_EINTERNAL,   /* a bug: an invariant did not hold */
+    COL_EBUSY        /* held by another process (a lock) */
 } col_status;
 
 /* A setting of the library's caller that an error can be about. */
