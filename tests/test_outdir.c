@@ -44,8 +44,7 @@ static bool exists(const char *p)
 
 int main(void)
 {
-    if (!mkdtemp(root))
-        return 1;
+    tl_mkdtemp(root);
     char dir[256], stage[512], p[512];
     col_err err = {0};
     snprintf(dir, sizeof dir, "%s/out", root);
