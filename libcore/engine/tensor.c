@@ -103,6 +103,19 @@ bool col_index_next(const col_tensor *t, int64_t *idx)
     return false;
 }
 
+void col_batch_offsets(const int64_t *shape, int nd, int64_t bi, const col_tensor *a, const col_tensor *b, int64_t *oa,
+                       int64_t *ob)
+{
+    int64_t rem = bi;
+    *oa = 0, *ob = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t i = rem % shape[d];
+        rem /= shape[d];
+        *oa += i * a->stride[d];
+        *ob += i * b->stride[d];
+    }
+}
+
 /* the float with bit pattern u, and the bit pattern of f */
 static float f32_from_bits(uint32_t u)
 {
