@@ -87,6 +87,16 @@ static double sumsq(const float *x, int64_t n)
     return s;
 }
 
+/* the norms sqrt(sum of pa), sqrt(sum of pb) of per-block sums of squares,
+ * added in block order (LAMB's and LARS's trust ratios) */
+static void block_norms(const double pa[NBLK], const double pb[NBLK], double *ra, double *rb)
+{
+    double sa = 0, sb = 0;
+    for (int b = 0; b < NBLK; b++)
+        sa += pa[b], sb += pb[b];
+    *ra = sqrt(sa), *rb = sqrt(sb);
+}
+
 /* ---- configuration ---- */
 
 col_opt_config col_opt_defaults(col_opt_kind kind)
@@ -429,10 +439,8 @@ static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const c
         pw[b] = sw;
         pu[b] = su;
     }
-    double sw = 0, su = 0;
-    for (int b = 0; b < NBLK; b++)
-        sw += pw[b], su += pu[b];
-    double r1 = sqrt(sw), r2 = sqrt(su);
+    double r1, r2;
+    block_norms(pw, pu, &r1, &r2);
     double trust = r1 > 0 && r2 > 0 ? r1 / r2 : 1.0;
     const float a = (float)(lr * trust);
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
@@ -468,10 +476,8 @@ static void lars_tensor(const col_opt_config *c, float lr, const col_opt_tensor 
         pw[b] = sw;
         pg[b] = sg;
     }
-    double sw = 0, sg = 0;
-    for (int b = 0; b < NBLK; b++)
-        sw += pw[b], sg += pg[b];
-    double rw = sqrt(sw), rg = sqrt(sg);
+    double rw, rg;
+    block_norms(pw, pg, &rw, &rg);
     double local = rw > 0 && rg > 0 ? c->eta * rw / (rg + wd * rw) : 1.0;
     const float a = (float)(lr * local);
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
