@@ -252,21 +252,8 @@ static inline float moment1(const col_opt_moments *k, float m, float g) { return
 static inline float moment2(const col_opt_moments *k, float v, float g) { return k->b2 * v + k->omb2 * g * g; }
 
 #ifdef VW
-typedef struct {
-    vf b1, b2, omb1, omb2;
-} v_moments;
-
-static inline v_moments v_moments_of(const col_opt_moments *k)
-{
-    v_moments K = {V_SET1(k->b1), V_SET1(k->b2), V_SET1(k->omb1), V_SET1(k->omb2)};
-    return K;
-}
-
-static inline vf v_moment1(const v_moments *K, vf m, vf g) { return V_ADD(V_MUL(K->b1, m), V_MUL(K->omb1, g)); }
-static inline vf v_moment2(const v_moments *K, vf v, vf g)
-{
-    return V_ADD(V_MUL(K->b2, v), V_MUL(V_MUL(K->omb2, g), g));
-}
+static inline vf v_moment1(vf B1, vf OMB1, vf m, vf g) { return V_ADD(V_MUL(B1, m), V_MUL(OMB1, g)); }
+static inline vf v_moment2(vf B2, vf OMB2, vf v, vf g) { return V_ADD(V_MUL(B2, v), V_MUL(V_MUL(OMB2, g), g)); }
 #endif
 
 /* ---- AdamW (torch.optim.AdamW, amsgrad off) ----
@@ -284,11 +271,11 @@ static void adamw_range(float *restrict w, float *restrict m, float *restrict v,
     const float step_size = s->step_size, bc2_sqrt = s->bc2_sqrt, eps = s->eps;
     int64_t i = lo;
 #ifdef VW
-    const v_moments VM = v_moments_of(&mo);
-    const vf KEEP = V_SET1(keep), SS = V_SET1(step_size), BC2 = V_SET1(bc2_sqrt), EPS = V_SET1(eps);
+    const vf B1 = V_SET1(mo.b1), B2 = V_SET1(mo.b2), OMB1 = V_SET1(mo.omb1), OMB2 = V_SET1(mo.omb2),
+             KEEP = V_SET1(keep), SS = V_SET1(step_size), BC2 = V_SET1(bc2_sqrt), EPS = V_SET1(eps);
     for (; i + VW <= hi; i += VW) {
         vf gi = V_LD(g + i), wi = V_LD(w + i);
-        vf mi = v_moment1(&VM, V_LD(m + i), gi), vi = v_moment2(&VM, V_LD(v + i), gi);
+        vf mi = v_moment1(B1, OMB1, V_LD(m + i), gi), vi = v_moment2(B2, OMB2, V_LD(v + i), gi);
         vf den = V_ADD(V_DIV(V_SQRT(vi), BC2), EPS);
         wi = V_SUB(V_MUL(wi, KEEP), V_MUL(SS, V_DIV(mi, den)));
         V_ST(m + i, mi);
@@ -344,19 +331,9 @@ static inline float lamb_u(const lamb_dir *d, float m, float v, float w)
 }
 
 #ifdef VW
-typedef struct {
-    vf ibc1, ibc2, eps, wd;
-} v_lamb_dir;
-
-static inline v_lamb_dir v_lamb_dir_of(const lamb_dir *d)
+static inline vf v_lamb_u(vf IBC1, vf IBC2, vf EPS, vf WD, vf m, vf v, vf w)
 {
-    v_lamb_dir D = {V_SET1(d->ibc1), V_SET1(d->ibc2), V_SET1(d->eps), V_SET1(d->wd)};
-    return D;
-}
-
-static inline vf v_lamb_u(const v_lamb_dir *D, vf m, vf v, vf w)
-{
-    return V_ADD(V_DIV(V_MUL(m, D->ibc1), V_ADD(V_SQRT(V_MUL(v, D->ibc2)), D->eps)), V_MUL(D->wd, w));
+    return V_ADD(V_DIV(V_MUL(m, IBC1), V_ADD(V_SQRT(V_MUL(v, IBC2)), EPS)), V_MUL(WD, w));
 }
 #endif
 
@@ -367,14 +344,14 @@ static void lamb_mvu(const float *restrict g, float *restrict m, float *restrict
 {
     int i = 0;
 #ifdef VW
-    const v_moments VM = v_moments_of(mo);
-    const v_lamb_dir VD = v_lamb_dir_of(d);
+    const vf B1 = V_SET1(mo->b1), B2 = V_SET1(mo->b2), OMB1 = V_SET1(mo->omb1), OMB2 = V_SET1(mo->omb2),
+             IBC1 = V_SET1(d->ibc1), IBC2 = V_SET1(d->ibc2), EPS = V_SET1(d->eps), WD = V_SET1(d->wd);
     for (; i + VW <= len; i += VW) {
         vf gi = V_LD(g + i);
-        vf mi = v_moment1(&VM, V_LD(m + i), gi), vi = v_moment2(&VM, V_LD(v + i), gi);
+        vf mi = v_moment1(B1, OMB1, V_LD(m + i), gi), vi = v_moment2(B2, OMB2, V_LD(v + i), gi);
         V_ST(m + i, mi);
         V_ST(v + i, vi);
-        V_ST(u + i, v_lamb_u(&VD, mi, vi, V_LD(w + i)));
+        V_ST(u + i, v_lamb_u(IBC1, IBC2, EPS, WD, mi, vi, V_LD(w + i)));
     }
 #endif
 #pragma omp simd
@@ -394,11 +371,10 @@ static void lamb_apply(float *restrict w, const float *restrict m, const float *
 {
     int64_t i = lo;
 #ifdef VW
-    const v_lamb_dir VD = v_lamb_dir_of(d);
-    const vf A = V_SET1(a);
+    const vf IBC1 = V_SET1(d->ibc1), IBC2 = V_SET1(d->ibc2), EPS = V_SET1(d->eps), WD = V_SET1(d->wd), A = V_SET1(a);
     for (; i + VW <= hi; i += VW) {
         vf wi = V_LD(w + i);
-        V_ST(w + i, V_SUB(wi, V_MUL(A, v_lamb_u(&VD, V_LD(m + i), V_LD(v + i), wi))));
+        V_ST(w + i, V_SUB(wi, V_MUL(A, v_lamb_u(IBC1, IBC2, EPS, WD, V_LD(m + i), V_LD(v + i), wi))));
     }
 #endif
 #pragma omp simd
