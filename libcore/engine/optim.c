@@ -87,6 +87,18 @@ static double sumsq(const float *x, int64_t n)
     return s;
 }
 
+/* *sa += sum of a[i]^2 and *sb += sum of b[i]^2 over [0, n), in double, in one vector loop */
+static inline void sumsq2(const float *restrict a, const float *restrict b, int64_t n, double *sa, double *sb)
+{
+    double x = *sa, y = *sb;
+#pragma omp simd reduction(+ : x, y)
+    for (int64_t i = 0; i < n; i++) {
+        x += (double)a[i] * a[i];
+        y += (double)b[i] * b[i];
+    }
+    *sa = x, *sb = y;
+}
+
 /* the norms sqrt(sum of pa), sqrt(sum of pb) of per-block sums of squares,
  * added in block order (LAMB's and LARS's trust ratios) */
 static void block_norms(const double pa[NBLK], const double pb[NBLK], double *ra, double *rb)
@@ -405,12 +417,7 @@ static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const c
             const float *restrict wj = w + j;
             float u[SUB];
             lamb_mvu(g + j, m + j, v + j, wj, len, &mo, &d, u);
-            /* the sums in the same loop (and so the same order) as before */
-#pragma omp simd reduction(+ : sw, su)
-            for (int i = 0; i < len; i++) {
-                sw += (double)wj[i] * wj[i];
-                su += (double)u[i] * u[i];
-            }
+            sumsq2(wj, u, len, &sw, &su); /* the sums in one loop (and so one order) */
         }
         pw[b] = sw;
         pu[b] = su;
@@ -443,14 +450,8 @@ static void lars_tensor(const col_opt_config *c, float lr, const col_opt_tensor 
     for (int b = 0; b < NBLK; b++) {
         int64_t lo, hi;
         blk_range(n, b, &lo, &hi);
-        double sw = 0, sg = 0;
-#pragma omp simd reduction(+ : sw, sg)
-        for (int64_t i = lo; i < hi; i++) {
-            sw += (double)w[i] * w[i];
-            sg += (double)g[i] * g[i];
-        }
-        pw[b] = sw;
-        pg[b] = sg;
+        pw[b] = pg[b] = 0;
+        sumsq2(w + lo, g + lo, hi - lo, &pw[b], &pg[b]);
     }
     double rw, rg;
     block_norms(pw, pg, &rw, &rg);
