@@ -266,30 +266,28 @@ col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_
     return COL_OK;
 }
 
-void *mt_ptr(const mt_pool *pool, mt_ref ref)
+/* ref's bytes in its chunk's host memory (addr false) or at the chunk's
+ * address (addr true); NULL when ref is not an allocation of pool or the
+ * chunk has no such memory */
+static void *ref_at(const mt_pool *pool, mt_ref ref, bool addr)
 {
     if (!pool || ref.chunk < 0 || ref.chunk >= pool->nchunks)
         return NULL;
     const mt_chunk *c = &pool->chunks[ref.chunk];
-    if (!c->host || ref.bytes == 0 || ref.offset > c->used || ref.bytes > c->used - ref.offset)
+    char *base = addr ? c->addr : c->host;
+    if (!base || ref.bytes == 0 || ref.offset > c->used || ref.bytes > c->used - ref.offset)
         return NULL;
-    return (char *)c->host + ref.offset;
+    return base + ref.offset;
 }
+
+void *mt_ptr(const mt_pool *pool, mt_ref ref) { return ref_at(pool, ref, false); }
 
 void *mt_chunk_addr(const mt_pool *pool, int chunk)
 {
     return pool && chunk >= 0 && chunk < pool->nchunks ? pool->chunks[chunk].addr : NULL;
 }
 
-void *mt_addr(const mt_pool *pool, mt_ref ref)
-{
-    if (!pool || ref.chunk < 0 || ref.chunk >= pool->nchunks)
-        return NULL;
-    const mt_chunk *c = &pool->chunks[ref.chunk];
-    if (!c->addr || ref.bytes == 0 || ref.offset > c->used || ref.bytes > c->used - ref.offset)
-        return NULL;
-    return (char *)c->addr + ref.offset;
-}
+void *mt_addr(const mt_pool *pool, mt_ref ref) { return ref_at(pool, ref, true); }
 
 col_status mt_chunk_bytes_auto(const size_t *tensor_bytes, int n, size_t max_bytes, size_t *chunk_bytes,
                                size_t *waste, col_err *e)

@@ -1,6 +1,7 @@
 /* lm_testutil.h - helpers shared by the tests of language-model sessions:
- * reproducible random batches, a run of training steps, and a bitwise
- * comparison of two sessions' weights. Include after testlib.h. */
+ * reproducible random batches, a run of training steps, the smallest compute
+ * tier of a session, and a bitwise comparison of two sessions' weights.
+ * Include after testlib.h. */
 #ifndef COL_TESTS_LM_TESTUTIL_H
 #define COL_TESTS_LM_TESTUTIL_H
 
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "lm_trainer.h"
+#include "mt_resident.h"
 #include "rng.h"
 
 /* n token ids and targets in [0, V), drawn from seed */
@@ -38,6 +40,23 @@ static inline bool tl_lm_steps(col_lm_trainer *t, int from, int to, uint64_t see
     free(ids);
     free(tg);
     return ok;
+}
+
+/* the smallest compute tier the training graph of c can run in on be (the
+ * budget in c only has to be enough); 0, with a note naming what, when the
+ * session cannot be made */
+static inline size_t tl_lm_least_budget(const col_lm_train_config *c, const col_backend *be, const char *what)
+{
+    col_err err = {0};
+    col_lm_trainer *t = NULL;
+    if (col_lm_trainer_create(c, be, &t, &err) != COL_OK) {
+        TL_NOTE("least budget of %s: %s", what, err.msg);
+        return 0;
+    }
+    mt_resident_stats rs;
+    mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
+    col_lm_trainer_free(t);
+    return rs.min_budget;
 }
 
 /* every parameter of a equal, bit for bit, to b's (parameters on the NVMe

@@ -525,10 +525,7 @@ static void test_too_short(void)
 
 int main(void)
 {
-    if (!mkdtemp(dir)) {
-        printf("Bail out! mkdtemp\n");
-        return 1;
-    }
+    tl_mkdtemp(dir);
     col_tokenizer *tok = NULL;
     col_err err = {0};
     if (col_tok_load(COL_SRC_ASSET_DIR "/tokenizers/gpt2", &tok, &err) != COL_OK) {
@@ -544,9 +541,7 @@ int main(void)
     test_shuffled_and_split();
     test_too_short();
     col_tok_free(tok);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
+    if (!tl_remove_tree(dir))
         TL_NOTE("could not remove %s", dir);
     return tl_done();
 }

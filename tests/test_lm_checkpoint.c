@@ -124,17 +124,12 @@ static void test_errors(void)
 int main(void)
 {
     tl_cpu_backend(&be);
-    if (!mkdtemp(dir)) {
-        printf("Bail out! mkdtemp\n");
-        return 1;
-    }
+    tl_mkdtemp(dir);
     const char *models[] = {"gpt2", "opt_postln", "llama3"};
     for (int i = 0; i < 3; i++)
         test_resume(models[i]);
     test_errors();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    TL_OK(system(cmd) == 0, "cleanup");
+    TL_OK(tl_remove_tree(dir), "cleanup");
     col_cpu_backend_free(&be);
     return tl_done();
 }

@@ -96,17 +96,8 @@ static col_lm_train_config config(const char *model, unsigned kinds, size_t comp
 /* the smallest compute tier of the training graph on the device */
 static size_t least_budget(const char *model, unsigned kinds)
 {
-    col_err err = {0};
     col_lm_train_config c = config(model, kinds, (size_t)1 << 30);
-    col_lm_trainer *t = NULL;
-    if (col_lm_trainer_create(&c, &fake, &t, &err) != COL_OK) {
-        TL_NOTE("least budget of %s: %s", model, err.msg);
-        return 0;
-    }
-    mt_resident_stats rs;
-    mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
-    col_lm_trainer_free(t);
-    return rs.min_budget;
+    return tl_lm_least_budget(&c, &fake, model);
 }
 
 static int V;
@@ -197,10 +188,7 @@ static void test_nocopy(const char *model, size_t budget)
 int main(void)
 {
     fake_init();
-    if (!mkdtemp(dir)) {
-        printf("Bail out! mkdtemp failed\n");
-        return 1;
-    }
+    tl_mkdtemp(dir);
     col_err err = {0};
 
     /* a device session needs a compute tier */

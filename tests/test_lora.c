@@ -716,10 +716,7 @@ static void test_errors(void)
 int main(void)
 {
     tl_cpu_backend(&be);
-    if (!mkdtemp(dir)) {
-        printf("Bail out! mkdtemp\n");
-        return 1;
-    }
+    tl_mkdtemp(dir);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         test_fresh(&cases[i]);
         test_gradients(&cases[i]);
@@ -728,9 +725,7 @@ int main(void)
         test_resume(&cases[i]);
     }
     test_errors();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    TL_OK(system(cmd) == 0, "cleanup");
+    TL_OK(tl_remove_tree(dir), "cleanup");
     col_cpu_backend_free(&be);
     return tl_done();
 }

@@ -54,6 +54,18 @@ static const mt_plan_input *sched_input(sched *s)
     return &s->in;
 }
 
+/* the plan of s in `budget` bytes without prefetching, with one assertion
+ * that it is made ("<what> <error message>") */
+static mt_plan *plan_no_prefetch(sched *s, size_t budget, const char *what)
+{
+    s->in.budget = budget;
+    s->in.prefetch = MT_PREFETCH_OFF;
+    mt_plan *p = NULL;
+    col_err err = {0};
+    TL_OK(mt_plan_create(sched_input(s), &p, &err) == COL_OK, "%s %s", what, err.msg);
+    return p;
+}
+
 static uint64_t rng_state;
 static uint32_t rnd(uint32_t n)
 {
@@ -243,11 +255,8 @@ static void test_timing_by_hand(void)
     int a = 0, b = 1;
     sched_op(&s, &a, 1, NULL, 0, 1.0, 0);
     sched_op(&s, &b, 1, NULL, 0, 1.0, 0);
-    s.in.budget = 100;
-    s.in.prefetch = MT_PREFETCH_OFF;
-    mt_plan *p = NULL;
+    mt_plan *p = plan_no_prefetch(&s, 100, "plan: 2 chunks, room for 1");
     col_err err = {0};
-    TL_OK(mt_plan_create(sched_input(&s), &p, &err) == COL_OK, "plan: 2 chunks, room for 1 %s", err.msg);
     mt_plan_step_sim sim[3];
     TL_OK(mt_plan_simulate(p, 3, sim, &err) == COL_OK, "simulate");
     /* each op: fetch 1 s (stall), compute 1 s -> 4 s per step, 2 s of stall, 200 bytes in */
@@ -465,11 +474,7 @@ static void test_dirty(void)
     sched_op(&s, &a, 1, &a, 1, 1, 0);
     sched_op(&s, &b, 1, NULL, 0, 1, 0);
     sched_op(&s, &a, 1, NULL, 0, 1, 0);
-    s.in.budget = 100;
-    s.in.prefetch = MT_PREFETCH_OFF;
-    mt_plan *p = NULL;
-    col_err err = {0};
-    TL_OK(mt_plan_create(sched_input(&s), &p, &err) == COL_OK, "plan %s", err.msg);
+    mt_plan *p = plan_no_prefetch(&s, 100, "plan");
     TL_OK(has_action(p, 0, 1, MT_PA_WRITEBACK, a) && !has_action(p, 0, 1, MT_PA_DROP, a),
           "the written chunk is written back when evicted");
     TL_OK(has_action(p, 0, 2, MT_PA_DROP, b) && !has_action(p, 0, 2, MT_PA_WRITEBACK, b),
@@ -699,11 +704,7 @@ static void test_worked_example(void)
     sched_op(&s, r5, 2, w5, 1, 1, 0);
     for (int k = 0; k < MT_NLINKS; k++)
         s.in.links.bw[k] = 2;
-    s.in.budget = 2;
-    s.in.prefetch = MT_PREFETCH_OFF;
-    mt_plan *p = NULL;
-    col_err err = {0};
-    TL_OK(mt_plan_create(sched_input(&s), &p, &err) == COL_OK, "worked example plans %s", err.msg);
+    mt_plan *p = plan_no_prefetch(&s, 2, "worked example plans");
     if (!p)
         return;
     static const char *want[6] = {"drop Y, fetch A, wait A", "", "drop A, fetch Y, wait Y",

@@ -521,8 +521,7 @@ static void test_mlp(void)
 
 int main(void)
 {
-    if (!mkdtemp(dir))
-        return 1;
+    tl_mkdtemp(dir);
     tl_cpu_backend(&be);
     run_case(false);
     run_case(true);

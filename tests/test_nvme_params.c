@@ -54,15 +54,8 @@ static bool steps(col_lm_trainer *t, int from, int to, float *loss, col_err *err
 /* the smallest compute tier of the training graph */
 static size_t least_budget(unsigned kinds)
 {
-    col_err err = {0};
     col_lm_train_config c = config(COL_OPT_ADAMW, kinds, (size_t)1 << 30);
-    col_lm_trainer *t = NULL;
-    if (col_lm_trainer_create(&c, &be, &t, &err) != COL_OK)
-        return 0;
-    mt_resident_stats rs;
-    mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
-    col_lm_trainer_free(t);
-    return rs.min_budget;
+    return tl_lm_least_budget(&c, &be, "the all-NVMe session");
 }
 
 static size_t least;
@@ -300,8 +293,8 @@ static void test_faults(void)
 
 int main(void)
 {
-    if (!mkdtemp(dir) || !mkdtemp(save_dir))
-        return 1;
+    tl_mkdtemp(dir);
+    tl_mkdtemp(save_dir);
     tl_cpu_backend(&be);
     least = least_budget(COL_LM_PARAMS | COL_LM_GRADS | COL_LM_STATES);
     TL_OK(least > 0, "the training graph's smallest compute tier: %zu bytes", least);
@@ -315,9 +308,7 @@ int main(void)
     test_auto_chunk();
     test_faults();
     col_cpu_backend_free(&be);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, save_dir);
-    if (system(cmd) != 0)
-        TL_NOTE("could not remove %s", save_dir);
+    if (!tl_remove_tree(dir) || !tl_remove_tree(save_dir))
+        TL_NOTE("could not remove %s or %s", dir, save_dir);
     return tl_done();
 }

@@ -148,8 +148,8 @@ static void test_faults(void)
 
 int main(void)
 {
-    if (!mkdtemp(dir) || !mkdtemp(save_dir))
-        return 1;
+    tl_mkdtemp(dir);
+    tl_mkdtemp(save_dir);
     tl_cpu_backend(&be);
     test_same_results(COL_OPT_ADAMW);
     test_same_results(COL_OPT_LAMB);
@@ -157,9 +157,7 @@ int main(void)
     test_save_resume();
     test_faults();
     col_cpu_backend_free(&be);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, save_dir);
-    if (system(cmd) != 0)
-        TL_NOTE("could not remove %s", save_dir);
+    if (!tl_remove_tree(dir) || !tl_remove_tree(save_dir))
+        TL_NOTE("could not remove %s or %s", dir, save_dir);
     return tl_done();
 }

@@ -563,145 +563,109 @@ static void test_ce_all_ignored(void)
 
 /* ================================= errors ================================== */
 
+enum { OP_EMBEDDING, OP_ROPE, OP_CROSS_ENTROPY };
+
+/* a leaf of an error case */
+typedef struct {
+    const char *name;
+    col_dtype dt;
+    int nd;
+    const int64_t *shape;
+} leaf_desc;
+
+/* op(a, b): embedding(weight a, ids b), rope(x a, positions b, cfg), cross_entropy(logits a, targets b, -100) */
+static col_node *build_op(col_graph *g, int op, leaf_desc a, leaf_desc b, const col_rope_cfg *cfg, void *ad, void *bd)
+{
+    col_node *an = col_input(g, a.name, a.dt, a.nd, a.shape), *bn = col_input(g, b.name, b.dt, b.nd, b.shape);
+    if (ad)
+        col_bind(an, ad, NULL);
+    if (bd)
+        col_bind(bn, bd, NULL);
+    switch (op) {
+    case OP_EMBEDDING: return col_embedding(g, an, bn);
+    case OP_ROPE: return col_rope(g, an, bn, cfg);
+    default: return col_cross_entropy(g, an, bn, -100);
+    }
+}
+
+/* runs op on 2-D f32 data a [as] and a 1-D index tensor b of bn elements; the run's status, its message in err */
+static col_status run_op(int op, const int64_t *as, float *a, col_dtype bdt, int64_t bn, void *b, col_err *err)
+{
+    col_graph *g = col_graph_new();
+    leaf_desc ad = {"a", COL_F32, 2, as}, bd = {"b", bdt, 1, &bn};
+    col_mark_output(build_op(g, op, ad, bd, NULL, a, b));
+    col_plan *p = NULL;
+    col_status st = plan_run(g, &p, err);
+    col_plan_free(p);
+    col_graph_free(g);
+    return st;
+}
+
 static void test_run_errors(void)
 {
+    int64_t ws[2] = {10, 4}, xs[2] = {3, 5};
+    float w[40] = {0}, x[15] = {0};
+    col_err err = {0};
     /* embedding: token id out of range */
-    {
-        int64_t ws[2] = {10, 4}, N = 6;
-        float w[40] = {0};
-        int32_t ids[6] = {1, 2, 3, 12, 0, 9};
-        col_graph *g = col_graph_new();
-        col_node *wn = col_input(g, "w", COL_F32, 2, ws), *in = col_input(g, "ids", COL_I32, 1, &N);
-        col_bind(wn, w, NULL);
-        col_bind(in, ids, NULL);
-        col_mark_output(col_embedding(g, wn, in));
-        col_plan *p = NULL;
-        col_err err = {0};
-        col_status st = plan_run(g, &p, &err);
-        TL_OK(st == COL_EINVAL && strstr(err.msg, "embedding") && strstr(err.msg, "12") &&
-                  strstr(err.msg, "position 3") && strstr(err.msg, "0..9"),
-              "embedding bad id -> run error \"%s\"", err.msg);
-        col_plan_free(p);
-        col_graph_free(g);
-    }
-    {
-        int64_t ws[2] = {10, 4}, N = 3;
-        float w[40] = {0};
-        int64_t ids[3] = {1, -1, 3};
-        col_graph *g = col_graph_new();
-        col_node *wn = col_input(g, "w", COL_F32, 2, ws), *in = col_input(g, "ids", COL_I64, 1, &N);
-        col_bind(wn, w, NULL);
-        col_bind(in, ids, NULL);
-        col_mark_output(col_embedding(g, wn, in));
-        col_plan *p = NULL;
-        col_err err = {0};
-        col_status st = plan_run(g, &p, &err);
-        TL_OK(st == COL_EINVAL && strstr(err.msg, "embedding") && strstr(err.msg, "-1"),
-              "embedding negative id -> run error \"%s\"", err.msg);
-        col_plan_free(p);
-        col_graph_free(g);
-    }
+    int32_t ids32[6] = {1, 2, 3, 12, 0, 9};
+    col_status st = run_op(OP_EMBEDDING, ws, w, COL_I32, 6, ids32, &err);
+    TL_OK(st == COL_EINVAL && strstr(err.msg, "embedding") && strstr(err.msg, "12") && strstr(err.msg, "position 3") &&
+              strstr(err.msg, "0..9"),
+          "embedding bad id -> run error \"%s\"", err.msg);
+    int64_t ids64[3] = {1, -1, 3};
+    err = (col_err){0};
+    st = run_op(OP_EMBEDDING, ws, w, COL_I64, 3, ids64, &err);
+    TL_OK(st == COL_EINVAL && strstr(err.msg, "embedding") && strstr(err.msg, "-1"),
+          "embedding negative id -> run error \"%s\"", err.msg);
     /* cross-entropy: target out of range (and not ignore_index) */
-    {
-        int64_t xs[2] = {3, 5}, N = 3;
-        float x[15] = {0};
-        int64_t t[3] = {0, 5, -100};
-        col_graph *g = col_graph_new();
-        col_node *xn = col_input(g, "x", COL_F32, 2, xs), *tn = col_input(g, "t", COL_I64, 1, &N);
-        col_bind(xn, x, NULL);
-        col_bind(tn, t, NULL);
-        col_mark_output(col_cross_entropy(g, xn, tn, -100));
-        col_plan *p = NULL;
-        col_err err = {0};
-        col_status st = plan_run(g, &p, &err);
-        TL_OK(st == COL_EINVAL && strstr(err.msg, "cross_entropy") && strstr(err.msg, "target 5") &&
-                  strstr(err.msg, "row 1"),
-              "cross_entropy bad target -> run error \"%s\"", err.msg);
-        col_plan_free(p);
-        col_graph_free(g);
-    }
+    int64_t t[3] = {0, 5, -100};
+    err = (col_err){0};
+    st = run_op(OP_CROSS_ENTROPY, xs, x, COL_I64, 3, t, &err);
+    TL_OK(st == COL_EINVAL && strstr(err.msg, "cross_entropy") && strstr(err.msg, "target 5") &&
+              strstr(err.msg, "row 1"),
+          "cross_entropy bad target -> run error \"%s\"", err.msg);
 }
 
 static void test_build_errors(void)
 {
     int64_t s1[1] = {7}, s2[2] = {5, 4}, s3[3] = {2, 3, 4}, s4[4] = {2, 3, 5, 8}, p2[2] = {3, 5}, p1[1] = {4};
+    int64_t pt[1] = {5}, t4[1] = {4}, t5[1] = {5}, t23[2] = {2, 4};
     col_rope_cfg cfg = {.theta = 10000.0f};
-    col_graph *g;
-#define FRESH() (g = col_graph_new())
-    FRESH();
-    expect_build_error(g, col_embedding(g, col_input(g, "w", COL_F32, 1, s1), col_input(g, "i", COL_I32, 1, s1)),
-                       "embedding", "embedding 1-D weight");
-    col_graph_free(g);
-    FRESH();
-    expect_build_error(g, col_embedding(g, col_input(g, "w", COL_I32, 2, s2), col_input(g, "i", COL_I32, 1, s1)),
-                       "embedding", "embedding i32 weight");
-    col_graph_free(g);
-    FRESH();
-    expect_build_error(g, col_embedding(g, col_input(g, "w", COL_F32, 2, s2), col_input(g, "i", COL_F32, 1, s1)),
-                       "embedding", "embedding f32 ids");
-    col_graph_free(g);
-
-    FRESH();
-    expect_build_error(g, col_rope(g, col_input(g, "x", COL_F32, 3, s3), col_input(g, "p", COL_I32, 1, s1), &cfg),
-                       "rope", "rope 3-D x");
-    col_graph_free(g);
-    FRESH();
-    expect_build_error(g, col_rope(g, col_input(g, "x", COL_F32, 4, s4), col_input(g, "p", COL_I32, 1, p1), &cfg),
-                       "rope", "rope positions [4] for T=5");
-    col_graph_free(g);
-    FRESH();
-    expect_build_error(g, col_rope(g, col_input(g, "x", COL_F32, 4, s4), col_input(g, "p", COL_I32, 2, p2), &cfg),
-                       "rope", "rope positions [3,5] for B=2");
-    col_graph_free(g);
-    FRESH();
-    int64_t pt[1] = {5};
-    expect_build_error(g, col_rope(g, col_input(g, "x", COL_F32, 4, s4), col_input(g, "p", COL_F32, 1, pt), &cfg),
-                       "rope", "rope f32 positions");
-    col_graph_free(g);
-    FRESH();
-    expect_build_error(g, col_rope(g, col_input(g, "x", COL_I32, 4, s4), col_input(g, "p", COL_I32, 1, pt), &cfg),
-                       "rope", "rope i32 x");
-    col_graph_free(g);
     col_rope_cfg odd = {.theta = 10000.0f, .rotary_dims = 3}, big = {.theta = 10000.0f, .rotary_dims = 10};
     col_rope_cfg l3 = {.theta = 500000.0f, .llama3_factor = 8, .llama3_low_freq_factor = 4,
                        .llama3_high_freq_factor = 1, .llama3_original_max_pos = 8192};
-    FRESH();
-    expect_build_error(g, col_rope(g, col_input(g, "x", COL_F32, 4, s4), col_input(g, "p", COL_I32, 1, pt), &odd),
-                       "rope", "rope odd rotary dims");
-    col_graph_free(g);
-    FRESH();
-    expect_build_error(g, col_rope(g, col_input(g, "x", COL_F32, 4, s4), col_input(g, "p", COL_I32, 1, pt), &big),
-                       "rope", "rope rotary dims > head dim");
-    col_graph_free(g);
-    FRESH();
-    expect_build_error(g, col_rope(g, col_input(g, "x", COL_F32, 4, s4), col_input(g, "p", COL_I32, 1, pt), &l3),
-                       "rope", "rope LLaMA-3 low >= high freq factor");
-    col_graph_free(g);
-    FRESH();
-    expect_build_error(g, col_rope(g, col_input(g, "x", COL_F32, 4, s4), col_input(g, "p", COL_I32, 1, pt), NULL),
-                       "rope", "rope without config");
-    col_graph_free(g);
-
-    FRESH();
-    int64_t t4[1] = {4};
-    expect_build_error(g, col_cross_entropy(g, col_input(g, "x", COL_F32, 2, s2), col_input(g, "t", COL_I32, 1, t4), -100),
-                       "cross_entropy", "cross_entropy targets [4] for logits [5,4]");
-    col_graph_free(g);
-    FRESH();
-    int64_t t5[1] = {5};
-    expect_build_error(g, col_cross_entropy(g, col_input(g, "x", COL_F32, 2, s2), col_input(g, "t", COL_F32, 1, t5), -100),
-                       "cross_entropy", "cross_entropy f32 targets");
-    col_graph_free(g);
-    FRESH();
-    expect_build_error(g, col_cross_entropy(g, col_input(g, "x", COL_I32, 2, s2), col_input(g, "t", COL_I32, 1, t5), -100),
-                       "cross_entropy", "cross_entropy i32 logits");
-    col_graph_free(g);
-    FRESH();
-    int64_t t23[2] = {2, 4};
-    expect_build_error(g, col_cross_entropy(g, col_input(g, "x", COL_F32, 3, s3), col_input(g, "t", COL_I32, 2, t23), -100),
-                       "cross_entropy", "cross_entropy targets [2,4] for logits [2,3,4]");
-    col_graph_free(g);
-#undef FRESH
+    const struct {
+        int op;
+        leaf_desc a, b;
+        const col_rope_cfg *cfg;
+        const char *what;
+    } cases[] = {
+        {OP_EMBEDDING, {"w", COL_F32, 1, s1}, {"i", COL_I32, 1, s1}, NULL, "embedding 1-D weight"},
+        {OP_EMBEDDING, {"w", COL_I32, 2, s2}, {"i", COL_I32, 1, s1}, NULL, "embedding i32 weight"},
+        {OP_EMBEDDING, {"w", COL_F32, 2, s2}, {"i", COL_F32, 1, s1}, NULL, "embedding f32 ids"},
+        {OP_ROPE, {"x", COL_F32, 3, s3}, {"p", COL_I32, 1, s1}, &cfg, "rope 3-D x"},
+        {OP_ROPE, {"x", COL_F32, 4, s4}, {"p", COL_I32, 1, p1}, &cfg, "rope positions [4] for T=5"},
+        {OP_ROPE, {"x", COL_F32, 4, s4}, {"p", COL_I32, 2, p2}, &cfg, "rope positions [3,5] for B=2"},
+        {OP_ROPE, {"x", COL_F32, 4, s4}, {"p", COL_F32, 1, pt}, &cfg, "rope f32 positions"},
+        {OP_ROPE, {"x", COL_I32, 4, s4}, {"p", COL_I32, 1, pt}, &cfg, "rope i32 x"},
+        {OP_ROPE, {"x", COL_F32, 4, s4}, {"p", COL_I32, 1, pt}, &odd, "rope odd rotary dims"},
+        {OP_ROPE, {"x", COL_F32, 4, s4}, {"p", COL_I32, 1, pt}, &big, "rope rotary dims > head dim"},
+        {OP_ROPE, {"x", COL_F32, 4, s4}, {"p", COL_I32, 1, pt}, &l3, "rope LLaMA-3 low >= high freq factor"},
+        {OP_ROPE, {"x", COL_F32, 4, s4}, {"p", COL_I32, 1, pt}, NULL, "rope without config"},
+        {OP_CROSS_ENTROPY, {"x", COL_F32, 2, s2}, {"t", COL_I32, 1, t4}, NULL,
+         "cross_entropy targets [4] for logits [5,4]"},
+        {OP_CROSS_ENTROPY, {"x", COL_F32, 2, s2}, {"t", COL_F32, 1, t5}, NULL, "cross_entropy f32 targets"},
+        {OP_CROSS_ENTROPY, {"x", COL_I32, 2, s2}, {"t", COL_I32, 1, t5}, NULL, "cross_entropy i32 logits"},
+        {OP_CROSS_ENTROPY, {"x", COL_F32, 3, s3}, {"t", COL_I32, 2, t23}, NULL,
+         "cross_entropy targets [2,4] for logits [2,3,4]"},
+    };
+    static const char *op_name[] = {"embedding", "rope", "cross_entropy"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        col_graph *g = col_graph_new();
+        col_node *n = build_op(g, cases[i].op, cases[i].a, cases[i].b, cases[i].cfg, NULL, NULL);
+        expect_build_error(g, n, op_name[cases[i].op], cases[i].what);
+        col_graph_free(g);
+    }
 }
 
 int main(void)

@@ -249,28 +249,67 @@ static void rand_shape(int nd, int64_t lo, int64_t hi, int64_t *shape)
         shape[i] = rnd(lo, hi);
 }
 
+/* in[0] = x (leaf shape ls), then w and b [C] where c has them; returns the count */
+static int norm_inputs(const cfg *c, int nd, const int64_t *ls, const float *x, const int64_t *C, const float *w,
+                       const float *b, bool no_grad, col_gc_input *in)
+{
+    int k = 0;
+    in[k++] = input(nd, ls, x, no_grad);
+    if (c->kind == K_RMSNORM || (c->kind == K_LAYERNORM && c->has_w))
+        in[k++] = input(1, C, w, no_grad);
+    if (c->kind == K_LAYERNORM && c->has_b)
+        in[k++] = input(1, C, b, no_grad);
+    return k;
+}
+
+/* Runs c (no mask, not causal) on x, stored in leaf layout, of logical shape [nd], with w / b where c has
+ * them, and checks the output against the double reference. */
+static void check_forward(const char *name, const cfg *c, int nd, const int64_t *shape, const float *x,
+                          const float *w, const float *b, double atol, double rtol)
+{
+    int64_t ls[4], n = prod(nd, shape), C = shape[nd - 1], nout = 0;
+    leaf_shape(nd, shape, c->transpose, ls);
+    col_gc_input in[3];
+    int k = norm_inputs(c, nd, ls, x, &C, w, b, true, in);
+    float *y = run_forward(name, (cfg *)c, k, in, &nout);
+    double *xl = logical_x(x, nd, shape, c->transpose), *ref = malloc(sizeof(double) * (size_t)(n + 1));
+    bool rms = c->kind == K_RMSNORM, hw = rms || c->has_w;
+    switch (c->kind) {
+    case K_SOFTMAX: ref_softmax(xl, NULL, n / C, 1, C, 0, ref); break;
+    case K_LOG_SOFTMAX: ref_log_softmax(xl, n / C, C, ref); break;
+    default: ref_norm(rms, xl, hw ? w : NULL, !rms && c->has_b ? b : NULL, c->eps, n / C, C, ref);
+    }
+    if (y)
+        check_close(name, y, ref, n, atol, rtol);
+    free(y), free(xl), free(ref);
+}
+
 /* ---- forward tests ---- */
+
+/* softmax or log_softmax (kind) on `trials` random shapes 1-D..4-D (dims 1..dim_hi, the last 1..c_hi), the
+ * transposed layout from trial t_from on (2-D and up), x ~ N(mean, std) */
+static void random_forward(int kind, int trials, int64_t dim_hi, int64_t c_hi, int t_from, float mean, float std,
+                           double atol)
+{
+    for (int trial = 0; trial < trials; trial++) {
+        int nd = 1 + trial % 4;
+        int64_t shape[4];
+        rand_shape(nd, 1, dim_hi, shape);
+        shape[nd - 1] = rnd(1, c_hi);
+        cfg c = {.kind = kind, .transpose = nd >= 2 && trial >= t_from};
+        float *x = randn(prod(nd, shape), mean, std);
+        char name[64];
+        snprintf(name, sizeof name, "%s forward%s", kind == K_SOFTMAX ? "softmax" : "log_softmax",
+                 c.transpose ? ", transposed input" : "");
+        check_forward(name, &c, nd, shape, x, NULL, NULL, atol, 1e-5);
+        free(x);
+    }
+}
 
 static void test_softmax_forward(void)
 {
     /* plain, random shapes 1-D..4-D, some transposed */
-    for (int trial = 0; trial < 8; trial++) {
-        int nd = 1 + trial % 4;
-        int64_t shape[4], ls[4];
-        rand_shape(nd, 1, 9, shape);
-        shape[nd - 1] = rnd(1, 70);
-        cfg c = {.kind = K_SOFTMAX, .transpose = nd >= 2 && trial >= 4};
-        leaf_shape(nd, shape, c.transpose, ls);
-        int64_t n = prod(nd, shape), S = shape[nd - 1], nout = 0;
-        float *x = randn(n, 0.5f, 3.0f);
-        col_gc_input in = input(nd, ls, x, true);
-        float *y = run_forward("softmax", &c, 1, &in, &nout);
-        double *xl = logical_x(x, nd, shape, c.transpose), *ref = malloc(sizeof(double) * (size_t)(n + 1));
-        ref_softmax(xl, NULL, n / S, 1, S, 0, ref);
-        if (y)
-            check_close(c.transpose ? "softmax forward, transposed input" : "softmax forward", y, ref, n, 1e-6, 1e-5);
-        free(x), free(y), free(xl), free(ref);
-    }
+    random_forward(K_SOFTMAX, 8, 9, 70, 4, 0.5f, 3.0f, 1e-6);
 
     /* causal with T < S, T == S, T > S, with a padding mask [B,1,1,S] of 0 / -inf;
      * batch 0 is fully masked by the padding, and T > S masks the first rows */
@@ -339,38 +378,11 @@ static void test_softmax_forward(void)
 
     /* large logits: no overflow (max subtraction) */
     {
-        int64_t shape[2] = {3, 40}, nout = 0;
+        int64_t shape[2] = {3, 40};
         float *x = randn(120, 80.0f, 20.0f);
         cfg c = {.kind = K_SOFTMAX};
-        col_gc_input in = input(2, shape, x, true);
-        float *y = run_forward("softmax", &c, 1, &in, &nout);
-        double *xl = logical_x(x, 2, shape, 0), ref[120];
-        ref_softmax(xl, NULL, 3, 1, 40, 0, ref);
-        if (y)
-            check_close("softmax of large logits (mean 80, std 20)", y, ref, 120, 1e-6, 1e-5);
-        free(x), free(y), free(xl);
-    }
-}
-
-static void test_log_softmax_forward(void)
-{
-    for (int trial = 0; trial < 6; trial++) {
-        int nd = 1 + trial % 4;
-        int64_t shape[4], ls[4], nout = 0;
-        rand_shape(nd, 1, 8, shape);
-        shape[nd - 1] = rnd(1, 90);
-        cfg c = {.kind = K_LOG_SOFTMAX, .transpose = nd >= 2 && trial >= 3};
-        leaf_shape(nd, shape, c.transpose, ls);
-        int64_t n = prod(nd, shape), C = shape[nd - 1];
-        float *x = randn(n, 1.0f, 4.0f);
-        col_gc_input in = input(nd, ls, x, true);
-        float *y = run_forward("log_softmax", &c, 1, &in, &nout);
-        double *xl = logical_x(x, nd, shape, c.transpose), *ref = malloc(sizeof(double) * (size_t)(n + 1));
-        ref_log_softmax(xl, n / C, C, ref);
-        if (y)
-            check_close(c.transpose ? "log_softmax forward, transposed input" : "log_softmax forward", y, ref, n,
-                        1e-5, 1e-5);
-        free(x), free(y), free(xl), free(ref);
+        check_forward("softmax of large logits (mean 80, std 20)", &c, 2, shape, x, NULL, NULL, 1e-6, 1e-5);
+        free(x);
     }
 }
 
@@ -379,29 +391,17 @@ static void test_norm_forward(void)
     for (int trial = 0; trial < 12; trial++) {
         int rms = trial >= 8;
         int nd = 1 + trial % 4;
-        int64_t shape[4], ls[4], nout = 0;
+        int64_t shape[4];
         rand_shape(nd, 1, 7, shape);
         int64_t C = shape[nd - 1] = rnd(2, 300);
         cfg c = {.kind = rms ? K_RMSNORM : K_LAYERNORM, .has_w = rms || (trial & 1), .has_b = !rms && (trial & 2),
                  .transpose = nd >= 2 && trial % 3 == 0, .eps = 1e-5f};
-        leaf_shape(nd, shape, c.transpose, ls);
-        int64_t n = prod(nd, shape);
-        float *x = randn(n, 3.0f, 2.0f), *w = randn(C, 1.0f, 0.5f), *b = randn(C, 0.0f, 1.0f);
-        col_gc_input in[3] = {input(nd, ls, x, true)};
-        int k = 1;
-        if (c.has_w)
-            in[k++] = input(1, &C, w, true);
-        if (c.has_b)
-            in[k++] = input(1, &C, b, true);
-        float *y = run_forward("norm", &c, k, in, &nout);
-        double *xl = logical_x(x, nd, shape, c.transpose), *ref = malloc(sizeof(double) * (size_t)(n + 1));
-        ref_norm(rms, xl, c.has_w ? w : NULL, c.has_b ? b : NULL, c.eps, n / C, C, ref);
+        float *x = randn(prod(nd, shape), 3.0f, 2.0f), *w = randn(C, 1.0f, 0.5f), *b = randn(C, 0.0f, 1.0f);
         char name[128];
         snprintf(name, sizeof name, "%s forward, %dD C=%lld%s%s%s", rms ? "rmsnorm" : "layernorm", nd, (long long)C,
                  c.has_w ? " +w" : "", c.has_b ? " +b" : "", c.transpose ? ", transposed input" : "");
-        if (y)
-            check_close(name, y, ref, n, 2e-5, 2e-5);
-        free(x), free(w), free(b), free(y), free(xl), free(ref);
+        check_forward(name, &c, nd, shape, x, w, b, 2e-5, 2e-5);
+        free(x), free(w), free(b);
     }
 }
 
@@ -480,12 +480,8 @@ static void test_norm_grad(void)
                      .eps = 1e-5f};
             leaf_shape(nd, shape, c.transpose, ls);
             float *x = randn(prod(nd, shape), 0.5f, 1.0f), *w = randn(C, 1.0f, 0.5f), *b = randn(C, 0.0f, 1.0f);
-            col_gc_input in[3] = {input(nd, ls, x, false)};
-            int k = 1;
-            if (c.has_w)
-                in[k++] = input(1, &C, w, false);
-            if (c.has_b)
-                in[k++] = input(1, &C, b, false);
+            col_gc_input in[3];
+            int k = norm_inputs(&c, nd, ls, x, &C, w, b, false, in);
             char name[96];
             snprintf(name, sizeof name, "layernorm %dD%s%s%s", nd, c.has_w ? " +w" : "", c.has_b ? " +b" : "",
                      c.transpose ? " transposed" : "");
@@ -675,7 +671,7 @@ int main(void)
     tl_cpu_backend(&be);
     col_rng_init(&rng, 20240611);
     test_softmax_forward();
-    test_log_softmax_forward();
+    random_forward(K_LOG_SOFTMAX, 6, 8, 90, 3, 1.0f, 4.0f, 1e-5); /* log_softmax: random shapes, some transposed */
     test_norm_forward();
     test_softmax_grad();
     test_norm_grad();

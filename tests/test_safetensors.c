@@ -759,10 +759,7 @@ static void test_missing_and_writer_errors(void)
 
 int main(void)
 {
-    if (!mkdtemp(tmpdir)) {
-        printf("Bail out! mkdtemp\n");
-        return 1;
-    }
+    tl_mkdtemp(tmpdir);
     test_roundtrip();
     test_random_roundtrip();
     test_python_files();

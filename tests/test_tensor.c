@@ -9,36 +9,39 @@
 
 static float next_up(float x) { return nextafterf(x, INFINITY); }
 
-/* true if h is a correctly rounded f16 for x: no other finite f16 is closer,
- * and on a tie the even one was chosen */
-static bool f16_is_nearest(float x, uint16_t h)
+/* true if h is a correctly rounded 16-bit float for x (to_f32 decodes the
+ * format, exp_mask is its exponent field): no other finite value of the
+ * format is closer, and on a tie the even one was chosen */
+static bool is_nearest(float x, uint16_t h, float (*to_f32)(uint16_t), uint16_t exp_mask)
 {
-    double v = col_f16_to_f32(h);
+    double v = to_f32(h);
     double e = fabs((double)x - v);
     for (int d = -1; d <= 1; d += 2) {
         uint16_t n = (uint16_t)(h + d);
-        if ((n & 0x7c00u) == 0x7c00u || ((n ^ h) & 0x8000u))
+        if ((n & exp_mask) == exp_mask || ((n ^ h) & 0x8000u))
             continue; /* inf/nan or crossed the sign */
-        double ev = fabs((double)x - col_f16_to_f32(n));
+        double ev = fabs((double)x - to_f32(n));
         if (ev < e || (ev == e && (h & 1u)))
             return false;
     }
     return true;
 }
 
-static bool bf16_is_nearest(float x, uint16_t h)
+static bool f16_is_nearest(float x, uint16_t h) { return is_nearest(x, h, col_f16_to_f32, 0x7c00u); }
+static bool bf16_is_nearest(float x, uint16_t h) { return is_nearest(x, h, col_bf16_to_f32, 0x7f80u); }
+
+/* how many finite values h of a 16-bit format (exp_mask: its exponent field) give
+ * from_f32(to_f32(h)) != h */
+static int roundtrip_failures(float (*to_f32)(uint16_t), uint16_t (*from_f32)(float), uint16_t exp_mask)
 {
-    double v = col_bf16_to_f32(h);
-    double e = fabs((double)x - v);
-    for (int d = -1; d <= 1; d += 2) {
-        uint16_t n = (uint16_t)(h + d);
-        if ((n & 0x7f80u) == 0x7f80u || ((n ^ h) & 0x8000u))
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        if ((h & exp_mask) == exp_mask)
             continue;
-        double ev = fabs((double)x - col_bf16_to_f32(n));
-        if (ev < e || (ev == e && (h & 1u)))
-            return false;
+        if (from_f32(to_f32((uint16_t)h)) != h)
+            bad++;
     }
-    return true;
+    return bad;
 }
 
 int main(void)
@@ -61,22 +64,10 @@ int main(void)
     TL_OK(steps == 24, "index iteration visits every element (%d)", steps);
     TL_OK(col_dtype_size(COL_BF16) == 2 && col_dtype_size(COL_I64) == 8, "dtype sizes");
 
-    /* f16: every finite value round-trips exactly */
-    int bad = 0;
-    for (uint32_t h = 0; h < 65536; h++) {
-        if ((h & 0x7c00u) == 0x7c00u)
-            continue;
-        if (col_f32_to_f16(col_f16_to_f32((uint16_t)h)) != h)
-            bad++;
-    }
+    /* f16, bf16: every finite value round-trips exactly */
+    int bad = roundtrip_failures(col_f16_to_f32, col_f32_to_f16, 0x7c00u);
     TL_OK(bad == 0, "f16 -> f32 -> f16 is exact for all finite values (%d bad)", bad);
-    bad = 0;
-    for (uint32_t h = 0; h < 65536; h++) {
-        if ((h & 0x7f80u) == 0x7f80u)
-            continue;
-        if (col_f32_to_bf16(col_bf16_to_f32((uint16_t)h)) != h)
-            bad++;
-    }
+    bad = roundtrip_failures(col_bf16_to_f32, col_f32_to_bf16, 0x7f80u);
     TL_OK(bad == 0, "bf16 -> f32 -> bf16 is exact for all finite values (%d bad)", bad);
 
     /* random floats round to the nearest representable value, ties to even */

@@ -97,10 +97,7 @@ static void test_no_external_filters(void)
 
 int main(void)
 {
-    if (!mkdtemp(dir)) {
-        printf("Bail out! mkdtemp\n");
-        return 1;
-    }
+    tl_mkdtemp(dir);
     size_t len = 300000;
     char *text = malloc(len);
     col_rng r;
@@ -190,9 +187,7 @@ int main(void)
         TL_OK(system(cmd) == 0, "no temporary file left behind");
     }
     free(text);
-    char cmd[300];
     test_no_external_filters();
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    TL_OK(system(cmd) == 0, "cleanup");
+    TL_OK(tl_remove_tree(dir), "cleanup");
     return tl_done();
 }

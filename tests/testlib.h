@@ -75,4 +75,22 @@ static inline void tl_cpu_backend(col_backend *be)
     }
 }
 
+/* mkdtemp on templ (a path ending in XXXXXX), or a bail-out: the tests that need a directory */
+static inline void tl_mkdtemp(char *templ)
+{
+    if (!mkdtemp(templ)) {
+        printf("Bail out! mkdtemp %s failed\n", templ);
+        fflush(stdout);
+        exit(1);
+    }
+}
+
+/* rm -rf of a test's directory tree (a path with no quote in it); true when it went */
+static inline bool tl_remove_tree(const char *path)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    return system(cmd) == 0;
+}
+
 #endif

@@ -8,6 +8,7 @@
 #ifndef COL_OPS_H
 #define COL_OPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tensor.h"
@@ -76,6 +77,9 @@ typedef enum {
 } col_op;
 
 const char *col_op_name(col_op op);
+/* The ops of ops_unary.c (activations, their *_BWD ops, dropout): elementwise
+ * over src0's shape, each backend runs them all through one kernel. */
+bool col_op_is_elementwise(col_op op);
 
 struct col_graph;
 struct col_node;

@@ -8,7 +8,7 @@
  * Parameters (see ops.h for the sources):
  *   SOFTMAX          i[0] = causal, i[1] = causal offset (S - T); src1 = mask expanded to x's shape
  *   LAYERNORM        i[0] = has weight, i[1] = has bias; f[0] = eps
- *   RMSNORM          f[0] = eps
+ *   RMSNORM          i[0] = 1 (the weight), i[1] = 0; f[0] = eps
  *   LAYERNORM_BWD    i[0] = has weight (src1), i[1..3] = output holds dx / dw / db; f[0] = eps
  *   RMSNORM_BWD      i[1..2] = output holds dx / dw; f[0] = eps
  * The backward ops write a packed 1-D output [dx | dw | db] holding only the
@@ -114,12 +114,11 @@ static bool norm_param_ok(col_graph *g, const char *op, const char *what, const 
                      (long long)C);
 }
 
-col_node *col_layernorm(col_graph *g, col_node *x, col_node *w, col_node *b, float eps)
+/* LAYERNORM (w, b optional) or RMSNORM (w required, no b): sources x, [w], [b] */
+static col_node *norm_node(col_graph *g, col_op op, const char *name, col_node *x, col_node *w, col_node *b, float eps)
 {
-    if (!x)
-        return NULL;
-    if (!norm_input_ok(g, "layernorm", x, eps) || (w && !norm_param_ok(g, "layernorm", "weight", w, x)) ||
-        (b && !norm_param_ok(g, "layernorm", "bias", b, x)))
+    if (!norm_input_ok(g, name, x, eps) || (w && !norm_param_ok(g, name, "weight", w, x)) ||
+        (b && !norm_param_ok(g, name, "bias", b, x)))
         return NULL;
     col_node *src[3];
     int ns = 0;
@@ -128,7 +127,7 @@ col_node *col_layernorm(col_graph *g, col_node *x, col_node *w, col_node *b, flo
         src[ns++] = col_contiguous(g, w);
     if (b)
         src[ns++] = col_contiguous(g, b);
-    col_node *n = col_new_node(g, COL_OP_LAYERNORM, COL_F32, x->t.ndim, x->t.shape, ns, src);
+    col_node *n = col_new_node(g, op, COL_F32, x->t.ndim, x->t.shape, ns, src);
     if (n) {
         n->p.i[0] = w != NULL;
         n->p.i[1] = b != NULL;
@@ -137,18 +136,16 @@ col_node *col_layernorm(col_graph *g, col_node *x, col_node *w, col_node *b, flo
     return n;
 }
 
+col_node *col_layernorm(col_graph *g, col_node *x, col_node *w, col_node *b, float eps)
+{
+    return x ? norm_node(g, COL_OP_LAYERNORM, "layernorm", x, w, b, eps) : NULL;
+}
+
 col_node *col_rmsnorm(col_graph *g, col_node *x, col_node *w, float eps)
 {
-    if (!x)
+    if (!x || !col_check(g, w != NULL, COL_EINVAL, "rmsnorm: a weight [C] is required"))
         return NULL;
-    if (!col_check(g, w != NULL, COL_EINVAL, "rmsnorm: a weight [C] is required") ||
-        !norm_input_ok(g, "rmsnorm", x, eps) || !norm_param_ok(g, "rmsnorm", "weight", w, x))
-        return NULL;
-    col_node *src[2] = {col_contiguous(g, x), col_contiguous(g, w)};
-    col_node *n = col_new_node(g, COL_OP_RMSNORM, COL_F32, x->t.ndim, x->t.shape, 2, src);
-    if (n)
-        n->p.f[0] = eps;
-    return n;
+    return norm_node(g, COL_OP_RMSNORM, "rmsnorm", x, w, NULL, eps);
 }
 
 /* dx and dw (and db for layernorm) from one packed node; only the parts a

@@ -7,6 +7,7 @@
  * result is the same for any number of threads.
  */
 #include "optim.h"
+#include "optim_scalars.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -86,6 +87,28 @@ static double sumsq(const float *x, int64_t n)
     return s;
 }
 
+/* *sa += sum of a[i]^2 and *sb += sum of b[i]^2 over [0, n), in double, in one vector loop */
+static inline void sumsq2(const float *restrict a, const float *restrict b, int64_t n, double *sa, double *sb)
+{
+    double x = *sa, y = *sb;
+#pragma omp simd reduction(+ : x, y)
+    for (int64_t i = 0; i < n; i++) {
+        x += (double)a[i] * a[i];
+        y += (double)b[i] * b[i];
+    }
+    *sa = x, *sb = y;
+}
+
+/* the norms sqrt(sum of pa), sqrt(sum of pb) of per-block sums of squares,
+ * added in block order (LAMB's and LARS's trust ratios) */
+static void block_norms(const double pa[NBLK], const double pb[NBLK], double *ra, double *rb)
+{
+    double sa = 0, sb = 0;
+    for (int b = 0; b < NBLK; b++)
+        sa += pa[b], sb += pb[b];
+    *ra = sqrt(sa), *rb = sqrt(sb);
+}
+
 /* ---- configuration ---- */
 
 col_opt_config col_opt_defaults(col_opt_kind kind)
@@ -157,38 +180,38 @@ col_status col_opt_validate(const col_opt_config *c, col_err *e)
     return COL_OK;
 }
 
-static col_status check_step(const col_opt_config *c, float lr, int64_t step, const col_opt_tensor *ts, int nt,
-                             col_err *e)
+col_status col_opt_check_step(const char *who, const col_opt_config *c, float lr, int64_t step,
+                              const col_opt_tensor *ts, int nt, col_err *e)
 {
     col_status st = col_opt_validate(c, e);
     if (st != COL_OK)
         return st;
     const char *k = col_opt_kind_name(c->kind);
     if (!nonneg(lr))
-        return col_err_set(e, COL_EINVAL, "col_opt_step(%s): lr %g must be finite and >= 0", k, lr);
+        return col_err_set(e, COL_EINVAL, "%s(%s): lr %g must be finite and >= 0", who, k, lr);
     if (step < 1)
-        return col_err_set(e, COL_EINVAL, "col_opt_step(%s): step %lld must be >= 1 (steps are 1-based)", k,
+        return col_err_set(e, COL_EINVAL, "%s(%s): step %lld must be >= 1 (steps are 1-based)", who, k,
                            (long long)step);
     if (nt < 0 || (nt > 0 && !ts))
-        return col_err_set(e, COL_EINVAL, "col_opt_step(%s): bad tensor list (%d tensors, list %s)", k, nt,
+        return col_err_set(e, COL_EINVAL, "%s(%s): bad tensor list (%d tensors, list %s)", who, k, nt,
                            ts ? "given" : "NULL");
     int slots = col_opt_state_slots(c->kind, c->momentum);
     for (int i = 0; i < nt; i++) {
         const col_opt_tensor *t = &ts[i];
         if (t->n < 0)
-            return col_err_set(e, COL_EINVAL, "col_opt_step(%s): tensor %d has negative length %lld", k, i,
+            return col_err_set(e, COL_EINVAL, "%s(%s): tensor %d has negative length %lld", who, k, i,
                                (long long)t->n);
         if (t->n == 0)
             continue;
         if (!t->w || !t->g)
-            return col_err_set(e, COL_EINVAL, "col_opt_step(%s): tensor %d has a NULL %s", k, i,
+            return col_err_set(e, COL_EINVAL, "%s(%s): tensor %d has a NULL %s", who, k, i,
                                !t->w ? "weight" : "gradient");
         if (slots >= 1 && !t->m)
-            return col_err_set(e, COL_EINVAL, "col_opt_step(%s): tensor %d has no m state (%s needs %d state slot%s)",
-                               k, i, k, slots, slots > 1 ? "s" : "");
+            return col_err_set(e, COL_EINVAL, "%s(%s): tensor %d has no m state (%s needs %d state slot%s)", who, k,
+                               i, k, slots, slots > 1 ? "s" : "");
         if (slots >= 2 && !t->v)
-            return col_err_set(e, COL_EINVAL, "col_opt_step(%s): tensor %d has no v state (%s needs 2 state slots)", k,
-                               i, k);
+            return col_err_set(e, COL_EINVAL, "%s(%s): tensor %d has no v state (%s needs 2 state slots)", who, k, i,
+                               k);
     }
     return COL_OK;
 }
@@ -204,7 +227,7 @@ static void sgd_tensor(const col_opt_config *c, float lr, const col_opt_tensor *
     float *restrict w = t->w, *restrict buf = t->m;
     const float *restrict g = t->g;
     const float wd = t->decay ? c->weight_decay : 0.0f, mu = c->momentum;
-    const int mode = mu == 0.0f ? 0 : c->nesterov ? 2 : 1;
+    const int mode = col_sgd_mode(c);
     int64_t n = t->n;
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
     for (int b = 0; b < NBLK; b++) {
@@ -234,6 +257,17 @@ static void sgd_tensor(const col_opt_config *c, float lr, const col_opt_tensor *
     }
 }
 
+/* ---- the moments of AdamW and LAMB (optim_scalars.h) ----
+ *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+ * for one element, and for VW elements with the scalars broadcast */
+static inline float moment1(const col_opt_moments *k, float m, float g) { return k->b1 * m + k->omb1 * g; }
+static inline float moment2(const col_opt_moments *k, float v, float g) { return k->b2 * v + k->omb2 * g * g; }
+
+#ifdef VW
+static inline vf v_moment1(vf B1, vf OMB1, vf m, vf g) { return V_ADD(V_MUL(B1, m), V_MUL(OMB1, g)); }
+static inline vf v_moment2(vf B2, vf OMB2, vf v, vf g) { return V_ADD(V_MUL(B2, v), V_MUL(V_MUL(OMB2, g), g)); }
+#endif
+
 /* ---- AdamW (torch.optim.AdamW, amsgrad off) ----
  *   w = w - lr * wd * w                      (decoupled decay, before the moment update)
  *   m = b1 m + (1 - b1) g
@@ -243,17 +277,17 @@ static void sgd_tensor(const col_opt_config *c, float lr, const col_opt_tensor *
  */
 /* elements [lo, hi) of AdamW, one pass: reads w, g, m, v, writes w, m, v */
 static void adamw_range(float *restrict w, float *restrict m, float *restrict v, const float *restrict g, int64_t lo,
-                        int64_t hi, float b1, float b2, float omb1, float omb2, float keep, float step_size,
-                        float bc2_sqrt, float eps)
+                        int64_t hi, const col_adamw_scalars *s, float keep)
 {
+    const col_opt_moments mo = s->mo;
+    const float step_size = s->step_size, bc2_sqrt = s->bc2_sqrt, eps = s->eps;
     int64_t i = lo;
 #ifdef VW
-    const vf B1 = V_SET1(b1), B2 = V_SET1(b2), OMB1 = V_SET1(omb1), OMB2 = V_SET1(omb2), KEEP = V_SET1(keep),
-             SS = V_SET1(step_size), BC2 = V_SET1(bc2_sqrt), EPS = V_SET1(eps);
+    const vf B1 = V_SET1(mo.b1), B2 = V_SET1(mo.b2), OMB1 = V_SET1(mo.omb1), OMB2 = V_SET1(mo.omb2),
+             KEEP = V_SET1(keep), SS = V_SET1(step_size), BC2 = V_SET1(bc2_sqrt), EPS = V_SET1(eps);
     for (; i + VW <= hi; i += VW) {
-        vf gi = V_LD(g + i), mi = V_LD(m + i), vi = V_LD(v + i), wi = V_LD(w + i);
-        mi = V_ADD(V_MUL(B1, mi), V_MUL(OMB1, gi));
-        vi = V_ADD(V_MUL(B2, vi), V_MUL(V_MUL(OMB2, gi), gi));
+        vf gi = V_LD(g + i), wi = V_LD(w + i);
+        vf mi = v_moment1(B1, OMB1, V_LD(m + i), gi), vi = v_moment2(B2, OMB2, V_LD(v + i), gi);
         vf den = V_ADD(V_DIV(V_SQRT(vi), BC2), EPS);
         wi = V_SUB(V_MUL(wi, KEEP), V_MUL(SS, V_DIV(mi, den)));
         V_ST(m + i, mi);
@@ -264,8 +298,7 @@ static void adamw_range(float *restrict w, float *restrict m, float *restrict v,
 #pragma omp simd
     for (int64_t j = i; j < hi; j++) {
         float gi = g[j];
-        float mi = b1 * m[j] + omb1 * gi;
-        float vi = b2 * v[j] + omb2 * gi * gi;
+        float mi = moment1(&mo, m[j], gi), vi = moment2(&mo, v[j], gi);
         m[j] = mi;
         v[j] = vi;
         w[j] = w[j] * keep - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
@@ -276,18 +309,15 @@ static void adamw_tensor(const col_opt_config *c, float lr, int64_t step, const 
 {
     float *w = t->w, *m = t->m, *v = t->v;
     const float *g = t->g;
-    const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
-    const float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
-    const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
-    const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-    const float keep = t->decay ? (float)(1.0 - (double)lr * c->weight_decay) : 1.0f;
+    const col_adamw_scalars s = col_adamw_scalars_of(c, lr, step);
+    const float keep = col_adamw_keep(c, lr, t->decay);
     int64_t n = t->n;
     /* static schedule: each thread streams one contiguous run of blocks */
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
     for (int b = 0; b < NBLK; b++) {
         int64_t lo, hi;
         blk_range(n, b, &lo, &hi);
-        adamw_range(w, m, v, g, lo, hi, b1, b2, omb1, omb2, keep, step_size, bc2_sqrt, eps);
+        adamw_range(w, m, v, g, lo, hi, &s, keep);
     }
 }
 
@@ -301,66 +331,80 @@ static void adamw_tensor(const col_opt_config *c, float lr, int64_t step, const 
  * operations (w is not yet changed) and applies it.
  */
 
+/* The update direction u = (m * ibc1) / (sqrt(v * ibc2) + eps) + wd * w of
+ * one element, and of VW elements with the scalars broadcast; ibc = 1 / (1 - beta^t). */
+typedef struct {
+    float ibc1, ibc2, eps, wd;
+} lamb_dir;
+
+static inline float lamb_u(const lamb_dir *d, float m, float v, float w)
+{
+    return (m * d->ibc1) / (sqrtf(v * d->ibc2) + d->eps) + d->wd * w;
+}
+
+#ifdef VW
+static inline vf v_lamb_u(vf IBC1, vf IBC2, vf EPS, vf WD, vf m, vf v, vf w)
+{
+    return V_ADD(V_DIV(V_MUL(m, IBC1), V_ADD(V_SQRT(V_MUL(v, IBC2)), EPS)), V_MUL(WD, w));
+}
+#endif
+
 /* Pass 1 on sub-block [0, len): m, v updated in place, u[0..len) = the update
  * direction (reads g, m, v, w; writes m, v) */
 static void lamb_mvu(const float *restrict g, float *restrict m, float *restrict v, const float *restrict w, int len,
-                     float b1, float b2, float omb1, float omb2, float ibc1, float ibc2, float eps, float wd,
-                     float *restrict u)
+                     const col_opt_moments *mo, const lamb_dir *d, float *restrict u)
 {
     int i = 0;
 #ifdef VW
-    const vf B1 = V_SET1(b1), B2 = V_SET1(b2), OMB1 = V_SET1(omb1), OMB2 = V_SET1(omb2), IBC1 = V_SET1(ibc1),
-             IBC2 = V_SET1(ibc2), EPS = V_SET1(eps), WD = V_SET1(wd);
+    const vf B1 = V_SET1(mo->b1), B2 = V_SET1(mo->b2), OMB1 = V_SET1(mo->omb1), OMB2 = V_SET1(mo->omb2),
+             IBC1 = V_SET1(d->ibc1), IBC2 = V_SET1(d->ibc2), EPS = V_SET1(d->eps), WD = V_SET1(d->wd);
     for (; i + VW <= len; i += VW) {
-        vf gi = V_LD(g + i), mi = V_LD(m + i), vi = V_LD(v + i), wi = V_LD(w + i);
-        mi = V_ADD(V_MUL(B1, mi), V_MUL(OMB1, gi));
-        vi = V_ADD(V_MUL(B2, vi), V_MUL(V_MUL(OMB2, gi), gi));
-        vf ui = V_ADD(V_DIV(V_MUL(mi, IBC1), V_ADD(V_SQRT(V_MUL(vi, IBC2)), EPS)), V_MUL(WD, wi));
+        vf gi = V_LD(g + i);
+        vf mi = v_moment1(B1, OMB1, V_LD(m + i), gi), vi = v_moment2(B2, OMB2, V_LD(v + i), gi);
         V_ST(m + i, mi);
         V_ST(v + i, vi);
-        V_ST(u + i, ui);
+        V_ST(u + i, v_lamb_u(IBC1, IBC2, EPS, WD, mi, vi, V_LD(w + i)));
     }
 #endif
 #pragma omp simd
     for (int j = i; j < len; j++) {
         float gi = g[j];
-        float mi = b1 * m[j] + omb1 * gi;
-        float vi = b2 * v[j] + omb2 * gi * gi;
+        float mi = moment1(mo, m[j], gi), vi = moment2(mo, v[j], gi);
         m[j] = mi;
         v[j] = vi;
-        u[j] = (mi * ibc1) / (sqrtf(vi * ibc2) + eps) + wd * w[j];
+        u[j] = lamb_u(d, mi, vi, w[j]);
     }
 }
 
 /* Pass 2 on [lo, hi): u again from the updated m, v (same operations) and
  * w -= a u (reads w, m, v; writes w) */
 static void lamb_apply(float *restrict w, const float *restrict m, const float *restrict v, int64_t lo, int64_t hi,
-                       float ibc1, float ibc2, float eps, float wd, float a)
+                       const lamb_dir *d, float a)
 {
     int64_t i = lo;
 #ifdef VW
-    const vf IBC1 = V_SET1(ibc1), IBC2 = V_SET1(ibc2), EPS = V_SET1(eps), WD = V_SET1(wd), A = V_SET1(a);
+    const vf IBC1 = V_SET1(d->ibc1), IBC2 = V_SET1(d->ibc2), EPS = V_SET1(d->eps), WD = V_SET1(d->wd), A = V_SET1(a);
     for (; i + VW <= hi; i += VW) {
-        vf mi = V_LD(m + i), vi = V_LD(v + i), wi = V_LD(w + i);
-        vf ui = V_ADD(V_DIV(V_MUL(mi, IBC1), V_ADD(V_SQRT(V_MUL(vi, IBC2)), EPS)), V_MUL(WD, wi));
-        V_ST(w + i, V_SUB(wi, V_MUL(A, ui)));
+        vf wi = V_LD(w + i);
+        V_ST(w + i, V_SUB(wi, V_MUL(A, v_lamb_u(IBC1, IBC2, EPS, WD, V_LD(m + i), V_LD(v + i), wi))));
     }
 #endif
 #pragma omp simd
-    for (int64_t j = i; j < hi; j++) {
-        float u = (m[j] * ibc1) / (sqrtf(v[j] * ibc2) + eps) + wd * w[j];
-        w[j] -= a * u;
-    }
+    for (int64_t j = i; j < hi; j++)
+        w[j] -= a * lamb_u(d, m[j], v[j], w[j]);
 }
 
 static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const col_opt_tensor *t)
 {
     float *restrict w = t->w, *restrict m = t->m, *restrict v = t->v;
     const float *restrict g = t->g;
-    const float b1 = c->beta1, b2 = c->beta2, eps = c->eps, wd = t->decay ? c->weight_decay : 0.0f;
-    const float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
-    const float ibc1 = (float)(1.0 / (1.0 - pow(b1, (double)step)));
-    const float ibc2 = (float)(1.0 / (1.0 - pow(b2, (double)step)));
+    const col_opt_moments mo = col_opt_moments_of(c);
+    const lamb_dir d = {
+        .ibc1 = (float)(1.0 / (1.0 - pow(mo.b1, (double)step))),
+        .ibc2 = (float)(1.0 / (1.0 - pow(mo.b2, (double)step))),
+        .eps = c->eps,
+        .wd = t->decay ? c->weight_decay : 0.0f,
+    };
     int64_t n = t->n;
     double pw[NBLK], pu[NBLK];
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
@@ -372,28 +416,21 @@ static void lamb_tensor(const col_opt_config *c, float lr, int64_t step, const c
             int len = hi - j < SUB ? (int)(hi - j) : SUB;
             const float *restrict wj = w + j;
             float u[SUB];
-            lamb_mvu(g + j, m + j, v + j, wj, len, b1, b2, omb1, omb2, ibc1, ibc2, eps, wd, u);
-            /* the sums in the same loop (and so the same order) as before */
-#pragma omp simd reduction(+ : sw, su)
-            for (int i = 0; i < len; i++) {
-                sw += (double)wj[i] * wj[i];
-                su += (double)u[i] * u[i];
-            }
+            lamb_mvu(g + j, m + j, v + j, wj, len, &mo, &d, u);
+            sumsq2(wj, u, len, &sw, &su); /* the sums in one loop (and so one order) */
         }
         pw[b] = sw;
         pu[b] = su;
     }
-    double sw = 0, su = 0;
-    for (int b = 0; b < NBLK; b++)
-        sw += pw[b], su += pu[b];
-    double r1 = sqrt(sw), r2 = sqrt(su);
+    double r1, r2;
+    block_norms(pw, pu, &r1, &r2);
     double trust = r1 > 0 && r2 > 0 ? r1 / r2 : 1.0;
     const float a = (float)(lr * trust);
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
     for (int b = 0; b < NBLK; b++) {
         int64_t lo, hi;
         blk_range(n, b, &lo, &hi);
-        lamb_apply(w, m, v, lo, hi, ibc1, ibc2, eps, wd, a);
+        lamb_apply(w, m, v, lo, hi, &d, a);
     }
 }
 
@@ -413,19 +450,11 @@ static void lars_tensor(const col_opt_config *c, float lr, const col_opt_tensor 
     for (int b = 0; b < NBLK; b++) {
         int64_t lo, hi;
         blk_range(n, b, &lo, &hi);
-        double sw = 0, sg = 0;
-#pragma omp simd reduction(+ : sw, sg)
-        for (int64_t i = lo; i < hi; i++) {
-            sw += (double)w[i] * w[i];
-            sg += (double)g[i] * g[i];
-        }
-        pw[b] = sw;
-        pg[b] = sg;
+        pw[b] = pg[b] = 0;
+        sumsq2(w + lo, g + lo, hi - lo, &pw[b], &pg[b]);
     }
-    double sw = 0, sg = 0;
-    for (int b = 0; b < NBLK; b++)
-        sw += pw[b], sg += pg[b];
-    double rw = sqrt(sw), rg = sqrt(sg);
+    double rw, rg;
+    block_norms(pw, pg, &rw, &rg);
     double local = rw > 0 && rg > 0 ? c->eta * rw / (rg + wd * rw) : 1.0;
     const float a = (float)(lr * local);
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
@@ -443,7 +472,7 @@ static void lars_tensor(const col_opt_config *c, float lr, const col_opt_tensor 
 
 col_status col_opt_step(const col_opt_config *c, float lr, int64_t step, col_opt_tensor *ts, int nt, col_err *e)
 {
-    col_status st = check_step(c, lr, step, ts, nt, e);
+    col_status st = col_opt_check_step("col_opt_step", c, lr, step, ts, nt, e);
     if (st != COL_OK)
         return st;
     for (int i = 0; i < nt; i++) {

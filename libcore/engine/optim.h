@@ -68,6 +68,11 @@ col_status col_opt_validate(const col_opt_config *c, col_err *e);
  * error (COL_EINVAL) weights and state are unchanged. The buffers of one
  * tensor must not overlap each other. */
 col_status col_opt_step(const col_opt_config *c, float lr, int64_t step, col_opt_tensor *ts, int nt, col_err *e);
+/* The checks col_opt_step makes before it writes anything (the config, lr,
+ * step, the list, and every tensor's buffers for the state slots of its
+ * kind), for other steppers to make too; messages start with `who`. */
+col_status col_opt_check_step(const char *who, const col_opt_config *c, float lr, int64_t step,
+                              const col_opt_tensor *ts, int nt, col_err *e);
 
 /* sqrt(sum of g^2 over all tensors), accumulated in double. */
 double col_grad_global_norm(const col_opt_tensor *ts, int nt);

@@ -103,18 +103,39 @@ bool col_index_next(const col_tensor *t, int64_t *idx)
     return false;
 }
 
-float col_bf16_to_f32(uint16_t h)
+void col_batch_offsets(const int64_t *shape, int nd, int64_t bi, const col_tensor *a, const col_tensor *b, int64_t *oa,
+                       int64_t *ob)
 {
-    uint32_t u = (uint32_t)h << 16;
+    int64_t rem = bi;
+    *oa = 0, *ob = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t i = rem % shape[d];
+        rem /= shape[d];
+        *oa += i * a->stride[d];
+        *ob += i * b->stride[d];
+    }
+}
+
+/* the float with bit pattern u, and the bit pattern of f */
+static float f32_from_bits(uint32_t u)
+{
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-uint16_t col_f32_to_bf16(float f)
+static uint32_t bits_of_f32(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
+    return u;
+}
+
+float col_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+
+uint16_t col_f32_to_bf16(float f)
+{
+    uint32_t u = bits_of_f32(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a quiet NaN */
         return (uint16_t)((u >> 16) | 0x40);
     u += 0x7fffu + ((u >> 16) & 1u);
@@ -143,15 +164,12 @@ float col_f16_to_f32(uint16_t h)
     } else {
         u = sign | ((exp + 127 - 15) << 23) | (man << 13);
     }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return f32_from_bits(u);
 }
 
 uint16_t col_f32_to_f16(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = bits_of_f32(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u)
@@ -159,8 +177,7 @@ uint16_t col_f32_to_f16(float f)
     if (a >= 0x477ff000u) /* rounds to >= 65520: infinity */
         return (uint16_t)(sign | 0x7c00u);
     if (a < 0x38800000u) { /* below the smallest normal f16: subnormal or zero */
-        float af;
-        memcpy(&af, &a, 4);
+        float af = f32_from_bits(a);
         /* 2^-24 is the subnormal step; nearbyint rounds half to even */
         uint32_t m = (uint32_t)nearbyintf(af * 16777216.0f);
         return (uint16_t)(sign | m);

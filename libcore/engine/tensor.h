@@ -41,6 +41,11 @@ const char *col_shape_str(const col_tensor *t, char *buf, size_t n);
 int64_t col_offset_of(const col_tensor *t, const int64_t *idx);
 /* Advances a multi-index in row-major order; returns false after the last. */
 bool col_index_next(const col_tensor *t, int64_t *idx);
+/* Batch bi of a batched op whose batch index runs row-major over the first
+ * nd dims of `shape`: the element offsets *oa, *ob of its operands a and b,
+ * which carry those dims with their own strides (0 where broadcast). */
+void col_batch_offsets(const int64_t *shape, int nd, int64_t bi, const col_tensor *a, const col_tensor *b, int64_t *oa,
+                       int64_t *ob);
 
 /* Scalar conversions. bf16 and f16 round to nearest even. */
 float col_bf16_to_f32(uint16_t h);

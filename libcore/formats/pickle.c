@@ -225,6 +225,16 @@ static uint64_t rd_le(const uint8_t *b, int n)
     return v;
 }
 
+/* An opcode's n-byte little-endian argument in *v; COL_EFORMAT (and an error) when fewer bytes remain. */
+static col_status vm_arg(pk_vm *vm, int n, uint64_t *v)
+{
+    const uint8_t *b = vm_take(vm, (size_t)n);
+    if (!b)
+        return COL_EFORMAT;
+    *v = rd_le(b, n);
+    return COL_OK;
+}
+
 static col_status vm_push(pk_vm *vm, col_pk_obj *o)
 {
     if (!o)
@@ -470,18 +480,19 @@ static col_status vm_step(pk_vm *vm, uint8_t op, bool *stop)
     const uint8_t *b;
     col_pk_obj *o, *v, *k;
     size_t start = 0;
+    uint64_t u;
     col_status st;
     switch (op) {
     case 0x80: /* PROTO */
-        if (!(b = vm_take(vm, 1)))
-            return COL_EFORMAT;
-        if (b[0] < 2 || b[0] > 5)
+        if ((st = vm_arg(vm, 1, &u)))
+            return st;
+        if (u < 2 || u > 5)
             return vm_fail(vm, "pickle protocol outside 2..5");
         return COL_OK;
     case 0x95: /* FRAME: a length hint; the opcodes follow inline */
-        if (!(b = vm_take(vm, 8)))
-            return COL_EFORMAT;
-        if (rd_le(b, 8) > (uint64_t)(vm->end - vm->p))
+        if ((st = vm_arg(vm, 8, &u)))
+            return st;
+        if (u > (uint64_t)(vm->end - vm->p))
             return vm_fail(vm, "FRAME longer than the rest of the pickle");
         return COL_OK;
     case '.': /* STOP */
@@ -505,30 +516,19 @@ static col_status vm_step(pk_vm *vm, uint8_t op, bool *stop)
             return vm_fail(vm, "not enough values on the stack");
         return vm_tuple_from(vm, vm->sp - n);
     }
+    /* the opcodes with a length or value of 1, 2, 4 or 8 bytes */
     case 'X': /* BINUNICODE */
-        if (!(b = vm_take(vm, 4)))
-            return COL_EFORMAT;
-        return vm_string(vm, rd_le(b, 4));
+        return (st = vm_arg(vm, 4, &u)) ? st : vm_string(vm, u);
     case 0x8c: /* SHORT_BINUNICODE */
-        if (!(b = vm_take(vm, 1)))
-            return COL_EFORMAT;
-        return vm_string(vm, b[0]);
+        return (st = vm_arg(vm, 1, &u)) ? st : vm_string(vm, u);
     case 0x8d: /* BINUNICODE8 */
-        if (!(b = vm_take(vm, 8)))
-            return COL_EFORMAT;
-        return vm_string(vm, rd_le(b, 8));
-    case 'J': /* BININT */
-        if (!(b = vm_take(vm, 4)))
-            return COL_EFORMAT;
-        return vm_int(vm, (int32_t)(uint32_t)rd_le(b, 4));
+        return (st = vm_arg(vm, 8, &u)) ? st : vm_string(vm, u);
+    case 'J': /* BININT: signed */
+        return (st = vm_arg(vm, 4, &u)) ? st : vm_int(vm, (int32_t)(uint32_t)u);
     case 'K': /* BININT1 */
-        if (!(b = vm_take(vm, 1)))
-            return COL_EFORMAT;
-        return vm_int(vm, b[0]);
+        return (st = vm_arg(vm, 1, &u)) ? st : vm_int(vm, (int64_t)u);
     case 'M': /* BININT2 */
-        if (!(b = vm_take(vm, 2)))
-            return COL_EFORMAT;
-        return vm_int(vm, (int64_t)rd_le(b, 2));
+        return (st = vm_arg(vm, 2, &u)) ? st : vm_int(vm, (int64_t)u);
     case 0x8a: { /* LONG1: little-endian two's complement */
         if (!(b = vm_take(vm, 1)))
             return COL_EFORMAT;
@@ -614,23 +614,15 @@ static col_status vm_step(pk_vm *vm, uint8_t op, bool *stop)
         vm->sp = start;
         return COL_OK;
     case 'q': /* BINPUT */
-        if (!(b = vm_take(vm, 1)))
-            return COL_EFORMAT;
-        return vm_memo_put(vm, b[0]);
+        return (st = vm_arg(vm, 1, &u)) ? st : vm_memo_put(vm, u);
     case 'r': /* LONG_BINPUT */
-        if (!(b = vm_take(vm, 4)))
-            return COL_EFORMAT;
-        return vm_memo_put(vm, rd_le(b, 4));
+        return (st = vm_arg(vm, 4, &u)) ? st : vm_memo_put(vm, u);
     case 0x94: /* MEMOIZE */
         return vm_memo_put(vm, vm->memo_count);
     case 'h': /* BINGET */
-        if (!(b = vm_take(vm, 1)))
-            return COL_EFORMAT;
-        return vm_memo_get(vm, b[0]);
+        return (st = vm_arg(vm, 1, &u)) ? st : vm_memo_get(vm, u);
     case 'j': /* LONG_BINGET */
-        if (!(b = vm_take(vm, 4)))
-            return COL_EFORMAT;
-        return vm_memo_get(vm, rd_le(b, 4));
+        return (st = vm_arg(vm, 4, &u)) ? st : vm_memo_get(vm, u);
     case 'Q': /* BINPERSID */
         if (!(v = vm_pop(vm)))
             return COL_EFORMAT;

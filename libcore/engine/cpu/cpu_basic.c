@@ -218,13 +218,8 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
         return COL_OK;
     }
     for (int64_t bi = 0; bi < batches; bi++) {
-        int64_t oa = 0, ob = 0, rem = bi;
-        for (int d = nd - 3; d >= 0; d--) {
-            int64_t s = n->t.shape[d], i = rem % s;
-            rem /= s;
-            oa += i * a->stride[d];
-            ob += i * b->stride[d];
-        }
+        int64_t oa, ob;
+        col_batch_offsets(n->t.shape, nd - 2, bi, a, b, &oa, &ob);
         const float *pa = (const float *)a->data + oa, *pb = (const float *)b->data + ob;
         if (M == 1) { /* one row (decoding a token): a matrix-vector product, bandwidth-bound */
             int inca = ta == COL_BLAS_NO_TRANS ? 1 : lda;

@@ -81,28 +81,6 @@ static col_status k_softmax(const col_node *n, const col_exec *ex, col_err *err)
     return COL_OK;
 }
 
-/* src0 = y [rows, C], src1 = dy: dx = y * (dy - sum(dy * y)) */
-static col_status k_softmax_bwd(const col_node *n, const col_exec *ex, col_err *err)
-{
-    (void)ex, (void)err;
-    const float *y = n->src[0]->t.data, *dy = n->src[1]->t.data;
-    float *dx = n->t.data;
-    int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *yr = y + r * C, *dr = dy + r * C;
-        float *o = dx + r * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t c = 0; c < C; c++)
-            s += dr[c] * yr[c];
-#pragma omp simd
-        for (int64_t c = 0; c < C; c++)
-            o[c] = yr[c] * (dr[c] - s);
-    }
-    return COL_OK;
-}
-
 /* ---- log_softmax ---- */
 
 /* y = x - max - log(sum(exp(x - max))) */
@@ -132,112 +110,139 @@ static col_status k_log_softmax(const col_node *n, const col_exec *ex, col_err *
     return COL_OK;
 }
 
-/* src0 = y, src1 = dy: dx = dy - exp(y) * sum(dy) */
-static col_status k_log_softmax_bwd(const col_node *n, const col_exec *ex, col_err *err)
-{
-    (void)ex, (void)err;
-    const float *y = n->src[0]->t.data, *dy = n->src[1]->t.data;
-    float *dx = n->t.data;
-    int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *yr = y + r * C, *dr = dy + r * C;
-        float *o = dx + r * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t c = 0; c < C; c++)
-            s += dr[c];
-#pragma omp simd
-        for (int64_t c = 0; c < C; c++)
-            o[c] = dr[c] - expf(yr[c]) * s;
-    }
-    return COL_OK;
-}
+/* ---- the gradients of softmax and log_softmax ----
+ * Both are a row sum then an elementwise pass. As with the norms below, a
+ * flag (`is_log`) passed as a constant to an always-inlined row routine gives
+ * each op its own copy with exactly the operations of its formula. */
+#define ROW_INLINE static inline __attribute__((always_inline))
 
-/* ---- layernorm / rmsnorm ---- */
-
-/* mean and 1/sqrt(biased variance + eps) of x[0..C), two passes */
-static inline void ln_stats(const float *x, int64_t C, float eps, float *mean, float *rstd)
+/* softmax: dx = y * (dy - sum(dy * y));  log_softmax: dx = dy - exp(y) * sum(dy) */
+ROW_INLINE void softmax_bwd_row(const float *yr, const float *dr, float *o, int64_t C, bool is_log)
 {
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; c++)
-        s += x[c];
-    float m = s / (float)C, v = 0.0f;
+        s += is_log ? dr[c] : dr[c] * yr[c];
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+        o[c] = is_log ? dr[c] - expf(yr[c]) * s : yr[c] * (dr[c] - s);
+}
+
+static void sm_bwd(const float *yr, const float *dr, float *o, int64_t C) { softmax_bwd_row(yr, dr, o, C, false); }
+static void log_sm_bwd(const float *yr, const float *dr, float *o, int64_t C) { softmax_bwd_row(yr, dr, o, C, true); }
+
+/* SOFTMAX_BWD and LOG_SOFTMAX_BWD: src0 = y [rows, C], src1 = dy */
+static col_status k_softmax_bwd(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    void (*row)(const float *, const float *, float *, int64_t) = n->op == COL_OP_LOG_SOFTMAX_BWD ? log_sm_bwd : sm_bwd;
+    const float *y = n->src[0]->t.data, *dy = n->src[1]->t.data;
+    float *dx = n->t.data;
+    int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++)
+        row(y + r * C, dy + r * C, dx + r * C, C);
+    return COL_OK;
+}
+
+/* ---- layernorm / rmsnorm ----
+ *
+ * rmsnorm is layernorm without the centring and without a bias: one set of
+ * row routines serves both, with a flag `center` (false: no mean, and x
+ * where layernorm has x - mean). The row routines are always inlined into
+ * one wrapper per op that passes `center` as a constant, so each op gets its
+ * own copy with exactly the operations of its formula (rmsnorm's holds no
+ * "- mean" at all); the kernel picks the wrapper by op. */
+
+/* x - mean, or x itself when not centring */
+ROW_INLINE float centred(float x, float mean, bool center) { return center ? x - mean : x; }
+
+/* centre: mean and 1/sqrt(biased variance + eps) of x[0..C), two passes;
+ * otherwise mean 0 and 1/sqrt(mean(x^2) + eps) */
+ROW_INLINE void norm_stats(const float *x, int64_t C, float eps, bool center, float *mean, float *rstd)
+{
+    float m = 0.0f, v = 0.0f;
+    if (center) {
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t c = 0; c < C; c++)
+            s += x[c];
+        m = s / (float)C;
+    }
 #pragma omp simd reduction(+ : v)
     for (int64_t c = 0; c < C; c++) {
-        float d = x[c] - m;
+        float d = centred(x[c], m, center);
         v += d * d;
     }
     *mean = m;
     *rstd = 1.0f / sqrtf(v / (float)C + eps);
 }
 
-/* 1/sqrt(mean(x^2) + eps) */
-static inline float rms_rstd(const float *x, int64_t C, float eps)
+/* The operands of a norm node, x and dy [rows, C] (contiguous); w, b, dy
+ * NULL when absent. Forward sources: x, then w if i[0], then b if i[1]
+ * (rmsnorm: x, w). Backward: x, then w if i[0], then dy (rmsnorm: x, w, dy). */
+typedef struct {
+    const float *x, *w, *b, *dy;
+    float eps;
+    int64_t rows, C;
+} norm_args;
+
+static norm_args norm_args_of(const col_node *n, bool center, bool bwd)
 {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t c = 0; c < C; c++)
-        s += x[c] * x[c];
-    return 1.0f / sqrtf(s / (float)C + eps);
+    const col_tensor *xt = &n->src[0]->t;
+    bool hw = !center || n->p.i[0] != 0;
+    int next = hw ? 2 : 1;
+    norm_args a = {.x = xt->data, .w = hw ? n->src[1]->t.data : NULL, .eps = n->p.f[0], .rows = col_rows(xt),
+                   .C = col_cols(xt)};
+    if (bwd)
+        a.dy = n->src[next]->t.data;
+    else if (center && n->p.i[1])
+        a.b = n->src[next]->t.data;
+    return a;
 }
 
-/* x: [rows, C], w, b: [C] or absent; y = (x - mean) * rstd * w + b */
-static col_status k_layernorm(const col_node *n, const col_exec *ex, col_err *err)
+/* row r: y = (x - mean) * rstd * w + b, without w / b where absent (rmsnorm: y = x * rstd * w) */
+ROW_INLINE void norm_row(const norm_args *a, int64_t r, float *y, bool center)
 {
-    (void)ex, (void)err;
-    bool hw = n->p.i[0] != 0, hb = n->p.i[1] != 0;
-    const float *x = n->src[0]->t.data;
-    const float *w = hw ? n->src[1]->t.data : NULL;
-    const float *b = hb ? n->src[hw ? 2 : 1]->t.data : NULL;
-    float eps = n->p.f[0], *y = n->t.data;
-    int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
-    if (C == 0)
-        return COL_OK;
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * C;
-        float *yr = y + r * C, mean, rstd;
-        ln_stats(xr, C, eps, &mean, &rstd);
-        if (w && b) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
-        } else if (w) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                yr[c] = (xr[c] - mean) * rstd * w[c];
-        } else if (b) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                yr[c] = (xr[c] - mean) * rstd + b[c];
-        } else {
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                yr[c] = (xr[c] - mean) * rstd;
-        }
-    }
-    return COL_OK;
-}
-
-/* x: [rows, C], w: [C]; y = x * rstd * w */
-static col_status k_rmsnorm(const col_node *n, const col_exec *ex, col_err *err)
-{
-    (void)ex, (void)err;
-    const float *x = n->src[0]->t.data, *w = n->src[1]->t.data;
-    float eps = n->p.f[0], *y = n->t.data;
-    int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
-    if (C == 0)
-        return COL_OK;
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * C;
-        float *yr = y + r * C, rstd = rms_rstd(xr, C, eps);
+    const float *w = a->w, *b = a->b;
+    int64_t C = a->C;
+    const float *xr = a->x + r * C;
+    float *yr = y + r * C, mean, rstd;
+    norm_stats(xr, C, a->eps, center, &mean, &rstd);
+    if (w && b) {
 #pragma omp simd
         for (int64_t c = 0; c < C; c++)
-            yr[c] = xr[c] * rstd * w[c];
+            yr[c] = centred(xr[c], mean, center) * rstd * w[c] + b[c];
+    } else if (w) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++)
+            yr[c] = centred(xr[c], mean, center) * rstd * w[c];
+    } else if (b) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++)
+            yr[c] = centred(xr[c], mean, center) * rstd + b[c];
+    } else {
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++)
+            yr[c] = centred(xr[c], mean, center) * rstd;
     }
+}
+
+static void ln_row(const norm_args *a, int64_t r, float *y) { norm_row(a, r, y, true); }
+static void rms_row(const norm_args *a, int64_t r, float *y) { norm_row(a, r, y, false); }
+
+/* LAYERNORM and RMSNORM */
+static col_status k_norm(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)ex, (void)err;
+    bool center = n->op == COL_OP_LAYERNORM;
+    void (*row)(const norm_args *, int64_t, float *) = center ? ln_row : rms_row;
+    norm_args a = norm_args_of(n, center, false);
+    if (a.C == 0)
+        return COL_OK;
+#pragma omp parallel for schedule(static) if (a.rows * a.C > COL_PAR_MIN)
+    for (int64_t r = 0; r < a.rows; r++)
+        row(&a, r, n->t.data);
     return COL_OK;
 }
 
@@ -294,123 +299,90 @@ static void norm_bwd_reduce(const norm_bwd_out *o, int64_t C)
     }
 }
 
-/* src0 = x, src1 = w (if i[0]), then dy. With xh = (x - mean) * rstd and
- * g = dy * w: dx = rstd * (g - mean(g) - xh * mean(g * xh)),
- * dw = sum_rows(dy * xh), db = sum_rows(dy). */
-static col_status k_layernorm_bwd(const col_node *n, const col_exec *ex, col_err *err)
+/* dx of one row. With xh = (x - mean) * rstd and g = dy * w (dy without w):
+ * dx = rstd * (g - mean(g) - xh * mean(g * xh)); not centring, xh = x * rstd
+ * and there is no mean(g) term. */
+ROW_INLINE void norm_dx_row(const float *xr, const float *w, const float *dr, float *dxr, int64_t C, float mean,
+                             float rstd, bool center)
 {
-    bool hw = n->p.i[0] != 0;
-    const col_tensor *xt = &n->src[0]->t;
-    const float *x = xt->data, *w = hw ? n->src[1]->t.data : NULL, *dy = n->src[hw ? 2 : 1]->t.data;
-    float eps = n->p.f[0];
-    int64_t rows = col_rows(xt), C = col_cols(xt);
-    if (C == 0)
-        return COL_OK;
-    norm_bwd_out o;
-    col_status st = norm_bwd_layout(n, ex, rows, C, &o, err);
-    if (st != COL_OK)
-        return st;
-    int64_t nch = o.nchunks;
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
-    for (int64_t k = 0; k < nch; k++) {
-        float *pdw = o.dw ? o.partial + k * o.parts * C : NULL;
-        float *pdb = o.db ? o.partial + k * o.parts * C + (o.dw ? C : 0) : NULL;
-        if (pdw)
-            memset(pdw, 0, sizeof(float) * (size_t)C);
-        if (pdb)
-            memset(pdb, 0, sizeof(float) * (size_t)C);
-        for (int64_t r = rows * k / nch; r < rows * (k + 1) / nch; r++) {
-            const float *xr = x + r * C, *dr = dy + r * C;
-            float mean, rstd;
-            ln_stats(xr, C, eps, &mean, &rstd);
-            if (o.dx) {
-                float sg = 0.0f, sgx = 0.0f;
-                float *dxr = o.dx + r * C;
-                if (w) {
+    float sg = 0.0f, sgx = 0.0f;
+    if (w) {
 #pragma omp simd reduction(+ : sg, sgx)
-                    for (int64_t c = 0; c < C; c++) {
-                        float g = dr[c] * w[c];
-                        sg += g;
-                        sgx += g * ((xr[c] - mean) * rstd);
-                    }
-                } else {
+        for (int64_t c = 0; c < C; c++) {
+            float g = dr[c] * w[c];
+            if (center)
+                sg += g;
+            sgx += g * (centred(xr[c], mean, center) * rstd);
+        }
+    } else {
 #pragma omp simd reduction(+ : sg, sgx)
-                    for (int64_t c = 0; c < C; c++) {
-                        sg += dr[c];
-                        sgx += dr[c] * ((xr[c] - mean) * rstd);
-                    }
-                }
-                float a = sg / (float)C, bb = sgx / (float)C;
-                if (w) {
-#pragma omp simd
-                    for (int64_t c = 0; c < C; c++)
-                        dxr[c] = rstd * (dr[c] * w[c] - a - (xr[c] - mean) * rstd * bb);
-                } else {
-#pragma omp simd
-                    for (int64_t c = 0; c < C; c++)
-                        dxr[c] = rstd * (dr[c] - a - (xr[c] - mean) * rstd * bb);
-                }
-            }
-            if (pdw) {
-#pragma omp simd
-                for (int64_t c = 0; c < C; c++)
-                    pdw[c] += dr[c] * ((xr[c] - mean) * rstd);
-            }
-            if (pdb) {
-#pragma omp simd
-                for (int64_t c = 0; c < C; c++)
-                    pdb[c] += dr[c];
-            }
+        for (int64_t c = 0; c < C; c++) {
+            if (center)
+                sg += dr[c];
+            sgx += dr[c] * (centred(xr[c], mean, center) * rstd);
         }
     }
-    if (o.parts)
-        norm_bwd_reduce(&o, C);
-    return COL_OK;
+    float a = sg / (float)C, bb = sgx / (float)C;
+    if (w) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++)
+            dxr[c] = rstd * (centred(dr[c] * w[c], a, center) - centred(xr[c], mean, center) * rstd * bb);
+    } else {
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++)
+            dxr[c] = rstd * (centred(dr[c], a, center) - centred(xr[c], mean, center) * rstd * bb);
+    }
 }
 
-/* src0 = x, src1 = w, src2 = dy. With xh = x * rstd and g = dy * w:
- * dx = rstd * (g - xh * mean(g * xh)), dw = sum_rows(dy * xh). */
-static col_status k_rmsnorm_bwd(const col_node *n, const col_exec *ex, col_err *err)
+/* chunk k: dx of its rows, and its partials dw = sum_rows(dy * xh), db = sum_rows(dy) */
+ROW_INLINE void norm_bwd_chunk(const norm_args *a, const norm_bwd_out *o, int64_t k, bool center)
 {
-    const col_tensor *xt = &n->src[0]->t;
-    const float *x = xt->data, *w = n->src[1]->t.data, *dy = n->src[2]->t.data;
-    float eps = n->p.f[0];
-    int64_t rows = col_rows(xt), C = col_cols(xt);
-    if (C == 0)
-        return COL_OK;
-    norm_bwd_out o;
-    col_status st = norm_bwd_layout(n, ex, rows, C, &o, err);
-    if (st != COL_OK)
-        return st;
-    int64_t nch = o.nchunks;
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
-    for (int64_t k = 0; k < nch; k++) {
-        float *pdw = o.dw ? o.partial + k * C : NULL;
-        if (pdw)
-            memset(pdw, 0, sizeof(float) * (size_t)C);
-        for (int64_t r = rows * k / nch; r < rows * (k + 1) / nch; r++) {
-            const float *xr = x + r * C, *dr = dy + r * C;
-            float rstd = rms_rstd(xr, C, eps);
-            if (o.dx) {
-                float *dxr = o.dx + r * C;
-                float sgx = 0.0f;
-#pragma omp simd reduction(+ : sgx)
-                for (int64_t c = 0; c < C; c++)
-                    sgx += dr[c] * w[c] * (xr[c] * rstd);
-                float bb = sgx / (float)C;
+    int64_t rows = a->rows, C = a->C, nch = o->nchunks;
+    float *pdw = o->dw ? o->partial + k * o->parts * C : NULL;
+    float *pdb = o->db ? o->partial + k * o->parts * C + (o->dw ? C : 0) : NULL;
+    if (pdw)
+        memset(pdw, 0, sizeof(float) * (size_t)C);
+    if (pdb)
+        memset(pdb, 0, sizeof(float) * (size_t)C);
+    for (int64_t r = rows * k / nch; r < rows * (k + 1) / nch; r++) {
+        const float *xr = a->x + r * C, *dr = a->dy + r * C;
+        float mean, rstd;
+        norm_stats(xr, C, a->eps, center, &mean, &rstd);
+        if (o->dx)
+            norm_dx_row(xr, a->w, dr, o->dx + r * C, C, mean, rstd, center);
+        if (pdw) {
 #pragma omp simd
-                for (int64_t c = 0; c < C; c++)
-                    dxr[c] = rstd * (dr[c] * w[c] - xr[c] * rstd * bb);
-            }
-            if (pdw) {
+            for (int64_t c = 0; c < C; c++)
+                pdw[c] += dr[c] * (centred(xr[c], mean, center) * rstd);
+        }
+        if (pdb) {
 #pragma omp simd
-                for (int64_t c = 0; c < C; c++)
-                    pdw[c] += dr[c] * (xr[c] * rstd);
-            }
+            for (int64_t c = 0; c < C; c++)
+                pdb[c] += dr[c];
         }
     }
+}
+
+static void ln_chunk(const norm_args *a, const norm_bwd_out *o, int64_t k) { norm_bwd_chunk(a, o, k, true); }
+static void rms_chunk(const norm_args *a, const norm_bwd_out *o, int64_t k) { norm_bwd_chunk(a, o, k, false); }
+
+/* LAYERNORM_BWD and RMSNORM_BWD */
+static col_status k_norm_bwd(const col_node *n, const col_exec *ex, col_err *err)
+{
+    bool center = n->op == COL_OP_LAYERNORM_BWD;
+    void (*chunk)(const norm_args *, const norm_bwd_out *, int64_t) = center ? ln_chunk : rms_chunk;
+    norm_args a = norm_args_of(n, center, true);
+    norm_bwd_out o;
+    if (a.C == 0)
+        return COL_OK;
+    col_status st = norm_bwd_layout(n, ex, a.rows, a.C, &o, err);
+    if (st != COL_OK)
+        return st;
+#pragma omp parallel for schedule(static) if (a.rows * a.C > COL_PAR_MIN)
+    for (int64_t k = 0; k < o.nchunks; k++)
+        chunk(&a, &o, k);
     if (o.parts)
-        norm_bwd_reduce(&o, C);
+        norm_bwd_reduce(&o, a.C);
     return COL_OK;
 }
 
@@ -419,9 +391,9 @@ void col_cpu_register_norm(col_backend *be)
     be->kernel[COL_OP_SOFTMAX] = k_softmax;
     be->kernel[COL_OP_SOFTMAX_BWD] = k_softmax_bwd;
     be->kernel[COL_OP_LOG_SOFTMAX] = k_log_softmax;
-    be->kernel[COL_OP_LOG_SOFTMAX_BWD] = k_log_softmax_bwd;
-    be->kernel[COL_OP_LAYERNORM] = k_layernorm;
-    be->kernel[COL_OP_LAYERNORM_BWD] = k_layernorm_bwd;
-    be->kernel[COL_OP_RMSNORM] = k_rmsnorm;
-    be->kernel[COL_OP_RMSNORM_BWD] = k_rmsnorm_bwd;
+    be->kernel[COL_OP_LOG_SOFTMAX_BWD] = k_softmax_bwd;
+    be->kernel[COL_OP_LAYERNORM] = k_norm;
+    be->kernel[COL_OP_LAYERNORM_BWD] = k_norm_bwd;
+    be->kernel[COL_OP_RMSNORM] = k_norm;
+    be->kernel[COL_OP_RMSNORM_BWD] = k_norm_bwd;
 }

@@ -394,11 +394,7 @@ static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *
 
 void col_cpu_register_unary(col_backend *be)
 {
-    static const col_op ops[] = {
-        COL_OP_EXP, COL_OP_LOG, COL_OP_TANH, COL_OP_SIGMOID, COL_OP_RELU, COL_OP_GELU_ERF, COL_OP_GELU_TANH,
-        COL_OP_SILU, COL_OP_SWIGLU, COL_OP_TANH_BWD, COL_OP_SIGMOID_BWD, COL_OP_RELU_BWD, COL_OP_GELU_ERF_BWD,
-        COL_OP_GELU_TANH_BWD, COL_OP_SILU_BWD, COL_OP_SWIGLU_BWD, COL_OP_DROPOUT,
-    };
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        be->kernel[ops[i]] = k_elementwise;
+    for (int op = 0; op < COL_OP_COUNT; op++)
+        if (col_op_is_elementwise((col_op)op))
+            be->kernel[op] = k_elementwise;
 }

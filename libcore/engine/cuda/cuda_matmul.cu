@@ -157,13 +157,8 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
     }
     const float one = 1.0f, zero = 0.0f;
     for (int64_t bi = 0; bi < outer && s == CUBLAS_STATUS_SUCCESS; bi++) {
-        int64_t oa = 0, ob = 0, rem = bi;
-        for (int d = inner_from - 1; d >= 0; d--) {
-            int64_t sz = n->t.shape[d], i = rem % sz;
-            rem /= sz;
-            oa += i * a->stride[d];
-            ob += i * b->stride[d];
-        }
+        int64_t oa, ob;
+        col_batch_offsets(n->t.shape, inner_from, bi, a, b, &oa, &ob);
         const char *pa = (const char *)a->data + oa * (int64_t)esa, *pb = (const char *)b->data + ob * (int64_t)esb;
         char *pc = (char *)n->t.data + bi * inner * M * N * (int64_t)esc;
         s = cublasLtMatmul(c->lt, o.op, &one, pb, o.la, pa, o.lb, &zero, pc, o.lc, pc, o.lc, &heur.algo, c->ws,

@@ -7,7 +7,7 @@
  * once: AdamW moves 28 bytes per parameter, as the host loop does.
  *
  * The formulas are optim.c's, operation for operation: the per-step scalars
- * are computed on the host by the same expressions, and the element updates
+ * are computed on the host by the same code (optim_scalars.h), and the element updates
  * use __fmul_rn/__fadd_rn/__fsub_rn/__fdiv_rn/__fsqrt_rn, which nvcc never
  * contracts into fused multiply-adds (optim.c is built with contraction off),
  * so every element rounds as on the CPU.
@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "cuda_internal.h"
+#include "optim_scalars.h"
 
 #define CU_OPT_GROUP 32
 #define CU_OPT_CHUNK 4096
@@ -32,9 +33,9 @@ typedef struct {
 } cu_opt_group;
 
 typedef struct {
-    float b1, b2, omb1, omb2, step_size, bc2_sqrt, eps; /* AdamW */
-    float lr, mu;                                      /* SGD */
-    int mode;                                          /* SGD: 0 plain, 1 momentum, 2 Nesterov */
+    col_adamw_scalars a; /* AdamW */
+    float lr, mu;        /* SGD */
+    int mode;            /* SGD: 0 plain, 1 momentum, 2 Nesterov */
 } cu_opt_scalars;
 
 /* the group's tensor holding chunk `chunk` (few tensors: a linear search) */
@@ -59,12 +60,12 @@ __global__ void k_adamw(const cu_opt_group G, const cu_opt_scalars s)
     const float keep = G.keep[t];
     for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
         float gi = g[j];
-        float mi = __fadd_rn(__fmul_rn(s.b1, m[j]), __fmul_rn(s.omb1, gi));
-        float vi = __fadd_rn(__fmul_rn(s.b2, v[j]), __fmul_rn(__fmul_rn(s.omb2, gi), gi));
+        float mi = __fadd_rn(__fmul_rn(s.a.mo.b1, m[j]), __fmul_rn(s.a.mo.omb1, gi));
+        float vi = __fadd_rn(__fmul_rn(s.a.mo.b2, v[j]), __fmul_rn(__fmul_rn(s.a.mo.omb2, gi), gi));
         m[j] = mi;
         v[j] = vi;
-        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
-        w[j] = __fsub_rn(__fmul_rn(w[j], keep), __fmul_rn(s.step_size, __fdiv_rn(mi, den)));
+        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.a.bc2_sqrt), s.a.eps);
+        w[j] = __fsub_rn(__fmul_rn(w[j], keep), __fmul_rn(s.a.step_size, __fdiv_rn(mi, den)));
     }
 }
 
@@ -104,7 +105,7 @@ static bool device_accessible(const void *p)
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged || a.type == cudaMemoryTypeHost;
 }
 
-/* optim.c's check_step, and every buffer on the device */
+/* col_opt_step's checks (kinds with a kernel only), and every buffer on the device */
 static col_status check(const col_backend *be, const col_opt_config *c, float lr, int64_t step, const col_opt_tensor *ts,
                         int nt, col_err *err)
 {
@@ -116,35 +117,17 @@ static col_status check(const col_backend *be, const col_opt_config *c, float lr
     const char *k = col_opt_kind_name(c->kind);
     if (c->kind != COL_OPT_ADAMW && c->kind != COL_OPT_SGD)
         return col_err_set(err, COL_EUNSUPPORTED, "col_cuda_opt_step: %s has no CUDA kernel yet (adamw and sgd have)", k);
-    if (!(lr >= 0.0f && isfinite(lr)))
-        return col_err_set(err, COL_EINVAL, "col_cuda_opt_step(%s): lr %g must be finite and >= 0", k, lr);
-    if (step < 1)
-        return col_err_set(err, COL_EINVAL, "col_cuda_opt_step(%s): step %lld must be >= 1 (steps are 1-based)", k,
-                           (long long)step);
-    if (nt < 0 || (nt > 0 && !ts))
-        return col_err_set(err, COL_EINVAL, "col_cuda_opt_step(%s): bad tensor list (%d tensors, list %s)", k, nt,
-                           ts ? "given" : "NULL");
-    int slots = col_opt_state_slots(c->kind, c->momentum);
+    st = col_opt_check_step("col_cuda_opt_step", c, lr, step, ts, nt, err);
+    if (st != COL_OK)
+        return st;
     st = cu_status(cudaSetDevice(((const col_cuda_ctx *)be->ctx)->device), err, "col_cuda_opt_step");
     if (st != COL_OK)
         return st;
+    int slots = col_opt_state_slots(c->kind, c->momentum);
     for (int i = 0; i < nt; i++) {
         const col_opt_tensor *t = &ts[i];
-        if (t->n < 0)
-            return col_err_set(err, COL_EINVAL, "col_cuda_opt_step(%s): tensor %d has negative length %lld", k, i,
-                               (long long)t->n);
         if (t->n == 0)
             continue;
-        if (!t->w || !t->g)
-            return col_err_set(err, COL_EINVAL, "col_cuda_opt_step(%s): tensor %d has a NULL %s", k, i,
-                               !t->w ? "weight" : "gradient");
-        if (slots >= 1 && !t->m)
-            return col_err_set(err, COL_EINVAL,
-                               "col_cuda_opt_step(%s): tensor %d has no m state (%s needs %d state slot%s)", k, i, k,
-                               slots, slots > 1 ? "s" : "");
-        if (slots >= 2 && !t->v)
-            return col_err_set(err, COL_EINVAL, "col_cuda_opt_step(%s): tensor %d has no v state (%s needs 2 state slots)",
-                               k, i, k);
         const void *ptr[4] = {t->w, t->g, slots >= 1 ? t->m : t->w, slots >= 2 ? t->v : t->w};
         static const char *what[4] = {"weight", "gradient", "m state", "v state"};
         for (int j = 0; j < 4; j++)
@@ -162,18 +145,15 @@ extern "C" col_status col_cuda_opt_step(const col_backend *be, const col_opt_con
     if (st != COL_OK)
         return st;
     const col_cuda_ctx *ctx = (const col_cuda_ctx *)be->ctx;
-    /* per-step scalars: optim.c's expressions */
+    /* per-step scalars: optim.c's (optim_scalars.h) */
     cu_opt_scalars s;
     memset(&s, 0, sizeof s);
     bool adamw = c->kind == COL_OPT_ADAMW;
     if (adamw) {
-        s.b1 = c->beta1, s.b2 = c->beta2, s.eps = c->eps;
-        s.omb1 = (float)(1.0 - (double)s.b1), s.omb2 = (float)(1.0 - (double)s.b2);
-        const double bc1 = 1.0 - pow(s.b1, (double)step), bc2 = 1.0 - pow(s.b2, (double)step);
-        s.step_size = (float)(lr / bc1), s.bc2_sqrt = (float)sqrt(bc2);
+        s.a = col_adamw_scalars_of(c, lr, step);
     } else {
         s.lr = lr, s.mu = c->momentum;
-        s.mode = c->momentum == 0.0f ? 0 : c->nesterov ? 2 : 1;
+        s.mode = col_sgd_mode(c);
     }
     cu_opt_group G;
     memset(&G, 0, sizeof G);
@@ -194,8 +174,7 @@ extern "C" col_status col_cuda_opt_step(const col_backend *be, const col_opt_con
                                    (long long)t->n);
             int k = G.count++;
             G.w[k] = t->w, G.g[k] = t->g, G.m[k] = t->m, G.v[k] = t->v, G.n[k] = t->n;
-            G.keep[k] = adamw ? (t->decay ? (float)(1.0 - (double)lr * c->weight_decay) : 1.0f)
-                              : (t->decay ? c->weight_decay : 0.0f);
+            G.keep[k] = adamw ? col_adamw_keep(c, lr, t->decay) : (t->decay ? c->weight_decay : 0.0f);
             G.first_chunk[k] = chunks;
             chunks += (int)tc;
         }
