@@ -46,6 +46,8 @@ struct mt_resident {
     bool *nvme;          /* per chunk: its home is the NVMe tier */
     void **copy;         /* per chunk: its compute-tier copy, NULL when not resident */
     bool *dirty;
+    void **shadow;       /* checking mode: per host-home chunk, its home's bytes from before its fetch */
+    bool forget_dirty;   /* fault injection for tests: ops that write a chunk do not mark it dirty */
     uint64_t *fetch_seq; /* per chunk: the transfer bringing it in (WAIT waits for it) */
     uint64_t *last_seq;  /* per chunk: the last transfer touching its copy */
     size_t granule;      /* MT_ALIGN, or MT_NVME_ALIGN when NVMe chunks are in play */
@@ -69,6 +71,19 @@ struct mt_resident {
 };
 
 void mt_resident_poison_home(mt_resident *r, bool on) { r->poison = on; }
+void mt_resident_forget_dirty(mt_resident *r, bool on) { r->forget_dirty = on; }
+
+/* checking mode: chunk c's shadow buffer, made at its first fetch */
+static col_status shadow_of(mt_resident *r, int c, void **out, col_err *err)
+{
+    *out = NULL;
+    if (!r->poison || r->nvme[c])
+        return COL_OK;
+    if (!r->shadow[c] && !(r->shadow[c] = malloc(r->cap[c] ? r->cap[c] : 1)))
+        return col_err_set(err, COL_ENOMEM, "memtier: out of memory for the checking mode's copy of chunk %d", c);
+    *out = r->shadow[c];
+    return COL_OK;
+}
 
 void mt_resident_set_async(mt_resident *r, bool on)
 {
@@ -383,6 +398,7 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
     r->nvme = calloc(m, sizeof *r->nvme);
     r->copy = calloc(m, sizeof *r->copy);
     r->dirty = calloc(m, sizeof *r->dirty);
+    r->shadow = calloc(m, sizeof *r->shadow);
     r->fetch_seq = calloc(m, sizeof *r->fetch_seq);
     r->last_seq = calloc(m, sizeof *r->last_seq);
     r->order = calloc(m, sizeof *r->order);
@@ -391,7 +407,7 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
     mt_plan_op *ops = NULL;
     int *lists = NULL;
     col_status st = COL_OK;
-    if (!r->op_of || !r->cap || !r->fp || !r->nvme || !r->copy || !r->dirty || !r->fetch_seq || !r->last_seq ||
+    if (!r->op_of || !r->cap || !r->fp || !r->nvme || !r->copy || !r->dirty || !r->shadow || !r->fetch_seq || !r->last_seq ||
         !r->order || !r->ar || !chunks)
         st = col_err_set(err, COL_ENOMEM, "memtier: out of memory");
     if (r->ar)
@@ -474,6 +490,9 @@ void mt_resident_free(mt_resident *r)
     free(r->nvme);
     free(r->copy);
     free(r->dirty);
+    for (int c = 0; r->shadow && c < r->nchunks; c++)
+        free(r->shadow[c]);
+    free(r->shadow);
     free(r->fetch_seq);
     free(r->last_seq);
     free(r);
@@ -486,6 +505,13 @@ static col_status store(mt_resident *r, int c, col_err *err)
 {
     mt_xfer x = {.chunk = c, .store = true, .buf = r->copy[c], .home = r->nvme[c] ? NULL : mt_chunk_host(r->pool, c),
                  .bytes = r->cap[c]};
+    if (r->shadow[c] && r->poison && !r->nvme[c]) {
+        /* checking mode. A clean chunk: home gets back what it held before the fetch, not the tier's copy,
+         * so a write on the tier that was never marked dirty (a lost write-back) shows in the results. A
+         * dirty one: its copy goes home and becomes what a later clean eviction puts back (a flush) */
+        x.restore = !r->dirty[c];
+        x.shadow = r->shadow[c];
+    }
     col_status st = mt_xq_push(r->xq, &x, &r->last_seq[c], err);
     if (st != COL_OK)
         return st;
@@ -517,10 +543,10 @@ static col_status apply(mt_resident *r, const mt_plan_action *a, int n, int k, c
              * step ends with nothing resident, so the tail would only drop it again */
             if (r->copy[c] || a[i].for_op < k)
                 break;
-            void *buf;
-            if ((st = get_buffer(r, c, &buf, err)) != COL_OK)
+            void *buf, *shadow;
+            if ((st = shadow_of(r, c, &shadow, err)) != COL_OK || (st = get_buffer(r, c, &buf, err)) != COL_OK)
                 break;
-            mt_xfer x = {.chunk = c, .poison = r->poison && !r->nvme[c], .buf = buf,
+            mt_xfer x = {.chunk = c, .poison = r->poison && !r->nvme[c], .shadow = shadow, .buf = buf,
                          .home = r->nvme[c] ? NULL : mt_chunk_host(r->pool, c), .bytes = r->cap[c]};
             if ((st = mt_xq_push(r->xq, &x, &r->fetch_seq[c], err)) != COL_OK) {
                 put_buffer(r, c);
@@ -543,7 +569,7 @@ static col_status apply(mt_resident *r, const mt_plan_action *a, int n, int k, c
         case MT_PA_DROP:
             if (!r->copy[c])
                 break;
-            /* never lose a write; in checking mode the host home holds NaNs */
+            /* never lose a write; in checking mode the host home holds NaNs until its bytes are put back */
             if (a[i].kind != MT_PA_DROP || r->dirty[c] || (r->poison && !r->nvme[c]))
                 st = store(r, c, err);
             else
@@ -581,7 +607,7 @@ static col_status hook(void *user, const col_plan *p, int i, col_node *n, col_er
             break;
         void *addr = (char *)r->copy[u->chunk] + u->off;
         if (u->grad) {
-            r->dirty[u->chunk] = true;
+            r->dirty[u->chunk] = !r->forget_dirty;
             st = col_bind_grad(u->n, addr, err);
         } else {
             st = col_bind(u->n, addr, err);

@@ -103,11 +103,18 @@ void mt_resident_get_plan_summary(const mt_resident *r, mt_plan_summary *s);
  * stays synchronous (stats.async tells). */
 void mt_resident_set_async(mt_resident *r, bool on);
 /* Checking mode for tests: while a host-home chunk is on the compute tier its
- * home copy is overwritten with NaNs (and every eviction writes back), so an
- * op that read a parameter or gradient at home instead of on the tier would
- * change the results. NVMe-home chunks have no host copy to poison (their
+ * home copy is overwritten with NaNs, so an op that read a parameter or
+ * gradient at home instead of on the tier would change the results. Its
+ * bytes are kept aside first: at eviction a dirty chunk's copy is written
+ * home, and a clean one gets those saved bytes back, not the tier's copy, so
+ * a write on the tier that the tier lost track of (a lost write-back) changes
+ * the results too. NVMe-home chunks have no host copy to poison (their
  * placeholder faults when touched). */
 void mt_resident_poison_home(mt_resident *r, bool on);
+/* Fault injection for tests: ops that write a chunk (gradient accumulation)
+ * no longer mark it dirty, as a bug in the tier's bookkeeping would; the
+ * checking mode must then fail to reproduce the results. */
+void mt_resident_forget_dirty(mt_resident *r, bool on);
 /* Makes r use with's chunk arena, grown to r's need if that is larger
  * (need = budget - activations), so several plans of one model (training,
  * evaluation, decoding) hold one arena between them instead of one each.

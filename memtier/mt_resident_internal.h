@@ -27,6 +27,10 @@ typedef struct {
     int chunk;
     bool store;   /* copy -> home (write-back, flush); else home -> copy (fetch) */
     bool poison;  /* a fetch in checking mode: NaN bytes over the host home once copied */
+    void *shadow; /* checking mode, host home: a fetch saves the home's bytes here before poisoning it;
+                     a restore (store with restore set) copies them back instead of the tier's copy */
+    bool restore; /* a store that puts shadow back home: the chunk was clean, so its home must be what it
+                     was before the fetch, whatever the tier's copy holds */
     void *buf;    /* the compute-tier copy */
     void *home;   /* host home; NULL for a chunk whose home is the NVMe tier */
     size_t bytes; /* bytes to move (an NVMe chunk: mt_chunk_io_bytes) */

@@ -43,6 +43,14 @@ static void copy_parallel(void *dst, const void *src, size_t n)
     }
 }
 
+/* checking mode, after a fetch: the home's bytes saved, then NaNs over them */
+static void poison_home(const mt_xfer *x)
+{
+    if (x->shadow)
+        memcpy(x->shadow, x->home, x->bytes);
+    memset(x->home, 0xff, x->bytes);
+}
+
 /* carries out one transfer; the link it kept busy in *link. On the
  * transfer thread a plain memcpy: an OpenMP team there would fight the
  * compute threads for the cores. */
@@ -51,11 +59,16 @@ static col_status run_xfer(mt_xq *q, const mt_xfer *x, bool parallel, mt_link *l
     col_status st = COL_OK;
     if (q->dev) { /* device copies: through the backend's memory table */
         const col_backend_mem *m = q->dev->mem;
-        if (x->home) {
+        if (x->home && x->restore) {
+            memcpy(x->home, x->shadow, x->bytes);
+            *link = MT_LINK_C2H;
+        } else if (x->home) {
             st = x->store ? m->to_host(q->dev, x->home, x->buf, x->bytes, e)
                           : m->to_device(q->dev, x->buf, x->home, x->bytes, e);
             if (st == COL_OK && x->poison && !x->store)
-                memset(x->home, 0xff, x->bytes);
+                poison_home(x);
+            if (st == COL_OK && x->store && x->shadow)
+                memcpy(x->shadow, x->home, x->bytes); /* checking mode: what home now holds */
             *link = x->store ? MT_LINK_C2H : MT_LINK_H2C;
         } else if (!q->stage) {
             st = col_err_set(e, COL_EINTERNAL, "memtier: no staging buffer for NVMe chunk %d", x->chunk);
@@ -75,13 +88,15 @@ static col_status run_xfer(mt_xq *q, const mt_xfer *x, bool parallel, mt_link *l
     }
     if (x->home) {
         void *dst = x->store ? x->home : x->buf;
-        const void *src = x->store ? x->buf : x->home;
+        const void *src = x->store ? (x->restore ? x->shadow : x->buf) : x->home;
         if (parallel)
             copy_parallel(dst, src, x->bytes);
         else
             memcpy(dst, src, x->bytes);
         if (x->poison && !x->store)
-            memset(x->home, 0xff, x->bytes);
+            poison_home(x);
+        if (x->store && x->shadow && !x->restore)
+            memcpy(x->shadow, x->home, x->bytes); /* checking mode: what home now holds */
         *link = x->store ? MT_LINK_C2H : MT_LINK_H2C;
     } else {
         /* one direct read into (write from) the compute-tier copy; with CUDA it

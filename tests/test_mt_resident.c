@@ -120,6 +120,24 @@ static void run_case(bool checkpoint)
         col_lm_trainer_free(a);
         col_lm_trainer_free(b);
     }
+    /* the mutation that proves the checking mode sees a lost write-back: the tier forgets that ops wrote
+     * gradient chunks, so a clean eviction puts the home's old bytes back and the gradients are lost */
+    if (ref && !checkpoint) {
+        col_lm_train_config tight = config(minb, checkpoint);
+        col_lm_trainer *lost = NULL;
+        float l3[STEPS];
+        bool ran = col_lm_trainer_create(&tight, &be, &lost, &err) == COL_OK;
+        if (ran) {
+            mt_resident *r = col_lm_trainer_compute_tier(lost);
+            mt_resident_poison_home(r, true);
+            mt_resident_forget_dirty(r, true);
+            ran = tl_lm_steps(lost, 0, STEPS, 5, V, l3, &err);
+        }
+        TL_OK(ran && (memcmp(l0, l3, sizeof l0) != 0 || !tl_lm_same_weights(ref, lost)),
+              "checking mode with write-backs lost (dirty bits forgotten): the results differ (loss %.7f, not "
+              "%.7f)%s%s", ran ? l3[STEPS - 1] : 0.0f, l0[STEPS - 1], ran ? "" : ": ", ran ? "" : err.msg);
+        col_lm_trainer_free(lost);
+    }
     col_lm_trainer_free(ref);
 
     col_lm_train_config small = config(minb - 1, checkpoint);
