@@ -317,7 +317,7 @@ static void test_families(void)
             mods++;
         bool same = parsed && c.arch == f->arch && col_lm_family_of(f->arch) == f &&
                     strcmp(col_arch_name(f->arch), f->name) == 0;
-        TL_OK(same && col_lm_param_count(&c) > 0 && mods > 0 && mods < 32,
+        TL_OK(same && col_lm_param_count(&c) > 0 && mods > 0 && mods < 32 && f->title && f->unused_ok,
               "family %s: model_type, col_arch_name and the registry agree; %d parameters, %d LoRA modules", f->name,
               parsed ? col_lm_param_count(&c) : 0, mods);
     }

@@ -103,13 +103,21 @@ static col_node *gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm
 }
 
 static const char *const lora_modules[] = {"c_attn", "c_proj", "c_fc", NULL};
+/* GPT2Attention's causal-mask buffers, which checkpoints saved before they became non-persistent hold
+ * (older GPT-2 checkpoints on the hub do): transformers 5 lists "attn.bias" and "crossattention.bias" in
+ * GPT2PreTrainedModel._keys_to_ignore_on_load_unexpected (models/gpt2/modeling_gpt2.py), transformers 4.x
+ * listed r"h\.\d+\.attn\.bias" and r"h\.\d+\.attn\.masked_bias" in GPT2LMHeadModel's */
+static const char *const unused_ok[] = {"h.#.attn.bias", "h.#.attn.masked_bias", "h.#.crossattention.bias",
+                                        NULL};
 
 const col_lm_family col_gpt2_family = {
     .name = "gpt2",
+    .title = "GPT-2",
     .arch = COL_ARCH_GPT2,
     .conv1d = true,
     .lora_modules = lora_modules,
     .lora_default_targets = "c_attn",
+    .unused_ok = unused_ok,
     .param_count = gpt2_param_count,
     .param_specs = gpt2_param_specs,
     .forward = gpt2_forward,

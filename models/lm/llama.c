@@ -109,13 +109,20 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
 
 static const char *const lora_modules[] = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
                                            "gate_proj", "up_proj", "down_proj", NULL};
+/* the rotary embedding's inv_freq buffer, which checkpoints converted before it became non-persistent hold
+ * (per layer, model.layers.N.self_attn.rotary_emb.inv_freq, in the first Llama 2 conversions): transformers
+ * drops unexpected keys matching r"rotary_emb\.inv_freq" in any model with such a buffer
+ * (PreTrainedModel._adjust_missing_and_unexpected_keys, modeling_utils.py) */
+static const char *const unused_ok[] = {"rotary_emb.inv_freq", NULL};
 
 const col_lm_family col_llama_family = {
     .name = "llama",
+    .title = "LLaMA",
     .arch = COL_ARCH_LLAMA,
     .conv1d = false,
     .lora_modules = lora_modules,
     .lora_default_targets = "q_proj,v_proj",
+    .unused_ok = unused_ok,
     .param_count = llama_param_count,
     .param_specs = llama_param_specs,
     .forward = llama_forward,
