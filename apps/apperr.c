@@ -32,3 +32,23 @@ const char *app_err_line(const col_err *e, app_flag_fn *flag_of, char *buf, size
         snprintf(buf + len, n - len, ")");
     return buf;
 }
+
+void app_load_warnings(FILE *f, const char *prog, const col_lm_load_report *r)
+{
+    if (!r)
+        return;
+    int named = r->n_nonfinite < COL_LM_LOAD_NAMES ? r->n_nonfinite : COL_LM_LOAD_NAMES;
+    for (int i = 0; i < named; i++)
+        fprintf(f, "%s: warning: tensor '%s' holds %lld NaN/Inf value%s\n", prog, r->nonfinite[i].name,
+                (long long)r->nonfinite[i].count, r->nonfinite[i].count == 1 ? "" : "s");
+    if (r->n_nonfinite > named)
+        fprintf(f, "%s: warning: %d more tensors hold NaN/Inf values\n", prog, r->n_nonfinite - named);
+    if (r->n_extra > 0) {
+        fprintf(f, "%s: warning: ignored %d checkpoint tensor%s the model does not use:", prog, r->n_extra,
+                r->n_extra == 1 ? "" : "s");
+        int shown = r->n_extra < 3 ? r->n_extra : 3;
+        for (int i = 0; i < shown; i++)
+            fprintf(f, "%s '%s'", i ? "," : "", r->extra[i]);
+        fprintf(f, "%s\n", r->n_extra > shown ? ", ..." : "");
+    }
+}

@@ -65,6 +65,8 @@ static void usage(FILE *f)
         "  --ctx N                context limit in tokens (default: the model's positions); when a conversation\n"
         "                         and --max-new-tokens no longer fit, the oldest turns are dropped\n"
         "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
+        "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
+        "                         (by default an error: it often means config.json does not fit the weights)\n"
         "%s"
         "Generation stops at the end-of-sequence token, a stop string or --max-new-tokens.\n"
         "Interactive: arrows, home/end, ctrl-a/e/k/u/w edit the line; up/down recall earlier lines (kept in\n"
@@ -80,6 +82,7 @@ static const char *chat_flag_of(col_setting s)
     switch (s) {
     case COL_SETTING_TOKENIZER: return "tokenizer";
     case COL_SETTING_CHAT_TEMPLATE: return "template";
+    case COL_SETTING_EXTRA_TENSORS: return "ignore-extra-tensors";
     default: return mem_opt_of(s);
     }
 }
@@ -161,7 +164,7 @@ static int32_t *parse_ids(const char *s, int *n)
 
 typedef struct {
     const char *model, *tokenizer, *system, *prompt, *prompt_ids;
-    bool raw, json, has_template, has_seed;
+    bool raw, json, has_template, has_seed, ignore_extra;
     col_chat_family family;
     col_sample_opts so;
     long long max_new, ctx; /* -1: default */
@@ -173,7 +176,7 @@ typedef struct {
 static void parse_options(int argc, char **argv, options *o)
 {
     enum { O_TEMPLATE = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_REP, O_SEED, O_MAXNEW, O_STOP, O_CTX, O_TOK,
-           O_PROMPT, O_RAW, O_IDS, O_JSON, O_MEM /* + index in mem_opt_names */ };
+           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"template", required_argument, 0, O_TEMPLATE}, {"system", required_argument, 0, O_SYSTEM},
         {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
@@ -183,6 +186,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"tokenizer", required_argument, 0, O_TOK}, {"prompt", required_argument, 0, O_PROMPT},
         {"raw", no_argument, 0, O_RAW}, {"prompt-ids", required_argument, 0, O_IDS},
         {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'},
+        {"ignore-extra-tensors", no_argument, 0, O_EXTRA},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
         {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
@@ -228,6 +232,7 @@ static void parse_options(int argc, char **argv, options *o)
         case O_RAW: o->raw = true; break;
         case O_IDS: o->prompt_ids = optarg; break;
         case O_JSON: o->json = true; break;
+        case O_EXTRA: o->ignore_extra = true; break;
         case 'h': usage(stdout); exit(0);
         case O_MEM: case O_MEM + 1: case O_MEM + 2: case O_MEM + 3: case O_MEM + 4: case O_MEM + 5: case O_MEM + 6: {
             char msg[256];
@@ -566,13 +571,16 @@ static int run(const options *opt)
     chat_conv conv = {.family = family};
     memset(&g, 0, sizeof g);
     const char **stops = NULL;
+    col_lm_load_report rep = {0};
     if (col_lm_trainer_create(&tc, &be, &tr, &err) != COL_OK ||
-        (src.weights && col_lm_trainer_load(tr, src.weights, &err) != COL_OK) ||
+        (src.weights &&
+         col_lm_trainer_load_ex(tr, src.weights, o.ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, &rep, &err) != COL_OK) ||
         (src.has_adapter && col_lm_trainer_load_adapter(tr, src.dir, &err) != COL_OK) ||
         chat_engine_init(&g, tr, src.tok, mc->vocab_size, ctx, &err) != COL_OK) {
         print_err(&err);
         goto done;
     }
+    app_load_warnings(stderr, PROG, &rep);
     col_ckpt_close(src.weights); /* the weights are in the session now */
     src.weights = NULL;
     if (src.preset[0])

@@ -343,10 +343,13 @@ static col_status make_trainer(run *r, col_err *err)
                              "directory is inconsistent", o->resume, (long long)col_lm_trainer_steps(r->tr),
                              (long long)r->state.step);
     } else if (r->src.weights) {
-        st = col_lm_trainer_load(r->tr, r->src.weights, err);
+        col_lm_load_report rep;
+        st = col_lm_trainer_load_ex(r->tr, r->src.weights, o->ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, &rep, err);
         if (st != COL_OK)
             col_err_prefix(err, "%s", r->src.dir);
-        else if (r->src.has_adapter)
+        else
+            app_load_warnings(stderr, "colossal-finetune", &rep);
+        if (st == COL_OK && r->src.has_adapter)
             st = col_lm_trainer_load_adapter(r->tr, r->src.dir, err);
     }
     return st;

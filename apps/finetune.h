@@ -44,6 +44,7 @@ typedef struct {
     float grad_clip;
     float dropout;               /* < 0: the model config's */
     bool checkpointing;
+    bool ignore_extra;           /* load MODEL's weights even with tensors the model does not use */
     mem_opts mem;                /* --cpu-mem, --gpu-mem, --chunk-size, --nvme-* */
     /* LoRA */
     int lora_rank;

@@ -32,7 +32,7 @@ static const ft_optdef optdefs[] = {
     {"json", false, true},        {"quiet", false, true},        {"help", false, true},
     {"tui", false, true},         {"gpu-mem", true, true},       {"chunk-size", true, true},
     {"nvme-dir", true, true},     {"nvme-max", true, true},      {"nvme-kinds", true, true},
-    {"nvme-queue-depth", true, true}, {"data-max", true, true},
+    {"nvme-queue-depth", true, true}, {"data-max", true, true},  {"ignore-extra-tensors", false, true},
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
@@ -82,6 +82,8 @@ void ft_usage(FILE *f)
         "  --grad-clip C          clip the gradient norm at C (default 1; 0 = off)\n"
         "  --dropout P            dropout probability, replacing the model's (0 for exact comparisons)\n"
         "  --checkpointing        recompute activations in backward (less memory, ~30%% more compute)\n"
+        "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
+        "                         (by default an error: it often means config.json does not fit the weights)\n"
         "%s"
         "  --lora-rank R          train rank-R LoRA adapters instead of all weights; --lora-alpha A (default R)\n"
         "  --lora-targets LIST    modules to adapt, e.g. q_proj,v_proj (default: the architecture's usual)\n"
@@ -131,6 +133,7 @@ const char *ft_flag_of(col_setting s)
     case COL_SETTING_TOKENIZER: return "tokenizer";
     case COL_SETTING_CHAT_TEMPLATE: return "template";
     case COL_SETTING_OUTPUT_DIR: return "out";
+    case COL_SETTING_EXTRA_TENSORS: return "ignore-extra-tensors";
     default: return mem_opt_of(s);
     }
 }
@@ -227,6 +230,7 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "eval-every")) return int_in(v, 0, 100000000, &o->eval_every) || BAD("--eval-every must be an integer >= 0 (got '%s')", v);
     if (!strcmp(name, "eval-batches")) return int_in(v, 1, 1000000, &o->eval_batches) || BAD("--eval-batches must be an integer >= 1 (got '%s')", v);
     if (!strcmp(name, "eval-only")) return o->eval_only = true;
+    if (!strcmp(name, "ignore-extra-tensors")) return o->ignore_extra = true;
     if (!strcmp(name, "sample-every")) return int_in(v, 0, 100000000, &o->sample_every) || BAD("--sample-every must be an integer >= 0 (got '%s')", v);
     if (!strcmp(name, "sample-len")) return int_in(v, 1, 100000, &o->sample_len) || BAD("--sample-len must be an integer in 1..100000 (got '%s')", v);
     if (!strcmp(name, "sample-prompt")) return copy_str(o->sample_prompt, sizeof o->sample_prompt, v) || BAD("--sample-prompt: at most 255 bytes");

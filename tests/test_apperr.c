@@ -126,10 +126,45 @@ static void test_library_errors(void)
     rmdir(dir);
 }
 
+/* the warnings of a checkpoint load as the apps print them (app_load_warnings) */
+static void test_load_warnings(void)
+{
+    col_lm_load_report r = {0};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    app_load_warnings(f, "colossal-finetune", &r);
+    app_load_warnings(f, "colossal-finetune", NULL);
+    fflush(f);
+    TL_OK(len == 0, "a clean load prints nothing");
+    r.n_nonfinite = COL_LM_LOAD_NAMES + 2;
+    for (int i = 0; i < COL_LM_LOAD_NAMES; i++) {
+        snprintf(r.nonfinite[i].name, sizeof r.nonfinite[i].name, "t%d", i);
+        r.nonfinite[i].count = i + 1;
+    }
+    r.n_extra = 4;
+    for (int i = 0; i < 3; i++)
+        snprintf(r.extra[i], sizeof r.extra[i], "x%d", i);
+    app_load_warnings(f, "colossal-finetune", &r);
+    fclose(f);
+    int lines = 0;
+    for (size_t i = 0; i < len; i++)
+        lines += text[i] == '\n';
+    TL_OK(text && strstr(text, "colossal-finetune: warning: tensor 't0' holds 1 NaN/Inf value\n") &&
+              strstr(text, "colossal-finetune: warning: tensor 't2' holds 3 NaN/Inf values\n") &&
+              strstr(text, "colossal-finetune: warning: 2 more tensors hold NaN/Inf values\n") &&
+              strstr(text, "colossal-finetune: warning: ignored 4 checkpoint tensors the model does not use: 'x0', "
+                           "'x1', 'x2', ...\n") &&
+              lines == COL_LM_LOAD_NAMES + 2,
+          "one warning line per tensor holding NaN/Inf (%d lines), one for the rest, one for the unused ones", lines);
+    free(text);
+}
+
 int main(void)
 {
     test_mem_mapping();
     test_line();
     test_library_errors();
+    test_load_warnings();
     return tl_done();
 }

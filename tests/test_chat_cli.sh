@@ -97,6 +97,28 @@ check "a host budget too small" 1 "host budget of 4.0 KiB is too small" -- "$hf/
     --json --cpu-mem 4K
 grep -q -- "needs at least .* (--cpu-mem)$" "$tmp/err" && pass "... and names --cpu-mem" || fail "no --cpu-mem: $(cat "$tmp/err")"
 
+# ---- weights that do not fit the config, or hold NaN/Inf values ----
+mkdir -p "$tmp/tied" && cp "$hf/llama2/model.safetensors" "$tmp/tied/" &&
+    sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$hf/llama2/config.json" > "$tmp/tied/config.json"
+check "a tensor the model does not use is an error naming it" 1 \
+    "has a tensor 'lm_head.weight' that a 2-layer LLaMA model with tied embeddings does not use" -- \
+    "$tmp/tied" --prompt-ids "$llama2_prompt" --json $greedy --max-new-tokens 1
+grep -q -- "(--ignore-extra-tensors)$" "$tmp/err" && pass "... and names --ignore-extra-tensors" ||
+    fail "no --ignore-extra-tensors: $(cat "$tmp/err")"
+check "--ignore-extra-tensors loads it, with one warning line" 0 \
+    "colossal-chat: warning: ignored 1 checkpoint tensor the model does not use: 'lm_head.weight'" -- \
+    "$tmp/tied" --prompt-ids "$llama2_prompt" --json $greedy --max-new-tokens 1 --ignore-extra-tensors
+# NaN, +Inf, NaN in row 0 of gpt2_untied's wte (token 0, in no prompt; the logits come from lm_head)
+mkdir -p "$tmp/nan" && cp "$hf/gpt2_untied/"* "$tmp/nan/"
+st="$tmp/nan/model.safetensors"
+hl=$(od -An -tu8 -N8 "$st" | tr -d ' ')
+off=$(head -c $((8 + hl)) "$st" | tail -c "$hl" | grep -o '"transformer.wte.weight":{[^}]*}' |
+    sed 's/.*"data_offsets":\[\([0-9]*\),.*/\1/')
+printf '\377\377\377\177\000\000\200\177\000\000\300\177' | dd of="$st" bs=1 seek=$((8 + hl + off)) conv=notrunc 2> /dev/null
+check "weights holding NaN/Inf: a warning naming the tensor" 0 \
+    "colossal-chat: warning: tensor 'transformer.wte.weight' holds 3 NaN/Inf values" -- \
+    "$tmp/nan" --prompt-ids 5,6,7 --json $greedy --max-new-tokens 1
+
 # ---- text completion (a base model: no chat template) ----
 expect "$tmp/raw" raw_greedy.txt
 same "base model completes --prompt text as transformers' greedy generate()" "$tmp/raw" -- \

@@ -351,6 +351,16 @@ check "corrupt config.json" 1 "config.json" -- "$tmp/badcfg" corpus.txt
 mkdir -p "$tmp/badweights" && cp "$src/tests/fixtures/hf/gpt2/config.json" "$tmp/badweights/" &&
     head -c 5000 "$src/tests/fixtures/hf/gpt2/model.safetensors" > "$tmp/badweights/model.safetensors"
 check "truncated model.safetensors" 1 "model.safetensors" -- "$tmp/badweights" tokens.bin --out e10
+# weights holding a tensor the model does not use: llama2's own lm_head under a config that ties
+mkdir -p "$tmp/tied" && cp "$src/tests/fixtures/hf/llama2/model.safetensors" "$tmp/tied/" &&
+    sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$src/tests/fixtures/hf/llama2/config.json" \
+    > "$tmp/tied/config.json"
+check "a tensor the model does not use names it and the option" 1 \
+    "has a tensor 'lm_head.weight' that a 2-layer LLaMA model with tied embeddings does not use .*(--ignore-extra-tensors)$" \
+    -- "$tmp/tied" tokens.bin --eval-only --batch 2 --seq 16
+check "--ignore-extra-tensors loads it, with a warning" 0 \
+    "^colossal-finetune: warning: ignored 1 checkpoint tensor the model does not use: 'lm_head.weight'$" \
+    -- "$tmp/tied" tokens.bin --eval-only --batch 2 --seq 16 --ignore-extra-tensors
 check "unknown architecture" 1 "not a directory, a hub id" -- gpt5 corpus.txt
 check "empty data" 1 "empty.txt" -- gpt2-tiny empty.txt --out e1
 check "data too short" 1 "training tokens" -- gpt2-tiny short.txt --out e2

@@ -1,5 +1,6 @@
-/* test_hf_models.c - GPT-2, OPT (pre- and post-LN, projected) and LLaMA-2/3
- * against transformers: references made by tools/refgen/refgen.py from tiny
+/* test_hf_models.c - GPT-2 (tied and untied), OPT (pre- and post-LN,
+ * projected) and LLaMA-2/3 (and one with attention and MLP biases) against
+ * transformers: references made by tools/refgen/refgen.py from tiny
  * random models (tests/fixtures/hf/). Checks logits, loss, every parameter's
  * gradient, 10 AdamW steps, greedy continuation through the KV cache, and
  * that model.safetensors and pytorch_model.bin load to identical tensors. */
@@ -102,7 +103,8 @@ static void same_config(const char *name)
     TL_OK(ok && x.arch == y.arch && x.hidden == y.hidden && x.n_layer == y.n_layer && x.n_kv_head == y.n_kv_head &&
               x.rope.theta == y.rope.theta && x.rope.llama3_factor == y.rope.llama3_factor &&
               x.rope.llama3_original_max_pos == y.rope.llama3_original_max_pos && x.tie_embeddings == y.tie_embeddings &&
-              x.pre_ln == y.pre_ln && x.word_embed_proj_dim == y.word_embed_proj_dim,
+              x.pre_ln == y.pre_ln && x.word_embed_proj_dim == y.word_embed_proj_dim && x.attn_bias == y.attn_bias &&
+              x.mlp_bias == y.mlp_bias,
           "%s: transformers 4.x and 5.x config.json give the same model (theta %g, llama3 factor %g) %s", name,
           ok ? x.rope.theta : 0, ok ? x.rope.llama3_factor : 0, ok ? "" : err.msg);
 }
@@ -315,7 +317,7 @@ static void test_families(void)
             mods++;
         bool same = parsed && c.arch == f->arch && col_lm_family_of(f->arch) == f &&
                     strcmp(col_arch_name(f->arch), f->name) == 0;
-        TL_OK(same && col_lm_param_count(&c) > 0 && mods > 0 && mods < 32,
+        TL_OK(same && col_lm_param_count(&c) > 0 && mods > 0 && mods < 32 && f->title && f->unused_ok,
               "family %s: model_type, col_arch_name and the registry agree; %d parameters, %d LoRA modules", f->name,
               parsed ? col_lm_param_count(&c) : 0, mods);
     }
@@ -325,7 +327,7 @@ static void test_families(void)
 int main(void)
 {
     tl_cpu_backend(&be);
-    const char *models[] = {"gpt2", "opt", "opt_postln", "llama2", "llama3"};
+    const char *models[] = {"gpt2", "opt", "opt_postln", "llama2", "llama3", "gpt2_untied", "llama_bias"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         same_config(models[i]);
         same_tensors(models[i]);

@@ -73,7 +73,8 @@ static void test_resume(const char *name)
     TL_OK(ok && saved.arch == m.arch && saved.hidden == m.hidden && saved.n_kv_head == m.n_kv_head &&
               saved.rope.theta == m.rope.theta && saved.rope.llama3_factor == m.rope.llama3_factor &&
               saved.tie_embeddings == m.tie_embeddings && saved.pre_ln == m.pre_ln &&
-              saved.word_embed_proj_dim == m.word_embed_proj_dim && saved.norm_eps == m.norm_eps,
+              saved.word_embed_proj_dim == m.word_embed_proj_dim && saved.norm_eps == m.norm_eps &&
+              saved.attn_bias == m.attn_bias && saved.mlp_bias == m.mlp_bias,
           "%s: the written config.json reads back as the same model", name);
     col_ckpt_close(ck);
     col_lm_trainer_free(a);
@@ -125,8 +126,8 @@ int main(void)
 {
     tl_cpu_backend(&be);
     tl_mkdtemp(dir);
-    const char *models[] = {"gpt2", "opt_postln", "llama3"};
-    for (int i = 0; i < 3; i++)
+    const char *models[] = {"gpt2", "opt_postln", "llama3", "gpt2_untied", "llama_bias"};
+    for (int i = 0; i < 5; i++)
         test_resume(models[i]);
     test_errors();
     TL_OK(tl_remove_tree(dir), "cleanup");

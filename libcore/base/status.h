@@ -42,6 +42,7 @@ typedef enum {
     COL_SETTING_TOKENIZER,      /* the tokenizer given apart from a model */
     COL_SETTING_CHAT_TEMPLATE,  /* the chat template family */
     COL_SETTING_OUTPUT_DIR,     /* a directory to write results into */
+    COL_SETTING_EXTRA_TENSORS,  /* accepting checkpoint tensors the model does not use */
     COL_NSETTINGS
 } col_setting;
 

@@ -1,6 +1,8 @@
 /* gpt.c - GPT-2 (GPT2LMHeadModel): pre-LayerNorm blocks, learned positions,
- * GELU (tanh form, "gelu_new"), tied input/output embeddings. Its Conv1D
- * weights are stored [in, out], so the projections are x @ W + b. */
+ * GELU (tanh form, "gelu_new"), tied input/output embeddings unless
+ * tie_word_embeddings is false (then lm_head.weight [vocab, C], an
+ * nn.Linear without bias). Its Conv1D weights are stored [in, out], so the
+ * projections are x @ W + b. */
 #include <stdio.h>
 
 #include "lm_family.h"
@@ -8,7 +10,10 @@
 
 enum { PER_LAYER = 12 };
 
-static int gpt2_param_count(const col_lm_config *c) { return 2 + PER_LAYER * c->n_layer + 2; }
+static int gpt2_param_count(const col_lm_config *c)
+{
+    return 2 + PER_LAYER * c->n_layer + 2 + (c->tie_embeddings ? 0 : 1);
+}
 
 static void gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
 {
@@ -36,6 +41,8 @@ static void gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
     }
     col_spec_set(&s[k++], "transformer.ln_f.weight", C, 0, COL_INIT_ONE);
     col_spec_set(&s[k++], "transformer.ln_f.bias", C, 0, COL_INIT_ZERO);
+    if (!c->tie_embeddings)
+        col_spec_set(&s[k++], "lm_head.weight", c->vocab_size, C, COL_INIT_NORMAL);
 }
 
 /* x [B, T, in] @ w [in, out] + b: GPT-2's Conv1D (wp points into out->params), plus its LoRA path */
@@ -72,7 +79,6 @@ static col_node *attention(col_graph *g, col_node *x, col_node **p, int l, const
 static col_node *gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
 {
     col_node **p = out->params;
-    int np = gpt2_param_count(c);
     int64_t BT = (int64_t)o->batch * o->seq, C = c->hidden;
     col_node *tok = col_embedding(g, p[0], out->ids);                   /* [B, T, C] */
     col_node *pos = col_embedding(g, p[1], col_lm_positions(g, o, out)); /* [T, C] */
@@ -89,19 +95,29 @@ static col_node *gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm
         if (o->checkpoint)
             col_checkpoint_end(g);
     }
-    x = col_layernorm(g, x, p[np - 2], p[np - 1], c->norm_eps);
+    int k = 2 + PER_LAYER * c->n_layer;
+    x = col_layernorm(g, x, p[k], p[k + 1], c->norm_eps);
+    col_node *head = c->tie_embeddings ? p[0] : p[k + 2]; /* tied: x @ wte^T */
     int64_t flat[2] = {BT, C};
-    return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, p[0], 0, 1)); /* tied: x @ wte^T */
+    return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, head, 0, 1));
 }
 
 static const char *const lora_modules[] = {"c_attn", "c_proj", "c_fc", NULL};
+/* GPT2Attention's causal-mask buffers, which checkpoints saved before they became non-persistent hold
+ * (older GPT-2 checkpoints on the hub do): transformers 5 lists "attn.bias" and "crossattention.bias" in
+ * GPT2PreTrainedModel._keys_to_ignore_on_load_unexpected (models/gpt2/modeling_gpt2.py), transformers 4.x
+ * listed r"h\.\d+\.attn\.bias" and r"h\.\d+\.attn\.masked_bias" in GPT2LMHeadModel's */
+static const char *const unused_ok[] = {"h.#.attn.bias", "h.#.attn.masked_bias", "h.#.crossattention.bias",
+                                        NULL};
 
 const col_lm_family col_gpt2_family = {
     .name = "gpt2",
+    .title = "GPT-2",
     .arch = COL_ARCH_GPT2,
     .conv1d = true,
     .lora_modules = lora_modules,
     .lora_default_targets = "c_attn",
+    .unused_ok = unused_ok,
     .param_count = gpt2_param_count,
     .param_specs = gpt2_param_specs,
     .forward = gpt2_forward,

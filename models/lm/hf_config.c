@@ -158,6 +158,7 @@ col_status col_hf_parse_config(const char *json, size_t len, const char *name, c
         TRY(get_float(root, "layer_norm_epsilon", 0, 1, &c.norm_eps, name, err));
         TRY(get_act(root, "activation_function", &c.act, name, err));
         TRY(get_float(root, "resid_pdrop", 0, 0.99, &c.dropout, name, err));
+        TRY(get_bool(root, "tie_word_embeddings", &c.tie_embeddings, name, err));
     } else if (type && strcmp(type, "opt") == 0) {
         c.arch = COL_ARCH_OPT;
         c.act = COL_ACT_RELU;
@@ -317,7 +318,7 @@ col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
         NUM("resid_pdrop", c->dropout);
         NUM("embd_pdrop", c->dropout);
         NUM("attn_pdrop", 0);
-        BOOL("tie_word_embeddings", true);
+        BOOL("tie_word_embeddings", c->tie_embeddings);
     } else if (c->arch == COL_ARCH_OPT) {
         cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
         cJSON_AddItemToArray(arch, cJSON_CreateString("OPTForCausalLM"));

@@ -8,7 +8,9 @@
 
 enum { PER_LAYER = 9 };
 
-static int per_layer(const col_lm_config *c) { return PER_LAYER + (c->attn_bias ? 3 : 0) + (c->mlp_bias ? 3 : 0); }
+/* attention_bias gives q, k, v and o_proj a bias (LlamaAttention: bias=config.attention_bias on all four);
+ * mlp_bias gives gate, up and down_proj one */
+static int per_layer(const col_lm_config *c) { return PER_LAYER + (c->attn_bias ? 4 : 0) + (c->mlp_bias ? 3 : 0); }
 
 static int llama_param_count(const col_lm_config *c)
 {
@@ -36,6 +38,8 @@ static void llama_param_specs(const col_lm_config *c, col_param_spec *s)
         if (c->attn_bias)
             P("self_attn.v_proj.bias", Hkv, 0, COL_INIT_ZERO);
         P("self_attn.o_proj.weight", C, Hq, COL_INIT_RESID);
+        if (c->attn_bias)
+            P("self_attn.o_proj.bias", C, 0, COL_INIT_ZERO);
         P("post_attention_layernorm.weight", C, 0, COL_INIT_ONE);
         P("mlp.gate_proj.weight", F, C, COL_INIT_NORMAL);
         if (c->mlp_bias)
@@ -78,7 +82,8 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
         col_node *ln1 = lp[i++], **wq = &lp[i++], *bq = c->attn_bias ? lp[i++] : NULL;
         col_node **wk = &lp[i++], *bk = c->attn_bias ? lp[i++] : NULL, **wv = &lp[i++];
         col_node *bv = c->attn_bias ? lp[i++] : NULL;
-        col_node **wo = &lp[i++], *ln2 = lp[i++], **wg = &lp[i++], *bg = c->mlp_bias ? lp[i++] : NULL;
+        col_node **wo = &lp[i++], *bo = c->attn_bias ? lp[i++] : NULL;
+        col_node *ln2 = lp[i++], **wg = &lp[i++], *bg = c->mlp_bias ? lp[i++] : NULL;
         col_node **wu = &lp[i++], *bu = c->mlp_bias ? lp[i++] : NULL, **wd = &lp[i++];
         col_node *bd = c->mlp_bias ? lp[i++] : NULL;
         k += per_layer(c);
@@ -89,7 +94,7 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
         col_node *kk = heads(g, o, out, h, wk, bk, Hkv, D, pos, &c->rope);
         col_node *v = heads(g, o, out, h, wv, bv, Hkv, D, NULL, NULL);
         col_node *y = col_lm_attend(g, o, out, l, q, kk, v, 0.0f);
-        x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, y, wo, NULL), c, o));
+        x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, y, wo, bo), c, o));
         h = col_rmsnorm(g, x, ln2, c->norm_eps);
         h = col_swiglu(g, col_lm_linear(g, o, out, h, wg, bg), col_lm_linear(g, o, out, h, wu, bu));
         x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, h, wd, bd), c, o));
@@ -104,13 +109,20 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
 
 static const char *const lora_modules[] = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
                                            "gate_proj", "up_proj", "down_proj", NULL};
+/* the rotary embedding's inv_freq buffer, which checkpoints converted before it became non-persistent hold
+ * (per layer, model.layers.N.self_attn.rotary_emb.inv_freq, in the first Llama 2 conversions): transformers
+ * drops unexpected keys matching r"rotary_emb\.inv_freq" in any model with such a buffer
+ * (PreTrainedModel._adjust_missing_and_unexpected_keys, modeling_utils.py) */
+static const char *const unused_ok[] = {"rotary_emb.inv_freq", NULL};
 
 const col_lm_family col_llama_family = {
     .name = "llama",
+    .title = "LLaMA",
     .arch = COL_ARCH_LLAMA,
     .conv1d = false,
     .lora_modules = lora_modules,
     .lora_default_targets = "q_proj,v_proj",
+    .unused_ok = unused_ok,
     .param_count = llama_param_count,
     .param_specs = llama_param_specs,
     .forward = llama_forward,

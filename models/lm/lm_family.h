@@ -14,10 +14,16 @@
 
 typedef struct {
     const char *name;                 /* Hugging Face model_type: "gpt2", "opt", "llama" */
+    const char *title;                /* for messages: "GPT-2", "OPT", "LLaMA" */
     col_arch arch;
     bool conv1d;                      /* weights stored [in, out] (GPT-2's Conv1D), not [out, in] (nn.Linear) */
     const char *const *lora_modules;  /* the modules LoRA may adapt, NULL-terminated */
     const char *lora_default_targets; /* PEFT's default target_modules for the family */
+    /* Checkpoint tensors the family does not use and transformers drops without a word (buffers
+     * older checkpoints saved, its _keys_to_ignore_on_load_unexpected), NULL-terminated. A pattern
+     * matches a name equal to it or ending in "." + it; '#' stands for a decimal number. Any
+     * other tensor the model does not use makes col_lm_trainer_load fail. */
+    const char *const *unused_ok;
     int (*param_count)(const col_lm_config *c);
     /* the parameters with Hugging Face names and shapes, in first-use order of the forward graph */
     void (*param_specs)(const col_lm_config *c, col_param_spec *specs);
@@ -30,6 +36,9 @@ typedef struct {
 extern const col_lm_family *const col_lm_families[];
 /* The family of arch, or NULL when none is registered for it. */
 const col_lm_family *col_lm_family_of(col_arch arch);
+
+/* Whether a checkpoint tensor the model does not use is one of f's unused_ok. */
+bool col_lm_unused_ok(const col_lm_family *f, const char *name);
 
 /* The families themselves (gpt.c, opt.c, llama.c): only the registry names them. */
 extern const col_lm_family col_gpt2_family, col_opt_family, col_llama_family;

@@ -537,45 +537,6 @@ struct mt_resident *col_lm_trainer_compute_tier(const col_lm_trainer *t) { retur
 
 float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->nt) ? t->ot[i].g : NULL; }
 
-/* ---- loading ---- */
-
-static const col_ckpt_tensor *find_param(const col_ckpt *ck, const char *name)
-{
-    const col_ckpt_tensor *x = col_ckpt_find(ck, name);
-    static const char *const prefixes[] = {"transformer.", "model.", "model.decoder."};
-    for (size_t i = 0; !x && i < sizeof prefixes / sizeof prefixes[0]; i++) {
-        size_t n = strlen(prefixes[i]);
-        if (strncmp(name, prefixes[i], n) == 0)
-            x = col_ckpt_find(ck, name + n);
-    }
-    if (!x && strncmp(name, "model.decoder.", 14) == 0) { /* facebook/opt-*: "decoder.layers..." */
-        char alt[96];
-        snprintf(alt, sizeof alt, "%s", name + 6);
-        x = col_ckpt_find(ck, alt);
-    }
-    return x;
-}
-
-col_status col_lm_trainer_load(col_lm_trainer *t, const col_ckpt *ck, col_err *err)
-{
-    col_status st = COL_OK;
-    /* tensor by tensor through the stage: an NVMe chunk is read, filled and written back, a host one filled in place */
-    for (int i = 0; i < t->np && st == COL_OK; i++) {
-        const col_param_spec *s = &t->specs[i];
-        const col_ckpt_tensor *x = find_param(ck, s->name);
-        void *w = NULL;
-        if (!x)
-            st = col_err_set(err, COL_EFORMAT, "the checkpoint has no tensor '%s', which a %d-layer %s model needs",
-                             s->name, t->cfg.model.n_layer, col_arch_name(t->cfg.model.arch));
-        else if ((st = mt_stage_get(t->stage, t->ref[i], true, &w, err)) == COL_OK)
-            st = col_ckpt_read_f32(x, s->ndim, s->shape, w, err);
-    }
-    if (st == COL_OK)
-        st = mt_stage_flush(t->stage, err);
-    mt_stage_forget(t->stage);
-    return st;
-}
-
 /* ---- incremental decoding ---- */
 
 static col_status dec_build(col_lm_trainer *t, struct dec_graph *d, int seq, col_err *err)

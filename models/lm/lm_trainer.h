@@ -163,10 +163,33 @@ col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col
  * (the base), col_lm_trainer_load_adapter, col_lm_trainer_load_optimizer. */
 col_status col_lm_trainer_load_adapter(col_lm_trainer *t, const char *dir, col_err *err);
 
-/* Copies every base parameter from a checkpoint, by Hugging Face name (a name is
- * also found without its base-model prefix, "transformer." or "model.", as
- * in older checkpoints). A missing tensor or a shape mismatch is an error
- * naming the tensor; tensors the model does not use are ignored. */
+/* Loading a checkpoint (lm_load.c). col_lm_trainer_load_ex copies every base
+ * parameter from a checkpoint, by Hugging Face name (a name is also found
+ * without its base-model prefix, "transformer." or "model.", as in older
+ * checkpoints). A missing tensor or a shape mismatch is an error naming the
+ * tensor. So is a tensor the model does not use (it may be a weight the
+ * config leaves out, e.g. an untied lm_head under tie_word_embeddings, or a
+ * bias), unless it is one the family's transformers class ignores as well
+ * (lm_family.h's unused_ok) or, with tied embeddings, an lm_head.weight that
+ * is an exact copy of the input embedding; that error marks
+ * COL_SETTING_EXTRA_TENSORS, and COL_LOAD_IGNORE_EXTRA accepts such tensors.
+ * Those checks come before any parameter changes. Values that are NaN or
+ * infinite are loaded as they are; report (if not NULL) says which
+ * parameters hold them. */
+enum { COL_LOAD_IGNORE_EXTRA = 1u << 0 };
+enum { COL_LM_LOAD_NAMES = 16, COL_LM_LOAD_NAME_MAX = 128 };
+typedef struct {
+    int n_nonfinite; /* parameters holding NaN or Inf values after loading */
+    struct {
+        char name[COL_LM_LOAD_NAME_MAX];
+        int64_t count; /* how many of its values */
+    } nonfinite[COL_LM_LOAD_NAMES]; /* the first min(n_nonfinite, COL_LM_LOAD_NAMES), in parameter order */
+    int n_extra;     /* tensors the model does not use, accepted under COL_LOAD_IGNORE_EXTRA */
+    char extra[COL_LM_LOAD_NAMES][COL_LM_LOAD_NAME_MAX]; /* the first ones, in checkpoint order */
+} col_lm_load_report;
+col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigned flags, col_lm_load_report *report,
+                                  col_err *err);
+/* = col_lm_trainer_load_ex(t, ck, 0, NULL, err) */
 col_status col_lm_trainer_load(col_lm_trainer *t, const col_ckpt *ck, col_err *err);
 
 /* Incremental decoding of one sequence with a key/value cache: reset with

@@ -115,13 +115,17 @@ static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_
 }
 
 static const char *const lora_modules[] = {"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2", NULL};
+/* none: OPT has no _keys_to_ignore_on_load_unexpected and no buffers (models/opt/modeling_opt.py) */
+static const char *const unused_ok[] = {NULL};
 
 const col_lm_family col_opt_family = {
     .name = "opt",
+    .title = "OPT",
     .arch = COL_ARCH_OPT,
     .conv1d = false,
     .lora_modules = lora_modules,
     .lora_default_targets = "q_proj,v_proj",
+    .unused_ok = unused_ok,
     .param_count = opt_param_count,
     .param_specs = opt_param_specs,
     .forward = opt_forward,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """refgen.py - reference outputs of tiny Hugging Face causal LMs for colossal's parity tests.
 
-Builds five tiny, randomly initialised models with transformers (no download: the
+Builds seven tiny, randomly initialised models with transformers (no download: the
 models come from configs written here), saves their checkpoints in the two formats
 the C loader reads, and writes what PyTorch computes with them: logits, the loss,
 every parameter gradient, ten AdamW steps and a greedy generation.
@@ -52,19 +52,20 @@ ADAMW_STEPS = 10
 # norm weights U(1 - G_HALF, 1 + G_HALF).
 W_STD, B_STD, G_HALF = 0.2, 0.1, 0.5
 
-MODEL_NAMES = ["gpt2", "opt", "opt_postln", "llama2", "llama3"]
+# New models go at the end: a model's seed is its index here, so the others keep their bytes.
+MODEL_NAMES = ["gpt2", "opt", "opt_postln", "llama2", "llama3", "gpt2_untied", "llama_bias"]
 
 
 def make_model(name):
     """Config and model class for NAME; the model is float32 with eager attention."""
-    if name == "gpt2":
+    if name in ("gpt2", "gpt2_untied"):
         cfg = GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4,
                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                          summary_first_dropout=0.0, activation_function="gelu_new",
                          # GPT-2's <|endoftext|> (50256) is its last id; keep that
                          # role inside the tiny vocabulary.
                          bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
-                         tie_word_embeddings=True)
+                         tie_word_embeddings=name == "gpt2")
         cls = GPT2LMHeadModel
     elif name in ("opt", "opt_postln"):
         post = name == "opt_postln"
@@ -75,8 +76,11 @@ def make_model(name):
                         activation_function="relu", pad_token_id=1, bos_token_id=2,
                         eos_token_id=2, tie_word_embeddings=True)
         cls = OPTForCausalLM
-    elif name in ("llama2", "llama3"):
+    elif name in ("llama2", "llama3", "llama_bias"):
         l3 = name == "llama3"
+        # llama_bias: attention_bias and mlp_bias (q/k/v/o_proj and gate/up/down_proj get biases),
+        # GQA as llama3, default rope, tied
+        biased = name == "llama_bias"
         rope = {"rope_type": "default", "rope_theta": 10000.0}
         if l3:
             rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
@@ -84,10 +88,10 @@ def make_model(name):
                     "original_max_position_embeddings": 16}
         cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
                           num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=2 if l3 else 4, max_position_embeddings=64,
+                          num_key_value_heads=2 if l3 or biased else 4, max_position_embeddings=64,
                           rms_norm_eps=1e-5, rope_parameters=rope, hidden_act="silu",
-                          attention_bias=False, attention_dropout=0.0, mlp_bias=False,
-                          tie_word_embeddings=l3)
+                          attention_bias=biased, attention_dropout=0.0, mlp_bias=biased,
+                          tie_word_embeddings=l3 or biased)
         cls = LlamaForCausalLM
     else:
         raise ValueError(f"unknown model {name}")
@@ -339,6 +343,11 @@ def verify_one(out, name):
     if m1.config.tie_word_embeddings:
         assert m1.get_output_embeddings().weight.data_ptr() == \
             m1.get_input_embeddings().weight.data_ptr(), f"{name}: not tied after loading"
+        assert "lm_head.weight" not in st, f"{name}: a tied checkpoint holds lm_head.weight"
+    else:
+        assert m1.get_output_embeddings().weight.data_ptr() != \
+            m1.get_input_embeddings().weight.data_ptr(), f"{name}: tied after loading"
+        assert torch.equal(m1.get_output_embeddings().weight, st["lm_head.weight"]), f"{name}: lm_head"
     with torch.no_grad():
         for m in (m1, m2):
             lg = m(ref["input_ids"]).logits.float()
@@ -356,7 +365,10 @@ def sha256(path):
     return h.hexdigest()
 
 
-def write_manifest(out, names):
+def write_manifest(out):
+    """MANIFEST.md for every file under OUT; the header names every model present, so a
+    subset run (--models) rewrites it as a full run would."""
+    names = [n for n in MODEL_NAMES if os.path.isdir(os.path.join(out, n))]
     rows, total = [], 0
     for root, _, files in os.walk(out):
         for fn in files:
@@ -414,7 +426,7 @@ def main():
         nkeys = verify_one(args.out, n)
         print(f"{n}: ok ({nkeys} tensors in each checkpoint; bin == safetensors; logits reproduce)")
     if not args.verify_only:
-        total = write_manifest(args.out, MODEL_NAMES if names == MODEL_NAMES else names)
+        total = write_manifest(args.out)
         print(f"wrote {args.out}: {total} bytes")
     return 0
 

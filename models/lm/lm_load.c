@@ -1,0 +1,168 @@
+/* lm_load.c - a checkpoint into a session's parameters (lm_trainer.h): each
+ * parameter's tensor found by name, the tensors no parameter reads refused
+ * unless the family's transformers class ignores them too, the values copied
+ * tensor by tensor and their NaN/Inf values counted. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm_family.h"
+#include "lm_trainer_internal.h"
+
+/* the name transformers gives the output projection in every family's *ForCausalLM */
+static const char HEAD[] = "lm_head.weight";
+
+static const col_ckpt_tensor *find_param(const col_ckpt *ck, const char *name)
+{
+    const col_ckpt_tensor *x = col_ckpt_find(ck, name);
+    static const char *const prefixes[] = {"transformer.", "model.", "model.decoder."};
+    for (size_t i = 0; !x && i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        size_t n = strlen(prefixes[i]);
+        if (strncmp(name, prefixes[i], n) == 0)
+            x = col_ckpt_find(ck, name + n);
+    }
+    if (!x && strncmp(name, "model.decoder.", 14) == 0) { /* facebook/opt-*: "decoder.layers..." */
+        char alt[96];
+        snprintf(alt, sizeof alt, "%s", name + 6);
+        x = col_ckpt_find(ck, alt);
+    }
+    return x;
+}
+
+/* each parameter's tensor into src; a missing one is an error naming it */
+static col_status resolve(const col_lm_trainer *t, const col_ckpt *ck, const col_ckpt_tensor **src, col_err *err)
+{
+    for (int i = 0; i < t->np; i++) {
+        src[i] = find_param(ck, t->specs[i].name);
+        if (!src[i])
+            return col_err_set(err, COL_EFORMAT, "the checkpoint has no tensor '%s', which a %d-layer %s model needs",
+                               t->specs[i].name, t->cfg.model.n_layer, col_arch_name(t->cfg.model.arch));
+    }
+    return COL_OK;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+    return (x > y) - (x < y);
+}
+
+/* whether x holds exactly what emb holds: a tied lm_head saved beside the embedding it is tied to */
+static bool same_tensor(const col_ckpt_tensor *x, const col_ckpt_tensor *emb)
+{
+    return x->dtype == emb->dtype && x->ndim == emb->ndim &&
+           memcmp(x->shape, emb->shape, sizeof(int64_t) * (size_t)x->ndim) == 0 && x->nbytes == emb->nbytes &&
+           (x->data == emb->data || memcmp(x->data, emb->data, x->nbytes) == 0);
+}
+
+static bool ends_with(const char *s, const char *end)
+{
+    size_t n = strlen(s), m = strlen(end);
+    return n >= m && strcmp(s + n - m, end) == 0;
+}
+
+/* the error for tensor x, which no parameter of the model reads */
+static col_status unused_error(const col_lm_trainer *t, const col_ckpt_tensor *x, const col_ckpt_tensor *emb,
+                               col_err *err)
+{
+    const col_lm_config *c = &t->cfg.model;
+    bool head = strcmp(x->name, HEAD) == 0;
+    char why[192] = "";
+    if (head && c->tie_embeddings)
+        snprintf(why, sizeof why, " (it is not a copy of %.80s: was the model untied, tie_word_embeddings false?)",
+                 emb->name);
+    else if (c->arch == COL_ARCH_LLAMA && ends_with(x->name, "_proj.bias"))
+        snprintf(why, sizeof why, " (the config has %s false)",
+                 strstr(x->name, "self_attn.") ? "attention_bias" : "mlp_bias");
+    return col_err_set_on(err, COL_SETTING_EXTRA_TENSORS, COL_EFORMAT,
+                          "%s has a tensor '%.200s' that a %d-layer %s model%s does not use%s",
+                          x->file ? x->file : "the checkpoint", x->name, c->n_layer, col_lm_family_of(c->arch)->title,
+                          head && c->tie_embeddings ? " with tied embeddings" : "", why);
+}
+
+/* every tensor of ck that no parameter reads (src) must be one the family ignores, or a tied lm_head's
+ * copy of the embedding (src[0] in every family), or accepted by COL_LOAD_IGNORE_EXTRA (and reported) */
+static col_status check_unused(const col_lm_trainer *t, const col_ckpt *ck, const col_ckpt_tensor **src, unsigned flags,
+                               col_lm_load_report *rep, col_err *err)
+{
+    const col_lm_config *c = &t->cfg.model;
+    const col_lm_family *f = col_lm_family_of(c->arch);
+    const col_ckpt_tensor **used = malloc(sizeof *used * (size_t)t->np);
+    if (!used)
+        return col_err_set(err, COL_ENOMEM, "loading the checkpoint: out of memory");
+    memcpy(used, src, sizeof *used * (size_t)t->np);
+    qsort(used, (size_t)t->np, sizeof *used, cmp_ptr);
+    col_status st = COL_OK;
+    for (int i = 0; i < col_ckpt_count(ck) && st == COL_OK; i++) {
+        const col_ckpt_tensor *x = col_ckpt_get(ck, i);
+        if (bsearch(&x, used, (size_t)t->np, sizeof *used, cmp_ptr) || col_lm_unused_ok(f, x->name) ||
+            (c->tie_embeddings && strcmp(x->name, HEAD) == 0 && same_tensor(x, src[0])))
+            continue;
+        if (!(flags & COL_LOAD_IGNORE_EXTRA))
+            st = unused_error(t, x, src[0], err);
+        else if (rep && rep->n_extra++ < COL_LM_LOAD_NAMES)
+            snprintf(rep->extra[rep->n_extra - 1], COL_LM_LOAD_NAME_MAX, "%s", x->name);
+    }
+    free(used);
+    return st;
+}
+
+static int64_t count_nonfinite(const float *w, int64_t n)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        k += !isfinite(w[i]);
+    return k;
+}
+
+static void note_nonfinite(col_lm_load_report *rep, const char *name, int64_t count)
+{
+    if (!rep || count == 0)
+        return;
+    if (rep->n_nonfinite < COL_LM_LOAD_NAMES) {
+        snprintf(rep->nonfinite[rep->n_nonfinite].name, COL_LM_LOAD_NAME_MAX, "%s", name);
+        rep->nonfinite[rep->n_nonfinite].count = count;
+    }
+    rep->n_nonfinite++;
+}
+
+/* tensor by tensor through the stage: an NVMe chunk is read, filled and written back, a host one filled in place */
+static col_status copy_params(col_lm_trainer *t, const col_ckpt_tensor **src, col_lm_load_report *rep, col_err *err)
+{
+    col_status st = COL_OK;
+    for (int i = 0; i < t->np && st == COL_OK; i++) {
+        const col_param_spec *s = &t->specs[i];
+        void *w = NULL;
+        if ((st = mt_stage_get(t->stage, t->ref[i], true, &w, err)) == COL_OK &&
+            (st = col_ckpt_read_f32(src[i], s->ndim, s->shape, w, err)) == COL_OK)
+            note_nonfinite(rep, s->name, count_nonfinite(w, col_param_numel(s)));
+    }
+    if (st == COL_OK)
+        st = mt_stage_flush(t->stage, err);
+    mt_stage_forget(t->stage);
+    return st;
+}
+
+col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigned flags, col_lm_load_report *report,
+                                  col_err *err)
+{
+    if (report)
+        memset(report, 0, sizeof *report);
+    const col_ckpt_tensor **src = calloc((size_t)t->np, sizeof *src);
+    if (!src)
+        return col_err_set(err, COL_ENOMEM, "loading the checkpoint: out of memory");
+    col_status st = resolve(t, ck, src, err);
+    if (st == COL_OK)
+        st = check_unused(t, ck, src, flags, report, err);
+    if (st == COL_OK)
+        st = copy_params(t, src, report, err);
+    free(src);
+    return st;
+}
+
+col_status col_lm_trainer_load(col_lm_trainer *t, const col_ckpt *ck, col_err *err)
+{
+    return col_lm_trainer_load_ex(t, ck, 0, NULL, err);
+}
