@@ -7,17 +7,6 @@
  * except exp (dy * y) and log (dy / x), which reuse mul and div. */
 #include "graph_internal.h"
 
-bool col_op_is_elementwise(col_op op)
-{
-    switch (op) {
-    case COL_OP_EXP: case COL_OP_LOG: case COL_OP_TANH: case COL_OP_SIGMOID: case COL_OP_RELU:
-    case COL_OP_GELU_ERF: case COL_OP_GELU_TANH: case COL_OP_SILU: case COL_OP_SWIGLU:
-    case COL_OP_TANH_BWD: case COL_OP_SIGMOID_BWD: case COL_OP_RELU_BWD: case COL_OP_GELU_ERF_BWD:
-    case COL_OP_GELU_TANH_BWD: case COL_OP_SILU_BWD: case COL_OP_SWIGLU_BWD: case COL_OP_DROPOUT: return true;
-    default: return false;
-    }
-}
-
 static bool needs_f32(col_graph *g, col_op op, const col_node *x)
 {
     return col_check(g, x->t.dtype == COL_F32, COL_EDTYPE, "%s: needs an f32 input, got %s", col_op_name(op),
