@@ -1,4 +1,4 @@
-/* ops_basic.c - elementwise binary ops, scale, matmul, linear. */
+/* ops_basic.c - elementwise binary ops, scale, matmul, linear (gradients: ops_basic_bwd.c). */
 #include "backend.h"
 #include "graph_internal.h"
 
@@ -41,37 +41,6 @@ col_node *col_sub(col_graph *g, col_node *a, col_node *b) { return binary(g, COL
 col_node *col_mul(col_graph *g, col_node *a, col_node *b) { return binary(g, COL_OP_MUL, a, b); }
 col_node *col_div(col_graph *g, col_node *a, col_node *b) { return binary(g, COL_OP_DIV, a, b); }
 
-void col_bwd_binary(col_graph *g, col_node *n, col_node *d)
-{
-    col_node *a = n->src[0], *b = n->src[1];
-    bool ga = a->flags & COL_NODE_NEEDS_GRAD, gb = b->flags & COL_NODE_NEEDS_GRAD;
-    switch (n->op) {
-    case COL_OP_ADD:
-        col_accum_grad(g, a, d);
-        col_accum_grad(g, b, d);
-        break;
-    case COL_OP_SUB:
-        col_accum_grad(g, a, d);
-        if (gb)
-            col_accum_grad(g, b, col_scale(g, d, -1.0f, 0.0f));
-        break;
-    case COL_OP_MUL:
-        if (ga)
-            col_accum_grad(g, a, col_mul(g, d, b));
-        if (gb)
-            col_accum_grad(g, b, col_mul(g, d, a));
-        break;
-    case COL_OP_DIV:
-        if (ga)
-            col_accum_grad(g, a, col_div(g, d, b));
-        if (gb) /* d(a/b)/db = -(a/b)/b */
-            col_accum_grad(g, b, col_scale(g, col_div(g, col_mul(g, d, n), b), -1.0f, 0.0f));
-        break;
-    default:
-        break;
-    }
-}
-
 col_node *col_scale(col_graph *g, col_node *x, float mul, float add)
 {
     if (!x)
@@ -84,11 +53,6 @@ col_node *col_scale(col_graph *g, col_node *x, float mul, float add)
         n->p.f[1] = add;
     }
     return n;
-}
-
-void col_bwd_scale(col_graph *g, col_node *n, col_node *d)
-{
-    col_accum_grad(g, n->src[0], col_scale(g, d, n->p.f[0], 0.0f));
 }
 
 /* A matrix operand BLAS can read in place: unit stride along one of the last
@@ -142,15 +106,6 @@ col_node *col_matmul(col_graph *g, col_node *a, col_node *b)
     shape[nd] = M;
     shape[nd + 1] = N;
     return col_new_node(g, COL_OP_MATMUL, COL_F32, nd + 2, shape, 2, src);
-}
-
-void col_bwd_matmul(col_graph *g, col_node *n, col_node *d)
-{
-    col_node *a = n->src[0], *b = n->src[1];
-    if (a->flags & COL_NODE_NEEDS_GRAD) /* dA = dC @ B^T */
-        col_accum_grad(g, a, col_matmul(g, d, col_transpose(g, b, -1, -2)));
-    if (b->flags & COL_NODE_NEEDS_GRAD) /* dB = A^T @ dC */
-        col_accum_grad(g, b, col_matmul(g, col_transpose(g, a, -1, -2), d));
 }
 
 col_node *col_linear(col_graph *g, col_node *x, col_node *w, col_node *bias)
