@@ -77,7 +77,7 @@ typedef enum {
 } col_op;
 
 const char *col_op_name(col_op op);
-/* The ops of ops_unary.c (activations, their *_BWD ops, dropout): elementwise
+/* The activations, their *_BWD ops and dropout (ops_unary.c builds them): elementwise
  * over src0's shape, each backend runs them all through one kernel. */
 bool col_op_is_elementwise(col_op op);
 

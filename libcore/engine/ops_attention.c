@@ -1,5 +1,6 @@
 /* ops_attention.c - scaled dot-product attention (causal, grouped-query
- * heads) and its gradient, computed blocked (cpu_attention.c).
+ * heads), computed blocked (cpu_attention.c); its gradient is in
+ * ops_attention_bwd.c.
  *
  *   q [B,Hq,T,D], k,v [B,Hkv,S,D], Hq % Hkv == 0 -> out [B,Hq,T,D]
  *   out = softmax(q k^T * scale + mask) v, query head h using kv head
@@ -35,7 +36,7 @@ size_t col_attention_scratch_per_thread(int64_t D, bool backward)
 }
 
 /* the kernels read rows with unit stride along D; other strides are free */
-static col_node *unit_last(col_graph *g, col_node *x)
+col_node *col_attention_operand(col_graph *g, col_node *x)
 {
     if (x->t.shape[3] > 1 && x->t.stride[3] != 1)
         return col_contiguous(g, x);
@@ -69,7 +70,7 @@ col_node *col_attention(col_graph *g, col_node *q, col_node *k, col_node *v, int
         !col_check(g, !causal || T <= S, COL_ESHAPE,
                    "attention: causal with %lld queries but %lld keys (needs T <= S)", (long long)T, (long long)S))
         return NULL;
-    col_node *src[3] = {unit_last(g, q), unit_last(g, k), unit_last(g, v)};
+    col_node *src[3] = {col_attention_operand(g, q), col_attention_operand(g, k), col_attention_operand(g, v)};
     int64_t shape[4] = {B, Hq, T, D};
     col_node *n = col_new_node(g, COL_OP_ATTENTION, COL_F32, 4, shape, 3, src);
     if (!n)
@@ -97,36 +98,4 @@ col_node *col_attention_cached(col_graph *g, col_node *q, col_node *kcache, col_
     n->src[3] = start;
     n->nsrc = 4;
     return n;
-}
-
-/* contiguous view of `shape` at element `offset` of the packed gradient */
-static col_node *part(col_graph *g, col_node *packed, int64_t offset, const col_tensor *like)
-{
-    col_tensor t = *like;
-    col_set_contiguous_strides(&t);
-    return col_view(g, packed, offset, t.ndim, t.shape, t.stride);
-}
-
-/* sources q, k, v, the attention node (O and its logsumexp), dO;
- * output packed [dq | dk | dv] */
-void col_bwd_attention(col_graph *g, col_node *n, col_node *d)
-{
-    col_node *q = n->src[0], *k = n->src[1], *v = n->src[2];
-    if (n->nsrc > 3) {
-        col_graph_fail(g, COL_EUNSUPPORTED, "attention over a key/value cache has no gradient (inference only)");
-        return;
-    }
-    if (!d || !col_any_needs_grad(3, n->src))
-        return;
-    col_node *src[5] = {q, k, v, n, unit_last(g, d)};
-    int64_t nq = col_numel(&q->t), nk = col_numel(&k->t);
-    int64_t shape[1] = {nq + 2 * nk};
-    col_node *bw = col_new_node(g, COL_OP_ATTENTION_BWD, COL_F32, 1, shape, 5, src);
-    if (!bw)
-        return;
-    bw->p = n->p;
-    bw->scratch_bytes = (size_t)col_max_threads() * col_attention_scratch_per_thread(q->t.shape[3], true);
-    col_accum_grad(g, q, part(g, bw, 0, &q->t));
-    col_accum_grad(g, k, part(g, bw, nq, &k->t));
-    col_accum_grad(g, v, part(g, bw, nq + nk, &v->t));
 }

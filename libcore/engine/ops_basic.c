@@ -1,35 +1,8 @@
-/* ops_basic.c - op names; elementwise binary ops, scale, matmul, linear. */
+/* ops_basic.c - elementwise binary ops, scale, matmul, linear (gradients: ops_basic_bwd.c). */
 #include "backend.h"
 #include "graph_internal.h"
 
 #include <string.h>
-
-const char *col_op_name(col_op op)
-{
-    static const char *const names[COL_OP_COUNT] = {
-        [COL_OP_LEAF] = "leaf", [COL_OP_VIEW] = "view", [COL_OP_COPY] = "copy", [COL_OP_CAST] = "cast",
-        [COL_OP_FILL] = "fill", [COL_OP_ACCUMULATE] = "accumulate", [COL_OP_SCATTER_SLICE] = "scatter_slice",
-        [COL_OP_ADD] = "add", [COL_OP_SUB] = "sub", [COL_OP_MUL] = "mul", [COL_OP_DIV] = "div",
-        [COL_OP_SCALE] = "scale", [COL_OP_EXP] = "exp", [COL_OP_LOG] = "log", [COL_OP_TANH] = "tanh",
-        [COL_OP_SIGMOID] = "sigmoid", [COL_OP_RELU] = "relu", [COL_OP_GELU_ERF] = "gelu",
-        [COL_OP_GELU_TANH] = "gelu_tanh", [COL_OP_SILU] = "silu", [COL_OP_SWIGLU] = "swiglu",
-        [COL_OP_TANH_BWD] = "tanh_bwd", [COL_OP_SIGMOID_BWD] = "sigmoid_bwd", [COL_OP_RELU_BWD] = "relu_bwd",
-        [COL_OP_GELU_ERF_BWD] = "gelu_bwd", [COL_OP_GELU_TANH_BWD] = "gelu_tanh_bwd",
-        [COL_OP_SILU_BWD] = "silu_bwd", [COL_OP_SWIGLU_BWD] = "swiglu_bwd", [COL_OP_SUM] = "sum",
-        [COL_OP_MEAN] = "mean", [COL_OP_MAX] = "max", [COL_OP_MAX_BWD] = "max_bwd", [COL_OP_SOFTMAX] = "softmax",
-        [COL_OP_SOFTMAX_BWD] = "softmax_bwd", [COL_OP_LOG_SOFTMAX] = "log_softmax",
-        [COL_OP_LOG_SOFTMAX_BWD] = "log_softmax_bwd", [COL_OP_LAYERNORM] = "layernorm",
-        [COL_OP_LAYERNORM_BWD] = "layernorm_bwd", [COL_OP_RMSNORM] = "rmsnorm", [COL_OP_RMSNORM_BWD] = "rmsnorm_bwd",
-        [COL_OP_EMBEDDING] = "embedding", [COL_OP_EMBEDDING_BWD] = "embedding_bwd", [COL_OP_ROPE] = "rope",
-        [COL_OP_ATTENTION] = "attention", [COL_OP_ATTENTION_BWD] = "attention_bwd",
-        [COL_OP_CROSS_ENTROPY] = "cross_entropy", [COL_OP_CROSS_ENTROPY_BWD] = "cross_entropy_bwd",
-        [COL_OP_DROPOUT] = "dropout", [COL_OP_CONCAT] = "concat", [COL_OP_MATMUL] = "matmul",
-        [COL_OP_ARANGE] = "arange", [COL_OP_KV_WRITE] = "kv_write",
-    };
-    if ((unsigned)op < COL_OP_COUNT && names[op])
-        return names[op];
-    return "?";
-}
 
 bool col_broadcast_shape(const col_tensor *a, const col_tensor *b, int *ndim, int64_t *shape)
 {
@@ -68,37 +41,6 @@ col_node *col_sub(col_graph *g, col_node *a, col_node *b) { return binary(g, COL
 col_node *col_mul(col_graph *g, col_node *a, col_node *b) { return binary(g, COL_OP_MUL, a, b); }
 col_node *col_div(col_graph *g, col_node *a, col_node *b) { return binary(g, COL_OP_DIV, a, b); }
 
-void col_bwd_binary(col_graph *g, col_node *n, col_node *d)
-{
-    col_node *a = n->src[0], *b = n->src[1];
-    bool ga = a->flags & COL_NODE_NEEDS_GRAD, gb = b->flags & COL_NODE_NEEDS_GRAD;
-    switch (n->op) {
-    case COL_OP_ADD:
-        col_accum_grad(g, a, d);
-        col_accum_grad(g, b, d);
-        break;
-    case COL_OP_SUB:
-        col_accum_grad(g, a, d);
-        if (gb)
-            col_accum_grad(g, b, col_scale(g, d, -1.0f, 0.0f));
-        break;
-    case COL_OP_MUL:
-        if (ga)
-            col_accum_grad(g, a, col_mul(g, d, b));
-        if (gb)
-            col_accum_grad(g, b, col_mul(g, d, a));
-        break;
-    case COL_OP_DIV:
-        if (ga)
-            col_accum_grad(g, a, col_div(g, d, b));
-        if (gb) /* d(a/b)/db = -(a/b)/b */
-            col_accum_grad(g, b, col_scale(g, col_div(g, col_mul(g, d, n), b), -1.0f, 0.0f));
-        break;
-    default:
-        break;
-    }
-}
-
 col_node *col_scale(col_graph *g, col_node *x, float mul, float add)
 {
     if (!x)
@@ -111,11 +53,6 @@ col_node *col_scale(col_graph *g, col_node *x, float mul, float add)
         n->p.f[1] = add;
     }
     return n;
-}
-
-void col_bwd_scale(col_graph *g, col_node *n, col_node *d)
-{
-    col_accum_grad(g, n->src[0], col_scale(g, d, n->p.f[0], 0.0f));
 }
 
 /* A matrix operand BLAS can read in place: unit stride along one of the last
@@ -169,15 +106,6 @@ col_node *col_matmul(col_graph *g, col_node *a, col_node *b)
     shape[nd] = M;
     shape[nd + 1] = N;
     return col_new_node(g, COL_OP_MATMUL, COL_F32, nd + 2, shape, 2, src);
-}
-
-void col_bwd_matmul(col_graph *g, col_node *n, col_node *d)
-{
-    col_node *a = n->src[0], *b = n->src[1];
-    if (a->flags & COL_NODE_NEEDS_GRAD) /* dA = dC @ B^T */
-        col_accum_grad(g, a, col_matmul(g, d, col_transpose(g, b, -1, -2)));
-    if (b->flags & COL_NODE_NEEDS_GRAD) /* dB = A^T @ dC */
-        col_accum_grad(g, b, col_matmul(g, col_transpose(g, a, -1, -2), d));
 }
 
 col_node *col_linear(col_graph *g, col_node *x, col_node *w, col_node *bias)

@@ -1,5 +1,5 @@
 /* ops_nn.c - transformer pieces: token embedding, rotary position embedding
- * (RoPE) and fused cross-entropy, with their gradients.
+ * (RoPE) and fused cross-entropy; their gradients are in ops_nn_bwd.c.
  *
  * Kernels are in cpu_nn.c. Integer sources (token ids, positions, targets)
  * are made contiguous here so the kernels can index them flat. */
@@ -41,26 +41,10 @@ col_node *col_embedding(col_graph *g, col_node *weight, col_node *ids)
     return col_new_node(g, COL_OP_EMBEDDING, COL_F32, ids->t.ndim + 1, shape, 2, src);
 }
 
-/* dweight [V, C] = scatter-add of the rows of dy by token id */
-void col_bwd_embedding(col_graph *g, col_node *n, col_node *d)
-{
-    col_node *w = n->src[0], *ids = n->src[1];
-    if (!(w->flags & COL_NODE_NEEDS_GRAD))
-        return;
-    col_node *src[2] = {ids, col_contiguous(g, d)};
-    if (!src[1])
-        return;
-    col_node *dw = col_new_node(g, COL_OP_EMBEDDING_BWD, COL_F32, 2, w->t.shape, 2, src);
-    if (!dw)
-        return;
-    dw->p.i[0] = w->t.shape[0];
-    col_accum_grad(g, w, dw);
-}
-
 /* ---- rotary position embedding ---- */
 
 /* x: [B, H, T, D] with unit last-dim stride; pos: [T] or [B, T]; params set */
-static col_node *rope_node(col_graph *g, col_node *x, col_node *pos, const col_op_params *p)
+col_node *col_rope_node(col_graph *g, col_node *x, col_node *pos, const col_op_params *p)
 {
     if (x && x->t.stride[3] != 1 && x->t.shape[3] > 1)
         x = col_contiguous(g, x);
@@ -123,18 +107,7 @@ col_node *col_rope(col_graph *g, col_node *x, col_node *pos, const col_rope_cfg 
         p.f[3] = cfg->llama3_high_freq_factor;
         p.f[4] = cfg->llama3_original_max_pos;
     }
-    return rope_node(g, x, col_contiguous(g, pos), &p);
-}
-
-/* the rotation is orthogonal: dx = rotate(dout, -angle) */
-void col_bwd_rope(col_graph *g, col_node *n, col_node *d)
-{
-    col_node *x = n->src[0];
-    if (!(x->flags & COL_NODE_NEEDS_GRAD))
-        return;
-    col_op_params p = n->p;
-    p.i[1] = !p.i[1];
-    col_accum_grad(g, x, rope_node(g, d, n->src[1], &p));
+    return col_rope_node(g, x, col_contiguous(g, pos), &p);
 }
 
 /* ---- cross-entropy ---- */
@@ -182,19 +155,6 @@ col_node *col_cross_entropy(col_graph *g, col_node *logits, col_node *targets, i
     n->p.i[1] = (int64_t)ce_count_offset(N); /* byte offset of the count in the extra area */
     n->extra_bytes = ce_count_offset(N) + sizeof(int64_t);
     return n;
-}
-
-/* dlogits [N, V] = (softmax(row) - onehot(target)) * dloss / count */
-void col_bwd_cross_entropy(col_graph *g, col_node *n, col_node *d)
-{
-    col_node *logits = n->src[0];
-    if (!(logits->flags & COL_NODE_NEEDS_GRAD))
-        return;
-    col_node *src[4] = {logits, n->src[1], n, d};
-    col_node *dl = col_new_node(g, COL_OP_CROSS_ENTROPY_BWD, COL_F32, 2, logits->t.shape, 4, src);
-    if (dl)
-        dl->p.i[0] = n->p.i[0];
-    col_accum_grad(g, logits, dl);
 }
 
 /* inv_freq[i], i < rd/2, in f32 exactly as Hugging Face transformers computes

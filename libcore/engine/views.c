@@ -1,9 +1,7 @@
-/* views.c - views (no copy), data movement ops, and their gradients. */
+/* views.c - views (no copy) and data movement ops; their gradients are in views_bwd.c. */
 #include "graph_internal.h"
 
 #include <string.h>
-
-enum { VIEW_RESHAPE = 1, VIEW_PERMUTE, VIEW_SLICE, VIEW_EXPAND, VIEW_GENERIC };
 
 static col_node *base_of(col_node *x) { return (x->flags & COL_NODE_VIEW) ? x->view_base : x; }
 static int64_t offset_of(col_node *x) { return (x->flags & COL_NODE_VIEW) ? x->view_offset : 0; }
@@ -103,7 +101,7 @@ col_node *col_reshape(col_graph *g, col_node *x, int ndim, const int64_t *shape)
             return NULL;
         col_set_contiguous_strides(&t);
     }
-    return make_view(g, x, VIEW_RESHAPE, ndim, t.shape, t.stride, offset_of(x));
+    return make_view(g, x, COL_VIEW_RESHAPE, ndim, t.shape, t.stride, offset_of(x));
 }
 
 col_node *col_permute(col_graph *g, col_node *x, const int *perm)
@@ -123,7 +121,7 @@ col_node *col_permute(col_graph *g, col_node *x, const int *perm)
         stride[i] = x->t.stride[perm[i]];
         packed |= (int64_t)perm[i] << (4 * i);
     }
-    col_node *n = make_view(g, x, VIEW_PERMUTE, nd, shape, stride, offset_of(x));
+    col_node *n = make_view(g, x, COL_VIEW_PERMUTE, nd, shape, stride, offset_of(x));
     if (n)
         n->p.i[1] = packed;
     return n;
@@ -166,7 +164,7 @@ col_node *col_slice(col_graph *g, col_node *x, int axis, int64_t start, int64_t 
     int64_t shape[COL_MAX_DIMS];
     memcpy(shape, x->t.shape, sizeof shape);
     shape[axis] = len;
-    col_node *n = make_view(g, x, VIEW_SLICE, nd, shape, x->t.stride, offset_of(x) + start * x->t.stride[axis]);
+    col_node *n = make_view(g, x, COL_VIEW_SLICE, nd, shape, x->t.stride, offset_of(x) + start * x->t.stride[axis]);
     if (n) {
         n->p.i[1] = axis;
         n->p.i[2] = start;
@@ -202,39 +200,14 @@ col_node *col_expand(col_graph *g, col_node *x, int ndim, const int64_t *shape)
         if (same)
             return x;
     }
-    return make_view(g, x, VIEW_EXPAND, ndim, shape, stride, offset_of(x));
+    return make_view(g, x, COL_VIEW_EXPAND, ndim, shape, stride, offset_of(x));
 }
 
 col_node *col_view(col_graph *g, col_node *x, int64_t offset, int ndim, const int64_t *shape, const int64_t *stride)
 {
     if (!x)
         return NULL;
-    return make_view(g, x, VIEW_GENERIC, ndim, shape, stride, offset_of(x) + offset);
-}
-
-void col_bwd_view(col_graph *g, col_node *n, col_node *d)
-{
-    col_node *x = n->src[0];
-    switch ((int)n->p.i[0]) {
-    case VIEW_RESHAPE:
-        col_accum_grad(g, x, col_reshape(g, d, x->t.ndim, x->t.shape));
-        break;
-    case VIEW_PERMUTE: {
-        int inv[COL_MAX_DIMS];
-        for (int i = 0; i < n->t.ndim; i++)
-            inv[(n->p.i[1] >> (4 * i)) & 0xf] = i;
-        col_accum_grad(g, x, col_permute(g, d, inv));
-        break;
-    }
-    case VIEW_SLICE:
-        col_accum_grad(g, x, col_scatter_slice(g, d, x->t.ndim, x->t.shape, (int)n->p.i[1], n->p.i[2]));
-        break;
-    case VIEW_EXPAND:
-        col_accum_grad(g, x, col_reduce_to(g, d, &x->t));
-        break;
-    default:
-        col_graph_fail(g, COL_EUNSUPPORTED, "autodiff: no gradient through a generic view (%s)", n->name);
-    }
+    return make_view(g, x, COL_VIEW_GENERIC, ndim, shape, stride, offset_of(x) + offset);
 }
 
 /* ---- data movement ---- */
@@ -246,13 +219,6 @@ col_node *col_cast(col_graph *g, col_node *x, col_dtype dt)
     if (x->t.dtype == dt)
         return x;
     return col_new_node(g, COL_OP_CAST, dt, x->t.ndim, x->t.shape, 1, &x);
-}
-
-void col_bwd_copy(col_graph *g, col_node *n, col_node *d) { col_accum_grad(g, n->src[0], d); }
-
-void col_bwd_cast(col_graph *g, col_node *n, col_node *d)
-{
-    col_accum_grad(g, n->src[0], col_cast(g, d, n->src[0]->t.dtype));
 }
 
 col_node *col_fill(col_graph *g, col_dtype dt, int ndim, const int64_t *shape, float value)
@@ -314,17 +280,6 @@ col_node *col_concat(col_graph *g, int n, col_node *const *xs, int axis)
     if (r)
         r->p.i[0] = axis;
     return r;
-}
-
-void col_bwd_concat(col_graph *g, col_node *n, col_node *d)
-{
-    int axis = (int)n->p.i[0];
-    int64_t start = 0;
-    for (int k = 0; k < n->nsrc; k++) {
-        int64_t len = n->src[k]->t.shape[axis];
-        col_accum_grad(g, n->src[k], col_slice(g, d, axis, start, len));
-        start += len;
-    }
 }
 
 int col_split(col_graph *g, col_node *x, int axis, int parts, col_node **out)
