@@ -264,7 +264,8 @@ static col_status open_data(run *r, col_err *err)
     if (st == COL_ENOMEM && strstr(err->msg, "limit")) {
         char why[COL_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", err->msg);
-        col_err_set(err, st, "%.400s: raise --data-max, or give the data as llm.c token files (.bin)", why);
+        col_err_set(err, st, "%.400s: raise --data-max, or give the data as an uncompressed llm.c token file "
+                    "(.bin), which is mapped rather than read into memory", why);
     }
     col_chat_sft_free(sft);
     if (st != COL_OK)
@@ -276,7 +277,7 @@ static col_status open_data(run *r, col_err *err)
                            "%s has %zu training tokens; --batch %d --seq %d needs at least %lld: use a smaller --seq "
                            "or --batch, or more data", o->data, ntrain, o->batch, o->seq, (long long)need);
     r->state.data_tokens = col_dataset_n_tokens(r->ds);
-    r->state.data_hash = ft_token_hash(col_dataset_tokens(r->ds), col_dataset_n_tokens(r->ds));
+    r->state.data_hash = col_dataset_hash(r->ds);
     return COL_OK;
 }
 
@@ -398,12 +399,12 @@ static col_status sample(run *r, char **text, col_err *err)
         prompt = malloc(np * sizeof *prompt);
         if (!prompt)
             return col_err_set(err, COL_ENOMEM, "sample: out of memory");
-        const int32_t *tok = col_dataset_tokens(r->ds) + col_dataset_n_train(r->ds);
-        size_t nval = col_dataset_n_tokens(r->ds) - col_dataset_n_train(r->ds);
+        size_t from = col_dataset_n_train(r->ds), nval = col_dataset_n_tokens(r->ds) - from;
         if (nval < np)
-            tok = col_dataset_tokens(r->ds), nval = col_dataset_n_tokens(r->ds);
+            from = 0, nval = col_dataset_n_tokens(r->ds);
         np = nval < np ? nval : np;
-        memcpy(prompt, tok, np * sizeof *prompt);
+        for (size_t i = 0; i < np; i++)
+            prompt[i] = col_dataset_token_at(r->ds, from + i);
     }
     int len = (int)np + o->sample_len;
     if (len > c->max_positions)

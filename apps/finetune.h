@@ -92,7 +92,5 @@ col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, 
 col_status ft_state_read(const char *dir, ft_opts *o, ft_state *s, col_err *err);
 /* The same on the file's text (len bytes; path names it in messages). */
 col_status ft_state_parse(const char *text, size_t len, const char *path, ft_opts *o, ft_state *s, col_err *err);
-/* FNV-1a over the token stream. */
-uint64_t ft_token_hash(const int32_t *tokens, size_t n);
 
 #endif

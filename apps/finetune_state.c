@@ -11,19 +11,6 @@
 
 #define STATE_FORMAT "colossal-finetune run state 1"
 
-uint64_t ft_token_hash(const int32_t *tokens, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)tokens[i];
-        for (int b = 0; b < 4; b++) {
-            h ^= (v >> (8 * b)) & 0xff;
-            h *= 0x100000001b3ull;
-        }
-    }
-    return h;
-}
-
 /* 64-bit values as decimal strings: JSON numbers are doubles */
 static cJSON *u64(uint64_t v)
 {

@@ -1,6 +1,7 @@
-/* test_dataset.c - training data: text, llm.c token files and .jsonl chat
- * data (plain and compressed), their errors, the chat loss mask, and the
- * sequential / shuffled / validation batches. */
+/* test_dataset.c - training data: text, llm.c token files (mapped, or in
+ * memory when compressed) and .jsonl chat data (plain and compressed), their
+ * errors, the chat loss mask, and the sequential / shuffled / validation
+ * batches; a large mapped file costs no memory of its size. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <stdlib.h>
@@ -144,9 +145,11 @@ static void test_llmc(void)
         col_status st = load(path_of(ok[k].name), NULL, ok[k].vocab, 0, &ds, &err);
         bool same = st == COL_OK && col_dataset_n_tokens(ds) == 300;
         for (int i = 0; same && i < 300; i++)
-            same = col_dataset_tokens(ds)[i] == (int32_t)tok[i];
-        TL_OK(same && !col_dataset_mask(ds), "llm.c %s (magic %u, version %u): 300 tokens read back (%s)",
-              ok[k].name, ok[k].magic, ok[k].version, err.msg);
+            same = col_dataset_token_at(ds, (size_t)i) == (int32_t)tok[i];
+        // uncompressed files are mapped: no array
+        same = same && !col_dataset_tokens(ds) == !ok[k].gz;
+        TL_OK(same && !col_dataset_mask(ds), "llm.c %s (magic %u, version %u): 300 tokens read back, %s (%s)",
+              ok[k].name, ok[k].magic, ok[k].version, ok[k].gz ? "in memory" : "mapped", err.msg);
         col_dataset_free(ds);
     }
 
@@ -176,7 +179,160 @@ static void test_llmc(void)
     img = llmc_image(20240520, 1, 300, tok, 300, &len);
     write_plain(path_of("vocab.bin"), img, len);
     free(img);
-    expect_fail("llm.c token >= vocab", path_of("vocab.bin"), NULL, 50257, "vocab.bin", "65535");
+    expect_fail("llm.c token >= vocab", path_of("vocab.bin"), NULL, 50257, "vocab.bin", "token 7 is 65535");
+
+    img = llmc_image(20240801, 7, 300, tok, 300, &len);
+    img[8] = 0x40, img[9] = 0x42, img[10] = 0x0f; // the header claims a million tokens
+    write_plain(path_of("lies.bin"), img, len);
+    free(img);
+    expect_fail("llm.c header claiming more tokens than the file holds", path_of("lies.bin"), NULL, 0, "lies.bin",
+                "truncated");
+    write_plain(path_of("short.bin"), "\x88\xd8\x34\x01", 4); // the v1 magic alone
+    expect_fail("llm.c magic alone", path_of("short.bin"), NULL, 0, "short.bin", "truncated");
+    img = llmc_image(20240520, 1, 0, tok, 0, &len);
+    write_plain(path_of("empty.bin"), img, len);
+    free(img);
+    expect_fail("llm.c no tokens", path_of("empty.bin"), NULL, 0, "empty.bin", "no tokens");
+}
+
+/* the run state's FNV-1a over the tokens, as apps/finetune computed it before col_dataset_hash */
+static uint64_t fnv_ref(uint64_t h, uint32_t v)
+{
+    for (int b = 0; b < 4; b++) {
+        h ^= (v >> (8 * b)) & 0xff;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static bool same_batches(const col_dataset *a, const col_dataset *b, col_batch_mode mode, int B, int T, int nb)
+{
+    col_batch_state sa = col_batch_state_init(mode, 5), sb = col_batch_state_init(mode, 5);
+    size_t bt = (size_t)B * T;
+    int32_t *x = malloc(4 * 4 * bt);
+    col_err err = {0};
+    bool ok = x != NULL;
+    for (int k = 0; ok && k < nb; k++)
+        ok = col_dataset_next_batch(a, &sa, B, T, x, x + bt, &err) == COL_OK &&
+             col_dataset_next_batch(b, &sb, B, T, x + 2 * bt, x + 3 * bt, &err) == COL_OK &&
+             !memcmp(x, x + 2 * bt, 8 * bt) && !memcmp(&sa, &sb, sizeof sa);
+    int64_t nv = col_dataset_n_val_batches(a, B, T);
+    ok = ok && nv > 0 && nv == col_dataset_n_val_batches(b, B, T);
+    for (int64_t k = 0; ok && k < nv; k++)
+        ok = col_dataset_val_batch(a, k, B, T, x, x + bt, &err) == COL_OK &&
+             col_dataset_val_batch(b, k, B, T, x + 2 * bt, x + 3 * bt, &err) == COL_OK &&
+             !memcmp(x, x + 2 * bt, 8 * bt);
+    free(x);
+    return ok;
+}
+
+/* A mapped file gives what the in-memory path (the same image gzipped) gives. */
+static void test_mapped(void)
+{
+    enum { N = 5000 };
+    uint32_t *tok = malloc(sizeof(uint32_t) * N);
+    col_rng r;
+    col_rng_init(&r, 21);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < N; i++)
+        h = fnv_ref(h, tok[i] = (uint32_t)col_rng_below(&r, 50257));
+    for (int v = 1; v <= 2; v++) {
+        size_t len;
+        unsigned char *img = llmc_image(v == 1 ? 20240520 : 20240801, v == 1 ? 1 : 2, N, tok, N, &len);
+        write_plain(path_of("m.bin"), img, len);
+        write_gz(path_of("m.bin.gz"), img, len);
+        col_dataset *a = NULL, *b = NULL;
+        col_err err = {0};
+        col_dataset_opts o = {.vocab_size = 50257, .val_percent = 10, .max_bytes = 1};
+        col_status st = col_dataset_load(path_of("m.bin"), &o, &a, &err); // max_bytes 1: not counted when mapped
+        o.max_bytes = 0;
+        if (st == COL_OK)
+            st = col_dataset_load(path_of("m.bin.gz"), &o, &b, &err);
+        bool ok = st == COL_OK && !col_dataset_tokens(a) && col_dataset_tokens(b) &&
+                  col_dataset_n_tokens(a) == N && col_dataset_n_tokens(b) == N &&
+                  col_dataset_n_train(a) == col_dataset_n_train(b);
+        TL_OK(ok && col_dataset_hash(a) == h && col_dataset_hash(b) == h,
+              "v%d: mapped and in-memory load alike, hash %016llx unchanged (%s)", v, (unsigned long long)h, err.msg);
+        TL_OK(ok && same_batches(a, b, COL_BATCH_SEQUENTIAL, 3, 17, 200) &&
+                  same_batches(a, b, COL_BATCH_SHUFFLED, 2, 33, 50),
+              "v%d: mapped sequential, shuffled and validation batches equal the in-memory ones", v);
+        // rewritten in place after the load: refused at the batch, not passed on
+        FILE *f = fopen(path_of("m.bin"), "r+b");
+        fseek(f, 1024, SEEK_SET);
+        fwrite("\xff\xff\xff\xff", 1, 4, f);
+        fclose(f);
+        col_batch_state bs = col_batch_state_init(COL_BATCH_SEQUENTIAL, 0);
+        int32_t in[8], tg[8];
+        st = col_dataset_next_batch(a, &bs, 1, 8, in, tg, &err);
+        TL_OK(st != COL_OK && strstr(err.msg, "changed since it was loaded"),
+              "v%d: a file rewritten after the load: %s", v, err.msg);
+        col_dataset_free(a);
+        col_dataset_free(b);
+        free(img);
+        expect_fail("llm.c token past the vocabulary, mapped", path_of("m.bin"), NULL, 50257, "m.bin",
+                    v == 1 ? "token 0 is 65535" : "token 0 is 4294967295");
+    }
+    free(tok);
+}
+
+static long vm_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* A 200 MB token file loads without its size in memory. */
+static void test_mapped_rss(void)
+{
+    enum { NTOK = 100 << 20, CHUNK = 1 << 20 };
+    char path[] = "/tmp/col_dataset_big_XXXXXX.bin";
+    int fd = mkstemps(path, 4);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        TL_OK(false, "cannot create %s", path);
+        return;
+    }
+    unsigned char head[1024] = {0};
+    uint32_t h3[3] = {20240520, 1, NTOK};
+    for (int j = 0; j < 12; j++)
+        head[j] = (unsigned char)(h3[j / 4] >> (8 * (j % 4)));
+    bool wrote = fwrite(head, 1, sizeof head, f) == sizeof head;
+    uint16_t *buf = malloc(sizeof(uint16_t) * CHUNK);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; wrote && i < NTOK; i += CHUNK) {
+        for (size_t j = 0; j < CHUNK; j++)
+            h = fnv_ref(h, buf[j] = (uint16_t)((i + j) * 7919 % 50257)); // little-endian hosts only
+        wrote = fwrite(buf, sizeof *buf, CHUNK, f) == CHUNK;
+    }
+    free(buf);
+    wrote = fclose(f) == 0 && wrote;
+    long before = vm_rss_kb();
+    col_dataset *ds = NULL;
+    col_err err = {0};
+    col_dataset_opts o = {.vocab_size = 50257, .val_percent = 1};
+    col_status st = wrote ? col_dataset_load(path, &o, &ds, &err) : COL_EIO;
+    bool ok = st == COL_OK && col_dataset_n_tokens(ds) == NTOK && col_dataset_hash(ds) == h;
+    long loaded = vm_rss_kb();
+    int32_t in[8 * 1024], tg[8 * 1024];
+    col_batch_state bs = col_batch_state_init(COL_BATCH_SHUFFLED, 9), sq = col_batch_state_init(0, 0);
+    for (int k = 0; ok && k < 20; k++)
+        ok = col_dataset_val_batch(ds, k, 8, 1024, in, tg, &err) == COL_OK &&
+             col_dataset_next_batch(ds, &bs, 8, 1024, in, tg, &err) == COL_OK &&
+             col_dataset_next_batch(ds, &sq, 8, 1024, in, tg, &err) == COL_OK &&
+             in[5] == (int32_t)((sq.pos - 8 * 1024 + 5) * 7919 % 50257);
+    long after = vm_rss_kb();
+    TL_OK(ok && before > 0 && after - before < 200 * 1024 / 8,
+          "a 200 MB token file: VmRSS %ld kB before the load, %ld kB after it, %ld kB after 60 batches (%s)", before,
+          loaded, after, err.msg);
+    col_dataset_free(ds);
+    unlink(path);
 }
 
 static void write_str(const char *name, const char *s) { write_plain(path_of(name), s, strlen(s)); }
@@ -534,6 +690,8 @@ int main(void)
     }
     test_text(tok);
     test_llmc();
+    test_mapped();
+    test_mapped_rss();
     test_chat_errors(tok);
     test_chat(tok);
     test_custom_template(tok);

@@ -4,18 +4,31 @@
 #include "dataset.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "rng.h"
 #include "textio.h"
 
 struct col_dataset {
-    int32_t *tokens;      /* [n] */
+    int32_t *tokens;      /* [n], or NULL for a mapped token file */
     uint8_t *mask;        /* [n] or NULL: all trained */
     size_t n, n_train;
     int64_t n_conv, n_val_conv;
+    /* a mapped llm.c token file (tokens == NULL): */
+    void *map;                 /* the whole file, map_len bytes */
+    size_t map_len;
+    const unsigned char *body; /* the tokens: map + the header */
+    size_t tsize;              /* 2 or 4 bytes a token */
+    uint32_t limit;            /* every token is below it (checked at load, and again as read) */
+    uint64_t hash;             /* col_dataset_hash, computed at load */
+    char *path;                /* for messages */
 };
 
 /* ---- a growing token stream ---- */
@@ -129,6 +142,22 @@ static uint32_t rd_u32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+static uint32_t rd_tok(const unsigned char *p, size_t tsize)
+{
+    return tsize == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : rd_u32(p);
+}
+
+/* FNV-1a 64 over a token's 4 little-endian bytes (col_dataset_hash) */
+static const uint64_t fnv_basis = 0xcbf29ce484222325ull;
+static uint64_t fnv_tok(uint64_t h, uint32_t v)
+{
+    for (int b = 0; b < 4; b++) {
+        h ^= (v >> (8 * b)) & 0xff;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
 /* The extension of path ignoring a compression suffix: ".bin" for
  * "x.bin.gz"; "" when none. */
 static void base_ext(const char *path, char out[16])
@@ -157,9 +186,10 @@ static void base_ext(const char *path, char out[16])
     }
 }
 
-/* llm.c token file in buf[0..len) -> s (mask all ones). */
-static col_status load_llmc(const char *path, const unsigned char *buf, size_t len, int32_t vocab, stream *s,
-                            col_err *err)
+/* Checks an llm.c header against the file's length len: buf holds the first
+ * min(len, 1024) bytes. Sets *tsize (2 or 4) and *count. */
+static col_status llmc_header(const char *path, const unsigned char *buf, size_t len, size_t *tsize_out,
+                              uint32_t *count_out, col_err *err)
 {
     if (len < LLMC_HEADER * 4)
         return col_err_set(err, COL_EFORMAT, "%s: llm.c token file truncated: %zu bytes, the header alone is %d",
@@ -190,6 +220,29 @@ static col_status load_llmc(const char *path, const unsigned char *buf, size_t l
                            "%s: llm.c token count mismatch: header says %u tokens (%zu bytes), the file holds %zu "
                            "bytes after the header", path, count, (size_t)count * tsize, body);
     }
+    *tsize_out = tsize;
+    *count_out = count;
+    return COL_OK;
+}
+
+/* The largest token + 1 allowed for vocab (0: any int32). */
+static uint32_t tok_limit(int32_t vocab) { return vocab > 0 ? (uint32_t)vocab : (uint32_t)INT32_MAX + 1; }
+
+static col_status bad_token(const char *path, size_t i, uint32_t v, int32_t vocab, col_err *err)
+{
+    return col_err_set(err, COL_EFORMAT, "%s: token %zu is %u, outside the vocabulary [0, %d)", path, i, v,
+                       vocab > 0 ? (int)vocab : INT32_MAX);
+}
+
+/* llm.c token file in buf[0..len) -> s (mask all ones). */
+static col_status load_llmc(const char *path, const unsigned char *buf, size_t len, int32_t vocab, stream *s,
+                            col_err *err)
+{
+    size_t tsize;
+    uint32_t count;
+    col_status st = llmc_header(path, buf, len, &tsize, &count, err);
+    if (st != COL_OK)
+        return st;
     s->ids = malloc((count ? count : 1) * sizeof *s->ids);
     s->mask = malloc(count ? count : 1);
     if (!s->ids || !s->mask)
@@ -198,12 +251,100 @@ static col_status load_llmc(const char *path, const unsigned char *buf, size_t l
     memset(s->mask, 1, count);
     const unsigned char *p = buf + LLMC_HEADER * 4;
     for (size_t i = 0; i < count; i++) {
-        uint32_t v = tsize == 2 ? (uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8 : rd_u32(p + 4 * i);
-        if (v > INT32_MAX || (vocab > 0 && v >= (uint32_t)vocab))
-            return col_err_set(err, COL_EFORMAT, "%s: token %zu is %u, outside the vocabulary [0, %d)", path, i, v,
-                               vocab > 0 ? (int)vocab : INT32_MAX);
+        uint32_t v = rd_tok(p + tsize * i, tsize);
+        if (v >= tok_limit(vocab))
+            return bad_token(path, i, v, vocab, err);
         s->ids[i] = (int32_t)v;
     }
+    return COL_OK;
+}
+
+/* ---- uncompressed llm.c token files, mapped ---- */
+
+/* The load checks the file in slices (a multiple of the page size and of 4:
+ * no token straddles two), dropping each after: it holds one slice at most. */
+enum { SCAN_SLICE = 1 << 24, RELEASE_ALIGN = 1 << 21 };
+
+/* Maps path into ds if it is an uncompressed llm.c token file (the magic in
+ * its first 4 bytes; else *mapped is false, nothing done: col_read_file reads
+ * it, or says why it cannot). The header is checked against the size before
+ * mapping, every token against the vocabulary in one pass that also hashes.
+ * Limits: a file shortened by another process after the size check raises
+ * SIGBUS on a read past its new end; only a process-wide signal handler could
+ * catch that, which a library must not install. The load refuses a file that
+ * changed (size, mtime, inode) while it was checked; batches check tokens
+ * again, so a file rewritten later gives an error, never an out-of-range
+ * token; other changes to a loaded file are read as they are. */
+static col_status map_llmc(const char *path, int32_t vocab, col_dataset *ds, bool *mapped, col_err *err)
+{
+    *mapped = false;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return COL_OK;
+    unsigned char head[LLMC_HEADER * 4];
+    struct stat sb, sa = {0};
+    ssize_t got = 0;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size <= SIZE_MAX)
+        got = pread(fd, head, sizeof head, 0);
+    uint32_t magic = got >= 4 ? rd_u32(head) : 0;
+    if (magic != LLMC_MAGIC16 && magic != LLMC_MAGIC32) {
+        close(fd);
+        return COL_OK;
+    }
+    *mapped = true;
+    size_t len = (size_t)sb.st_size, tsize = 0;
+    uint32_t count = 0;
+    col_status st;
+    if ((size_t)got < (len < sizeof head ? len : sizeof head))
+        st = col_err_set(err, COL_EIO, "%s: changed while being read (shorter than its size)", path);
+    else
+        st = llmc_header(path, head, len, &tsize, &count, err);
+    if (st == COL_OK && count == 0)
+        st = col_err_set(err, COL_EFORMAT, "%s: no tokens", path);
+    void *map = MAP_FAILED;
+    if (st == COL_OK && (map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
+        st = col_err_set(err, COL_EIO, "%s: cannot map the file: %s", path, strerror(errno));
+    if (st != COL_OK) {
+        close(fd);
+        return st;
+    }
+    const unsigned char *p = map;
+    uint32_t limit = tok_limit(vocab);
+    uint64_t h = fnv_basis;
+    madvise(map, len, MADV_SEQUENTIAL);
+    size_t i = 0;
+    for (size_t off = 0; off < len && st == COL_OK; off += SCAN_SLICE) {
+        size_t end = len - off > SCAN_SLICE ? off + SCAN_SLICE : len;
+        for (size_t b = off < LLMC_HEADER * 4 ? LLMC_HEADER * 4 : off; b < end; b += tsize, i++) {
+            uint32_t v = rd_tok(p + b, tsize);
+            if (v >= limit) {
+                st = bad_token(path, i, v, vocab, err);
+                break;
+            }
+            h = fnv_tok(h, v);
+        }
+        /* clean pages of a private mapping: read from the file again if touched */
+        madvise((void *)(p + off), end - off, MADV_DONTNEED);
+    }
+    madvise(map, len, MADV_NORMAL);
+    if (st == COL_OK && (fstat(fd, &sa) != 0 || sa.st_size != sb.st_size || sa.st_ino != sb.st_ino ||
+                         sa.st_mtim.tv_sec != sb.st_mtim.tv_sec || sa.st_mtim.tv_nsec != sb.st_mtim.tv_nsec))
+        st = col_err_set(err, COL_EIO, "%s: changed while being read (%lld bytes, now %lld): load it again", path,
+                         (long long)sb.st_size, (long long)sa.st_size);
+    close(fd);
+    if (st == COL_OK && !(ds->path = strdup(path)))
+        st = col_err_set(err, COL_ENOMEM, "%s: out of memory", path);
+    if (st != COL_OK) {
+        munmap(map, len);
+        return st;
+    }
+    ds->map = map;
+    ds->map_len = len;
+    ds->body = p + LLMC_HEADER * 4;
+    ds->tsize = tsize;
+    ds->limit = limit;
+    ds->hash = h;
+    ds->n = count;
     return COL_OK;
 }
 
@@ -377,9 +518,25 @@ col_status col_dataset_load(const char *path, const col_dataset_opts *opts, col_
     col_dataset_opts o = opts ? *opts : (col_dataset_opts){0};
     if (check_pct(o.val_percent, err) != COL_OK)
         return COL_EINVAL;
+    int32_t vocab = o.vocab_size > 0 ? o.vocab_size : o.tok ? col_tok_vocab_size(o.tok) : 0;
+    col_status st = COL_OK;
+    if (o.kind == COL_DATA_AUTO || o.kind == COL_DATA_LLMC) {
+        col_dataset *ds = calloc(1, sizeof *ds);
+        if (!ds)
+            return col_err_set(err, COL_ENOMEM, "%s: out of memory", path);
+        bool mapped;
+        if ((st = map_llmc(path, vocab, ds, &mapped, err)) == COL_OK && mapped) {
+            ds->n_train = ds->n - held_out(ds->n, o.val_percent);
+            *out = ds;
+            return COL_OK;
+        }
+        col_dataset_free(ds);
+        if (st != COL_OK)
+            return st;
+    }
     char *buf = NULL;
     size_t len = 0;
-    col_status st = col_read_file(path, o.max_bytes, &buf, &len, err);
+    st = col_read_file(path, o.max_bytes, &buf, &len, err);
     if (st != COL_OK)
         return st;
 
@@ -395,7 +552,6 @@ col_status col_dataset_load(const char *path, const col_dataset_opts *opts, col_
         else
             kind = COL_DATA_TEXT;
     }
-    int32_t vocab = o.vocab_size > 0 ? o.vocab_size : o.tok ? col_tok_vocab_size(o.tok) : 0;
     stream s = {0};
     size_t *conv_end = NULL;
     int64_t n_conv = 0;
@@ -474,6 +630,9 @@ void col_dataset_free(col_dataset *ds)
 {
     if (!ds)
         return;
+    if (ds->map)
+        munmap(ds->map, ds->map_len);
+    free(ds->path);
     free(ds->tokens);
     free(ds->mask);
     free(ds);
@@ -482,6 +641,21 @@ void col_dataset_free(col_dataset *ds)
 size_t col_dataset_n_tokens(const col_dataset *ds) { return ds->n; }
 size_t col_dataset_n_train(const col_dataset *ds) { return ds->n_train; }
 const int32_t *col_dataset_tokens(const col_dataset *ds) { return ds->tokens; }
+
+int32_t col_dataset_token_at(const col_dataset *ds, size_t i)
+{
+    return ds->tokens ? ds->tokens[i] : (int32_t)rd_tok(ds->body + i * ds->tsize, ds->tsize);
+}
+
+uint64_t col_dataset_hash(const col_dataset *ds)
+{
+    if (!ds->tokens)
+        return ds->hash;
+    uint64_t h = fnv_basis;
+    for (size_t i = 0; i < ds->n; i++)
+        h = fnv_tok(h, (uint32_t)ds->tokens[i]);
+    return h;
+}
 const uint8_t *col_dataset_mask(const col_dataset *ds) { return ds->mask; }
 int64_t col_dataset_n_conversations(const col_dataset *ds) { return ds->n_conv; }
 int64_t col_dataset_n_val_conversations(const col_dataset *ds) { return ds->n_val_conv; }
@@ -502,9 +676,36 @@ col_batch_state col_batch_state_init(col_batch_mode mode, uint64_t seed)
 }
 
 /* One row: inputs[0..T) = tok[start..start+T), targets = the next tokens, -1
- * where masked. */
-static void fill_row(const col_dataset *ds, size_t start, int T, int32_t *in, int32_t *tg)
+ * where masked. A mapped file's tokens are converted here and checked again
+ * (the file may have been rewritten since the load). */
+static col_status fill_row(const col_dataset *ds, size_t start, int T, int32_t *in, int32_t *tg, col_err *err)
 {
+    if (!ds->tokens) {
+        const unsigned char *p = ds->body + start * ds->tsize;
+        uint32_t prev = rd_tok(p, ds->tsize);
+        bool bad = prev >= ds->limit;
+        for (int t = 0; t < T; t++) {
+            uint32_t v = rd_tok(p + (size_t)(t + 1) * ds->tsize, ds->tsize);
+            bad |= v >= ds->limit;
+            in[t] = (int32_t)prev;
+            tg[t] = (int32_t)v;
+            prev = v;
+        }
+        /* Drop the pages read from the mapping, so RSS stays at what a batch
+         * needs. A fault may map a large page-cache folio whole (up to 2 MiB
+         * around the tokens), hence the wider range. The page cache keeps
+         * the data; a clean private page just faults back in, so this is
+         * harmless to other threads reading the same rows. */
+        size_t a = (size_t)(p - (const unsigned char *)ds->map), e = a + ((size_t)T + 1) * ds->tsize;
+        a &= ~(size_t)(RELEASE_ALIGN - 1);
+        e = (e + RELEASE_ALIGN - 1) & ~(size_t)(RELEASE_ALIGN - 1);
+        e = e < ds->map_len ? e : ds->map_len; /* never past the mapping: the next one may be anything */
+        madvise((unsigned char *)ds->map + a, e - a, MADV_DONTNEED);
+        if (bad)
+            return col_err_set(err, COL_EFORMAT, "%s: a token outside the vocabulary in [%zu, %zu): the file changed "
+                               "since it was loaded", ds->path, start, start + (size_t)T + 1);
+        return COL_OK;
+    }
     const int32_t *x = ds->tokens + start;
     for (int t = 0; t < T; t++) {
         in[t] = x[t];
@@ -516,6 +717,7 @@ static void fill_row(const col_dataset *ds, size_t start, int T, int32_t *in, in
             if (!m[t])
                 tg[t] = -1;
     }
+    return COL_OK;
 }
 
 static col_status check_bt(int B, int T, col_err *err)
@@ -539,7 +741,8 @@ col_status col_dataset_next_batch(const col_dataset *ds, col_batch_state *st, in
         if (st->pos + bt + 1 > n) // resumed with a state from other data or other B, T
             st->pos = 0;
         for (int b = 0; b < B; b++)
-            fill_row(ds, st->pos + (size_t)b * T, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+            if (fill_row(ds, st->pos + (size_t)b * T, T, inputs + (size_t)b * T, targets + (size_t)b * T, err))
+                return COL_EFORMAT;
         st->pos += bt;
         if (st->pos + bt + 1 > n)
             st->pos = 0;
@@ -551,7 +754,8 @@ col_status col_dataset_next_batch(const col_dataset *ds, col_batch_state *st, in
         col_rng r = {st->seed, st->counter};
         for (int b = 0; b < B; b++) {
             size_t start = (size_t)col_rng_below(&r, (uint64_t)(n - (size_t)T));
-            fill_row(ds, start, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+            if (fill_row(ds, start, T, inputs + (size_t)b * T, targets + (size_t)b * T, err) != COL_OK)
+                return COL_EFORMAT;
         }
         st->seed = r.seed;
         st->counter = r.counter;
@@ -588,6 +792,7 @@ col_status col_dataset_val_batch(const col_dataset *ds, int64_t k, int B, int T,
                            (long long)nb);
     size_t start = ds->n_train + (size_t)k * bt;
     for (int b = 0; b < B; b++)
-        fill_row(ds, start + (size_t)b * T, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+        if (fill_row(ds, start + (size_t)b * T, T, inputs + (size_t)b * T, targets + (size_t)b * T, err) != COL_OK)
+            return COL_EFORMAT;
     return COL_OK;
 }

@@ -14,6 +14,13 @@
  * Every file may be compressed (.gz, .xz, .zst, ...: see textio.h); the
  * compression suffix is ignored when looking at the extension.
  *
+ * An uncompressed llm.c token file is memory-mapped and read in place: the
+ * load checks the header against the file's size and every token against
+ * the vocabulary in one pass that keeps no copy, and batches convert the
+ * tokens they take. It is not held in memory (max_bytes does not apply; the
+ * page cache holds what was read). Everything else (compressed token files,
+ * text, chat data) is read whole into memory, capped by max_bytes.
+ *
  * The stream is split in two: the training part [0, n_train) and the held-out
  * validation part [n_train, n_tokens) (the last val_percent % of the tokens,
  * or of the conversations for chat data). Training batches never read
@@ -96,7 +103,7 @@ typedef struct {
     int32_t vocab_size;               /* > 0: every token must be < it (0: the tokenizer's, if any) */
     const col_chat_template *tmpl;    /* chat template; NULL: ChatML */
     double val_percent;               /* held out for validation, in [0, 100) */
-    size_t max_bytes;                 /* file size limit once decompressed (0: none) */
+    size_t max_bytes;                 /* file size limit once decompressed (0: none); not for a mapped token file */
 } col_dataset_opts;
 
 typedef struct col_dataset col_dataset;
@@ -119,7 +126,15 @@ void col_dataset_free(col_dataset *ds);
 
 size_t col_dataset_n_tokens(const col_dataset *ds);    /* whole stream */
 size_t col_dataset_n_train(const col_dataset *ds);     /* training part [0, n_train) */
+/* The stream as an array when it is in memory; NULL for a mapped llm.c
+ * token file: use col_dataset_token_at or col_dataset_hash there. */
 const int32_t *col_dataset_tokens(const col_dataset *ds);
+/* Token i (i < col_dataset_n_tokens) of any dataset. */
+int32_t col_dataset_token_at(const col_dataset *ds, size_t i);
+/* FNV-1a (64-bit) over the whole stream, each token as its 4 little-endian
+ * bytes (uint32): what a run state records to tell the data again. The same
+ * tokens always hash the same, whatever the file kind. */
+uint64_t col_dataset_hash(const col_dataset *ds);
 const uint8_t *col_dataset_mask(const col_dataset *ds); /* NULL when every token is trained */
 int64_t col_dataset_n_conversations(const col_dataset *ds); /* chat data: all of them; else 0 */
 int64_t col_dataset_n_val_conversations(const col_dataset *ds);
@@ -151,7 +166,9 @@ col_batch_state col_batch_state_init(col_batch_mode mode, uint64_t seed);
  * Shuffled: each row is a window of T+1 tokens starting at a position drawn
  * uniformly (col_rng_below) from [0, n_train - T - 1].
  * Fails, saying how many tokens there are and how many are needed, when the
- * training stream has fewer than B*T+1 (sequential) or T+1 (shuffled). */
+ * training stream has fewer than B*T+1 (sequential) or T+1 (shuffled), and
+ * (COL_EFORMAT) when a mapped file now holds a token outside the vocabulary:
+ * it was rewritten after the load. */
 col_status col_dataset_next_batch(const col_dataset *ds, col_batch_state *st, int B, int T, int32_t *inputs,
                                   int32_t *targets, col_err *err);
 
