@@ -290,6 +290,17 @@ static const char *act_name(col_act a)
     return "?";
 }
 
+/* the transformers class a config's "architectures" names */
+static const char *arch_class(col_arch a)
+{
+    switch (a) {
+    case COL_ARCH_GPT2: return "GPT2LMHeadModel";
+    case COL_ARCH_OPT: return "OPTForCausalLM";
+    case COL_ARCH_LLAMA: return "LlamaForCausalLM";
+    }
+    return "?";
+}
+
 col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
 {
     *json = NULL;
@@ -304,9 +315,8 @@ col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
 #define STR(k, v) cJSON_AddStringToObject(o, k, v)
     STR("model_type", col_arch_name(c->arch));
     NUM("vocab_size", c->vocab_size);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "architectures"), cJSON_CreateString(arch_class(c->arch)));
     if (c->arch == COL_ARCH_GPT2) {
-        cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-        cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
         NUM("n_positions", c->max_positions);
         NUM("n_ctx", c->max_positions);
         NUM("n_embd", c->hidden);
@@ -318,14 +328,14 @@ col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
         NUM("resid_pdrop", c->dropout);
         NUM("embd_pdrop", c->dropout);
         NUM("attn_pdrop", 0);
-        BOOL("tie_word_embeddings", c->tie_embeddings);
-    } else if (c->arch == COL_ARCH_OPT) {
-        cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-        cJSON_AddItemToArray(arch, cJSON_CreateString("OPTForCausalLM"));
+    } else {
+        /* the sizes OPT and LLaMA configs name alike */
         NUM("max_position_embeddings", c->max_positions);
         NUM("hidden_size", c->hidden);
         NUM("num_hidden_layers", c->n_layer);
         NUM("num_attention_heads", c->n_head);
+    }
+    if (c->arch == COL_ARCH_OPT) {
         NUM("ffn_dim", c->ffn);
         NUM("word_embed_proj_dim", c->word_embed_proj_dim);
         BOOL("do_layer_norm_before", c->pre_ln);
@@ -333,14 +343,7 @@ col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
         NUM("dropout", c->dropout);
         NUM("attention_dropout", 0);
         BOOL("enable_bias", true);
-        BOOL("tie_word_embeddings", c->tie_embeddings);
-    } else {
-        cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-        cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-        NUM("max_position_embeddings", c->max_positions);
-        NUM("hidden_size", c->hidden);
-        NUM("num_hidden_layers", c->n_layer);
-        NUM("num_attention_heads", c->n_head);
+    } else if (c->arch == COL_ARCH_LLAMA) {
         NUM("num_key_value_heads", c->n_kv_head);
         NUM("head_dim", c->head_dim);
         NUM("intermediate_size", c->ffn);
@@ -349,7 +352,6 @@ col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
         STR("hidden_act", "silu");
         BOOL("attention_bias", c->attn_bias);
         BOOL("mlp_bias", c->mlp_bias);
-        BOOL("tie_word_embeddings", c->tie_embeddings);
         if (c->rope.llama3_factor > 0) {
             cJSON *rs = cJSON_AddObjectToObject(o, "rope_scaling");
             cJSON_AddStringToObject(rs, "rope_type", "llama3");
@@ -361,6 +363,7 @@ col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
         if (c->rope.rotary_dims && c->rope.rotary_dims != c->head_dim)
             NUM("partial_rotary_factor", (double)c->rope.rotary_dims / c->head_dim);
     }
+    BOOL("tie_word_embeddings", c->tie_embeddings);
     if (c->bos_id >= 0)
         NUM("bos_token_id", c->bos_id);
     if (c->eos_id >= 0)
