@@ -21,24 +21,17 @@ static void gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
     int k = 0;
     col_spec_set(&s[k++], "transformer.wte.weight", c->vocab_size, C, COL_INIT_NORMAL);
     col_spec_set(&s[k++], "transformer.wpe.weight", c->max_positions, C, COL_INIT_NORMAL);
-    for (int l = 0; l < c->n_layer; l++) {
-        char n[80];
-#define P(suffix, d0, d1, init) \
-    snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix), col_spec_set(&s[k++], n, d0, d1, init)
-        P("ln_1.weight", C, 0, COL_INIT_ONE);
-        P("ln_1.bias", C, 0, COL_INIT_ZERO);
-        P("attn.c_attn.weight", C, 3 * C, COL_INIT_NORMAL);
-        P("attn.c_attn.bias", 3 * C, 0, COL_INIT_ZERO);
-        P("attn.c_proj.weight", C, C, COL_INIT_RESID);
-        P("attn.c_proj.bias", C, 0, COL_INIT_ZERO);
-        P("ln_2.weight", C, 0, COL_INIT_ONE);
-        P("ln_2.bias", C, 0, COL_INIT_ZERO);
-        P("mlp.c_fc.weight", C, F, COL_INIT_NORMAL);
-        P("mlp.c_fc.bias", F, 0, COL_INIT_ZERO);
-        P("mlp.c_proj.weight", F, C, COL_INIT_RESID);
-        P("mlp.c_proj.bias", C, 0, COL_INIT_ZERO);
-#undef P
+    col_spec_list L = {.s = s, .k = k};
+    for (int l = 0; l < c->n_layer; l++) { /* Conv1D weights are [in, out] */
+        col_spec_layer(&L, "transformer.h.%d.", l);
+        col_spec_norm(&L, "ln_1", C, true);
+        col_spec_weight(&L, "attn.c_attn", C, 3 * C, COL_INIT_NORMAL, 3 * C);
+        col_spec_weight(&L, "attn.c_proj", C, C, COL_INIT_RESID, C);
+        col_spec_norm(&L, "ln_2", C, true);
+        col_spec_weight(&L, "mlp.c_fc", C, F, COL_INIT_NORMAL, F);
+        col_spec_weight(&L, "mlp.c_proj", F, C, COL_INIT_RESID, C);
     }
+    k = L.k;
     col_spec_set(&s[k++], "transformer.ln_f.weight", C, 0, COL_INIT_ONE);
     col_spec_set(&s[k++], "transformer.ln_f.bias", C, 0, COL_INIT_ZERO);
     if (!c->tie_embeddings)

@@ -23,35 +23,21 @@ static void llama_param_specs(const col_lm_config *c, col_param_spec *s)
             F = c->ffn;
     int k = 0;
     col_spec_set(&s[k++], "model.embed_tokens.weight", c->vocab_size, C, COL_INIT_NORMAL);
+    int64_t ab = c->attn_bias, mb = c->mlp_bias; /* 1: the projection has a bias */
+    col_spec_list L = {.s = s, .k = k};
     for (int l = 0; l < c->n_layer; l++) {
-        char n[80];
-#define P(suffix, d0, d1, init) \
-    snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), col_spec_set(&s[k++], n, d0, d1, init)
-        P("input_layernorm.weight", C, 0, COL_INIT_ONE);
-        P("self_attn.q_proj.weight", Hq, C, COL_INIT_NORMAL);
-        if (c->attn_bias)
-            P("self_attn.q_proj.bias", Hq, 0, COL_INIT_ZERO);
-        P("self_attn.k_proj.weight", Hkv, C, COL_INIT_NORMAL);
-        if (c->attn_bias)
-            P("self_attn.k_proj.bias", Hkv, 0, COL_INIT_ZERO);
-        P("self_attn.v_proj.weight", Hkv, C, COL_INIT_NORMAL);
-        if (c->attn_bias)
-            P("self_attn.v_proj.bias", Hkv, 0, COL_INIT_ZERO);
-        P("self_attn.o_proj.weight", C, Hq, COL_INIT_RESID);
-        if (c->attn_bias)
-            P("self_attn.o_proj.bias", C, 0, COL_INIT_ZERO);
-        P("post_attention_layernorm.weight", C, 0, COL_INIT_ONE);
-        P("mlp.gate_proj.weight", F, C, COL_INIT_NORMAL);
-        if (c->mlp_bias)
-            P("mlp.gate_proj.bias", F, 0, COL_INIT_ZERO);
-        P("mlp.up_proj.weight", F, C, COL_INIT_NORMAL);
-        if (c->mlp_bias)
-            P("mlp.up_proj.bias", F, 0, COL_INIT_ZERO);
-        P("mlp.down_proj.weight", C, F, COL_INIT_RESID);
-        if (c->mlp_bias)
-            P("mlp.down_proj.bias", C, 0, COL_INIT_ZERO);
-#undef P
+        col_spec_layer(&L, "model.layers.%d.", l);
+        col_spec_norm(&L, "input_layernorm", C, false);
+        col_spec_weight(&L, "self_attn.q_proj", Hq, C, COL_INIT_NORMAL, ab * Hq);
+        col_spec_weight(&L, "self_attn.k_proj", Hkv, C, COL_INIT_NORMAL, ab * Hkv);
+        col_spec_weight(&L, "self_attn.v_proj", Hkv, C, COL_INIT_NORMAL, ab * Hkv);
+        col_spec_weight(&L, "self_attn.o_proj", C, Hq, COL_INIT_RESID, ab * C);
+        col_spec_norm(&L, "post_attention_layernorm", C, false);
+        col_spec_weight(&L, "mlp.gate_proj", F, C, COL_INIT_NORMAL, mb * F);
+        col_spec_weight(&L, "mlp.up_proj", F, C, COL_INIT_NORMAL, mb * F);
+        col_spec_weight(&L, "mlp.down_proj", C, F, COL_INIT_RESID, mb * C);
     }
+    k = L.k;
     col_spec_set(&s[k++], "model.norm.weight", C, 0, COL_INIT_ONE);
     if (!c->tie_embeddings)
         col_spec_set(&s[k++], "lm_head.weight", c->vocab_size, C, COL_INIT_NORMAL);

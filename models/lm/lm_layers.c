@@ -13,6 +13,27 @@ void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, c
     s->init = init;
 }
 
+void col_spec_layer(col_spec_list *L, const char *fmt, int layer)
+{
+    snprintf(L->prefix, sizeof L->prefix, fmt, layer);
+}
+
+void col_spec_weight(col_spec_list *L, const char *name, int64_t d0, int64_t d1, col_init_kind init, int64_t bias)
+{
+    char n[sizeof L->s->name];
+    snprintf(n, sizeof n, "%s%s.weight", L->prefix, name);
+    col_spec_set(&L->s[L->k++], n, d0, d1, init);
+    if (bias > 0) {
+        snprintf(n, sizeof n, "%s%s.bias", L->prefix, name);
+        col_spec_set(&L->s[L->k++], n, bias, 0, COL_INIT_ZERO);
+    }
+}
+
+void col_spec_norm(col_spec_list *L, const char *name, int64_t C, bool with_bias)
+{
+    col_spec_weight(L, name, C, 0, COL_INIT_ONE, with_bias ? C : 0);
+}
+
 col_node *col_lm_dropout(col_graph *g, col_node *x, const col_lm_config *c, const col_lm_build_opts *o)
 {
     return (o->training && c->dropout > 0) ? col_dropout(g, x, c->dropout, o->dropout_seed) : x;

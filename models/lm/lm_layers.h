@@ -9,6 +9,19 @@
 
 /* A parameter spec: name, shape [d0] (d1 = 0) or [d0, d1]; matrices get weight decay. */
 void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, col_init_kind init);
+/* A family's parameter list as it is written, layer by layer: col_spec_layer
+ * names the layer ("model.layers.3."), then each weight and its bias are
+ * added in order under it. */
+typedef struct {
+    col_param_spec *s;
+    int k;              /* specs written so far */
+    char prefix[64];    /* the current layer's name prefix */
+} col_spec_list;
+void col_spec_layer(col_spec_list *L, const char *fmt, int layer);
+/* prefix+name.weight [d0, d1] with init, then prefix+name.bias [bias] (zeros) when bias > 0 */
+void col_spec_weight(col_spec_list *L, const char *name, int64_t d0, int64_t d1, col_init_kind init, int64_t bias);
+/* a norm's weight [C] (ones), and its bias [C] (zeros) when with_bias */
+void col_spec_norm(col_spec_list *L, const char *name, int64_t C, bool with_bias);
 /* x, with dropout when the graph is for training and the config has some */
 col_node *col_lm_dropout(col_graph *g, col_node *x, const col_lm_config *c, const col_lm_build_opts *o);
 /* the activation act of x */

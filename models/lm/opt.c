@@ -26,28 +26,19 @@ static void opt_param_specs(const col_lm_config *c, col_param_spec *s)
     col_spec_set(&s[k++], "model.decoder.embed_positions.weight", c->max_positions + POS_OFFSET, C, COL_INIT_NORMAL);
     if (projected(c))
         col_spec_set(&s[k++], "model.decoder.project_in.weight", C, E, COL_INIT_NORMAL);
+    col_spec_list L = {.s = s, .k = k};
     for (int l = 0; l < c->n_layer; l++) {
-        char n[80];
-#define P(suffix, d0, d1, init) \
-    snprintf(n, sizeof n, "model.decoder.layers.%d.%s", l, suffix), col_spec_set(&s[k++], n, d0, d1, init)
-        P("self_attn.k_proj.weight", C, C, COL_INIT_NORMAL);
-        P("self_attn.k_proj.bias", C, 0, COL_INIT_ZERO);
-        P("self_attn.v_proj.weight", C, C, COL_INIT_NORMAL);
-        P("self_attn.v_proj.bias", C, 0, COL_INIT_ZERO);
-        P("self_attn.q_proj.weight", C, C, COL_INIT_NORMAL);
-        P("self_attn.q_proj.bias", C, 0, COL_INIT_ZERO);
-        P("self_attn.out_proj.weight", C, C, COL_INIT_RESID);
-        P("self_attn.out_proj.bias", C, 0, COL_INIT_ZERO);
-        P("self_attn_layer_norm.weight", C, 0, COL_INIT_ONE);
-        P("self_attn_layer_norm.bias", C, 0, COL_INIT_ZERO);
-        P("fc1.weight", F, C, COL_INIT_NORMAL);
-        P("fc1.bias", F, 0, COL_INIT_ZERO);
-        P("fc2.weight", C, F, COL_INIT_RESID);
-        P("fc2.bias", C, 0, COL_INIT_ZERO);
-        P("final_layer_norm.weight", C, 0, COL_INIT_ONE);
-        P("final_layer_norm.bias", C, 0, COL_INIT_ZERO);
-#undef P
+        col_spec_layer(&L, "model.decoder.layers.%d.", l);
+        col_spec_weight(&L, "self_attn.k_proj", C, C, COL_INIT_NORMAL, C);
+        col_spec_weight(&L, "self_attn.v_proj", C, C, COL_INIT_NORMAL, C);
+        col_spec_weight(&L, "self_attn.q_proj", C, C, COL_INIT_NORMAL, C);
+        col_spec_weight(&L, "self_attn.out_proj", C, C, COL_INIT_RESID, C);
+        col_spec_norm(&L, "self_attn_layer_norm", C, true);
+        col_spec_weight(&L, "fc1", F, C, COL_INIT_NORMAL, F);
+        col_spec_weight(&L, "fc2", C, F, COL_INIT_RESID, C);
+        col_spec_norm(&L, "final_layer_norm", C, true);
     }
+    k = L.k;
     if (final_norm(c)) {
         col_spec_set(&s[k++], "model.decoder.final_layer_norm.weight", C, 0, COL_INIT_ONE);
         col_spec_set(&s[k++], "model.decoder.final_layer_norm.bias", C, 0, COL_INIT_ZERO);
