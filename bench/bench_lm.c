@@ -35,6 +35,7 @@
 #include "rng.h"
 #include "bench_util.h"
 #include "backend_cpu.h"
+#include "procsetup.h"
 
 static double sgemm_rate(const col_blas *blas, int M, int K, int N)
 {
@@ -327,6 +328,7 @@ static void bench_generate(col_backend *be, const char *preset, int reps)
 
 int main(int argc, char **argv)
 {
+    col_proc_setup(argv);
     const char *what = argc > 1 ? argv[1] : "all";
     int reps = argc > 2 ? atoi(argv[2]) : 5;
     if (reps < 1 || reps > 31 ||
@@ -342,7 +344,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_lm: %s\n", err.msg);
         return 1;
     }
-    printf("# bench_lm: %d threads, OpenBLAS %s (%s), median of %d\n", omp_get_max_threads(), blas.core, blas.path, reps);
+    char proc[256];
+    col_proc_describe(proc, sizeof proc);
+    printf("# bench_lm: %d threads, OpenBLAS %s (%s, %s build), median of %d\n# process: %s\n", col_cpu_backend_threads(&be),
+           blas.core, blas.path, blas.parallel == COL_BLAS_OPENMP ? "OpenMP" : blas.parallel == COL_BLAS_PTHREAD ? "pthread" : "other",
+           reps, proc);
     if (!strcmp(what, "train") || !strcmp(what, "all"))
         bench_train(&be, &blas, reps);
     if (!strcmp(what, "nvme") || !strcmp(what, "all"))

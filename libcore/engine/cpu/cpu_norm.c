@@ -60,7 +60,7 @@ static void softmax_row(const float *x, const float *m, int64_t ms, float *y, in
 /* x: [..., T, S] (contiguous); mask: expanded to x's shape (any strides) */
 static col_status k_softmax(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const float *x = n->src[0]->t.data;
     const col_tensor *mt = n->nsrc > 1 ? &n->src[1]->t : NULL;
     float *y = n->t.data;
@@ -68,7 +68,7 @@ static col_status k_softmax(const col_node *n, const col_exec *ex, col_err *err)
     int64_t T = n->t.ndim >= 2 ? n->t.shape[n->t.ndim - 2] : 1;
     bool causal = n->p.i[0] != 0;
     int64_t offset = n->p.i[1], ms = mt ? col_col_stride(mt) : 0;
-#pragma omp parallel for schedule(static) if (rows * S > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * S > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         int64_t L = S; /* keys j < L are visible to this row's query */
         if (causal) {
@@ -84,11 +84,11 @@ static col_status k_softmax(const col_node *n, const col_exec *ex, col_err *err)
 /* src0 = y [rows, C], src1 = dy: dx = y * (dy - sum(dy * y)) */
 static col_status k_softmax_bwd(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const float *y = n->src[0]->t.data, *dy = n->src[1]->t.data;
     float *dx = n->t.data;
     int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = y + r * C, *dr = dy + r * C;
         float *o = dx + r * C;
@@ -108,11 +108,11 @@ static col_status k_softmax_bwd(const col_node *n, const col_exec *ex, col_err *
 /* y = x - max - log(sum(exp(x - max))) */
 static col_status k_log_softmax(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const float *x = n->src[0]->t.data;
     float *y = n->t.data;
     int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C;
@@ -135,11 +135,11 @@ static col_status k_log_softmax(const col_node *n, const col_exec *ex, col_err *
 /* src0 = y, src1 = dy: dx = dy - exp(y) * sum(dy) */
 static col_status k_log_softmax_bwd(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const float *y = n->src[0]->t.data, *dy = n->src[1]->t.data;
     float *dx = n->t.data;
     int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = y + r * C, *dr = dy + r * C;
         float *o = dx + r * C;
@@ -186,7 +186,7 @@ static inline float rms_rstd(const float *x, int64_t C, float eps)
 /* x: [rows, C], w, b: [C] or absent; y = (x - mean) * rstd * w + b */
 static col_status k_layernorm(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     bool hw = n->p.i[0] != 0, hb = n->p.i[1] != 0;
     const float *x = n->src[0]->t.data;
     const float *w = hw ? n->src[1]->t.data : NULL;
@@ -195,7 +195,7 @@ static col_status k_layernorm(const col_node *n, const col_exec *ex, col_err *er
     int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
     if (C == 0)
         return COL_OK;
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C, mean, rstd;
@@ -224,13 +224,13 @@ static col_status k_layernorm(const col_node *n, const col_exec *ex, col_err *er
 /* x: [rows, C], w: [C]; y = x * rstd * w */
 static col_status k_rmsnorm(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const float *x = n->src[0]->t.data, *w = n->src[1]->t.data;
     float eps = n->p.f[0], *y = n->t.data;
     int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
     if (C == 0)
         return COL_OK;
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C, rstd = rms_rstd(xr, C, eps);
@@ -274,10 +274,10 @@ static col_status norm_bwd_layout(const col_node *n, const col_exec *ex, int64_t
 }
 
 /* dw[c] (and db[c]) = sum over chunks, in chunk order */
-static void norm_bwd_reduce(const norm_bwd_out *o, int64_t C)
+static void norm_bwd_reduce(const norm_bwd_out *o, int64_t C, int nt)
 {
     int64_t nch = o->nchunks, stride = (int64_t)o->parts * C;
-#pragma omp parallel for schedule(static) if (nch * stride > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (nch * stride > COL_PAR_MIN) num_threads(nt)
     for (int64_t c0 = 0; c0 < C; c0 += 256) {
         int64_t c1 = c0 + 256 < C ? c0 + 256 : C;
         for (int p = 0; p < o->parts; p++) {
@@ -311,7 +311,7 @@ static col_status k_layernorm_bwd(const col_node *n, const col_exec *ex, col_err
     if (st != COL_OK)
         return st;
     int64_t nch = o.nchunks;
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t k = 0; k < nch; k++) {
         float *pdw = o.dw ? o.partial + k * o.parts * C : NULL;
         float *pdb = o.db ? o.partial + k * o.parts * C + (o.dw ? C : 0) : NULL;
@@ -364,7 +364,7 @@ static col_status k_layernorm_bwd(const col_node *n, const col_exec *ex, col_err
         }
     }
     if (o.parts)
-        norm_bwd_reduce(&o, C);
+        norm_bwd_reduce(&o, C, col_cpu_threads(ex));
     return COL_OK;
 }
 
@@ -383,7 +383,7 @@ static col_status k_rmsnorm_bwd(const col_node *n, const col_exec *ex, col_err *
     if (st != COL_OK)
         return st;
     int64_t nch = o.nchunks;
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t k = 0; k < nch; k++) {
         float *pdw = o.dw ? o.partial + k * C : NULL;
         if (pdw)
@@ -410,7 +410,7 @@ static col_status k_rmsnorm_bwd(const col_node *n, const col_exec *ex, col_err *
         }
     }
     if (o.parts)
-        norm_bwd_reduce(&o, C);
+        norm_bwd_reduce(&o, C, col_cpu_threads(ex));
     return COL_OK;
 }
 
