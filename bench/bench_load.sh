@@ -10,7 +10,10 @@
 # loaded/quiet (N = 0 must come first) and the proportional ideal: with N
 # busy processes on C CPUs the fair share is C / (C + N) of the machine, so
 # the ideal slowdown is (C + N) / C. The last column is slowdown / ideal
-# (target: within ~1.5).
+# (target: within ~1.5). If the benchmark also prints "N.NN CPU s/step"
+# (bench_lm does: user + system time of all its threads), its median is
+# shown too: CPU time per step that grows with the load is time spent
+# waiting actively (spinning) rather than working.
 #
 # Environment:
 #   RUNS    runs per load (default 3); each prints a median of REPS steps
@@ -88,8 +91,10 @@ run() {
         echo "$out" >&2
         exit 1
     fi
-    echo "$1 load $N run $((r + 1)): $ms ms/step (load average $(cut -d' ' -f1 /proc/loadavg))"
+    cpu=$(echo "$out" | sed -n 's/.* \([0-9][0-9.]*\) CPU s\/step.*/\1/p' | head -n 1)
+    echo "$1 load $N run $((r + 1)): $ms ms/step${cpu:+, $cpu CPU s/step} (load average $(cut -d' ' -f1 /proc/loadavg))"
     echo "$ms" >> "$TMP/times.$1.$N"
+    echo "${cpu:--}" >> "$TMP/cpu.$1.$N"
 }
 
 # table LABEL: the summary for one command
@@ -97,14 +102,16 @@ table() {
     quiet=""
     echo
     echo "$1: $( [ "$1" = A ] && echo "$BENCH" || echo "$BENCH_B")"
-    echo "| busy loops N | median ms/step | runs (ms) | slowdown | ideal (C+N)/C | slowdown / ideal |"
-    echo "|---:|---:|---|---:|---:|---:|"
+    echo "| busy loops N | median ms/step | runs (ms) | slowdown | ideal (C+N)/C | slowdown / ideal | CPU s/step |"
+    echo "|---:|---:|---|---:|---:|---:|---:|"
     for N in $LOADS; do
         med=$(median < "$TMP/times.$1.$N")
+        cpu=-
+        grep -q '[0-9]' "$TMP/cpu.$1.$N" && cpu=$(grep '[0-9]' "$TMP/cpu.$1.$N" | median)
         [ -z "$quiet" ] && quiet=$med
-        awk -v n="$N" -v m="$med" -v q="$quiet" -v c="$CPUS" -v t="$(tr '\n' ' ' < "$TMP/times.$1.$N")" 'BEGIN {
+        awk -v n="$N" -v m="$med" -v q="$quiet" -v c="$CPUS" -v t="$(tr '\n' ' ' < "$TMP/times.$1.$N")" -v u="$cpu" 'BEGIN {
             ideal = (c + n) / c; s = m / q
-            printf "| %d | %.0f | %s| %.2f | %.2f | %.2f |\n", n, m, t, s, ideal, s / ideal }'
+            printf "| %d | %.0f | %s| %.2f | %.2f | %.2f | %s |\n", n, m, t, s, ideal, s / ideal, u }'
     done
 }
 
