@@ -28,6 +28,7 @@
 #include "lineedit.h"
 #include "lm_source.h"
 #include "backend_cpu.h"
+#include "procsetup.h"
 
 #define PROG "colossal-chat"
 
@@ -638,6 +639,7 @@ done:
 
 int main(int argc, char **argv)
 {
+    col_proc_setup(argv);
     options o;
     parse_options(argc, argv, &o);
     int rc = run(&o);

@@ -7,7 +7,6 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <math.h>
-#include <omp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,7 @@
 #include "mt_resident.h"
 #include "mt_stats.h"
 #include "outdir.h"
+#include "procsetup.h"
 #include "sampling.h"
 #include "top_view.h"
 #include "timer.h"
@@ -715,6 +715,7 @@ static void cleanup(run *r)
 
 int main(int argc, char **argv)
 {
+    col_proc_setup(argv);
     run r = {0};
     r.t0 = now();
     ft_opts *o = &r.o;
@@ -809,7 +810,7 @@ int main(int argc, char **argv)
         say(&r, "data: %s: %zu tokens, %zu for training; batch %d x %d%s, %s", o->data, col_dataset_n_tokens(r.ds),
             col_dataset_n_train(r.ds), o->batch, o->seq, o->grad_accum > 1 ? " with accumulation" : "",
             o->shuffle ? "shuffled" : "in order");
-        say(&r, "cpu: %d threads, OpenBLAS %s; %s to %d steps into %s/", omp_get_max_threads(),
+        say(&r, "cpu: %d threads, OpenBLAS %s; %s to %d steps into %s/", col_cpu_backend_threads(&r.be),
             col_cpu_backend_blas_core(&r.be), o->resume[0] ? "resuming" : "training", o->steps, o->out);
     }
     if (mt_stats_create("colossal-finetune", &r.pub, &err) == COL_OK) {

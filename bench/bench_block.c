@@ -27,6 +27,7 @@
 #include "rng.h"
 #include "bench_util.h"
 #include "backend_cpu.h"
+#include "procsetup.h"
 
 static double sgemm_rate(const col_blas *blas, int M, int K, int N, int reps)
 {
@@ -78,6 +79,7 @@ static col_node *block(col_graph *g, col_node *x, const block_params *p, int64_t
 
 int main(int argc, char **argv)
 {
+    col_proc_setup(argv);
     int tokens = argc > 1 ? atoi(argv[1]) : 2048, reps = argc > 2 ? atoi(argv[2]) : 5;
     if (tokens < 1024 || reps < 1 || reps > 31) {
         fprintf(stderr, "usage: bench_block [tokens >= 1024] [reps 1..31]\n");
@@ -92,9 +94,12 @@ int main(int argc, char **argv)
     }
     col_blas blas;
     col_blas_load(&blas, &err);
+    char proc[256];
+    col_proc_describe(proc, sizeof proc);
     printf("# bench_block: GPT-2-small block fwd+bwd, %d tokens per step, %d threads, median of %d\n", tokens,
-           omp_get_max_threads(), reps);
-    printf("# OpenBLAS %s kernels from %s\n", blas.core, blas.path);
+           col_cpu_backend_threads(&be), reps);
+    printf("# OpenBLAS %s kernels from %s (%s build)\n# process: %s\n", blas.core, blas.path,
+           blas.parallel == COL_BLAS_OPENMP ? "OpenMP" : blas.parallel == COL_BLAS_PTHREAD ? "pthread" : "other", proc);
     int Ts[5] = {64, 128, 256, 512, 1024};
     double rates[5], ms[5], arena[5], ceil_samples[6];
     int64_t Bs[5];

@@ -18,6 +18,10 @@
  * with everything in place, and the time each step waited for transfers;
  * without CUDA every transfer is a memcpy.
  *
+ * The training step also prints the fastest step and the CPU time per step
+ * (user + system, all threads; median): CPU time that grows on a loaded
+ * machine is time spent waiting actively (bench/bench_load.sh).
+ *
  * Training FLOPs per step: 6 * N * tokens + 6 * L * C * T * tokens (llm.c's
  * count, N = parameters without position embeddings... here all parameters).
  * Decode is bandwidth-bound: every new token reads all weights once, so its
@@ -26,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "blas.h"
@@ -35,6 +40,7 @@
 #include "rng.h"
 #include "bench_util.h"
 #include "backend_cpu.h"
+#include "procsetup.h"
 
 static double sgemm_rate(const col_blas *blas, int M, int K, int N)
 {
@@ -108,22 +114,43 @@ static void random_batch(int32_t *ids, int32_t *tg, int n)
         ids[i] = (int32_t)col_rng_below(&r, 50257), tg[i] = (int32_t)col_rng_below(&r, 50257);
 }
 
-/* median step time of reps steps after one warm-up */
-static double step_time(col_lm_trainer *t, const int32_t *ids, const int32_t *tg, int reps)
+/* CPU time (user + system, all threads) this process has used, in seconds */
+static double cpu_seconds(void)
 {
-    double times[32];
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* what step_times measures: medians of the wall and CPU time per step, the fastest step */
+typedef struct {
+    double wall, cpu, fastest;
+} step_fig;
+
+/* reps steps after one warm-up */
+static step_fig step_times(col_lm_trainer *t, const int32_t *ids, const int32_t *tg, int reps)
+{
+    double times[32], cpu[32];
     col_err err = {0};
     col_lm_step_info info;
     for (int k = 0; k <= reps; k++) {
-        double t0 = bench_now();
+        double t0 = bench_now(), c0 = cpu_seconds();
         if (col_lm_trainer_step(t, ids, tg, &info, &err) != COL_OK) {
             fprintf(stderr, "bench_lm: %s\n", err.msg);
             exit(1);
         }
         if (k)
-            times[k - 1] = bench_now() - t0;
+            times[k - 1] = bench_now() - t0, cpu[k - 1] = cpu_seconds() - c0;
     }
-    return bench_median(times, reps);
+    step_fig f = {.wall = bench_median(times, reps), .cpu = bench_median(cpu, reps)};
+    f.fastest = times[0]; /* sorted */
+    return f;
+}
+
+/* median step time of reps steps after one warm-up */
+static double step_time(col_lm_trainer *t, const int32_t *ids, const int32_t *tg, int reps)
+{
+    return step_times(t, ids, tg, reps).wall;
 }
 
 /* reps steps after one warm-up (the traced step) through a compute tier: medians of the step time, of the time
@@ -274,14 +301,15 @@ static void bench_train(col_backend *be, const col_blas *blas, int reps)
     int32_t ids[B * T], tg[B * T];
     random_batch(ids, tg, B * T);
     double ceil1 = sgemm_rate(blas, B * T, 768, 3072);
-    double step = step_time(t, ids, tg, reps);
+    step_fig f = step_times(t, ids, tg, reps);
+    double step = f.wall;
     double ceil2 = sgemm_rate(blas, B * T, 768, 3072), ceiling = ceil1 > ceil2 ? ceil1 : ceil2;
     double N = (double)col_lm_trainer_param_count(t), tokens = B * T;
     double flops = 6 * N * tokens + 6.0 * m->n_layer * m->hidden * T * tokens;
-    printf("train gpt2 124M (%.1fM params), B=%d T=%d, AdamW: %.0f ms/step, %.0f tok/s, %.1f GFLOP/s, "
-           "%.2f of sgemm (%.1f GFLOP/s on %dx768x3072, best of 2 samples %.1f/%.1f)\n",
-           N / 1e6, B, T, 1000 * step, tokens / step, flops / step / 1e9, flops / step / 1e9 / ceiling, ceiling,
-           B * T, ceil1, ceil2);
+    printf("train gpt2 124M (%.1fM params), B=%d T=%d, AdamW: %.0f ms/step (fastest %.0f; %.2f CPU s/step), %.0f tok/s, "
+           "%.1f GFLOP/s, %.2f of sgemm (%.1f GFLOP/s on %dx768x3072, best of 2 samples %.1f/%.1f)\n",
+           N / 1e6, B, T, 1000 * step, 1000 * f.fastest, f.cpu, tokens / step, flops / step / 1e9,
+           flops / step / 1e9 / ceiling, ceiling, B * T, ceil1, ceil2);
     col_lm_trainer_free(t);
 }
 
@@ -327,6 +355,7 @@ static void bench_generate(col_backend *be, const char *preset, int reps)
 
 int main(int argc, char **argv)
 {
+    col_proc_setup(argv);
     const char *what = argc > 1 ? argv[1] : "all";
     int reps = argc > 2 ? atoi(argv[2]) : 5;
     if (reps < 1 || reps > 31 ||
@@ -342,7 +371,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_lm: %s\n", err.msg);
         return 1;
     }
-    printf("# bench_lm: %d threads, OpenBLAS %s (%s), median of %d\n", omp_get_max_threads(), blas.core, blas.path, reps);
+    char proc[256];
+    col_proc_describe(proc, sizeof proc);
+    printf("# bench_lm: %d threads, OpenBLAS %s (%s, %s build), median of %d\n# process: %s\n", col_cpu_backend_threads(&be),
+           blas.core, blas.path, blas.parallel == COL_BLAS_OPENMP ? "OpenMP" : blas.parallel == COL_BLAS_PTHREAD ? "pthread" : "other",
+           reps, proc);
     if (!strcmp(what, "train") || !strcmp(what, "all"))
         bench_train(&be, &blas, reps);
     if (!strcmp(what, "nvme") || !strcmp(what, "all"))

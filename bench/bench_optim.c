@@ -41,6 +41,7 @@
 
 #include "optim.h"
 #include "bench_util.h"
+#include "procsetup.h"
 
 #define TENSOR_MAX ((int64_t)1 << 22)
 
@@ -119,6 +120,7 @@ static void minmax(const double *x, int n, double *lo, double *hi)
 
 int main(int argc, char **argv)
 {
+    col_proc_setup(argv);
     int quick = 0, reps = 7;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)

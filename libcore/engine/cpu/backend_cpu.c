@@ -5,6 +5,18 @@
 
 #include "cpu_internal.h"
 #include "backend_cpu.h"
+#include "cpus.h"
+
+/* OpenMP's thread count for this thread, capped by the CPUs this process may
+ * use (a cgroup quota can be below the affinity mask OpenMP counts), unless
+ * the user asked for a count (OMP_NUM_THREADS) */
+static int backend_threads(int omp)
+{
+    int cpus = col_cpus_available();
+    if (omp < 1)
+        return 1;
+    return getenv("OMP_NUM_THREADS") || omp < cpus ? omp : cpus;
+}
 
 col_status col_cpu_backend_init(col_backend *be, col_err *err)
 {
@@ -17,6 +29,8 @@ col_status col_cpu_backend_init(col_backend *be, col_err *err)
         free(ctx);
         return st;
     }
+    ctx->omp_made = omp_get_max_threads();
+    ctx->nthreads = backend_threads(ctx->omp_made);
     be->name = "cpu";
     be->ctx = ctx;
     col_cpu_register_basic(be);
@@ -42,4 +56,16 @@ const char *col_cpu_backend_blas_core(const col_backend *be)
 {
     const col_cpu_ctx *ctx = be->ctx;
     return ctx ? ctx->blas.core : "";
+}
+
+int col_cpu_backend_threads(const col_backend *be)
+{
+    const col_cpu_ctx *ctx = be->ctx;
+    return ctx ? ctx->nthreads : 0;
+}
+
+int col_cpu_backend_blas_parallel(const col_backend *be)
+{
+    const col_cpu_ctx *ctx = be->ctx;
+    return ctx ? ctx->blas.parallel : -1;
 }

@@ -2,6 +2,8 @@
 
 #include <cpuid.h>
 #include <dlfcn.h>
+#include <link.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,42 +44,88 @@ static const char *const blas_paths[] = {
     "libopenblas.so",
 };
 
+/* the file behind a loaded library: what the loader found (a bare name goes
+ * through the search path and /etc/alternatives links), links resolved */
+static void loaded_file(void *h, const char *asked, char *out, size_t n)
+{
+    struct link_map *lm = NULL;
+    const char *name = dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name[0] ? lm->l_name : asked;
+    char *real = realpath(name, NULL);
+    snprintf(out, n, "%s", real ? real : name);
+    free(real);
+}
+
+/* the first of blas_paths that loads */
+static void *open_blas(col_blas *b)
+{
+    for (size_t i = 0; i < sizeof blas_paths / sizeof blas_paths[0]; i++) {
+        void *h = dlopen(blas_paths[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            loaded_file(h, blas_paths[i], b->path, sizeof b->path);
+            return h;
+        }
+    }
+    return NULL;
+}
+
+/* what the loaded library says about itself: kernel set, threading, thread-count calls */
+static void describe_blas(col_blas *b)
+{
+    char *(*corename)(void) = (char *(*)(void))dlsym(b->handle, "openblas_get_corename");
+    int (*parallel)(void) = (int (*)(void))dlsym(b->handle, "openblas_get_parallel");
+    b->set_threads = (void (*)(int))dlsym(b->handle, "openblas_set_num_threads");
+    b->get_threads = (int (*)(void))dlsym(b->handle, "openblas_get_num_threads");
+    b->parallel = parallel ? parallel() : -1;
+    const char *c = corename ? corename() : NULL;
+    if (c)
+        snprintf(b->core, sizeof b->core, "%s", c);
+}
+
 col_status col_blas_load(col_blas *b, col_err *err)
 {
     memset(b, 0, sizeof *b);
-    const char *user = getenv("OPENBLAS_CORETYPE");
-    if (user && *user) {
-        strncpy(b->chosen, user, sizeof b->chosen - 1);
-    } else {
-        const char *pref = col_blas_preferred_core();
-        if (pref) {
-            /* read by OpenBLAS's loader constructor, before it is loaded */
-            setenv("OPENBLAS_CORETYPE", pref, 0);
-            strncpy(b->chosen, pref, sizeof b->chosen - 1);
-        }
-    }
-    for (size_t i = 0; i < sizeof blas_paths / sizeof blas_paths[0] && !b->handle; i++) {
-        b->handle = dlopen(blas_paths[i], RTLD_NOW | RTLD_LOCAL);
-        if (b->handle)
-            snprintf(b->path, sizeof b->path, "%s", blas_paths[i]);
-    }
+    /* read, never set: the program chooses (see blas.h); OpenBLAS's constructor reads it at dlopen */
+    const char *asked = getenv("OPENBLAS_CORETYPE");
+    if (asked)
+        snprintf(b->chosen, sizeof b->chosen, "%s", asked);
+    b->handle = open_blas(b);
     if (!b->handle)
         return col_err_set(err, COL_EUNSUPPORTED,
                            "cannot load OpenBLAS (libopenblas.so.0): install the Debian package libopenblas0");
     b->sgemm = (col_sgemm_fn)dlsym(b->handle, "cblas_sgemm");
     b->sgemv = (col_sgemv_fn)dlsym(b->handle, "cblas_sgemv");
-    char *(*corename)(void) = (char *(*)(void))dlsym(b->handle, "openblas_get_corename");
     if (!b->sgemm || !b->sgemv) {
         dlclose(b->handle);
         b->handle = NULL;
         return col_err_set(err, COL_EUNSUPPORTED, "the loaded OpenBLAS has no cblas_sgemm or cblas_sgemv");
     }
-    if (corename) {
-        const char *c = corename();
-        if (c)
-            strncpy(b->core, c, sizeof b->core - 1);
-    }
+    describe_blas(b);
     return COL_OK;
+}
+
+/* The OpenMP build follows omp_get_max_threads() of the caller at each call
+ * (its openblas_set_num_threads is omp_set_num_threads plus its own count),
+ * so that is what is compared and restored; the pthread build has its own
+ * count, global to the process: calls from several threads at once with
+ * different counts race on it (OpenBLAS's limitation). */
+int col_blas_threads_begin(const col_blas *b, int n)
+{
+    if (!b->set_threads || b->parallel == COL_BLAS_SEQUENTIAL)
+        return 0;
+    if (b->parallel == COL_BLAS_OPENMP && omp_in_parallel())
+        return 0; /* there it runs on the calling thread alone; setting its count would race with the team */
+    n = n > 0 ? n : 1;
+    int now = b->parallel == COL_BLAS_OPENMP ? omp_get_max_threads() : b->get_threads ? b->get_threads() : 0;
+    if (now == n || now < 1)
+        return 0;
+    b->set_threads(n);
+    return now;
+}
+
+void col_blas_threads_end(const col_blas *b, int saved)
+{
+    if (saved > 0 && b->set_threads)
+        b->set_threads(saved);
 }
 
 void col_blas_unload(col_blas *b)

@@ -232,11 +232,11 @@ static inline int thread_id(void)
 #endif
 }
 
-/* threads the scratch area allows (at least 1), or 0 if it is too small */
+/* the backend's threads as far as the scratch area allows (at least 1), or 0 if it is too small */
 static int scratch_threads(const col_exec *ex, size_t per)
 {
     size_t n = ex->scratch_bytes / per;
-    int mt = col_max_threads();
+    int mt = col_cpu_threads(ex);
     return n >= (size_t)mt ? mt : (int)n;
 }
 

@@ -5,11 +5,11 @@
 #include "cpu_internal.h"
 
 /* copies row-wise from a strided tensor into contiguous memory (same dtype) */
-static void copy_strided(const col_tensor *s, void *dst)
+static void copy_strided(const col_tensor *s, void *dst, int nt)
 {
     int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s);
     size_t es = col_dtype_size(s->dtype);
-#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN) num_threads(nt)
     for (int64_t r = 0; r < rows; r++) {
         const char *src = (const char *)s->data + col_row_offset(s, r) * (int64_t)es;
         char *d = (char *)dst + r * cols * (int64_t)es;
@@ -30,18 +30,18 @@ static void copy_strided(const col_tensor *s, void *dst)
 
 static col_status k_copy(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
-    copy_strided(&n->src[0]->t, n->t.data);
+    (void)err;
+    copy_strided(&n->src[0]->t, n->t.data, col_cpu_threads(ex));
     return COL_OK;
 }
 
 static col_status k_cast(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const col_tensor *s = &n->src[0]->t;
     col_tensor d = n->t;
     int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s);
-#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         int64_t so = col_row_offset(s, r);
         for (int64_t c = 0; c < cols; c++) {
@@ -71,11 +71,11 @@ static col_status k_fill(const col_node *n, const col_exec *ex, col_err *err)
 
 static col_status k_accumulate(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const col_tensor *s = &n->src[0]->t;
     float *d = n->t.data;
     int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s);
-#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         const float *x = (const float *)s->data + col_row_offset(s, r);
         float *y = d + r * cols;
@@ -111,13 +111,13 @@ static col_status k_scatter_slice(const col_node *n, const col_exec *ex, col_err
 
 static col_status k_binary(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const col_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
     float *out = n->t.data;
     int64_t rows = col_rows(&n->t), cols = col_cols(&n->t);
     int64_t sa = col_col_stride(a), sb = col_col_stride(b);
     col_op op = n->op;
-#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         const float *x = (const float *)a->data + col_row_offset(a, r);
         const float *y = (const float *)b->data + col_row_offset(b, r);
@@ -143,11 +143,11 @@ static col_status k_binary(const col_node *n, const col_exec *ex, col_err *err)
 
 static col_status k_scale(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const col_tensor *a = &n->src[0]->t;
     float *out = n->t.data, m = n->p.f[0], k = n->p.f[1];
     int64_t rows = col_rows(&n->t), cols = col_cols(&n->t), sa = col_col_stride(a);
-#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         const float *x = (const float *)a->data + col_row_offset(a, r);
         float *o = out + r * cols;
@@ -163,7 +163,7 @@ static col_status k_scale(const col_node *n, const col_exec *ex, col_err *err)
 
 static col_status k_concat(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     int axis = (int)n->p.i[0];
     size_t es = col_dtype_size(n->t.dtype);
     int64_t start = 0;
@@ -173,7 +173,7 @@ static col_status k_concat(const col_node *n, const col_exec *ex, col_err *err)
         view.shape[axis] = s->shape[axis];
         view.data = (char *)n->t.data + start * n->t.stride[axis] * (int64_t)es;
         int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s), vs = col_col_stride(&view);
-#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
         for (int64_t r = 0; r < rows; r++) {
             const char *src = (const char *)s->data + col_row_offset(s, r) * (int64_t)es;
             char *dst = (char *)view.data + col_row_offset(&view, r) * (int64_t)es;
@@ -217,6 +217,8 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
         memset(c, 0, sizeof(float) * (size_t)(batches * M * N));
         return COL_OK;
     }
+    /* OpenBLAS on the backend's threads; on one inside a parallel region (never nested teams) */
+    int restore = col_blas_threads_begin(&ctx->blas, omp_in_parallel() ? 1 : col_cpu_threads(ex));
     for (int64_t bi = 0; bi < batches; bi++) {
         int64_t oa, ob;
         col_batch_offsets(n->t.shape, nd - 2, bi, a, b, &oa, &ob);
@@ -234,6 +236,7 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
         ctx->blas.sgemm(COL_BLAS_ROW_MAJOR, ta, tb, (int)M, (int)N, (int)K, 1.0f, pa, lda, pb, ldb, 0.0f,
                         c + bi * M * N, (int)N);
     }
+    col_blas_threads_end(&ctx->blas, restore);
     return COL_OK;
 }
 

@@ -2,12 +2,27 @@
 #ifndef COL_CPU_INTERNAL_H
 #define COL_CPU_INTERNAL_H
 
+#include <omp.h>
+
 #include "backend.h"
 #include "blas.h"
 
 typedef struct {
     col_blas blas;
+    int nthreads;  /* threads for kernels and GEMMs, fixed when the backend is made (backend_cpu.c) */
+    int omp_made;  /* omp_get_max_threads() then */
 } col_cpu_ctx;
+
+/* Threads for a kernel's parallel region or a GEMM: the backend's count; but
+ * if the caller has set OpenMP's thread count since the backend was made
+ * (omp_set_num_threads; the tests do, to compare thread counts), that. Work
+ * partitions do not depend on it, so neither do the results. */
+static inline int col_cpu_threads(const col_exec *ex)
+{
+    const col_cpu_ctx *ctx = ex->be->ctx;
+    int n = omp_get_max_threads();
+    return n == ctx->omp_made ? ctx->nthreads : n;
+}
 
 /* Elements below which a kernel stays on one thread. */
 #define COL_PAR_MIN 32768

@@ -34,7 +34,6 @@ static col_status check_ids(const char *op, const col_tensor *ids, int64_t V, co
 /* out [N, C] = weight[ids[n], :]; weight rows may be strided, columns unit-stride */
 static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex;
     const col_tensor *w = &n->src[0]->t, *ids = &n->src[1]->t;
     int64_t V = w->shape[0], C = w->shape[1], N = col_numel(ids), ws = w->stride[0];
     col_status st = check_ids("embedding", ids, V, err);
@@ -42,7 +41,7 @@ static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *er
         return st;
     const float *wd = w->data;
     float *out = n->t.data;
-#pragma omp parallel for schedule(static) if (N * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < N; r++)
         memcpy(out + r * C, wd + index_at(ids, r) * ws, sizeof(float) * (size_t)C);
     return COL_OK;
@@ -52,7 +51,6 @@ static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *er
  * column blocks of C, so each element is summed by one thread in row order. */
 static col_status k_embedding_bwd(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex;
     const col_tensor *ids = &n->src[0]->t, *dy = &n->src[1]->t;
     int64_t V = n->p.i[0], C = n->t.shape[1], N = col_numel(ids);
     col_status st = check_ids("embedding_bwd", ids, V, err);
@@ -60,14 +58,14 @@ static col_status k_embedding_bwd(const col_node *n, const col_exec *ex, col_err
         return st;
     float *dw = n->t.data;
     const float *g = dy->data;
-#pragma omp parallel for schedule(static) if (V * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (V * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t v = 0; v < V; v++)
         memset(dw + v * C, 0, sizeof(float) * (size_t)C);
     int64_t nt = col_max_threads();
     int64_t cb = (C + nt - 1) / nt;
     cb = cb < 16 ? 16 : (cb + 15) & ~(int64_t)15;
     int64_t nb = (C + cb - 1) / cb;
-#pragma omp parallel for schedule(static) if (N * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t b = 0; b < nb; b++) {
         int64_t c0 = b * cb, c1 = c0 + cb < C ? c0 + cb : C;
         for (int64_t r = 0; r < N; r++) {
@@ -118,7 +116,7 @@ static col_status k_rope(const col_node *n, const col_exec *ex, col_err *err)
             uniq[nd++] = b;
         map[b] = k;
     }
-#pragma omp parallel for schedule(static) if (nd * T * half > 4096)
+#pragma omp parallel for schedule(static) if (nd * T * half > 4096) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < nd * T; r++) {
         float pos = (float)index_at(pt, uniq[r / T] * T + r % T);
         float *c = ctab + r * half, *s = stab + r * half;
@@ -132,7 +130,7 @@ static col_status k_rope(const col_node *n, const col_exec *ex, col_err *err)
     const float *xd = x->data;
     float *out = n->t.data;
     int64_t rows = B * H * T;
-#pragma omp parallel for schedule(static) if (rows * D > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * D > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         int64_t t = r % T, h = (r / T) % H, b = r / (T * H);
         const float *xr = xd + b * x->stride[0] + h * x->stride[1] + t * x->stride[2];
@@ -188,7 +186,6 @@ static float row_logsumexp(const float *x, int64_t V)
  * extra: lse [N] f32, count (int64 at byte offset p.i[1]) */
 static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex;
     const col_tensor *lt = &n->src[0]->t, *tt = &n->src[1]->t;
     int64_t N = lt->shape[0], V = lt->shape[1], ign = n->p.i[0];
     const float *x = lt->data;
@@ -205,7 +202,7 @@ static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err
                                (long long)t, (long long)r, (long long)(V - 1), (long long)ign);
         count++;
     }
-#pragma omp parallel for schedule(static) if (N * V > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * V > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < N; r++)
         lse[r] = index_at(tt, r) == ign ? 0.0f : row_logsumexp(x + r * V, V);
     double sum = 0.0;
@@ -222,7 +219,7 @@ static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err
 /* dlogits [N, V] = (softmax(row) - onehot(target)) * dloss / count; ignored rows 0 */
 static col_status k_cross_entropy_bwd(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const col_tensor *lt = &n->src[0]->t, *tt = &n->src[1]->t;
     const col_node *ce = n->src[2];
     int64_t N = lt->shape[0], V = lt->shape[1], ign = n->p.i[0];
@@ -230,7 +227,7 @@ static col_status k_cross_entropy_bwd(const col_node *n, const col_exec *ex, col
     int64_t count = *(const int64_t *)((const char *)lse + ce->p.i[1]);
     float scale = count ? ((const float *)n->src[3]->t.data)[0] / (float)count : 0.0f;
     float *out = n->t.data;
-#pragma omp parallel for schedule(static) if (N * V > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * V > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < N; r++) {
         float *o = out + r * V;
         int64_t t = index_at(tt, r);

@@ -68,7 +68,7 @@ static col_status k_softmax(const col_node *n, const col_exec *ex, col_err *err)
     int64_t T = n->t.ndim >= 2 ? n->t.shape[n->t.ndim - 2] : 1;
     bool causal = n->p.i[0] != 0;
     int64_t offset = n->p.i[1], ms = mt ? col_col_stride(mt) : 0;
-#pragma omp parallel for schedule(static) if (rows * S > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * S > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         int64_t L = S; /* keys j < L are visible to this row's query */
         if (causal) {
@@ -90,7 +90,7 @@ static col_status k_log_softmax(const col_node *n, const col_exec *ex, col_err *
     const float *x = n->src[0]->t.data;
     float *y = n->t.data;
     int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C;
@@ -139,7 +139,7 @@ static col_status k_softmax_bwd(const col_node *n, const col_exec *ex, col_err *
     const float *y = n->src[0]->t.data, *dy = n->src[1]->t.data;
     float *dx = n->t.data;
     int64_t rows = col_rows(&n->t), C = col_cols(&n->t);
-#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < rows; r++)
         row(y + r * C, dy + r * C, dx + r * C, C);
     return COL_OK;
@@ -240,7 +240,7 @@ static col_status k_norm(const col_node *n, const col_exec *ex, col_err *err)
     norm_args a = norm_args_of(n, center, false);
     if (a.C == 0)
         return COL_OK;
-#pragma omp parallel for schedule(static) if (a.rows * a.C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (a.rows * a.C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < a.rows; r++)
         row(&a, r, n->t.data);
     return COL_OK;
@@ -279,10 +279,10 @@ static col_status norm_bwd_layout(const col_node *n, const col_exec *ex, int64_t
 }
 
 /* dw[c] (and db[c]) = sum over chunks, in chunk order */
-static void norm_bwd_reduce(const norm_bwd_out *o, int64_t C)
+static void norm_bwd_reduce(const norm_bwd_out *o, int64_t C, int nt)
 {
     int64_t nch = o->nchunks, stride = (int64_t)o->parts * C;
-#pragma omp parallel for schedule(static) if (nch * stride > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (nch * stride > COL_PAR_MIN) num_threads(nt)
     for (int64_t c0 = 0; c0 < C; c0 += 256) {
         int64_t c1 = c0 + 256 < C ? c0 + 256 : C;
         for (int p = 0; p < o->parts; p++) {
@@ -378,11 +378,11 @@ static col_status k_norm_bwd(const col_node *n, const col_exec *ex, col_err *err
     col_status st = norm_bwd_layout(n, ex, a.rows, a.C, &o, err);
     if (st != COL_OK)
         return st;
-#pragma omp parallel for schedule(static) if (a.rows * a.C > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (a.rows * a.C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t k = 0; k < o.nchunks; k++)
         chunk(&a, &o, k);
     if (o.parts)
-        norm_bwd_reduce(&o, a.C);
+        norm_bwd_reduce(&o, a.C, col_cpu_threads(ex));
     return COL_OK;
 }
 

@@ -19,7 +19,7 @@ static int64_t offset_at(const col_tensor *t, int64_t flat)
 
 static col_status k_reduce(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const col_tensor *x = &n->src[0]->t;
     col_tensor kept, red;
     col_split_axes(x, (uint32_t)n->p.i[0], &kept, &red);
@@ -30,7 +30,7 @@ static col_status k_reduce(const col_node *n, const col_exec *ex, col_err *err)
     int64_t inner_stride = red.ndim ? red.stride[red.ndim - 1] : 1;
     int64_t inner = red.ndim ? red.shape[red.ndim - 1] : 1;
     int64_t outer_red = inner ? nred / inner : 0;
-#pragma omp parallel for schedule(static) if (nout * nred > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (nout * nred > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t o = 0; o < nout; o++) {
         const float *base = xd + offset_at(&kept, o);
         double acc = op == COL_OP_MAX ? -INFINITY : 0.0;
@@ -57,7 +57,7 @@ static col_status k_reduce(const col_node *n, const col_exec *ex, col_err *err)
 /* dx = dy at the first position of each slab's maximum, 0 elsewhere */
 static col_status k_max_bwd(const col_node *n, const col_exec *ex, col_err *err)
 {
-    (void)ex, (void)err;
+    (void)err;
     const col_tensor *x = &n->src[0]->t, *y = &n->src[1]->t, *dy = &n->src[2]->t;
     uint32_t axes = (uint32_t)n->p.i[0];
     col_tensor kept, red, ky, kd, ry, rd;
@@ -68,7 +68,7 @@ static col_status k_max_bwd(const col_node *n, const col_exec *ex, col_err *err)
     col_split_axes(&out, axes, &kout, &rout);
     int64_t nout = col_numel(&kept), nred = col_numel(&red);
     memset(n->t.data, 0, sizeof(float) * (size_t)col_numel(&n->t));
-#pragma omp parallel for schedule(static) if (nout * nred > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (nout * nred > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t o = 0; o < nout; o++) {
         const float *xb = (const float *)x->data + offset_at(&kept, o);
         float m = ((const float *)y->data)[offset_at(&ky, o)];

@@ -352,7 +352,7 @@ static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *
 
     if (all_contig) { /* fast path: flat blocks */
         int64_t nblk = (numel + BLK - 1) / BLK;
-#pragma omp parallel for schedule(static) if (numel * nout > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (numel * nout > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
         for (int64_t bi = 0; bi < nblk; bi++) {
             blk b = {.start = bi * BLK, .p = &prm};
             b.n = numel - b.start < BLK ? numel - b.start : BLK;
@@ -370,7 +370,7 @@ static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *
      * others are gathered into per-thread buffers. */
     int64_t tr = unit_cols ? 1 : TILE_R, tc = unit_cols ? BLK : TILE_C;
     int64_t nrt = (rows + tr - 1) / tr, nct = (cols + tc - 1) / tc;
-#pragma omp parallel for schedule(static) if (numel * nout > COL_PAR_MIN)
+#pragma omp parallel for schedule(static) if (numel * nout > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t u = 0; u < nrt * nct; u++) {
         _Alignas(64) float buf[3][BLK];
         int64_t r0 = (u / nct) * tr, c0 = (u % nct) * tc;
