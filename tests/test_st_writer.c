@@ -1,13 +1,15 @@
 /* test_st_writer.c - the piecewise safetensors writer (col_st_writer_*):
  * pieces in any order give the bytes of col_st_write_f32 and of the Python
  * library; a tensor not written whole, a piece outside its tensor, an
- * abandoned file leave the old file as it was and no temporary file. */
+ * abandoned file leave the old file as it was and no temporary file. And the
+ * other way: a mapped file read tensor by tensor does not stay resident. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "procmem.h"
 #include "rng.h"
 #include "testlib.h"
 #include "textio.h"
@@ -198,6 +200,52 @@ static void test_random_and_errors(void)
     remove(streamed);
 }
 
+/* 96 MB of tensors written, then read back one at a time into one buffer: the file's pages leave memory */
+static void test_read_releases(void)
+{
+    enum { N = 12, M = 2 << 20 }; /* 12 tensors of 2M floats (8 MB) */
+    float *buf = malloc(sizeof(float) * M);
+    col_st_out t[N];
+    char names[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "t%02d", i);
+        t[i] = (col_st_out){.name = names[i], .ndim = 1, .shape = {M}, .data = buf};
+    }
+    char path[512];
+    path_in(path, sizeof path, "big.safetensors");
+    col_err err = {0};
+    col_st_writer *w = NULL;
+    col_status st = col_st_writer_begin(path, t, N, NULL, &w, &err);
+    for (int i = 0; i < N && st == COL_OK; i++) {
+        for (int j = 0; j < M; j++)
+            buf[j] = (float)(i * M + j);
+        st = col_st_writer_put(w, i, 0, buf, sizeof(float) * M, &err);
+    }
+    st = st == COL_OK ? col_st_writer_end(w, true, &err) : col_st_writer_end(w, false, NULL);
+    col_procmem before, m;
+    col_ckpt *c = NULL;
+    bool have = col_procmem_read(&before);
+    if (st == COL_OK)
+        st = col_ckpt_open(path, &c, &err);
+    size_t most = 0;
+    bool right = st == COL_OK && col_ckpt_count(c) == N;
+    for (int i = 0; right && i < N; i++) {
+        const col_ckpt_tensor *x = col_ckpt_find(c, names[i]);
+        right = x && x->mapped && col_ckpt_read_f32(x, 1, (int64_t[]){M}, buf, &err) == COL_OK &&
+                buf[0] == (float)(i * M) && buf[M - 1] == (float)(i * M + M - 1);
+        col_procmem_read(&m);
+        if (m.file > before.file && m.file - before.file > most)
+            most = m.file - before.file;
+    }
+    TL_OK(right, "96 MB written in pieces, read back tensor by tensor: %s", err.msg);
+    if (have)
+        TL_OK(most < ((size_t)24 << 20), "the mapped file never held more than %.1f MB resident (of 96)",
+              (double)most / 1e6);
+    col_ckpt_close(c);
+    remove(path);
+    free(buf);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir)) {
@@ -206,6 +254,7 @@ int main(void)
     }
     test_python_bytes();
     test_random_and_errors();
+    test_read_releases();
     char path[512];
     path_in(path, sizeof path, "ref.safetensors");
     remove(path);

@@ -6,7 +6,9 @@
  * before use, and a bad file gives COL_EFORMAT with one line naming the file
  * and what is wrong. Nothing in a file is ever executed.
  *
- * safetensors files are memory-mapped; tensor data points into the mapping.
+ * safetensors files are memory-mapped; tensor data points into the mapping,
+ * and col_ckpt_read_f32 drops the pages it has read from this process's
+ * resident memory (they stay in the page cache).
  * Pickle checkpoints are read into memory (they are zip archives).
  */
 #ifndef COL_CHECKPOINT_H
@@ -38,6 +40,9 @@ typedef struct {
                                 unaligned (read it with memcpy) */
     size_t nbytes;           /* numel * dtype size */
     const char *file;        /* the file it came from (for messages) */
+    bool mapped;             /* data lies in a read-only mapping of the file: once read, its pages may leave
+                                memory (col_ckpt_read_f32 lets them go, so a checkpoint read tensor by
+                                tensor never stays resident as a whole) */
 } col_ckpt_tensor;
 
 typedef struct col_ckpt col_ckpt;

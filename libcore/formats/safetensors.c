@@ -386,6 +386,7 @@ static col_status parse_header(col_st_file *f, col_err *err)
         col_ckpt_tensor *t = &f->t[i];
         *t = ents[i].t;
         t->data = data + ents[i].r.begin;
+        t->mapped = f->map != NULL;
         t->name = strdup(ents[i].t.name);
         if (!t->name) {
             st = col_err_set(err, COL_ENOMEM, "%s: out of memory for tensor names", f->name);
