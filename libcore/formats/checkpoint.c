@@ -446,7 +446,7 @@ static void release_pages(const void *p, size_t len)
         madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, float *dst, col_err *err)
+col_status col_ckpt_check_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, col_err *err)
 {
     if (!t || !t->name || (ndim > 0 && !shape))
         return col_err_set(err, COL_EINVAL, "col_ckpt_read_f32: NULL tensor or shape");
@@ -473,6 +473,16 @@ col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *
     if (overflow || nbytes != t->nbytes || numel > (uint64_t)INT64_MAX || (numel > 0 && !t->data))
         return col_err_set(err, COL_EFORMAT, "tensor '%.200s' in %s: %zu bytes of data do not fit its shape",
                            t->name, t->file ? t->file : "checkpoint", t->nbytes);
+    return COL_OK;
+}
+
+col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, float *dst, col_err *err)
+{
+    col_status st = col_ckpt_check_f32(t, ndim, shape, err);
+    if (st != COL_OK)
+        return st;
+    size_t es = col_st_dtype_size(t->dtype);
+    uint64_t numel = t->nbytes / es;
     if (numel > 0 && !dst)
         return col_err_set(err, COL_EINVAL, "col_ckpt_read_f32: NULL destination for tensor '%.200s'", t->name);
     /* in pieces: the pages of a mapped file each piece came from leave memory once it is converted */

@@ -71,6 +71,9 @@ const char *col_ckpt_format(const col_ckpt *c);
  * COL_ESHAPE if the shape differs from (ndim, shape), naming the tensor and
  * both shapes. */
 col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, float *dst, col_err *err);
+/* The checks of col_ckpt_read_f32 alone (shape, dtype, size): COL_OK when
+ * reading t into that shape would succeed. */
+col_status col_ckpt_check_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, col_err *err);
 
 /* Writes tensors (f32 data, shapes given) as one safetensors file the way
  * the Python library does (tensors sorted by name, header padded with spaces

@@ -179,6 +179,9 @@ col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t res
         return col_plan_run(plan, t->be, err);
     if (!tier->res) {
         size_t b = t->cfg.compute_budget;
+        /* the activation arena the session's plans share is on the tier for all of them */
+        size_t own = col_plan_arena_bytes(plan) + col_plan_scratch_bytes(plan), held = col_plan_memory_bytes(plan);
+        reserve += held > own ? held - own : 0;
         if (reserve >= b) {
             char have[32], need[32];
             fmt_mb(b, have, sizeof have);
@@ -289,6 +292,76 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
         *norm = sqrt(sum);
     if (st == COL_OK)
         st = mt_stage_flush(t->stage, err);
+    mt_stage_forget(t->stage);
+    return st;
+}
+
+/* ---- streaming through the stage (saving, loading) ---- */
+
+/* the chunk of tensor i's kind-k memory when it is on the NVMe tier, else -1 */
+static int nvme_chunk(const col_lm_trainer *t, int k, int i)
+{
+    mt_ref r = t->ref[k * t->nt + i];
+    return r.chunk >= 0 && !mt_ptr(t->pool, r) ? r.chunk : -1;
+}
+
+/* the io bytes of the distinct NVMe chunks among c[0..n) */
+static size_t distinct_io(const col_lm_trainer *t, const int *c, int n)
+{
+    size_t sum = 0;
+    for (int a = 0; a < n; a++) {
+        bool seen = c[a] < 0;
+        for (int b = 0; b < a && !seen; b++)
+            seen = c[b] == c[a];
+        if (!seen)
+            sum += mt_chunk_io_bytes(t->pool, c[a]);
+    }
+    return sum;
+}
+
+size_t lmt_stage_need(const col_lm_trainer *t)
+{
+    size_t most = 0;
+    int nk = t->cfg.inference ? 1 : 2 + t->slots;
+    for (int i = 0; i < t->nt; i++) { /* the optimizer step holds a tensor's every kind at once */
+        int c[4];
+        for (int k = 0; k < 4; k++)
+            c[k] = k < nk ? nvme_chunk(t, k, i) : -1;
+        size_t need = distinct_io(t, c, 4);
+        most = need > most ? need : most;
+    }
+    for (int i = 0; t->lora_of && i < t->np; i++) { /* a LoRA merge holds a weight and its two adapters */
+        if (t->lora_of[i] < 0)
+            continue;
+        int a = t->np + 2 * t->lora_of[i], c[3] = {nvme_chunk(t, 0, i), nvme_chunk(t, 0, a), nvme_chunk(t, 0, a + 1)};
+        size_t need = distinct_io(t, c, 3);
+        most = need > most ? need : most;
+    }
+    return most;
+}
+
+bool lmt_has(const col_lm_trainer *t, int k, int i) { return i >= 0 && i < t->nt && t->ref[k * t->nt + i].chunk >= 0; }
+
+col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, float **p, col_err *err)
+{
+    void *v = NULL;
+    col_status st = mt_stage_get(t->stage, t->ref[k * t->nt + i], will_write, &v, err);
+    *p = v;
+    return st;
+}
+
+col_status lmt_read_ahead(col_lm_trainer *t, int k, int i, int keep, col_err *err)
+{
+    const mt_ref *r = t->ref + (size_t)k * (size_t)t->nt;
+    int j = i + 1;
+    while (j < t->nt && (r[j].chunk < 0 || r[j].chunk == r[i].chunk))
+        j++;
+    return j < t->nt ? mt_stage_prefetch(t->stage, r[j], keep, err) : COL_OK;
+}
+
+col_status lmt_stage_end(col_lm_trainer *t, bool write_back, col_err *err)
+{
+    col_status st = write_back ? mt_stage_flush(t->stage, err) : COL_OK;
     mt_stage_forget(t->stage);
     return st;
 }
