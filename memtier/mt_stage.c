@@ -211,7 +211,8 @@ static col_status make_room(mt_stage *s, stage_buf *b, size_t need, col_err *err
     need = (need + MT_NVME_ALIGN - 1) / MT_NVME_ALIGN * MT_NVME_ALIGN;
     b->chunk = -1;
     b->state = EMPTY;
-    if (b->cap >= need)
+    /* under a limit a buffer is its chunk's size, so that what the buffers hold is what their chunks take */
+    if (s->limit ? b->cap == need : b->cap >= need)
         return COL_OK;
     buf_release(s, b);
     col_status st = COL_OK;
@@ -290,7 +291,7 @@ col_status mt_stage_prefetch(mt_stage *s, mt_ref ref, int keep, col_err *err)
         }
         size_t need = mt_chunk_io_bytes(s->pool, ref.chunk);
         col_status st = COL_OK;
-        if (v->cap < need && s->limit && s->held - v->cap + need > s->limit &&
+        if (v->cap != need && s->limit && s->held - v->cap + need > s->limit &&
             !shed(s, v, need - v->cap, keep, false, &st, err))
             return st; /* no room within the limit: no read-ahead */
         st = make_room(s, v, need, err);

@@ -366,6 +366,62 @@ col_status lmt_stage_end(col_lm_trainer *t, bool write_back, col_err *err)
     return st;
 }
 
+/* ---- what the session holds ---- */
+
+enum { TABLE_BYTES_PER_NODE = 2048, TABLE_BYTES_PER_CHUNK = 512 };
+#define RUNTIME_ALLOWANCE ((size_t)32 << 20) /* OpenMP threads' stacks, BLAS packing buffers, allocator slack */
+
+static size_t graph_nodes(const col_graph *g) { return g ? (size_t)col_graph_count(g) : 0; }
+
+/* the largest NVMe chunk's io bytes (0 without one) */
+static size_t largest_nvme_chunk(const col_lm_trainer *t)
+{
+    size_t most = 0;
+    for (int c = 0; c < mt_chunk_count(t->pool); c++) {
+        mt_chunk_info ci;
+        if (mt_chunk_get(t->pool, c, &ci, NULL) == COL_OK && ci.tier == MT_TIER_NVME &&
+            mt_chunk_io_bytes(t->pool, c) > most)
+            most = mt_chunk_io_bytes(t->pool, c);
+    }
+    return most;
+}
+
+void col_lm_trainer_memory(const col_lm_trainer *t, col_lm_memory *m)
+{
+    *m = (col_lm_memory){.host_budget = t->cfg.host_budget};
+    mt_pool_stats ps;
+    mt_stats(t->pool, &ps);
+    m->host = ps.host_bytes;
+    bool dev = lmt_dev(t) != NULL;
+    if (t->cfg.compute_budget && !dev)
+        m->compute = t->cfg.compute_budget;
+    col_plan *plans[] = {t->plan, t->eplan, t->fplan, t->dec[0].plan, t->dec[1].plan};
+    size_t act = 0;
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) /* one arena when shared: the largest */
+        act = plans[i] && col_plan_memory_bytes(plans[i]) > act ? col_plan_memory_bytes(plans[i]) : act;
+    if (!t->cfg.compute_budget && !dev) {
+        m->activations = act;
+        m->kv_cache = t->kv ? sizeof(float) * 2 * (size_t)t->cfg.model.n_layer * (size_t)t->cfg.model.n_kv_head *
+                                  (size_t)t->kv_len * (size_t)t->cfg.model.head_dim
+                            : 0;
+    }
+    m->staging = mt_stage_limit(t->stage);
+    const lmt_tier *tiers[] = {&t->tier, &t->etier, &t->ftier, &t->dec[0].tier, &t->dec[1].tier};
+    for (size_t i = 0; dev && i < sizeof tiers / sizeof tiers[0]; i++)
+        m->device_staging += tiers[i]->res ? largest_nvme_chunk(t) : 0;
+    if (dev)
+        m->logits = sizeof(float) * (size_t)t->cfg.batch * (size_t)t->cfg.seq * (size_t)t->cfg.model.vocab_size;
+    for (int i = 0; t->lora_of && i < t->np; i++) {
+        size_t b = sizeof(float) * (size_t)col_param_numel(&t->specs[i]);
+        m->merge = t->lora_of[i] >= 0 && b > m->merge ? b : m->merge;
+    }
+    size_t nodes = graph_nodes(t->g) + graph_nodes(t->fg) + graph_nodes(t->dec[0].g) + graph_nodes(t->dec[1].g);
+    m->tables = nodes * TABLE_BYTES_PER_NODE + (size_t)mt_chunk_count(t->pool) * TABLE_BYTES_PER_CHUNK +
+                sizeof(col_param_spec) * (size_t)t->nt + RUNTIME_ALLOWANCE;
+    m->overhead = m->activations + m->kv_cache + m->staging + m->device_staging + m->logits + m->merge + m->tables;
+    m->bound = (m->host_budget ? m->host_budget : m->host) + m->compute + m->overhead;
+}
+
 /* ---- host views ---- */
 
 unsigned col_lm_trainer_nvme_kinds(const col_lm_trainer *t) { return t->nvme_kinds; }
