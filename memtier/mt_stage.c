@@ -138,6 +138,15 @@ static stage_buf *find(mt_stage *s, int chunk)
     return NULL;
 }
 
+/* how many buffers holding a chunk were used after b */
+static int newer_than(const mt_stage *s, const stage_buf *b)
+{
+    int newer = 0;
+    for (int j = 0; j < s->n; j++)
+        newer += s->b[j].chunk >= 0 && s->b[j].last > b->last;
+    return newer;
+}
+
 /* the least recently used buffer, skipping the `keep` most recent ones */
 static stage_buf *victim(mt_stage *s, int keep)
 {
@@ -146,12 +155,9 @@ static stage_buf *victim(mt_stage *s, int keep)
         stage_buf *b = &s->b[i];
         if (b->chunk < 0)
             return b;
-        int newer = 0;
-        for (int j = 0; j < s->n; j++)
-            newer += s->b[j].chunk >= 0 && s->b[j].last > b->last;
         if (keep > 0 && (b->state == LOADING || b->state == WRITING))
             continue; /* busy: read-ahead does not wait */
-        if (newer >= keep && (!v || b->last < v->last))
+        if (newer_than(s, b) >= keep && (!v || b->last < v->last))
             v = b;
     }
     return v;
@@ -166,15 +172,6 @@ static void buf_release(mt_stage *s, stage_buf *b)
     b->chunk = -1;
     b->state = EMPTY;
     b->dirty = false;
-}
-
-/* how many buffers holding a chunk were used after b */
-static int newer_than(const mt_stage *s, const stage_buf *b)
-{
-    int newer = 0;
-    for (int j = 0; j < s->n; j++)
-        newer += s->b[j].chunk >= 0 && s->b[j].last > b->last;
-    return newer;
 }
 
 /* Frees the memory of idle buffers other than keep_b, least recently used
