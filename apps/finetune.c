@@ -21,6 +21,7 @@
 #include "finetune.h"
 #include "lm_source.h"
 #include "memtier.h"
+#include "memwatch.h"
 #include "mt_resident.h"
 #include "mt_stats.h"
 #include "outdir.h"
@@ -57,6 +58,7 @@ typedef struct {
     top_tui *tui;           /* --tui */
     bool quiet_saved;
     col_outdir *od;         /* the output directory, locked for the run (NULL for --eval-only) */
+    memwatch mw;            /* peak resident memory per phase, against the budgets' bound */
 } run;
 
 static double now(void) { return col_seconds(); }
@@ -612,6 +614,7 @@ static int train(run *r)
     sigaction(SIGTERM, &sa, NULL);
     while (col_lm_trainer_steps(r->tr) < o->steps && !g_interrupted) {
         double t_step = now();
+        mw_enter(&r->mw, MW_TRAIN);
         col_status st = COL_OK;
         for (int k = 0; k < o->grad_accum && st == COL_OK; k++)
             st = col_dataset_next_batch(r->ds, &bs, o->batch, o->seq, r->ids + k * n, r->tg + k * n, &err);
@@ -636,6 +639,7 @@ static int train(run *r)
         if (can_eval && (s % eval_every == 0 || s == o->steps)) {
             double vl;
             int nb;
+            mw_enter(&r->mw, MW_EVAL);
             if (evaluate(r, &vl, &nb, &err) != COL_OK) {
                 rc = fail(&err);
                 break;
@@ -647,6 +651,7 @@ static int train(run *r)
         }
         if (o->sample_every > 0 && (s % o->sample_every == 0 || s == o->steps) && r->src.tok) {
             char *text = NULL;
+            mw_enter(&r->mw, MW_EVAL);
             if (sample(r, &text, &err) != COL_OK) {
                 rc = fail(&err);
                 break;
@@ -659,6 +664,7 @@ static int train(run *r)
         }
         bool last = s == o->steps || g_interrupted;
         if (last || (o->save_every > 0 && s % o->save_every == 0)) {
+            mw_enter(&r->mw, MW_SAVE);
             if (save(r, s == o->steps, &err) != COL_OK) {
                 say(r, "%s", "");
                 col_err_prefix(&err, "saving step %lld", (long long)s);
@@ -722,6 +728,7 @@ int main(int argc, char **argv)
     col_err err = {0};
     char msg[512];
     int rc;
+    mw_start(&r.mw);
     ft_defaults(o);
     if (!ft_parse(argc, argv, o, &rc)) {
         ft_free(o);
@@ -781,12 +788,14 @@ int main(int argc, char **argv)
     if (col_cpu_backend_init(&r.be, &err) != COL_OK)
         goto out;
     r.be_ready = true;
+    mw_enter(&r.mw, MW_LOAD);
     if (make_trainer(&r, &err) != COL_OK ||
         col_sampler_init(&r.sampler, r.src.config.vocab_size, &err) != COL_OK)
         goto out;
     if (o->eval_only) {
         double vl;
         int nbat;
+        mw_enter(&r.mw, MW_EVAL);
         if (evaluate(&r, &vl, &nbat, &err) != COL_OK)
             goto out;
         if (nbat == 0) {
@@ -836,6 +845,8 @@ int main(int argc, char **argv)
     }
     rc = train(&r);
 out:
+    if (r.tr && (rc == 0 || rc == 130) && (o->json || !o->quiet))
+        mw_report(&r.mw, r.tr, o->json, stdout); /* peak resident memory against the budgets' bound */
     if (rc == 1 && err.msg[0])
         fail(&err);
     cleanup(&r);

@@ -149,13 +149,39 @@ col_status mt_create(const mt_config *cfg, mt_pool **pool, col_err *e)
     return COL_OK;
 }
 
+/* Host memory for a chunk, zero-filled. From 1 MiB up it is mapped on its
+ * own: it goes back to the system when freed (a freed heap block of that
+ * size could stay resident among others), and its pages count only once
+ * touched. Smaller ones come from aligned_alloc. */
+#define HOST_MAP_MIN ((size_t)1 << 20)
+
+static void *host_alloc(size_t capacity)
+{
+    if (capacity >= HOST_MAP_MIN) {
+        void *p = mmap(NULL, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    void *p = aligned_alloc(MT_ALIGN, capacity);
+    if (p)
+        memset(p, 0, capacity);
+    return p;
+}
+
+static void host_free(void *p, size_t capacity)
+{
+    if (p && capacity >= HOST_MAP_MIN)
+        munmap(p, capacity);
+    else
+        free(p);
+}
+
 void mt_destroy(mt_pool *pool)
 {
     if (!pool)
         return;
     for (int i = 0; i < pool->nchunks; i++) {
         const mt_chunk *c = &pool->chunks[i];
-        free(c->host);
+        host_free(c->host, c->capacity);
         if (c->tier == MT_TIER_NVME && c->addr)
             munmap(c->addr, c->capacity);
     }
@@ -209,13 +235,12 @@ static int new_chunk(mt_pool *p, mt_kind kind, size_t capacity, col_err *e)
     }
     bool fits = !p->host_budget || (p->host_bytes <= p->host_budget && capacity <= p->host_budget - p->host_bytes);
     if (fits) {
-        c.host = aligned_alloc(MT_ALIGN, capacity);
+        c.host = host_alloc(capacity);
         if (!c.host) {
             col_err_set(e, COL_ENOMEM, "memtier: out of host memory allocating a %s chunk of %.1f MiB",
                         mt_kind_name(kind), MIB(capacity));
             return -1;
         }
-        memset(c.host, 0, capacity);
         c.addr = c.host;
         c.tier = MT_TIER_HOST;
         p->host_bytes += capacity;

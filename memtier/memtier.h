@@ -14,7 +14,9 @@
  * bytes for a list of tensors, by this same rule.
  *
  * Tiers: every chunk records the tier that holds it and a dirty flag. A
- * host chunk's memory comes from aligned_alloc(64, ...), zero-filled, never
+ * host chunk's memory is zero-filled (from 1 MiB up mapped on its own, so
+ * its pages count once touched and go back whole when freed; smaller ones
+ * from aligned_alloc(64, ...)), never
  * moved or freed before mt_destroy, so mt_ptr addresses stay valid for the
  * pool's life. Chunks of the kinds configured for the NVMe tier live in
  * slots of a scratch file (see below); each still has an address of its own

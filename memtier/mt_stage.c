@@ -1,9 +1,43 @@
 /* mt_stage.c - host buffers for NVMe chunks (see mt_stage.h). */
 #include "mt_stage.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "nvme.h"
+
+#define HUGE ((size_t)2 << 20) /* a transparent huge page */
+
+/* A buffer of bytes (a multiple of MT_NVME_ALIGN), mapped on its own: freed,
+ * it goes back to the system at once, whatever malloc's thresholds (freed
+ * heap blocks of tens of MB would stay resident between the others). From
+ * 2 MiB up it lies on a 2 MiB boundary with huge pages advised, as
+ * mt_nvme_alloc_buffer's, for fewer I/O segments. NULL when out of memory. */
+static void *buf_map(size_t bytes)
+{
+    size_t align = bytes >= HUGE ? HUGE : 0, len = bytes + align;
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (!align)
+        return p;
+    char *a = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    if (a + bytes < p + len)
+        munmap(a + bytes, (size_t)(p + len - (a + bytes)));
+#ifdef MADV_HUGEPAGE
+    madvise(a, bytes, MADV_HUGEPAGE); /* advice only */
+#endif
+    return a;
+}
+
+static void buf_unmap(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes);
+}
 
 typedef enum { EMPTY, LOADING, READY, WRITING } buf_state;
 
@@ -22,6 +56,8 @@ struct mt_stage {
     int n;
     uint64_t tick;
     stage_buf *b;
+    size_t limit;       /* the most bytes the buffers may hold together; 0 = no limit */
+    size_t held, peak;  /* bytes the buffers hold now, and at most so far */
 };
 
 col_status mt_stage_create(mt_pool *pool, int nbuf, mt_stage **out, col_err *err)
@@ -64,7 +100,7 @@ void mt_stage_free(mt_stage *s)
     for (int i = 0; i < s->n; i++) {
         col_err e = {0};
         settle(s, &s->b[i], &e); /* the kernel must be done with a buffer before it is freed */
-        free(s->b[i].buf);
+        buf_unmap(s->b[i].buf, s->b[i].cap);
     }
     free(s->b);
     free(s);
@@ -102,6 +138,15 @@ static stage_buf *find(mt_stage *s, int chunk)
     return NULL;
 }
 
+/* how many buffers holding a chunk were used after b */
+static int newer_than(const mt_stage *s, const stage_buf *b)
+{
+    int newer = 0;
+    for (int j = 0; j < s->n; j++)
+        newer += s->b[j].chunk >= 0 && s->b[j].last > b->last;
+    return newer;
+}
+
 /* the least recently used buffer, skipping the `keep` most recent ones */
 static stage_buf *victim(mt_stage *s, int keep)
 {
@@ -110,29 +155,72 @@ static stage_buf *victim(mt_stage *s, int keep)
         stage_buf *b = &s->b[i];
         if (b->chunk < 0)
             return b;
-        int newer = 0;
-        for (int j = 0; j < s->n; j++)
-            newer += s->b[j].chunk >= 0 && s->b[j].last > b->last;
         if (keep > 0 && (b->state == LOADING || b->state == WRITING))
             continue; /* busy: read-ahead does not wait */
-        if (newer >= keep && (!v || b->last < v->last))
+        if (newer_than(s, b) >= keep && (!v || b->last < v->last))
             v = b;
     }
     return v;
 }
 
-/* room in buffer b for a chunk of need bytes (b is empty or clean and settled) */
-static col_status make_room(stage_buf *b, size_t need, col_err *err)
+static void buf_release(mt_stage *s, stage_buf *b)
 {
+    buf_unmap(b->buf, b->cap);
+    s->held -= b->cap;
+    b->buf = NULL;
+    b->cap = 0;
     b->chunk = -1;
     b->state = EMPTY;
-    if (b->cap >= need)
+    b->dirty = false;
+}
+
+/* Frees the memory of idle buffers other than keep_b, least recently used
+ * first, until need more bytes fit the limit: only buffers beyond the keep
+ * most recently used, and dirty ones only when write (written back first).
+ * false when the limit cannot be met that way. */
+static bool shed(mt_stage *s, const stage_buf *keep_b, size_t need, int keep, bool write, col_status *st,
+                 col_err *err)
+{
+    while (s->limit && s->held + need > s->limit) {
+        stage_buf *v = NULL;
+        for (int i = 0; i < s->n; i++) {
+            stage_buf *b = &s->b[i];
+            if (b == keep_b || !b->cap || b->state == LOADING || b->state == WRITING || (b->dirty && !write))
+                continue;
+            if (b->chunk >= 0 && keep > 0 && newer_than(s, b) < keep)
+                continue;
+            if (!v || (v->chunk >= 0 && (b->chunk < 0 || b->last < v->last)))
+                v = b;
+        }
+        if (!v)
+            return false;
+        if (v->dirty && (*st = write_back(s, v, err)) != COL_OK)
+            return false;
+        buf_release(s, v);
+    }
+    return true;
+}
+
+/* room in buffer b for a chunk of need bytes (b is empty or clean and
+ * settled), within the limit when the others allow it */
+static col_status make_room(mt_stage *s, stage_buf *b, size_t need, col_err *err)
+{
+    need = (need + MT_NVME_ALIGN - 1) / MT_NVME_ALIGN * MT_NVME_ALIGN;
+    b->chunk = -1;
+    b->state = EMPTY;
+    /* under a limit a buffer is its chunk's size, so that what the buffers hold is what their chunks take */
+    if (s->limit ? b->cap == need : b->cap >= need)
         return COL_OK;
-    free(b->buf);
-    b->cap = 0;
-    if (!(b->buf = mt_nvme_alloc_buffer(need)))
+    buf_release(s, b);
+    col_status st = COL_OK;
+    if (!shed(s, b, need, 0, true, &st, err) && st != COL_OK)
+        return st;
+    if (!(b->buf = buf_map(need)))
         return col_err_set(err, COL_ENOMEM, "memtier: out of host memory for a %zu-byte NVMe stage buffer", need);
     b->cap = need;
+    s->held += need;
+    if (s->held > s->peak)
+        s->peak = s->held;
     return COL_OK;
 }
 
@@ -153,7 +241,8 @@ col_status mt_stage_get(mt_stage *s, mt_ref ref, bool will_write, void **ptr, co
         if (need == 0)
             return col_err_set(err, COL_EINVAL, "memtier: chunk %d does not exist", ref.chunk);
         hit = victim(s, 0);
-        if ((st = settle_all(s, err)) == COL_OK && (st = write_back(s, hit, err)) == COL_OK && (st = make_room(hit, need, err)) == COL_OK &&
+        if ((st = settle_all(s, err)) == COL_OK && (st = write_back(s, hit, err)) == COL_OK &&
+            (st = make_room(s, hit, need, err)) == COL_OK &&
             (st = mt_chunk_read(s->pool, ref.chunk, hit->buf, err)) == COL_OK) {
             hit->chunk = ref.chunk;
             hit->state = READY;
@@ -198,7 +287,11 @@ col_status mt_stage_prefetch(mt_stage *s, mt_ref ref, int keep, col_err *err)
             continue;
         }
         size_t need = mt_chunk_io_bytes(s->pool, ref.chunk);
-        col_status st = make_room(v, need, err);
+        col_status st = COL_OK;
+        if (v->cap != need && s->limit && s->held - v->cap + need > s->limit &&
+            !shed(s, v, need - v->cap, keep, false, &st, err))
+            return st; /* no room within the limit: no read-ahead */
+        st = make_room(s, v, need, err);
         if (st == COL_OK)
             st = mt_chunk_io_start(s->pool, ref.chunk, v->buf, false, &v->io, err);
         if (st != COL_OK)
@@ -233,3 +326,14 @@ void mt_stage_forget(mt_stage *s)
         s->b[i].dirty = false;
     }
 }
+
+void mt_stage_set_limit(mt_stage *s, size_t bytes)
+{
+    s->limit = bytes;
+    col_status st = COL_OK;
+    shed(s, NULL, 0, 0, false, &st, NULL);
+}
+
+size_t mt_stage_limit(const mt_stage *s) { return s->limit; }
+size_t mt_stage_held(const mt_stage *s) { return s->held; }
+size_t mt_stage_peak(const mt_stage *s) { return s->peak; }

@@ -24,6 +24,19 @@ col_status mt_stage_get(mt_stage *s, mt_ref ref, bool will_write, void **ptr, co
 col_status mt_stage_prefetch(mt_stage *s, mt_ref ref, int keep, col_err *err);
 /* Writes every dirty buffer back to its chunk (and waits for transfers). */
 col_status mt_stage_flush(mt_stage *s, col_err *err);
+/* A limit on the bytes the buffers hold together (0, the default: none).
+ * Within it, buffers keep their memory as a cache; past it a get frees the
+ * memory of the least recently used buffers (writing a dirty one back
+ * first), only as many as it must, and read-ahead happens only when it fits.
+ * With a limit, a pointer from get stays valid while the chunks got after it
+ * and its own fit in the limit together (and fewer than nbuf were got): a
+ * caller that holds k pointers at once sets a limit of at least the k
+ * largest chunks' mt_chunk_io_bytes. A chunk larger than the limit still
+ * gets its buffer. Setting a limit frees idle clean buffers past it now. */
+void mt_stage_set_limit(mt_stage *s, size_t bytes);
+size_t mt_stage_limit(const mt_stage *s);
+size_t mt_stage_held(const mt_stage *s); /* bytes the buffers hold now */
+size_t mt_stage_peak(const mt_stage *s); /* the most they have held at once */
 /* Forgets what the buffers hold (keeping their memory), so the next get
  * reads the chunk again: call it after a flush when someone else (the
  * compute tier) may write the chunks. Anything dirty is lost. */

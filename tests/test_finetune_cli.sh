@@ -211,7 +211,8 @@ check "LoRA fine-tune" 0 "trained by LoRA" -- $lora --out lora
 check "LoRA fine-tune merged on export" 0 "the model is in lora_merged" -- $lora --out lora_merged --merge-lora
 [ ! -e "$tmp/lora_merged/adapter_model.safetensors" ] && ok "a merged export has no adapter files" ||
     notok "adapter files beside a merged export"
-evalloss() { (cd "$tmp" && "$ft" "$1" tokens.bin --eval-only --batch 2 --seq 16 --json) | sed 's/.*"val_loss":\([^}]*\)}.*/\1/'; }
+evalloss() { (cd "$tmp" && "$ft" "$1" tokens.bin --eval-only --batch 2 --seq 16 --json) | grep '"val_loss"' |
+    sed 's/.*"val_loss":\([^}]*\)}.*/\1/'; }
 a=$(evalloss lora) b=$(evalloss lora_merged) base=$(evalloss "$src/tests/fixtures/hf/gpt2")
 if [ -n "$a" ] && awk "BEGIN { d = $a - $b; if (d < 0) d = -d; exit !(d <= 1e-5 * $a && $a != $base) }"; then
     ok "base + adapter and the merged export give the same loss ($a, $b; base model $base)"

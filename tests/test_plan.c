@@ -9,7 +9,8 @@
  *
  * The tiny graph's values are small integers, so every result is exact and
  * checked against values computed here; the GPT graph's plans are checked
- * bit for bit against graphs that have one plan each. */
+ * bit for bit against graphs that have one plan each; so are those of two
+ * plans sharing one arena (col_plan_share_memory). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,6 +435,67 @@ static void test_training_graph(void)
     free(lg), free(rlg);
 }
 
+/* the training and evaluation plans in one arena: the same results, the memory of the larger */
+static void test_shared_memory(void)
+{
+    col_lm_config c = lm_cfg();
+    int np = col_lm_param_count(&c);
+    col_param_spec specs[MAXP];
+    if (np > MAXP)
+        return;
+    col_lm_param_specs(&c, specs);
+    float *w[MAXP] = {0};
+    for (int i = 0; i < np; i++) {
+        w[i] = malloc(sizeof(float) * (size_t)col_param_numel(&specs[i]));
+        col_fill_normal(w[i], col_param_numel(&specs[i]), 500 + (uint64_t)i, 0.3f);
+    }
+    col_err err = {0};
+    lm_graph two = {0}, ref = {0};
+    bool ok = lm_build(&two, true, w, &err) && lm_build(&ref, true, w, &err);
+    col_plan *train = NULL, *eval = NULL, *rtrain = NULL, *reval = NULL;
+    col_node *outs[2] = {two.gg.loss, two.gg.logits}, *routs[2] = {ref.gg.loss, ref.gg.logits};
+    ok = ok && col_plan_create(two.g, &train, &err) == COL_OK &&
+         col_plan_create_for(two.g, NULL, outs, 2, &eval, &err) == COL_OK &&
+         col_plan_create(ref.g, &rtrain, &err) == COL_OK &&
+         col_plan_create_for(ref.g, NULL, routs, 2, &reval, &err) == COL_OK;
+    size_t own_t = ok ? col_plan_arena_bytes(train) + col_plan_scratch_bytes(train) : 0;
+    size_t own_e = ok ? col_plan_arena_bytes(eval) + col_plan_scratch_bytes(eval) : 0;
+    ok = ok && col_plan_memory_bytes(train) == own_t && col_plan_share_memory(eval, train, &err) == COL_OK;
+    TL_OK(ok && col_plan_memory_bytes(eval) == col_plan_memory_bytes(train) &&
+              col_plan_memory_bytes(train) >= own_t && col_plan_memory_bytes(train) >= own_e &&
+              col_plan_memory_bytes(train) < own_t + own_e,
+          "the evaluation plan shares the training plan's memory: %zu bytes for the two (own %zu and %zu): %s",
+          ok ? col_plan_memory_bytes(train) : 0, own_t, own_e, err.msg);
+    if (ok) {
+        col_plan_set_dropout(eval, false);
+        col_plan_set_dropout(reval, false);
+    }
+    float *lg = malloc(sizeof(float) * B * T * V), *rlg = malloc(sizeof(float) * B * T * V);
+    bool same = ok;
+    for (int k = 0; k < 3 && ok; k++) {
+        float lt = 0, lr = 0, le = 0, lf = 0;
+        lm_zero_grads(&two, np, specs);
+        lm_zero_grads(&ref, np, specs);
+        ok = lm_run(train, &two, k, &lt, NULL, &err) && lm_run(rtrain, &ref, k, &lr, NULL, &err) &&
+             lm_run(eval, &two, k, &le, lg, &err) && lm_run(reval, &ref, k, &lf, rlg, &err);
+        same = same && ok && lt == lr && le == lf && lm_same_grads(&two, &ref, np, specs) &&
+               memcmp(lg, rlg, sizeof(float) * B * T * V) == 0;
+    }
+    TL_OK(same, "training and evaluation in turns in one arena: losses, gradients and logits bitwise those of "
+          "plans with their own: %s", err.msg);
+    col_plan_free(train);
+    float le = 0;
+    ok = ok && lm_run(eval, &two, 3, &le, lg, &err) && lm_run(reval, &ref, 3, &le, rlg, &err) &&
+         memcmp(lg, rlg, sizeof(float) * B * T * V) == 0;
+    TL_OK(ok, "the training plan freed, the evaluation plan runs on in the memory: %s", err.msg);
+    TL_OK(col_plan_share_memory(eval, NULL, &err) == COL_EINVAL, "sharing with no plan is refused");
+    col_plan_free(eval), col_plan_free(rtrain), col_plan_free(reval);
+    lm_free(&two), lm_free(&ref);
+    for (int i = 0; i < np; i++)
+        free(w[i]);
+    free(lg), free(rlg);
+}
+
 int main(void)
 {
     tl_cpu_backend(&be);
@@ -442,6 +504,7 @@ int main(void)
     test_create_for_errors();
     test_dropout_switch();
     test_training_graph();
+    test_shared_memory();
     col_cpu_backend_free(&be);
     return tl_done();
 }

@@ -16,15 +16,22 @@ typedef struct {
     bool output;                /* one of the plan's outputs: kept alive to the end of a run */
 } plan_node;
 
+/* Activation arena and kernel scratch memory, held by one plan or shared by
+ * several that never run at the same time (col_plan_share_memory). */
+typedef struct {
+    void *arena, *scratch;
+    size_t arena_cap, scratch_cap;
+    int refs;
+} plan_mem;
+
 struct col_plan {
     col_graph *g;
     int nnodes;                 /* the graph's node count when planned: later nodes are not in this plan */
     plan_node *at;              /* [nnodes] */
     col_node **order;
     int n;
-    void *arena;
-    size_t arena_bytes, unshared_bytes;
-    void *scratch;
+    plan_mem *mem;              /* never NULL once made */
+    size_t arena_bytes, unshared_bytes; /* this plan's need (the memory may be larger, when shared) */
     size_t scratch_bytes;
     bool no_dropout;            /* dropout kernels pass their input through (col_plan_set_dropout) */
     const col_backend *be;      /* device plan: the backend whose memory holds arena and scratch; NULL: host */
@@ -373,7 +380,7 @@ static void *node_addr(const col_plan *p, const col_node *n)
         return node_addr(p, n->src[0]); /* writes into, and stands for, the cache leaf */
     if (n->op == COL_OP_ACCUMULATE)
         return n->src[1]->grad_data;
-    return p->at[n->id].arena ? (char *)p->arena + p->at[n->id].offset : NULL;
+    return p->at[n->id].arena ? (char *)p->mem->arena + p->at[n->id].offset : NULL;
 }
 
 /* what a run needs bound from the caller */
@@ -449,10 +456,16 @@ static col_status plan_finish(col_plan *p, col_plan **out, col_err *err)
         liveness(p);
         st = assign_offsets(p, err);
     }
-    if (st == COL_OK && p->arena_bytes)
-        st = plan_alloc(p, p->arena_bytes, &p->arena, err, "activation arena");
-    if (st == COL_OK && p->scratch_bytes)
-        st = plan_alloc(p, p->scratch_bytes, &p->scratch, err, "kernel scratch");
+    if (st == COL_OK && !(p->mem = calloc(1, sizeof *p->mem)))
+        st = col_err_set(err, COL_ENOMEM, "plan: out of memory");
+    if (st == COL_OK) {
+        p->mem->refs = 1;
+        if (p->arena_bytes && (st = plan_alloc(p, p->arena_bytes, &p->mem->arena, err, "activation arena")) == COL_OK)
+            p->mem->arena_cap = p->arena_bytes;
+    }
+    if (st == COL_OK && p->scratch_bytes &&
+        (st = plan_alloc(p, p->scratch_bytes, &p->mem->scratch, err, "kernel scratch")) == COL_OK)
+        p->mem->scratch_cap = p->scratch_bytes;
     /* the run counter lives in host memory (graph.c): a device plan copies it to a slot of its own */
     col_node *c = p->g->rng_counter;
     if (st == COL_OK && p->be && c && in_plan(p, c)) {
@@ -504,14 +517,60 @@ col_status col_plan_create_for(col_graph *g, const col_backend *be, col_node *co
     return plan_finish(p, out, err);
 }
 
+static void mem_release(const col_plan *p, plan_mem *m)
+{
+    if (m && --m->refs == 0) {
+        plan_release(p, m->arena);
+        plan_release(p, m->scratch);
+        free(m);
+    }
+}
+
+col_status col_plan_share_memory(col_plan *p, col_plan *with, col_err *err)
+{
+    if (!p || !with)
+        return col_err_set(err, COL_EINVAL, "plan: col_plan_share_memory needs two plans");
+    if (p->mem == with->mem)
+        return COL_OK;
+    if (p->be != with->be)
+        return col_err_set(err, COL_EINVAL, "plan: plans on different memories cannot share it");
+    plan_mem *m = with->mem;
+    void *arena = NULL, *scratch = NULL; /* made before anything changes: a failure leaves both plans as they were */
+    col_status st = COL_OK;
+    if (p->arena_bytes > m->arena_cap)
+        st = plan_alloc(p, p->arena_bytes, &arena, err, "activation arena");
+    if (st == COL_OK && p->scratch_bytes > m->scratch_cap)
+        st = plan_alloc(p, p->scratch_bytes, &scratch, err, "kernel scratch");
+    if (st != COL_OK) {
+        plan_release(p, arena);
+        return st;
+    }
+    if (arena) {
+        plan_release(p, m->arena);
+        m->arena = arena;
+        m->arena_cap = p->arena_bytes;
+    }
+    if (scratch) {
+        plan_release(p, m->scratch);
+        m->scratch = scratch;
+        m->scratch_cap = p->scratch_bytes;
+    }
+    mem_release(p, p->mem);
+    p->mem = m;
+    m->refs++;
+    bind_all(p);
+    return COL_OK;
+}
+
+size_t col_plan_memory_bytes(const col_plan *p) { return p && p->mem ? p->mem->arena_cap + p->mem->scratch_cap : 0; }
+
 void col_plan_free(col_plan *p)
 {
     if (!p)
         return;
     free(p->order);
     free(p->at);
-    plan_release(p, p->arena);
-    plan_release(p, p->scratch);
+    mem_release(p, p->mem);
     plan_release(p, p->counter_dev);
     free(p);
 }
@@ -551,7 +610,7 @@ static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook
             return st;
     }
     col_exec ex = {
-        .scratch = p->scratch, .scratch_bytes = p->scratch_bytes, .be = be, .dropout_off = p->no_dropout};
+        .scratch = p->mem->scratch, .scratch_bytes = p->scratch_bytes, .be = be, .dropout_off = p->no_dropout};
     for (int i = 0; i < p->n; i++) {
         col_node *n = p->order[i];
         if (n->op == COL_OP_LEAF || n->op == COL_OP_VIEW)

@@ -54,6 +54,21 @@ col_status col_plan_create_on(col_graph *g, const col_backend *be, col_plan **ou
 col_status col_plan_create_for(col_graph *g, const col_backend *be, col_node *const *outputs, int n, col_plan **out,
                                col_err *err);
 void col_plan_free(col_plan *p);
+/* Makes p use with's activation arena and kernel scratch (p's own memory is
+ * freed), grown to p's needs when those are larger - remade, so whatever the
+ * plans' arena nodes held is lost - so that plans that never run at the same
+ * time (a training graph's plan and its evaluation plan, the plans of
+ * another graph of the same model) hold one arena between them instead of
+ * one each. They may be plans of different graphs, but of one memory (both
+ * host plans, or device plans of one backend; else COL_EINVAL). Afterwards a
+ * plan's arena nodes keep their values only until another sharer runs, and
+ * inputs must be uploaded after the last share. A failure changes nothing.
+ * The memory goes when its last plan is freed. */
+col_status col_plan_share_memory(col_plan *p, col_plan *with, col_err *err);
+/* The bytes of arena and scratch memory p holds: its own needs
+ * (col_plan_arena_bytes + col_plan_scratch_bytes), or, shared, the largest
+ * of its sharers'. */
+size_t col_plan_memory_bytes(const col_plan *p);
 /* Dropout on (the default) or off for this plan's later runs: off, every
  * dropout kernel writes its input unchanged (col_exec.dropout_off), so a
  * plan of a training graph evaluates the model as one built without dropout,

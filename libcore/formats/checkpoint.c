@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -416,7 +417,36 @@ static inline float f16_bits_to_f32(uint16_t h)
     return bits_f32(r | (uint32_t)(h & 0x8000u) << 16);
 }
 
-col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, float *dst, col_err *err)
+/* n elements of dtype dt at p into dst as f32 */
+static void convert(col_st_dtype dt, const unsigned char *p, int64_t n, float *dst)
+{
+    switch (dt) {
+    case COL_ST_F32: memcpy(dst, p, (size_t)n * 4); break;
+    case COL_ST_F64: CONVERT(double, (float)v); break;
+    case COL_ST_F16: CONVERT(uint16_t, f16_bits_to_f32(v)); break;
+    case COL_ST_BF16: CONVERT(uint16_t, bf16_bits_to_f32(v)); break;
+    case COL_ST_I64: CONVERT(int64_t, (float)v); break;
+    case COL_ST_I32: CONVERT(int32_t, (float)v); break;
+    case COL_ST_I16: CONVERT(int16_t, (float)v); break;
+    case COL_ST_I8: CONVERT(int8_t, (float)v); break;
+    case COL_ST_U8: CONVERT(uint8_t, (float)v); break;
+    case COL_ST_BOOL: CONVERT(uint8_t, v ? 1.0f : 0.0f); break;
+    default: break;
+    }
+}
+
+/* The whole pages inside [p, p + len) of a read-only file mapping leave this
+ * process's resident memory (reading them again maps them back from the
+ * file): a checkpoint read once, tensor by tensor, does not stay resident. */
+static void release_pages(const void *p, size_t len)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + len) & ~(page - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+col_status col_ckpt_check_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, col_err *err)
 {
     if (!t || !t->name || (ndim > 0 && !shape))
         return col_err_set(err, COL_EINVAL, "col_ckpt_read_f32: NULL tensor or shape");
@@ -443,24 +473,26 @@ col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *
     if (overflow || nbytes != t->nbytes || numel > (uint64_t)INT64_MAX || (numel > 0 && !t->data))
         return col_err_set(err, COL_EFORMAT, "tensor '%.200s' in %s: %zu bytes of data do not fit its shape",
                            t->name, t->file ? t->file : "checkpoint", t->nbytes);
+    return COL_OK;
+}
+
+col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, float *dst, col_err *err)
+{
+    col_status st = col_ckpt_check_f32(t, ndim, shape, err);
+    if (st != COL_OK)
+        return st;
+    size_t es = col_st_dtype_size(t->dtype);
+    uint64_t numel = t->nbytes / es;
     if (numel > 0 && !dst)
         return col_err_set(err, COL_EINVAL, "col_ckpt_read_f32: NULL destination for tensor '%.200s'", t->name);
-    const unsigned char *p = t->data;
-    int64_t n = (int64_t)numel;
-    if (n == 0)
-        return COL_OK;
-    switch (t->dtype) {
-    case COL_ST_F32: memcpy(dst, p, (size_t)n * 4); break;
-    case COL_ST_F64: CONVERT(double, (float)v); break;
-    case COL_ST_F16: CONVERT(uint16_t, f16_bits_to_f32(v)); break;
-    case COL_ST_BF16: CONVERT(uint16_t, bf16_bits_to_f32(v)); break;
-    case COL_ST_I64: CONVERT(int64_t, (float)v); break;
-    case COL_ST_I32: CONVERT(int32_t, (float)v); break;
-    case COL_ST_I16: CONVERT(int16_t, (float)v); break;
-    case COL_ST_I8: CONVERT(int8_t, (float)v); break;
-    case COL_ST_U8: CONVERT(uint8_t, (float)v); break;
-    case COL_ST_BOOL: CONVERT(uint8_t, v ? 1.0f : 0.0f); break;
-    default: return col_err_set(err, COL_EDTYPE, "tensor '%.200s': unknown dtype", t->name);
+    /* in pieces: the pages of a mapped file each piece came from leave memory once it is converted */
+    const int64_t piece = (int64_t)((size_t)16 << 20) / (int64_t)es;
+    for (int64_t done = 0; done < (int64_t)numel; done += piece) {
+        int64_t n = (int64_t)numel - done < piece ? (int64_t)numel - done : piece;
+        const unsigned char *src = (const unsigned char *)t->data + (size_t)done * es;
+        convert(t->dtype, src, n, dst + done);
+        if (t->mapped)
+            release_pages(src, (size_t)n * es);
     }
     return COL_OK;
 }

@@ -6,7 +6,9 @@
  * before use, and a bad file gives COL_EFORMAT with one line naming the file
  * and what is wrong. Nothing in a file is ever executed.
  *
- * safetensors files are memory-mapped; tensor data points into the mapping.
+ * safetensors files are memory-mapped; tensor data points into the mapping,
+ * and col_ckpt_read_f32 drops the pages it has read from this process's
+ * resident memory (they stay in the page cache).
  * Pickle checkpoints are read into memory (they are zip archives).
  */
 #ifndef COL_CHECKPOINT_H
@@ -38,6 +40,9 @@ typedef struct {
                                 unaligned (read it with memcpy) */
     size_t nbytes;           /* numel * dtype size */
     const char *file;        /* the file it came from (for messages) */
+    bool mapped;             /* data lies in a read-only mapping of the file: once read, its pages may leave
+                                memory (col_ckpt_read_f32 lets them go, so a checkpoint read tensor by
+                                tensor never stays resident as a whole) */
 } col_ckpt_tensor;
 
 typedef struct col_ckpt col_ckpt;
@@ -66,11 +71,14 @@ const char *col_ckpt_format(const col_ckpt *c);
  * COL_ESHAPE if the shape differs from (ndim, shape), naming the tensor and
  * both shapes. */
 col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, float *dst, col_err *err);
+/* The checks of col_ckpt_read_f32 alone (shape, dtype, size): COL_OK when
+ * reading t into that shape would succeed. */
+col_status col_ckpt_check_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, col_err *err);
 
 /* Writes tensors (f32 data, shapes given) as one safetensors file the way
  * the Python library does (tensors sorted by name, header padded with spaces
  * to a multiple of 8 bytes), atomically: streamed to a temporary file in the
- * same directory, fsync, rename. metadata: optional NULL-terminated list
+ * same directory, fsync, rename (col_st_writer_* below, tensor after tensor). metadata: optional NULL-terminated list
  * {key0, value0, key1, value1, ..., NULL} stored as "__metadata__".
  * COL_EINVAL for an empty, reserved ("__metadata__") or repeated name or a
  * bad shape; the old file, if any, is then untouched. */
@@ -82,6 +90,26 @@ typedef struct {
 } col_st_out;
 col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
                             col_err *err);
+
+/* The same file written piece by piece, so that the tensors need never be in
+ * memory all at once (a model on the NVMe tier goes out chunk by chunk
+ * through a bounded buffer). col_st_writer_begin checks the tensors and the
+ * metadata as col_st_write_f32 does (the data pointers are not used and may
+ * be NULL), lays the file out - the header, then the data in name order, so
+ * every tensor's place is known - and writes the header to a temporary file
+ * beside path. col_st_writer_put writes len bytes of tensor i (its index in
+ * the array given to begin) at byte off of that tensor's data; pieces may
+ * come in any order, each byte once (pwrite at its place). col_st_writer_end
+ * with ok checks that every tensor was written whole (else COL_EINVAL), then
+ * fsyncs the file and renames it over path; without ok, or after a failed
+ * put, it removes the temporary file and the old file, if any, is untouched
+ * (ok false returns COL_OK: the caller's error stands). end always frees w.
+ * The bytes are col_st_write_f32's whatever the order of the pieces. */
+typedef struct col_st_writer col_st_writer;
+col_status col_st_writer_begin(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
+                               col_st_writer **out, col_err *err);
+col_status col_st_writer_put(col_st_writer *w, int i, uint64_t off, const void *data, size_t len, col_err *err);
+col_status col_st_writer_end(col_st_writer *w, bool ok, col_err *err);
 
 /* ---- the format readers behind col_ckpt_open (for tests and fuzzing) ---- */
 typedef struct col_st_file col_st_file;

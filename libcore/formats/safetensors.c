@@ -1,4 +1,4 @@
-/* safetensors.c - safetensors reader (untrusted input) and f32 writer.
+/* safetensors.c - safetensors reader (untrusted input); the writer is st_writer.c.
  *
  * Format: u64 little-endian header length N, N bytes of UTF-8 JSON, then
  * the data area. The JSON is an object mapping each tensor name to
@@ -19,7 +19,7 @@
  * another process truncating the file while it is open (SIGBUS).
  */
 #include "checkpoint.h"
-#include "textio.h"
+#include "st_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -87,8 +87,8 @@ static const char *show(const char *s, char *buf, size_t n)
     return buf;
 }
 
-/* Returns the offset of the first byte that is not valid UTF-8, or len. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t len)
+/* Returns the offset of the first byte that is not valid UTF-8, or len (st_internal.h). */
+size_t col_st_utf8_invalid_at(const unsigned char *s, size_t len)
 {
     size_t i = 0;
     while (i < len) {
@@ -281,7 +281,7 @@ static col_status parse_header(col_st_file *f, col_err *err)
         return col_err_set(err, COL_EFORMAT, "%s: header length %llu exceeds the file size (%zu bytes); truncated "
                            "file?", f->name, (unsigned long long)hlen, f->len);
     const unsigned char *hdr = f->base + 8;
-    size_t bad = utf8_invalid_at(hdr, (size_t)hlen);
+    size_t bad = col_st_utf8_invalid_at(hdr, (size_t)hlen);
     if (bad < hlen)
         return col_err_set(err, COL_EFORMAT, "%s: header is not valid UTF-8 (at byte %zu)", f->name, bad);
     if (memchr(hdr, 0, (size_t)hlen))
@@ -386,6 +386,7 @@ static col_status parse_header(col_st_file *f, col_err *err)
         col_ckpt_tensor *t = &f->t[i];
         *t = ents[i].t;
         t->data = data + ents[i].r.begin;
+        t->mapped = f->map != NULL;
         t->name = strdup(ents[i].t.name);
         if (!t->name) {
             st = col_err_set(err, COL_ENOMEM, "%s: out of memory for tensor names", f->name);
@@ -510,166 +511,4 @@ void col_st_close(col_st_file *f)
         munmap(f->map, f->map_len);
     free(f->name);
     free(f);
-}
-
-/* ---- writer ---- */
-
-/* Writes s as a JSON string literal (s is valid UTF-8; escape as serde_json does). */
-static void sb_json_str(col_strbuf *b, const char *s)
-{
-    col_strbuf_put(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\', esc[1] = (char)c;
-            col_strbuf_put(b, esc, 2);
-        } else if (c < 0x20) {
-            const char *named = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : c == '\b' ? "\\b"
-                                : c == '\f' ? "\\f" : NULL;
-            if (named)
-                col_strbuf_puts(b, named);
-            else {
-                snprintf(esc, sizeof esc, "\\u%04x", c);
-                col_strbuf_puts(b, esc);
-            }
-        } else {
-            col_strbuf_put(b, (const char *)&c, 1);
-        }
-    }
-    col_strbuf_put(b, "\"", 1);
-}
-
-static int cmp_out_by_name(const void *a, const void *b)
-{
-    return strcmp((*(const col_st_out *const *)a)->name, (*(const col_st_out *const *)b)->name);
-}
-
-/* Checks the writer's arguments (sorted by name, names non-NULL); sets sizes[i] in bytes. */
-static col_status check_out(const char *path, const col_st_out *const *sorted, int n, const char *const *metadata,
-                            size_t *sizes, col_err *err)
-{
-    for (int i = 0; i < n; i++) {
-        const col_st_out *t = sorted[i];
-        size_t len = strlen(t->name);
-        if (len == 0 || strcmp(t->name, "__metadata__") == 0)
-            return col_err_set(err, COL_EINVAL, "writing %s: tensor name '%s' is not allowed", path, t->name);
-        if (utf8_invalid_at((const unsigned char *)t->name, len) < len)
-            return col_err_set(err, COL_EINVAL, "writing %s: a tensor name is not valid UTF-8", path);
-        if (i > 0 && strcmp(sorted[i - 1]->name, t->name) == 0)
-            return col_err_set(err, COL_EINVAL, "writing %s: tensor '%s' given twice", path, t->name);
-        if (t->ndim < 0 || t->ndim > COL_MAX_DIMS)
-            return col_err_set(err, COL_EINVAL, "writing %s: tensor '%s' has ndim %d (0..%d allowed)", path,
-                               t->name, t->ndim, COL_MAX_DIMS);
-        uint64_t nb = 4;
-        for (int d = 0; d < t->ndim; d++) {
-            if (t->shape[d] < 0 || __builtin_mul_overflow(nb, (uint64_t)t->shape[d], &nb) || nb > SIZE_MAX / 2)
-                return col_err_set(err, COL_EINVAL, "writing %s: tensor '%s' has a bad shape (dim %d is %lld)",
-                                   path, t->name, d, (long long)t->shape[d]);
-        }
-        if (nb > 0 && !t->data)
-            return col_err_set(err, COL_EINVAL, "writing %s: tensor '%s' has no data", path, t->name);
-        sizes[i] = (size_t)nb;
-    }
-    for (int i = 0; metadata && metadata[i]; i += 2) {
-        if (!metadata[i + 1])
-            return col_err_set(err, COL_EINVAL, "writing %s: metadata key '%s' has no value", path, metadata[i]);
-        for (int j = 0; j < i; j += 2)
-            if (strcmp(metadata[i], metadata[j]) == 0)
-                return col_err_set(err, COL_EINVAL, "writing %s: metadata key '%s' given twice", path, metadata[i]);
-        for (int k = 0; k < 2; k++)
-            if (utf8_invalid_at((const unsigned char *)metadata[i + k], strlen(metadata[i + k])) <
-                strlen(metadata[i + k]))
-                return col_err_set(err, COL_EINVAL, "writing %s: metadata entry %d is not valid UTF-8", path, i / 2);
-    }
-    return COL_OK;
-}
-
-/* Streams the header and the tensors to a temporary file next to path, then
- * fsync + rename + fsync of the directory (col_atomic_* in textio.h; like
- * col_write_file_atomic, but without a copy of all the weights in memory). */
-static col_status write_stream(const char *path, const col_strbuf *hdr, const col_st_out *const *sorted, int n,
-                               const size_t *sizes, col_err *err)
-{
-    col_atomic_file f;
-    col_status st = col_atomic_begin(path, &f, err);
-    if (st != COL_OK)
-        return st;
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++)
-        len8[i] = (unsigned char)((uint64_t)hdr->len >> (8 * i));
-    bool ok = col_write_all(f.fd, len8, 8) && col_write_all(f.fd, hdr->p, hdr->len);
-    for (int i = 0; ok && i < n; i++)
-        ok = col_write_all(f.fd, sorted[i]->data, sizes[i]);
-    return col_atomic_end(&f, path, ok, err);
-}
-
-col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
-                            col_err *err)
-{
-    if (!path || n < 0 || (n > 0 && !tensors))
-        return col_err_set(err, COL_EINVAL, "col_st_write_f32: bad arguments (path %s, %d tensors)",
-                           path ? path : "NULL", n);
-    const col_st_out **sorted = malloc(((size_t)n + 1) * sizeof *sorted);
-    size_t *sizes = malloc(((size_t)n + 1) * sizeof *sizes);
-    col_strbuf hdr = {0};
-    col_status st = COL_OK;
-    if (!sorted || !sizes) {
-        st = col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
-        goto done;
-    }
-    /* the Python library's order: by dtype alignment (all F32 here), then name */
-    for (int i = 0; i < n; i++)
-        sorted[i] = &tensors[i];
-    for (int i = 0; i < n; i++) {
-        if (!tensors[i].name) {
-            st = col_err_set(err, COL_EINVAL, "writing %s: tensor %d has no name", path, i);
-            goto done;
-        }
-    }
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_out_by_name);
-    if ((st = check_out(path, sorted, n, metadata, sizes, err)) != COL_OK)
-        goto done;
-
-    col_strbuf_puts(&hdr, "{");
-    if (metadata && metadata[0]) {
-        col_strbuf_puts(&hdr, "\"__metadata__\":{");
-        for (int i = 0; metadata[i]; i += 2) {
-            if (i)
-                col_strbuf_puts(&hdr, ",");
-            sb_json_str(&hdr, metadata[i]);
-            col_strbuf_puts(&hdr, ":");
-            sb_json_str(&hdr, metadata[i + 1]);
-        }
-        col_strbuf_puts(&hdr, n ? "}," : "}");
-    }
-    uint64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        char num[64];
-        if (i)
-            col_strbuf_puts(&hdr, ",");
-        sb_json_str(&hdr, sorted[i]->name);
-        col_strbuf_puts(&hdr, ":{\"dtype\":\"F32\",\"shape\":[");
-        for (int d = 0; d < sorted[i]->ndim; d++) {
-            snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)sorted[i]->shape[d]);
-            col_strbuf_puts(&hdr, num);
-        }
-        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                 (unsigned long long)(off + sizes[i]));
-        col_strbuf_puts(&hdr, num);
-        off += sizes[i];
-    }
-    col_strbuf_puts(&hdr, "}");
-    while (!hdr.oom && hdr.len % 8 != 0) /* pad with spaces so the data is 8-byte aligned */
-        col_strbuf_puts(&hdr, " ");
-    if (hdr.oom) {
-        st = col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
-        goto done;
-    }
-    st = write_stream(path, &hdr, sorted, n, sizes, err);
-done:
-    free(hdr.p);
-    free(sizes);
-    free(sorted);
-    return st;
 }

@@ -751,6 +751,10 @@ col_status col_pt_open(const char *path, col_pt_file **out, col_err *err)
         col_pt_close(f);
         return st;
     }
+    for (int i = 0; i < f->n; i++) { /* storages read in place (not decompressed) lie in the mapping */
+        const unsigned char *d = f->tensors[i].data, *m = map;
+        f->tensors[i].mapped = d && d >= m && d < m + len;
+    }
     *out = f;
     return COL_OK;
 }

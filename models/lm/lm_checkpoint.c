@@ -1,6 +1,16 @@
 /* lm_checkpoint.c - a training session to and from disk: the model in
  * Hugging Face layout, LoRA adapters in PEFT's, the optimizer state beside
- * them. */
+ * them.
+ *
+ * Every file streams through bounded memory, whatever the model's size and
+ * wherever its tensors live: a file is laid out first (col_st_writer_begin:
+ * the header, every tensor's place known), then the tensors are visited in
+ * the order of their chunks, each reached through the session's stage (in
+ * place for a host chunk; an NVMe chunk read once into a buffer, the stage
+ * holding at most its limit) and written at its place in the file. Loading
+ * goes the same way in reverse: each tensor converted from the mapped file
+ * (whose pages leave memory once read) into its chunk, NVMe chunks written
+ * back as the stage moves on. Nothing reads a whole kind into host memory. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,7 +19,7 @@
 #include <sys/stat.h>
 
 #include "hf_config.h"
-#include "lm_trainer.h"
+#include "lm_trainer_internal.h"
 #include "textio.h"
 
 static col_status ensure_dir(const char *dir, col_err *err)
@@ -25,9 +35,105 @@ static col_status ensure_dir(const char *dir, col_err *err)
 static int nparams(col_lm_trainer *t) { return col_lm_param_count(&col_lm_trainer_config(t)->model); }
 static bool lora_on(col_lm_trainer *t) { return col_lm_trainer_n_params(t) > nparams(t); }
 
-static col_st_out st_out(const char *name, const col_param_spec *s, const float *data)
+static col_st_out st_out(const char *name, const col_param_spec *s)
 {
-    return (col_st_out){.name = name, .ndim = s->ndim, .shape = {s->shape[0], s->shape[1]}, .data = data};
+    return (col_st_out){.name = name, .ndim = s->ndim, .shape = {s->shape[0], s->shape[1]}};
+}
+
+static col_status no_view(const col_lm_trainer *t, const char *what, col_err *err)
+{
+    return t->view ? col_err_set(err, COL_ESTATE, "%s: a host view is open (col_lm_trainer_host_end first)", what)
+                   : COL_OK;
+}
+
+/* One file of tensors, written as the stage reaches them: item j of the file is kind kind[j] of tensor
+ * idx[j], visited in the order given (chunk order), the merged weight when merge[j]. */
+typedef struct {
+    const char *path;
+    int n;
+    col_st_out *out;
+    int *idx, *kind;
+    bool *merge;
+    char (*names)[128];
+} st_plan;
+
+static col_status plan_new(st_plan *p, int cap, const char *path, col_err *err)
+{
+    *p = (st_plan){.path = path};
+    p->out = calloc((size_t)cap + 1, sizeof *p->out);
+    p->idx = calloc((size_t)cap + 1, sizeof *p->idx);
+    p->kind = calloc((size_t)cap + 1, sizeof *p->kind);
+    p->merge = calloc((size_t)cap + 1, sizeof *p->merge);
+    p->names = calloc((size_t)cap + 1, sizeof *p->names);
+    if (!p->out || !p->idx || !p->kind || !p->merge || !p->names)
+        return col_err_set(err, COL_ENOMEM, "saving %s: out of memory", path);
+    return COL_OK;
+}
+
+static void plan_free(st_plan *p)
+{
+    free(p->out), free(p->idx), free(p->kind), free(p->merge), free(p->names);
+}
+
+static void plan_add(st_plan *p, col_lm_trainer *t, int k, int i, const char *prefix, bool merge)
+{
+    const col_param_spec *s;
+    col_lm_trainer_param(t, i, &s);
+    snprintf(p->names[p->n], sizeof p->names[p->n], "%s%s", prefix, s->name);
+    p->out[p->n] = st_out(p->names[p->n], s);
+    p->idx[p->n] = i;
+    p->kind[p->n] = k;
+    p->merge[p->n] = merge;
+    p->n++;
+}
+
+/* base weight i merged with its adapters into scratch (W + scale B@A), reached through the stage */
+static col_status merged(col_lm_trainer *t, int i, float *scratch, const float **out, col_err *err)
+{
+    int a = t->np + 2 * t->lora_of[i];
+    float *w, *la, *lb;
+    col_status st = lmt_get(t, 0, i, false, &w, err);
+    if (st == COL_OK && (st = lmt_get(t, 0, a, false, &la, err)) == COL_OK &&
+        (st = lmt_get(t, 0, a + 1, false, &lb, err)) == COL_OK) {
+        col_lora_merge(&t->cfg.model, &t->specs[i], w, la, lb, t->cfg.lora.rank, t->lora_scale, scratch);
+        *out = scratch;
+    }
+    return st;
+}
+
+/* writes the file of plan p: each tensor from its chunk (the next chunk read ahead while it is written) */
+static col_status write_plan(col_lm_trainer *t, const st_plan *p, const char *const *meta, col_err *err)
+{
+    size_t most = 0; /* the largest merged weight: one buffer for them all */
+    for (int j = 0; j < p->n; j++) {
+        size_t b = sizeof(float) * (size_t)col_param_numel(&t->specs[p->idx[j]]);
+        most = p->merge[j] && b > most ? b : most;
+    }
+    float *scratch = most ? malloc(most) : NULL;
+    if (most && !scratch)
+        return col_err_set(err, COL_ENOMEM, "saving %s: no memory to merge the adapters (%zu bytes)", p->path, most);
+    col_st_writer *w = NULL;
+    col_status st = col_st_writer_begin(p->path, p->out, p->n, meta, &w, err);
+    for (int j = 0; j < p->n && st == COL_OK; j++) {
+        int i = p->idx[j], k = p->kind[j];
+        const float *d = NULL;
+        float *v = NULL;
+        if (p->merge[j])
+            st = merged(t, i, scratch, &d, err);
+        else if ((st = lmt_get(t, k, i, false, &v, err)) == COL_OK)
+            d = v;
+        if (st == COL_OK)
+            st = lmt_read_ahead(t, k, i, p->merge[j] ? 3 : 1, err);
+        if (st == COL_OK)
+            st = col_st_writer_put(w, j, 0, d, sizeof(float) * (size_t)col_param_numel(&t->specs[i]), err);
+    }
+    free(scratch);
+    lmt_stage_end(t, false, NULL);
+    if (st != COL_OK) {
+        col_st_writer_end(w, false, NULL);
+        return st;
+    }
+    return col_st_writer_end(w, true, err);
 }
 
 /* adapter_model.safetensors + adapter_config.json */
@@ -35,19 +141,16 @@ static col_status save_adapter(col_lm_trainer *t, const char *dir, col_err *err)
 {
     int np = nparams(t), nt = col_lm_trainer_n_params(t);
     const col_lm_train_config *cfg = col_lm_trainer_config(t);
-    col_st_out *out = calloc((size_t)(nt - np), sizeof *out);
-    if (!out)
-        return col_err_set(err, COL_ENOMEM, "saving %s: out of memory", dir);
-    for (int i = np; i < nt; i++) {
-        const col_param_spec *s;
-        const float *d = col_lm_trainer_param(t, i, &s);
-        out[i - np] = st_out(s->name, s, d);
-    }
     static const char *const meta[] = {"format", "pt", NULL};
     char path[4096];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    col_status st = col_st_write_f32(path, out, nt - np, meta, err);
-    free(out);
+    st_plan p;
+    col_status st = plan_new(&p, nt - np, path, err);
+    for (int i = np; i < nt && st == COL_OK; i++)
+        plan_add(&p, t, 0, i, "", false);
+    if (st == COL_OK)
+        st = write_plan(t, &p, meta, err);
+    plan_free(&p);
     char *json = NULL;
     if (st == COL_OK)
         st = col_lora_config_json(&cfg->model, &cfg->lora, &json, err);
@@ -71,23 +174,11 @@ col_status col_lm_trainer_save_model(col_lm_trainer *t, const char *dir, col_err
     return col_lm_trainer_save_model_ex(t, dir, 0, err);
 }
 
-/* runs fn with the tensors of kinds on the NVMe tier read into host memory;
- * they are written back when fn changed them (write) and succeeded */
-static col_status in_host_view(col_lm_trainer *t, unsigned kinds, bool write,
-                               col_status (*fn)(col_lm_trainer *, const char *, unsigned, col_err *),
-                               const char *dir, unsigned flags, col_err *err)
+col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
 {
-    col_status st = col_lm_trainer_host_begin(t, kinds, err);
+    col_status st = no_view(t, "saving the model", err);
     if (st == COL_OK)
-        st = fn(t, dir, flags, err);
-    col_err e2 = {0};
-    col_status st2 = col_lm_trainer_host_end(t, write && st == COL_OK, &e2);
-    return st != COL_OK ? st : st2 != COL_OK ? col_err_copy(err, &e2) : COL_OK;
-}
-
-static col_status save_model(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
-{
-    col_status st = ensure_dir(dir, err);
+        st = ensure_dir(dir, err);
     if (st != COL_OK)
         return st;
     char *json = NULL;
@@ -100,137 +191,142 @@ static col_status save_model(col_lm_trainer *t, const char *dir, unsigned flags,
     free(json);
     int np = nparams(t);
     bool merge = lora_on(t) && (flags & COL_SAVE_MERGE_LORA);
-    col_st_out *out = calloc((size_t)np, sizeof *out);
-    float **merged = calloc((size_t)np, sizeof *merged); /* the merged weights, apart from the session's */
-    if (st == COL_OK && (!out || !merged))
-        st = col_err_set(err, COL_ENOMEM, "saving %s: out of memory", dir);
-    for (int i = 0; st == COL_OK && i < np; i++) {
-        const col_param_spec *s;
-        const float *d = col_lm_trainer_param(t, i, &s);
-        if (merge) {
-            float *buf = malloc(sizeof(float) * (size_t)col_param_numel(s));
-            if (!buf) {
-                st = col_err_set(err, COL_ENOMEM, "saving %s: no memory to merge %s", dir, s->name);
-                break;
-            }
-            d = col_lm_trainer_merged(t, i, buf);
-            if (d == buf)
-                merged[i] = buf;
-            else
-                free(buf);
-        }
-        out[i] = st_out(s->name, s, d);
-    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_plan p = {0};
+    if (st == COL_OK)
+        st = plan_new(&p, np, path, err);
+    for (int i = 0; i < np && st == COL_OK; i++) /* spec order is chunk order */
+        plan_add(&p, t, 0, i, "", merge && t->lora_of[i] >= 0);
     if (st == COL_OK) {
         static const char *const meta[] = {"format", "pt", NULL};
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        st = col_st_write_f32(path, out, np, meta, err);
+        st = write_plan(t, &p, meta, err);
     }
-    for (int i = 0; merged && i < np; i++)
-        free(merged[i]);
-    free(merged);
-    free(out);
+    plan_free(&p);
     if (st == COL_OK && lora_on(t) && !merge)
         st = save_adapter(t, dir, err);
     return st;
 }
 
-col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
-{
-    return in_host_view(t, COL_LM_PARAMS, false, save_model, dir, flags, err);
-}
-
-static col_status save_optimizer(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
+/* The optimizer state of every trained tensor (the base parameters, or the adapters under LoRA): slot 0 of
+ * each, then slot 1, as the state chunks were allocated. */
+col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
 {
     if (col_lm_trainer_config(t)->inference)
         return col_err_set(err, COL_ESTATE, "an inference session has no optimizer state to save");
-    col_status st = ensure_dir(dir, err);
+    col_status st = no_view(t, "saving the optimizer state", err);
+    if (st == COL_OK)
+        st = ensure_dir(dir, err);
     if (st != COL_OK)
         return st;
-    /* every trained tensor (base parameters, or the adapters under LoRA) */
-    int np = col_lm_trainer_n_params(t), n = 0;
-    col_st_out *out = calloc((size_t)(2 * np) + 1, sizeof *out);
-    char (*names)[128] = calloc((size_t)(2 * np) + 1, sizeof *names);
-    if (!out || !names) {
-        free(out), free(names);
-        return col_err_set(err, COL_ENOMEM, "saving %s: out of memory", dir);
-    }
-    for (int slot = 0; slot < 2; slot++)
-        for (int i = 0; i < np; i++) {
-            const col_param_spec *s;
-            col_lm_trainer_param(t, i, &s);
-            const float *d = col_lm_trainer_state(t, i, slot);
-            if (!d)
-                continue;
-            snprintf(names[n], sizeof names[n], "%s.%s", slot ? "exp_avg_sq" : "exp_avg", s->name);
-            out[n] = st_out(names[n], s, d);
-            n++;
-        }
     char steps[32], seed[32], path[4096];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    st_plan p;
+    st = plan_new(&p, 2 * t->nt, path, err);
+    for (int slot = 0; slot < 2 && st == COL_OK; slot++)
+        for (int i = 0; i < t->nt; i++)
+            if (lmt_has(t, 2 + slot, i))
+                plan_add(&p, t, 2 + slot, i, slot ? "exp_avg_sq." : "exp_avg.", false);
     snprintf(steps, sizeof steps, "%" PRId64, col_lm_trainer_steps(t));
     snprintf(seed, sizeof seed, "%" PRIu64, col_lm_trainer_config(t)->seed);
     const char *meta[] = {"step", steps, "seed", seed, "optimizer", col_opt_kind_name(col_lm_trainer_config(t)->opt.kind),
                           NULL};
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    st = col_st_write_f32(path, out, n, meta, err);
-    free(out), free(names);
+    if (st == COL_OK)
+        st = write_plan(t, &p, meta, err);
+    plan_free(&p);
     return st;
 }
 
-static col_status load_optimizer(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
+/* Loads into tensors' kind-k memory, through the stage: item j is tensor idx[j] from x[j] (all checked
+ * beforehand, so that only an I/O error can stop it half way). */
+static col_status load_items(col_lm_trainer *t, int n, const int *kind, const int *idx,
+                             const col_ckpt_tensor *const *x, col_err *err)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    col_st_file *f = NULL;
-    col_status st = col_st_open(path, &f, err);
-    if (st != COL_OK)
-        return st;
+    col_status st = COL_OK;
+    for (int j = 0; j < n && st == COL_OK; j++) {
+        const col_param_spec *s = &t->specs[idx[j]];
+        float *d = NULL;
+        if ((st = lmt_get(t, kind[j], idx[j], true, &d, err)) == COL_OK &&
+            (st = col_ckpt_read_f32(x[j], s->ndim, s->shape, d, err)) == COL_OK)
+            st = lmt_read_ahead(t, kind[j], idx[j], 1, err);
+    }
+    col_status st2 = lmt_stage_end(t, st == COL_OK, st == COL_OK ? err : NULL);
+    return st != COL_OK ? st : st2;
+}
+
+/* the tensor named name in f (linear: optimizer files hold two per trained tensor) */
+static const col_ckpt_tensor *st_find(const col_st_file *f, const char *name)
+{
+    for (int k = 0; k < col_st_count(f); k++)
+        if (strcmp(col_st_get(f, k)->name, name) == 0)
+            return col_st_get(f, k);
+    return NULL;
+}
+
+/* the metadata of an optimizer file: this run's optimizer and seed, a step count (into *step) */
+static col_status check_opt_meta(col_lm_trainer *t, const col_st_file *f, const char *path, long long *step,
+                                 col_err *err)
+{
     const char *kind = col_st_metadata(f, "optimizer"), *steps = col_st_metadata(f, "step");
     const char *want = col_opt_kind_name(col_lm_trainer_config(t)->opt.kind);
     char *end = NULL;
-    long long step = steps ? strtoll(steps, &end, 10) : -1;
+    *step = steps ? strtoll(steps, &end, 10) : -1;
     if (!kind || strcmp(kind, want) != 0)
-        st = col_err_set(err, COL_EFORMAT, "%s holds %s state, but this run uses %s", path, kind ? kind : "no optimizer",
-                         want);
-    else if (!steps || *end || step < 0)
-        st = col_err_set(err, COL_EFORMAT, "%s: the step count is missing or invalid", path);
+        return col_err_set(err, COL_EFORMAT, "%s holds %s state, but this run uses %s", path,
+                           kind ? kind : "no optimizer", want);
+    if (!steps || *end || *step < 0)
+        return col_err_set(err, COL_EFORMAT, "%s: the step count is missing or invalid", path);
     /* dropout masks derive from the seed: resuming under another seed would not continue the same run */
     const char *seed = col_st_metadata(f, "seed");
     char want_seed[32];
     snprintf(want_seed, sizeof want_seed, "%" PRIu64, col_lm_trainer_config(t)->seed);
-    if (st == COL_OK && (!seed || strcmp(seed, want_seed) != 0))
-        st = col_err_set(err, COL_EFORMAT, "%s was written by a run with seed %s; resume with the same seed (not %s)", path,
-                         seed ? seed : "(none)", want_seed);
-    int np = col_lm_trainer_n_params(t);
+    if (!seed || strcmp(seed, want_seed) != 0)
+        return col_err_set(err, COL_EFORMAT, "%s was written by a run with seed %s; resume with the same seed (not %s)",
+                           path, seed ? seed : "(none)", want_seed);
+    return COL_OK;
+}
+
+col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
+{
+    col_status st = no_view(t, "loading the optimizer state", err);
+    if (st != COL_OK)
+        return st;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    col_st_file *f = NULL;
+    if ((st = col_st_open(path, &f, err)) != COL_OK)
+        return st;
+    long long step = 0;
+    st = check_opt_meta(t, f, path, &step, err);
+    int n = 0, *kind = calloc(2 * (size_t)t->nt + 1, sizeof *kind), *idx = calloc(2 * (size_t)t->nt + 1, sizeof *idx);
+    const col_ckpt_tensor **x = calloc(2 * (size_t)t->nt + 1, sizeof *x);
+    if (st == COL_OK && (!kind || !idx || !x))
+        st = col_err_set(err, COL_ENOMEM, "loading %s: out of memory", path);
     for (int slot = 0; slot < 2 && st == COL_OK; slot++)
-        for (int i = 0; i < np && st == COL_OK; i++) {
-            const col_param_spec *s;
-            col_lm_trainer_param(t, i, &s);
-            float *d = col_lm_trainer_state(t, i, slot);
-            if (!d)
+        for (int i = 0; i < t->nt && st == COL_OK; i++) {
+            if (!lmt_has(t, 2 + slot, i))
                 continue;
-            char name[128];
-            snprintf(name, sizeof name, "%s.%s", slot ? "exp_avg_sq" : "exp_avg", s->name);
-            const col_ckpt_tensor *x = NULL;
-            for (int k = 0; k < col_st_count(f) && !x; k++)
-                if (strcmp(col_st_get(f, k)->name, name) == 0)
-                    x = col_st_get(f, k);
-            if (!x)
+            char name[160];
+            snprintf(name, sizeof name, "%s.%s", slot ? "exp_avg_sq" : "exp_avg", t->specs[i].name);
+            kind[n] = 2 + slot, idx[n] = i, x[n] = st_find(f, name);
+            if (!x[n])
                 st = col_err_set(err, COL_EFORMAT, "%s has no '%s'", path, name);
             else
-                st = col_ckpt_read_f32(x, s->ndim, s->shape, d, err);
+                st = col_ckpt_check_f32(x[n], t->specs[i].ndim, t->specs[i].shape, err);
+            n++;
         }
     if (st == COL_OK)
+        st = load_items(t, n, kind, idx, x, err);
+    if (st == COL_OK)
         col_lm_trainer_set_steps(t, step);
+    free(kind), free(idx), free(x);
     col_st_close(f);
     return st;
 }
 
-static col_status load_adapter(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
+/* adapter_config.json of dir against this run's LoRA settings */
+static col_status check_adapter_config(col_lm_trainer *t, const char *dir, col_err *err)
 {
     const col_lm_train_config *cfg = col_lm_trainer_config(t);
-    if (!lora_on(t))
-        return col_err_set(err, COL_ESTATE, "loading the adapter in %s: this run has no LoRA (rank 0)", dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     char *json = NULL;
@@ -239,61 +335,45 @@ static col_status load_adapter(col_lm_trainer *t, const char *dir, unsigned flag
     if (st == COL_OK)
         st = col_lora_check_config_json(json, len, path, &cfg->model, &cfg->lora, err);
     free(json);
-    if (st != COL_OK)
-        return st;
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return col_err_set(err, COL_EIO, "cannot read %s: %s", path, strerror(errno));
-    col_ckpt *ck = NULL;
-    st = col_ckpt_open(path, &ck, err);
-    if (st != COL_OK)
-        return st;
-    /* read into a copy first: a bad file leaves the adapters as they were */
-    int np = nparams(t), nt = col_lm_trainer_n_params(t);
-    float **tmp = calloc((size_t)nt, sizeof *tmp);
-    if (!tmp)
-        st = col_err_set(err, COL_ENOMEM, "loading %s: out of memory", path);
-    for (int i = np; i < nt && st == COL_OK; i++) {
-        const col_param_spec *s;
-        col_lm_trainer_param(t, i, &s);
-        const col_ckpt_tensor *x = col_ckpt_find(ck, s->name);
-        tmp[i] = malloc(sizeof(float) * (size_t)col_param_numel(s));
-        if (!x)
-            st = col_err_set(err, COL_EFORMAT, "%s has no tensor '%s' (rank %d adapter of %s)", path, s->name,
-                             cfg->lora.rank, col_arch_name(cfg->model.arch));
-        else if (!tmp[i])
-            st = col_err_set(err, COL_ENOMEM, "loading %s: out of memory", path);
-        else
-            st = col_ckpt_read_f32(x, s->ndim, s->shape, tmp[i], err); /* names the tensor and the file */
-    }
-    for (int i = np; i < nt && st == COL_OK; i++) {
-        const col_param_spec *s;
-        float *w = col_lm_trainer_param(t, i, &s);
-        memcpy(w, tmp[i], sizeof(float) * (size_t)col_param_numel(s));
-    }
-    for (int i = np; tmp && i < nt; i++)
-        free(tmp[i]);
-    free(tmp);
-    col_ckpt_close(ck);
     return st;
 }
 
 col_status col_lm_trainer_load_adapter(col_lm_trainer *t, const char *dir, col_err *err)
 {
-    return in_host_view(t, COL_LM_PARAMS, true, load_adapter, dir, 0, err);
-}
-
-/* With the states on the NVMe tier they are read into host memory for the
- * file (and written back after a load). */
-col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
-{
-    if (col_lm_trainer_config(t)->inference)
-        return col_err_set(err, COL_ESTATE, "an inference session has no optimizer state to save");
-    return in_host_view(t, COL_LM_STATES, false, save_optimizer, dir, 0, err);
-}
-
-col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
-{
-    return in_host_view(t, COL_LM_STATES, true, load_optimizer, dir, 0, err);
+    const col_lm_train_config *cfg = col_lm_trainer_config(t);
+    if (!lora_on(t))
+        return col_err_set(err, COL_ESTATE, "loading the adapter in %s: this run has no LoRA (rank 0)", dir);
+    col_status st = no_view(t, "loading the adapter", err);
+    if (st == COL_OK)
+        st = check_adapter_config(t, dir, err);
+    if (st != COL_OK)
+        return st;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return col_err_set(err, COL_EIO, "cannot read %s: %s", path, strerror(errno));
+    col_ckpt *ck = NULL;
+    if ((st = col_ckpt_open(path, &ck, err)) != COL_OK)
+        return st;
+    /* every tensor checked before any is written: a bad file leaves the adapters as they were */
+    int np = t->np, na = t->nt - np;
+    int *kind = calloc((size_t)na + 1, sizeof *kind), *idx = calloc((size_t)na + 1, sizeof *idx);
+    const col_ckpt_tensor **x = calloc((size_t)na + 1, sizeof *x);
+    if (!kind || !idx || !x)
+        st = col_err_set(err, COL_ENOMEM, "loading %s: out of memory", path);
+    for (int j = 0; j < na && st == COL_OK; j++) {
+        const col_param_spec *s = &t->specs[np + j];
+        kind[j] = 0, idx[j] = np + j, x[j] = col_ckpt_find(ck, s->name);
+        if (!x[j])
+            st = col_err_set(err, COL_EFORMAT, "%s has no tensor '%s' (rank %d adapter of %s)", path, s->name,
+                             cfg->lora.rank, col_arch_name(cfg->model.arch));
+        else
+            st = col_ckpt_check_f32(x[j], s->ndim, s->shape, err); /* names the tensor and the file */
+    }
+    if (st == COL_OK)
+        st = load_items(t, na, kind, idx, x, err);
+    free(kind), free(idx), free(x);
+    col_ckpt_close(ck);
+    return st;
 }

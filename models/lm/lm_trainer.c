@@ -27,6 +27,28 @@ static col_status bind_params(col_lm_trainer *t, col_lm_graph *gg, bool grads, c
     return COL_OK;
 }
 
+/* The session's plans (training, evaluation, forward-only, decoding) never run at the same time: they hold
+ * one activation arena between them, plan joining any other. When that made the arena grow, the compute
+ * tiers go, to be made again on their next use with the larger arena reserved from the budget. */
+static col_status share_memory(col_lm_trainer *t, col_plan *plan, col_err *err)
+{
+    col_plan *all[] = {t->plan, t->eplan, t->fplan, t->dec[0].plan, t->dec[1].plan};
+    col_plan *with = NULL;
+    for (size_t i = 0; i < sizeof all / sizeof all[0] && !with; i++)
+        if (all[i] && all[i] != plan)
+            with = all[i];
+    if (!with)
+        return COL_OK;
+    size_t before = col_plan_memory_bytes(with);
+    col_status st = col_plan_share_memory(plan, with, err);
+    if (st == COL_OK && col_plan_memory_bytes(with) > before) {
+        lmt_tier *tiers[] = {&t->tier, &t->etier, &t->ftier, &t->dec[0].tier, &t->dec[1].tier};
+        for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
+            lmt_tier_free(tiers[i]);
+    }
+    return st;
+}
+
 /* the graph arrays of a build: parameter and adapter leaves */
 static bool graph_arrays(col_lm_trainer *t, col_lm_graph *gg)
 {
@@ -92,6 +114,8 @@ static col_status build_forward(col_lm_trainer *t, int batch, col_err *err)
     }
     if (st == COL_OK)
         st = col_plan_create_on(t->fg, t->be, &t->fplan, err);
+    if (st == COL_OK)
+        st = share_memory(t, t->fplan, err);
     if (st != COL_OK) { /* rebuilt on the next call */
         col_plan_free(t->fplan);
         col_graph_free(t->fg);
@@ -116,8 +140,13 @@ static col_status forward_pass(col_lm_trainer *t, int batch, fwd_pass *f, col_er
         if (!t->eplan) {
             col_node *outs[2] = {t->gg.loss, t->gg.logits};
             col_status st = col_plan_create_for(t->g, t->be, outs, 2, &t->eplan, err);
-            if (st != COL_OK)
+            if (st == COL_OK)
+                st = share_memory(t, t->eplan, err);
+            if (st != COL_OK) {
+                col_plan_free(t->eplan);
+                t->eplan = NULL;
                 return st;
+            }
             col_plan_set_dropout(t->eplan, false);
         }
         *f = (fwd_pass){t->eplan, &t->gg, &t->etier};
@@ -196,8 +225,8 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         t->ot[i].m = mt_ptr(t->pool, t->ref[2 * t->nt + i]);
         t->ot[i].v = mt_ptr(t->pool, t->ref[3 * t->nt + i]);
     }
-    if (st == COL_OK)
-        st = mt_stage_create(t->pool, 12, &t->stage, err);
+    if (st == COL_OK && (st = mt_stage_create(t->pool, 12, &t->stage, err)) == COL_OK)
+        mt_stage_set_limit(t->stage, lmt_stage_need(t));
     if (st == COL_OK)
         st = lmt_init_params(t, err);
     if (st == COL_OK && !cfg->inference)
@@ -560,6 +589,8 @@ static col_status dec_build(col_lm_trainer *t, struct dec_graph *d, int seq, col
         st = col_bind(d->lg.cache[l], t->kv + (size_t)l * per, err);
     if (st == COL_OK)
         st = col_plan_create_on(d->g, t->be, &d->plan, err);
+    if (st == COL_OK)
+        st = share_memory(t, d->plan, err);
     return st;
 }
 

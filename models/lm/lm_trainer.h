@@ -139,6 +139,33 @@ col_status col_lm_trainer_host_end(col_lm_trainer *t, bool write_back, col_err *
 /* The kinds (COL_LM_*) this session keeps on the NVMe tier. */
 unsigned col_lm_trainer_nvme_kinds(const col_lm_trainer *t);
 
+/* What the session holds in host memory at most, term by term (bytes): the
+ * budgets, and the fixed overhead beside them for this model, batch and
+ * sequence length. A process running the session stays within `bound` plus
+ * what it holds itself (code, data, tokenizer). Terms that are device memory
+ * (a compute tier on a GPU) are not counted. */
+typedef struct {
+    size_t host_budget;   /* the host budget (0: none) */
+    size_t host;          /* host memory the pool's chunks hold (at most host_budget) */
+    size_t compute;       /* the compute tier's budget while it is host memory (no device); its activation arena,
+                             chunk copies and any key/value cache are inside it */
+    size_t activations;   /* without a compute tier: the activation arena and kernel scratch the session's plans
+                             (training, evaluation, sampling) share */
+    size_t kv_cache;      /* without a compute tier: the key/value cache decoding made (0 until it does) */
+    size_t staging;       /* the stage's limit: host buffers NVMe chunks go through (the optimizer step, the
+                             initialisation, saving, loading): the NVMe chunks one trained tensor's parameter,
+                             gradient and states take, or a weight's and its adapters' */
+    size_t device_staging;/* a compute tier on a device with NVMe chunks: a host buffer of the largest NVMe chunk
+                             per compute tier made so far */
+    size_t logits;        /* on a device: the host copies of the logits handed out */
+    size_t merge;         /* saving a merged LoRA model: one weight's buffer */
+    size_t tables;        /* graphs, plans, the pool's and compute tiers' tables, estimated, and a fixed allowance
+                             for the threads' stacks and the BLAS library's buffers */
+    size_t overhead;      /* the sum of the fixed terms: activations .. tables */
+    size_t bound;         /* (host_budget, or host without a budget) + compute + overhead */
+} col_lm_memory;
+void col_lm_trainer_memory(const col_lm_trainer *t, col_lm_memory *m);
+
 /* Saving and resuming (lm_checkpoint.c). The model goes out in Hugging Face
  * layout (config.json + model.safetensors, loadable by transformers); the
  * optimizer state and step count go to optimizer.safetensors. Each file is

@@ -96,4 +96,18 @@ void lmt_tier_free(lmt_tier *tier);
  * update, all streamed through the stage. Bitwise the in-memory step. */
 col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err);
 
+/* Streaming a kind of tensor memory through the stage (saving, loading:
+ * tensor by tensor, chunk by chunk, never all of it in host memory). The
+ * stage's limit is lmt_stage_need: the most any user holds at once. */
+size_t lmt_stage_need(const col_lm_trainer *t);
+/* Whether tensor i has kind-k memory (k: 0 parameter, 1 gradient, 2 and 3 state slots). */
+bool lmt_has(const col_lm_trainer *t, int k, int i);
+/* Its host address: in place for a host chunk, else its chunk read into a stage buffer (will_write: written
+ * back by lmt_stage_end or when evicted). Valid until the stage has read other chunks past its limit. */
+col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, float **p, col_err *err);
+/* Reads ahead the next kind-k chunk after tensor i's, keeping the keep most recently used buffers. */
+col_status lmt_read_ahead(col_lm_trainer *t, int k, int i, int keep, col_err *err);
+/* Ends a pass: writes back what changed (write_back) and forgets what the stage holds. */
+col_status lmt_stage_end(col_lm_trainer *t, bool write_back, col_err *err);
+
 #endif

@@ -179,6 +179,9 @@ col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t res
         return col_plan_run(plan, t->be, err);
     if (!tier->res) {
         size_t b = t->cfg.compute_budget;
+        /* the activation arena the session's plans share is on the tier for all of them */
+        size_t own = col_plan_arena_bytes(plan) + col_plan_scratch_bytes(plan), held = col_plan_memory_bytes(plan);
+        reserve += held > own ? held - own : 0;
         if (reserve >= b) {
             char have[32], need[32];
             fmt_mb(b, have, sizeof have);
@@ -291,6 +294,132 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
         st = mt_stage_flush(t->stage, err);
     mt_stage_forget(t->stage);
     return st;
+}
+
+/* ---- streaming through the stage (saving, loading) ---- */
+
+/* the chunk of tensor i's kind-k memory when it is on the NVMe tier, else -1 */
+static int nvme_chunk(const col_lm_trainer *t, int k, int i)
+{
+    mt_ref r = t->ref[k * t->nt + i];
+    return r.chunk >= 0 && !mt_ptr(t->pool, r) ? r.chunk : -1;
+}
+
+/* the io bytes of the distinct NVMe chunks among c[0..n) */
+static size_t distinct_io(const col_lm_trainer *t, const int *c, int n)
+{
+    size_t sum = 0;
+    for (int a = 0; a < n; a++) {
+        bool seen = c[a] < 0;
+        for (int b = 0; b < a && !seen; b++)
+            seen = c[b] == c[a];
+        if (!seen)
+            sum += mt_chunk_io_bytes(t->pool, c[a]);
+    }
+    return sum;
+}
+
+size_t lmt_stage_need(const col_lm_trainer *t)
+{
+    size_t most = 0;
+    int nk = t->cfg.inference ? 1 : 2 + t->slots;
+    for (int i = 0; i < t->nt; i++) { /* the optimizer step holds a tensor's every kind at once */
+        int c[4];
+        for (int k = 0; k < 4; k++)
+            c[k] = k < nk ? nvme_chunk(t, k, i) : -1;
+        size_t need = distinct_io(t, c, 4);
+        most = need > most ? need : most;
+    }
+    for (int i = 0; t->lora_of && i < t->np; i++) { /* a LoRA merge holds a weight and its two adapters */
+        if (t->lora_of[i] < 0)
+            continue;
+        int a = t->np + 2 * t->lora_of[i], c[3] = {nvme_chunk(t, 0, i), nvme_chunk(t, 0, a), nvme_chunk(t, 0, a + 1)};
+        size_t need = distinct_io(t, c, 3);
+        most = need > most ? need : most;
+    }
+    return most;
+}
+
+bool lmt_has(const col_lm_trainer *t, int k, int i) { return i >= 0 && i < t->nt && t->ref[k * t->nt + i].chunk >= 0; }
+
+col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, float **p, col_err *err)
+{
+    void *v = NULL;
+    col_status st = mt_stage_get(t->stage, t->ref[k * t->nt + i], will_write, &v, err);
+    *p = v;
+    return st;
+}
+
+col_status lmt_read_ahead(col_lm_trainer *t, int k, int i, int keep, col_err *err)
+{
+    const mt_ref *r = t->ref + (size_t)k * (size_t)t->nt;
+    int j = i + 1;
+    while (j < t->nt && (r[j].chunk < 0 || r[j].chunk == r[i].chunk))
+        j++;
+    return j < t->nt ? mt_stage_prefetch(t->stage, r[j], keep, err) : COL_OK;
+}
+
+col_status lmt_stage_end(col_lm_trainer *t, bool write_back, col_err *err)
+{
+    col_status st = write_back ? mt_stage_flush(t->stage, err) : COL_OK;
+    mt_stage_forget(t->stage);
+    return st;
+}
+
+/* ---- what the session holds ---- */
+
+enum { TABLE_BYTES_PER_NODE = 2048, TABLE_BYTES_PER_CHUNK = 512 };
+#define RUNTIME_ALLOWANCE ((size_t)32 << 20) /* OpenMP threads' stacks, BLAS packing buffers, allocator slack */
+
+static size_t graph_nodes(const col_graph *g) { return g ? (size_t)col_graph_count(g) : 0; }
+
+/* the largest NVMe chunk's io bytes (0 without one) */
+static size_t largest_nvme_chunk(const col_lm_trainer *t)
+{
+    size_t most = 0;
+    for (int c = 0; c < mt_chunk_count(t->pool); c++) {
+        mt_chunk_info ci;
+        if (mt_chunk_get(t->pool, c, &ci, NULL) == COL_OK && ci.tier == MT_TIER_NVME &&
+            mt_chunk_io_bytes(t->pool, c) > most)
+            most = mt_chunk_io_bytes(t->pool, c);
+    }
+    return most;
+}
+
+void col_lm_trainer_memory(const col_lm_trainer *t, col_lm_memory *m)
+{
+    *m = (col_lm_memory){.host_budget = t->cfg.host_budget};
+    mt_pool_stats ps;
+    mt_stats(t->pool, &ps);
+    m->host = ps.host_bytes;
+    bool dev = lmt_dev(t) != NULL;
+    if (t->cfg.compute_budget && !dev)
+        m->compute = t->cfg.compute_budget;
+    col_plan *plans[] = {t->plan, t->eplan, t->fplan, t->dec[0].plan, t->dec[1].plan};
+    size_t act = 0;
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) /* one arena when shared: the largest */
+        act = plans[i] && col_plan_memory_bytes(plans[i]) > act ? col_plan_memory_bytes(plans[i]) : act;
+    if (!t->cfg.compute_budget && !dev) {
+        m->activations = act;
+        m->kv_cache = t->kv ? sizeof(float) * 2 * (size_t)t->cfg.model.n_layer * (size_t)t->cfg.model.n_kv_head *
+                                  (size_t)t->kv_len * (size_t)t->cfg.model.head_dim
+                            : 0;
+    }
+    m->staging = mt_stage_limit(t->stage);
+    const lmt_tier *tiers[] = {&t->tier, &t->etier, &t->ftier, &t->dec[0].tier, &t->dec[1].tier};
+    for (size_t i = 0; dev && i < sizeof tiers / sizeof tiers[0]; i++)
+        m->device_staging += tiers[i]->res ? largest_nvme_chunk(t) : 0;
+    if (dev)
+        m->logits = sizeof(float) * (size_t)t->cfg.batch * (size_t)t->cfg.seq * (size_t)t->cfg.model.vocab_size;
+    for (int i = 0; t->lora_of && i < t->np; i++) {
+        size_t b = sizeof(float) * (size_t)col_param_numel(&t->specs[i]);
+        m->merge = t->lora_of[i] >= 0 && b > m->merge ? b : m->merge;
+    }
+    size_t nodes = graph_nodes(t->g) + graph_nodes(t->fg) + graph_nodes(t->dec[0].g) + graph_nodes(t->dec[1].g);
+    m->tables = nodes * TABLE_BYTES_PER_NODE + (size_t)mt_chunk_count(t->pool) * TABLE_BYTES_PER_CHUNK +
+                sizeof(col_param_spec) * (size_t)t->nt + RUNTIME_ALLOWANCE;
+    m->overhead = m->activations + m->kv_cache + m->staging + m->device_staging + m->logits + m->merge + m->tables;
+    m->bound = (m->host_budget ? m->host_budget : m->host) + m->compute + m->overhead;
 }
 
 /* ---- host views ---- */

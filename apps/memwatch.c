@@ -1,0 +1,91 @@
+/* memwatch.c - see memwatch.h. */
+#include "memwatch.h"
+
+#include "procmem.h"
+
+static const char *const phase_names[MW_NPHASES] = {"setup", "load", "train", "eval", "save"};
+
+/* the current phase's peak so far into its slot */
+static void close_phase(memwatch *w)
+{
+    col_procmem m;
+    if (col_procmem_read(&m) && m.peak > w->peak[w->cur])
+        w->peak[w->cur] = m.peak;
+}
+
+void mw_start(memwatch *w)
+{
+    *w = (memwatch){.cur = MW_SETUP};
+    w->resets = col_procmem_reset_peak();
+}
+
+void mw_enter(memwatch *w, mw_phase p)
+{
+    close_phase(w);
+    if (w->resets)
+        w->resets = col_procmem_reset_peak();
+    if (p == MW_LOAD) {
+        col_procmem m;
+        if (col_procmem_read(&m))
+            w->base = m.rss;
+    }
+    w->cur = p;
+}
+
+static size_t session_peak(const memwatch *w)
+{
+    size_t most = 0;
+    for (int p = MW_LOAD; p < MW_NPHASES; p++)
+        most = w->peak[p] > most ? w->peak[p] : most;
+    return most;
+}
+
+static void fmt(size_t b, char *buf, size_t n)
+{
+    if (b < (size_t)1e9)
+        snprintf(buf, n, "%.1fM", (double)b / 1e6);
+    else
+        snprintf(buf, n, "%.2fG", (double)b / 1e9);
+}
+
+void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
+{
+    close_phase(w);
+    col_lm_memory m;
+    col_lm_trainer_memory(t, &m);
+    size_t peak = session_peak(w), bound = w->base + m.bound;
+    if (json) {
+        fprintf(out, "{\"memory\":{\"peak_rss\":%zu,\"bound\":%zu,\"within\":%s,\"process_base\":%zu,"
+                "\"host_budget\":%zu,\"host\":%zu,\"compute\":%zu,\"overhead\":%zu,\"activations\":%zu,"
+                "\"staging\":%zu,\"tables\":%zu,\"phase_peaks_reset\":%s,\"phases\":{",
+                peak, bound, peak <= bound ? "true" : "false", w->base, m.host_budget, m.host, m.compute, m.overhead,
+                m.activations, m.staging, m.tables, w->resets ? "true" : "false");
+        bool first = true;
+        for (int p = 0; p < MW_NPHASES; p++) {
+            if (!w->peak[p])
+                continue;
+            fprintf(out, "%s\"%s\":%zu", first ? "" : ",", phase_names[p], w->peak[p]);
+            first = false;
+        }
+        fprintf(out, "}}}\n");
+        fflush(out);
+        return;
+    }
+    char a[32], b[32], c[32], d[32], e[32], f[32];
+    fmt(peak, a, sizeof a);
+    fmt(bound, b, sizeof b);
+    fmt(m.host_budget ? m.host_budget : m.host, c, sizeof c);
+    fmt(m.compute, d, sizeof d);
+    fmt(m.overhead, e, sizeof e);
+    fmt(w->base, f, sizeof f);
+    fprintf(out, "memory: peak resident %s %s the bound %s (host %s + compute tier %s + overhead %s + before the "
+            "session %s);", a, peak <= bound ? "within" : "OVER", b, c, d, e, f);
+    for (int p = 0; p < MW_NPHASES; p++) {
+        if (!w->peak[p])
+            continue;
+        fmt(w->peak[p], a, sizeof a);
+        fprintf(out, " %s %s", phase_names[p], a);
+    }
+    fprintf(out, "\n");
+    fflush(out);
+}

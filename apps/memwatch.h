@@ -1,0 +1,36 @@
+/* memwatch.h - the process's peak resident memory, phase by phase (loading
+ * the session, training steps, evaluation and sampling, saving), against the
+ * bound the budgets promise: what the process held before the session
+ * (code, libraries, tokenizer, data) + the session's own bound
+ * (col_lm_trainer_memory: host budget + compute tier + fixed overhead).
+ *
+ * Each phase starts the kernel's peak (VmHWM) over (procmem.h), so each
+ * phase's figure is its own; where that is not allowed every figure is the
+ * peak since the process started. */
+#ifndef COL_APPS_MEMWATCH_H
+#define COL_APPS_MEMWATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "lm_trainer.h"
+
+typedef enum { MW_SETUP, MW_LOAD, MW_TRAIN, MW_EVAL, MW_SAVE, MW_NPHASES } mw_phase;
+
+typedef struct {
+    mw_phase cur;
+    bool resets;                /* VmHWM could be started over at each phase */
+    size_t base;                /* resident when the session was about to be made */
+    size_t peak[MW_NPHASES];    /* the most resident during each phase (0: the phase did not happen) */
+} memwatch;
+
+void mw_start(memwatch *w);                   /* the setup phase begins */
+/* The current phase ends and p begins; entering MW_LOAD records the base. */
+void mw_enter(memwatch *w, mw_phase p);
+/* Ends the current phase; writes the peaks and the bound, as one JSON object
+ * {"memory":{...}} (json) or one line of text: "peak_rss", the most resident
+ * in the phases with the session (load .. save), against "bound". */
+void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out);
+
+#endif
