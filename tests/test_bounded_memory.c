@@ -165,8 +165,11 @@ static void test_train_save_resume(void)
     note_memory("train, evaluate, save", base, peak, &m);
     TL_OK(ok, "4 steps, an evaluation and two saves: losses %.5f .. %.5f: %s", loss[0], loss[3], err.msg);
     TL_OK(resets, "the kernel lets the peak start over (/proc/self/clear_refs)");
-    TL_OK(peak <= base + m.bound, "peak resident %.1f MB within the bound %.1f MB (training %.1f MB, with a save "
-          "%.1f MB)", peak / 1e6, (base + m.bound) / 1e6, train_peak / 1e6, save_peak / 1e6);
+    if (TL_RSS_MEANINGFUL)
+        TL_OK(peak <= base + m.bound, "peak resident %.1f MB within the bound %.1f MB (training %.1f MB, with a save "
+              "%.1f MB)", peak / 1e6, (base + m.bound) / 1e6, train_peak / 1e6, save_peak / 1e6);
+    else
+        tl_skip("peak resident within the bound", TL_RSS_SKIP_WHY);
     TL_OK(m.staging < (size_t)col_lm_trainer_param_count(a) * 4, "the staging buffers (%.1f MB) hold less than one "
           "kind (%.1f MB)", m.staging / 1e6, col_lm_trainer_param_count(a) * 4 / 1e6);
     col_lm_trainer_free(a);
@@ -184,8 +187,11 @@ static void test_train_save_resume(void)
     TL_OK(ok && again[2] == loss[2] && again[3] == loss[3], "resumed from the save: steps 3 and 4 give the losses "
           "of the run that never stopped (%.7f %.7f): %s", again[2], again[3], err.msg);
     TL_OK(ok && same_dirs(dir_r, dir_b), "and its saved model and optimizer state are byte for byte the same");
-    TL_OK(b && peak <= base + m.bound, "resuming: peak resident %.1f MB within the bound %.1f MB", peak / 1e6,
-          (base + m.bound) / 1e6);
+    if (TL_RSS_MEANINGFUL)
+        TL_OK(b && peak <= base + m.bound, "resuming: peak resident %.1f MB within the bound %.1f MB", peak / 1e6,
+              (base + m.bound) / 1e6);
+    else
+        TL_OK(b, "resuming (its peak is not checked: %s)", TL_RSS_SKIP_WHY);
     col_lm_trainer_free(b);
 }
 

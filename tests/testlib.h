@@ -40,6 +40,28 @@ static void tl_ok_at(bool cond, const char *file, int line, const char *fmt, ...
 
 #define TL_OK(cond, ...) tl_ok_at((cond), __FILE__, __LINE__, __VA_ARGS__)
 
+/* A check that cannot be made in this build: a TAP skip line with the reason. */
+static inline void tl_skip(const char *what, const char *why)
+{
+    tl_count++;
+    printf("ok %d # SKIP %s: %s\n", tl_count, what, why);
+    fflush(stdout);
+}
+
+/* Under AddressSanitizer the resident memory holds its shadow and its
+ * quarantine of freed blocks: checks of peak RSS against a bound are skipped. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TL_RSS_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TL_RSS_MEANINGFUL 0
+#endif
+#endif
+#ifndef TL_RSS_MEANINGFUL
+#define TL_RSS_MEANINGFUL 1
+#endif
+#define TL_RSS_SKIP_WHY "AddressSanitizer's shadow memory and quarantine count as resident"
+
 /* Diagnostics (TAP comment lines). */
 #define TL_NOTE(...) (printf("# " __VA_ARGS__), printf("\n"))
 
