@@ -19,6 +19,12 @@
 #include "procsetup.h"
 #include "cpus.h"
 
+static const char *env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v ? v : dflt;
+}
+
 /* the value of name in the environment this process was started with, or "" */
 static const char *start_env(const char *name, char *buf, size_t n)
 {
@@ -46,15 +52,25 @@ int main(int argc, char **argv)
         char pid[32];
         snprintf(pid, sizeof pid, "%ld", (long)getpid());
         setenv("COL_TEST_PID", pid, 1);
-        setenv("COL_TEST_USER_WAIT", getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") ? "1" : "0", 1);
-        setenv("COL_TEST_USER_CORE", getenv("OPENBLAS_CORETYPE") ? "1" : "0", 1);
+        /* "-" for unset, else "=VALUE" */
+        char v[256];
+        snprintf(v, sizeof v, "%s%s", getenv("OMP_WAIT_POLICY") ? "=" : "-", env_or("OMP_WAIT_POLICY", ""));
+        setenv("COL_TEST_USER_WAIT", v, 1);
+        snprintf(v, sizeof v, "%s%s", getenv("OPENBLAS_CORETYPE") ? "=" : "-", env_or("OPENBLAS_CORETYPE", ""));
+        setenv("COL_TEST_USER_CORE", v, 1);
+        setenv("COL_TEST_USER_SPIN", getenv("GOMP_SPINCOUNT") ? "1" : "0", 1);
     }
-    bool chose_wait = !strcmp(getenv("COL_TEST_USER_WAIT"), "1"), chose_core = !strcmp(getenv("COL_TEST_USER_CORE"), "1");
+    const char *user_wait = getenv("COL_TEST_USER_WAIT"), *user_core = getenv("COL_TEST_USER_CORE");
+    bool chose_wait = user_wait[0] == '=' || !strcmp(getenv("COL_TEST_USER_SPIN"), "1"), chose_core = user_core[0] == '=';
     col_proc_setup(argv);
 
     char buf[256];
     if (chose_wait) {
-        TL_OK(true, "# SKIP the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT: left alone");
+        const char *now = getenv("OMP_WAIT_POLICY");
+        TL_OK(user_wait[0] == '=' ? now && !strcmp(now, user_wait + 1) : now == NULL,
+              "the user chose the waiting (OMP_WAIT_POLICY%s, GOMP_SPINCOUNT %s): left as it was",
+              user_wait[0] == '=' ? user_wait : " unset",
+              getenv("COL_TEST_USER_SPIN")[0] == '1' ? "set" : "unset");
     } else {
         TL_OK(!strcmp(start_env("OMP_WAIT_POLICY", buf, sizeof buf), "passive"),
               "OMP_WAIT_POLICY=passive was in the environment the process started with (what libgomp read): '%s'", buf);
@@ -70,7 +86,7 @@ int main(int argc, char **argv)
 
     const char *pref = col_blas_preferred_core(), *core = getenv("OPENBLAS_CORETYPE");
     if (chose_core)
-        TL_OK(true, "# SKIP the user set OPENBLAS_CORETYPE (%s)", core);
+        TL_OK(core && !strcmp(core, user_core + 1), "the user's OPENBLAS_CORETYPE%s is left as it was", user_core);
     else if (!pref)
         TL_OK(core == NULL, "no AVX-512 here: OPENBLAS_CORETYPE left unset, OpenBLAS detects the CPU");
     else
