@@ -23,6 +23,7 @@
 #include "procmem.h"
 #include "testlib.h"
 #include "textio.h"
+#include "file_testutil.h"
 #include "lm_testutil.h"
 #include "backend_cpu.h"
 
@@ -64,17 +65,6 @@ static size_t peak_now(void)
     return col_procmem_read(&m) ? m.peak : 0;
 }
 
-static bool same_file(const char *a, const char *b)
-{
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    col_err err = {0};
-    bool same = col_read_file(a, 0, &x, &nx, &err) == COL_OK && col_read_file(b, 0, &y, &ny, &err) == COL_OK &&
-                nx == ny && memcmp(x, y, nx) == 0;
-    free(x), free(y);
-    return same;
-}
-
 static bool same_dirs(const char *a, const char *b)
 {
     static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "config.json"};
@@ -83,7 +73,7 @@ static bool same_dirs(const char *a, const char *b)
         char pa[700], pb[700];
         snprintf(pa, sizeof pa, "%s/%s", a, files[i]);
         snprintf(pb, sizeof pb, "%s/%s", b, files[i]);
-        same = same && same_file(pa, pb);
+        same = same && tl_same_file(pa, pb);
     }
     return same;
 }
@@ -225,11 +215,11 @@ static void test_lora(void)
          col_lm_trainer_save_model_ex(b, mb, COL_SAVE_MERGE_LORA, &err) == COL_OK;
     snprintf(pa, sizeof pa, "%s/model.safetensors", ma);
     snprintf(pb, sizeof pb, "%s/model.safetensors", mb);
-    TL_OK(ok && same_file(pa, pb), "merged weights saved from NVMe: byte for byte the host session's: %s", err.msg);
+    TL_OK(ok && tl_same_file(pa, pb), "merged weights saved from NVMe: byte for byte the host session's: %s", err.msg);
     ok = ok && col_lm_trainer_save_model(a, ma, &err) == COL_OK && col_lm_trainer_save_model(b, mb, &err) == COL_OK;
     snprintf(pa, sizeof pa, "%s/adapter_model.safetensors", ma);
     snprintf(pb, sizeof pb, "%s/adapter_model.safetensors", mb);
-    TL_OK(ok && same_file(pa, pb), "and the adapter: %s", err.msg);
+    TL_OK(ok && tl_same_file(pa, pb), "and the adapter: %s", err.msg);
     col_lm_trainer *c = NULL;
     ok = ok && col_lm_trainer_create(&n, &be, &c, &err) == COL_OK && col_lm_trainer_load_adapter(c, mb, &err) == COL_OK;
     TL_OK(ok && tl_lm_same_weights(b, c), "an adapter loaded into a fresh NVMe session: the weights of the one saved: "

@@ -13,6 +13,7 @@
 #include "rng.h"
 #include "testlib.h"
 #include "textio.h"
+#include "file_testutil.h"
 
 #ifdef COL_SRC_ASSET_DIR
 #define FIX COL_SRC_ASSET_DIR "/../tests/fixtures/safetensors"
@@ -30,18 +31,6 @@ static int64_t numel_of(const col_st_out *t)
     for (int d = 0; d < t->ndim; d++)
         n *= t->shape[d];
     return n;
-}
-
-static bool same_file(const char *a, const char *b)
-{
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    col_err err = {0};
-    bool same = col_read_file(a, 0, &x, &nx, &err) == COL_OK && col_read_file(b, 0, &y, &ny, &err) == COL_OK &&
-                nx == ny && memcmp(x, y, nx) == 0;
-    free(x);
-    free(y);
-    return same;
 }
 
 static int temp_files(void)
@@ -126,7 +115,7 @@ static void test_python_bytes(void)
     col_err err = {0};
     col_status st = write_pieces(path, t, 5, meta, p, np, -1, &err);
     TL_OK(st == COL_OK, "%d pieces of 5 tensors in shuffled order: %s", np, err.msg);
-    TL_OK(same_file(path, FIX "/roundtrip_ref.safetensors"), "the bytes of the Python library's file");
+    TL_OK(tl_same_file(path, FIX "/roundtrip_ref.safetensors"), "the bytes of the Python library's file");
     for (int i = 0; i < 5; i++)
         free(buf[i]);
 }
@@ -162,7 +151,7 @@ static void test_random_and_errors(void)
     piece *p = malloc(sizeof *p * (size_t)(total + N));
     int np = cut(t, N, 17, &rng, p);
     TL_OK(write_pieces(streamed, t, N, meta, p, np, -1, &err) == COL_OK, "%d pieces: %s", np, err.msg);
-    TL_OK(same_file(whole, streamed), "streamed in shuffled pieces = written whole (%lld floats)", (long long)total);
+    TL_OK(tl_same_file(whole, streamed), "streamed in shuffled pieces = written whole (%lld floats)", (long long)total);
 
     /* one piece missing: refused, the old file stays */
     int skip = 0;
@@ -170,7 +159,7 @@ static void test_random_and_errors(void)
         skip++;
     col_status st = write_pieces(streamed, t, N, meta, p, np, skip, &err);
     TL_OK(st == COL_EINVAL && strstr(err.msg, "bytes"), "a tensor not written whole is refused: %s", err.msg);
-    TL_OK(same_file(whole, streamed) && temp_files() == 0, "the old file is untouched, no temporary file left");
+    TL_OK(tl_same_file(whole, streamed) && temp_files() == 0, "the old file is untouched, no temporary file left");
 
     /* a piece outside its tensor */
     col_st_writer *w = NULL;
@@ -180,7 +169,7 @@ static void test_random_and_errors(void)
     col_status b = col_st_writer_put(w, N, 0, x, 4, &err);
     TL_OK(st == COL_OK && a == COL_EINVAL && b == COL_EINVAL, "pieces past a tensor's end or of no tensor are refused");
     col_st_writer_end(w, false, NULL);
-    TL_OK(same_file(whole, streamed) && temp_files() == 0, "an abandoned file leaves the old one and no temporary");
+    TL_OK(tl_same_file(whole, streamed) && temp_files() == 0, "an abandoned file leaves the old one and no temporary");
 
     /* the checks of col_st_write_f32 hold for the writer too (data pointers aside) */
     col_st_out dup[2] = {{"x", 1, {2}, NULL}, {"x", 1, {3}, NULL}};
@@ -192,7 +181,7 @@ static void test_random_and_errors(void)
     col_st_writer_end(w, false, NULL);
     st = col_st_write_f32(streamed, nodata, 1, NULL, &err);
     TL_OK(st == COL_EINVAL && strstr(err.msg, "no data"), "col_st_write_f32 still does: %s", err.msg);
-    TL_OK(same_file(whole, streamed) && temp_files() == 0, "after all that the file is the first one");
+    TL_OK(tl_same_file(whole, streamed) && temp_files() == 0, "after all that the file is the first one");
     free(p);
     for (int i = 0; i < N; i++)
         free(buf[i]);
