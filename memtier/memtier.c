@@ -2,6 +2,7 @@
 #include "memtier.h"
 
 #include "nvme.h"
+#include "backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@ typedef struct {
     void *addr; /* mt_chunk_addr: host, or (NVME) a PROT_NONE reservation of capacity bytes */
     int slot, nslots; /* NVME: its slots in the store */
     bool on_disk;     /* NVME: written (else it reads as zeros) */
+    bool pinned;      /* host memory page-locked by mt_pin_host */
 } mt_chunk;
 
 struct mt_pool {
@@ -43,6 +45,7 @@ struct mt_pool {
         col_err err; /* its result (code and message) */
     } *done;
     int ndone, done_cap;
+    const col_backend *pin_be; /* whose host_pin page-locked chunks (mt_pin_host), or NULL */
 };
 
 #define MIB(x) ((double)(x) / (1024.0 * 1024.0))
@@ -175,12 +178,30 @@ static void host_free(void *p, size_t capacity)
         free(p);
 }
 
+size_t mt_pin_host(mt_pool *pool, const col_backend *be, unsigned kinds)
+{
+    if (!be || !col_mem_async(be->mem) || (pool->pin_be && pool->pin_be != be))
+        return 0;
+    size_t pinned = 0;
+    for (int i = 0; i < pool->nchunks; i++) {
+        mt_chunk *c = &pool->chunks[i];
+        if (!c->pinned && c->host && c->tier == MT_TIER_HOST && (kinds >> c->kind & 1u))
+            c->pinned = be->mem->host_pin(be, c->host, c->capacity, NULL) == COL_OK;
+        pinned += c->pinned ? c->capacity : 0;
+    }
+    if (pinned)
+        pool->pin_be = be;
+    return pinned;
+}
+
 void mt_destroy(mt_pool *pool)
 {
     if (!pool)
         return;
     for (int i = 0; i < pool->nchunks; i++) {
         const mt_chunk *c = &pool->chunks[i];
+        if (c->pinned)
+            pool->pin_be->mem->host_unpin(pool->pin_be, c->host);
         host_free(c->host, c->capacity);
         if (c->tier == MT_TIER_NVME && c->addr)
             munmap(c->addr, c->capacity);

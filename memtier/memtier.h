@@ -35,6 +35,8 @@
 
 #include "status.h"
 
+struct col_backend;
+
 #define MT_ALIGN 64
 #define MT_DEFAULT_CHUNK_BYTES ((size_t)32 << 20)
 
@@ -147,6 +149,15 @@ void mt_zero(mt_pool *pool, mt_kind kind);
 void mt_stats(const mt_pool *pool, mt_pool_stats *stats);
 
 int mt_chunk_count(const mt_pool *pool);
+
+/* Page-locks the host memory of the chunks of the kinds in kinds (bit
+ * 1 << mt_kind) that have host memory now, with be's memory table
+ * (host_pin), so that a device's asynchronous copies of them overlap its
+ * kernels; mt_destroy unlocks them (free the pool before the backend).
+ * Returns the bytes pinned; 0 when be has no asynchronous transfers
+ * (col_mem_async) or, for every chunk, pinning failed (the copies then stay
+ * correct, only slower). Pins for one backend only. */
+size_t mt_pin_host(mt_pool *pool, const struct col_backend *be, unsigned kinds);
 /* Describes chunk idx; COL_EINVAL for an index out of range. */
 col_status mt_chunk_get(const mt_pool *pool, int idx, mt_chunk_info *info, col_err *e);
 /* Dirty-tracking for the tiers to come: callers that write a chunk's

@@ -65,6 +65,8 @@ struct mt_resident {
     bool tracing;
     double *op_s;        /* measured compute time per op */
     double mark;         /* when the current op's actions ended */
+    void **op_ev;        /* a device with asynchronous transfers: per op, events around its kernels in the traced
+                            run ([2k] after its transfers' waits, [2k + 1] after its kernels), made then */
     int cur;             /* the op running, -1 before the first */
     uint64_t timed[MT_NLINKS]; /* this run's bytes per link the busy times cover */
     mt_resident_stats st;
@@ -158,6 +160,8 @@ static col_status arena_ready(arena *a, col_err *err)
     return COL_OK;
 }
 
+static void free_op_events(mt_resident *r);
+
 /* moves bytes from src down to dst < src in the arena: a memmove, or on a
  * device the table's copy (non-overlapping ranges) in pieces of at most the
  * distance moved, front to back, each ordered after the one before */
@@ -215,6 +219,7 @@ static col_status get_buffer(mt_resident *r, int c, void **at, col_err *err)
             r->copy[x] = base + off;
             off += r->fp[x];
         }
+        mt_xq_fence_next(r->xq); /* the slides are kernels-queue copies: a fetch into what they freed waits */
         if (off + need > r->need)
             return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM, "memtier: the compute tier (%zu bytes) "
                                   "cannot hold chunk %d (%zu bytes) beside %zu resident", r->st.budget, c, r->fp[c],
@@ -386,7 +391,6 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
     r->st.peak = r->st.activations = r->act;
     /* Without CUDA the transfer thread's memcpy takes a core the compute threads need: measured on the
      * 2-core VM, the synchronous step is faster (docs/PERF.md). A GPU's copy engine changes that. */
-    r->st.async = false;
     r->need = budget > r->act ? budget - r->act : 0;
     r->cur = -1;
     int n = col_plan_length(plan);
@@ -432,6 +436,11 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
                 stage = r->cap[c];
         st = mt_xq_create(pool, r->nchunks, r->dev, stage, &r->xq, err);
     }
+    if (st == COL_OK) /* host memory: synchronous until mt_resident_set_async; a device: its copy queue if it has one */
+        r->st.async = mt_xq_async(r->xq);
+    if (st == COL_OK && r->dev && col_mem_async(r->dev->mem) &&
+        !(r->op_ev = calloc(2 * (size_t)r->nops, sizeof *r->op_ev)))
+        st = col_err_set(err, COL_ENOMEM, "memtier: out of memory");
     if (st == COL_OK) {
         mt_plan_input in = {.nchunks = r->nchunks, .chunks = chunks, .nops = r->nops, .ops = ops, .budget = budget,
                             .prefetch = MT_PREFETCH_AUTO, .max_warmup = -1};
@@ -478,6 +487,8 @@ void mt_resident_free(mt_resident *r)
     if (!r)
         return;
     mt_xq_free(r->xq); /* first: the thread may still write into the arena */
+    free_op_events(r);
+    free(r->op_ev);
     mt_plan_free(r->mp);
     arena_release(r->ar);
     free(r->order);
@@ -526,6 +537,7 @@ static col_status store(mt_resident *r, int c, col_err *err)
 
 static void evict(mt_resident *r, int c)
 {
+    mt_xq_fence_next(r->xq); /* kernels queued so far may still read its space */
     put_buffer(r, c);
     r->copy[c] = NULL;
     r->resident -= r->fp[c];
@@ -579,10 +591,43 @@ static col_status apply(mt_resident *r, const mt_plan_action *a, int n, int k, c
             break;
         case MT_PA_WAIT:
             if (r->copy[c])
-                st = mt_xq_wait(r->xq, r->fetch_seq[c], err);
+                st = mt_xq_order(r->xq, r->fetch_seq[c], err);
             break;
         }
     }
+    return st;
+}
+
+/* records op event i on the kernels' queue (traced run on a device with asynchronous transfers) */
+static col_status op_event(mt_resident *r, int i, col_err *err)
+{
+    const col_backend_mem *m = r->dev->mem;
+    col_status st = r->op_ev[i] ? COL_OK : m->event_create(r->dev, &r->op_ev[i], err);
+    return st == COL_OK ? m->event_record(r->dev, COL_QUEUE_COMPUTE, r->op_ev[i], err) : st;
+}
+
+/* frees the traced run's op events */
+static void free_op_events(mt_resident *r)
+{
+    for (int i = 0; r->op_ev && i < 2 * r->nops; i++) {
+        r->dev->mem->event_free(r->dev, r->op_ev[i]);
+        r->op_ev[i] = NULL;
+    }
+}
+
+/* the traced run's op times on the device, from its events (the host only queued the kernels), once
+ * everything has completed; then the events go */
+static col_status device_op_times(mt_resident *r, col_err *err)
+{
+    const col_backend_mem *m = r->dev->mem;
+    col_status st = m->sync(r->dev, err);
+    for (int k = 0; k < r->nops && st == COL_OK; k++) {
+        double s = 0;
+        if (r->op_ev[2 * k] && r->op_ev[2 * k + 1] &&
+            (st = m->event_elapsed(r->dev, r->op_ev[2 * k], r->op_ev[2 * k + 1], &s, err)) == COL_OK)
+            r->op_s[k] = s;
+    }
+    free_op_events(r);
     return st;
 }
 
@@ -593,17 +638,22 @@ static col_status hook(void *user, const col_plan *p, int i, col_node *n, col_er
     int k = r->op_of[i], na;
     if (k < 0)
         return COL_OK;
-    if (r->tracing && r->cur >= 0)
+    if (r->tracing && r->cur >= 0 && !r->op_ev)
         r->op_s[r->cur] += col_seconds() - r->mark;
+    col_status st = COL_OK;
+    if (r->tracing && r->op_ev && r->cur >= 0) /* the kernels of the op before have been queued */
+        st = op_event(r, 2 * r->cur + 1, err);
     const mt_plan_action *a = mt_plan_actions(r->mp, r->step, k, &na);
-    col_status st = apply(r, a, na, k, err);
+    if (st == COL_OK)
+        st = apply(r, a, na, k, err);
     for (int x = r->start[k]; x < r->start[k + 1] && st == COL_OK; x++) {
         const use *u = &r->uses[x];
         if (!r->copy[u->chunk])
             return col_err_set(err, COL_ESTATE, "memtier: op %d needs chunk %d, which the plan left off the compute "
                                "tier", k, u->chunk);
-        /* nothing may still be moving its bytes (the plan's WAITs make this a no-op) */
-        if ((st = mt_xq_wait(r->xq, r->last_seq[u->chunk], err)) != COL_OK)
+        /* nothing may still be moving its bytes (the plan's WAITs make this a no-op); on a device with
+         * asynchronous transfers the op's kernels wait for them there, not the host */
+        if ((st = mt_xq_order(r->xq, r->last_seq[u->chunk], err)) != COL_OK)
             break;
         void *addr = (char *)r->copy[u->chunk] + u->off;
         if (u->grad) {
@@ -613,6 +663,8 @@ static col_status hook(void *user, const col_plan *p, int i, col_node *n, col_er
             st = col_bind(u->n, addr, err);
         }
     }
+    if (st == COL_OK && r->tracing && r->op_ev) /* its transfers are waited for: its kernels come next */
+        st = op_event(r, 2 * k, err);
     r->cur = k;
     r->mark = col_seconds();
     return st;
@@ -671,8 +723,10 @@ col_status mt_resident_run(mt_resident *r, const col_backend *be, long step, col
     if (r->tracing)
         memset(r->op_s, 0, sizeof *r->op_s * (size_t)r->nops);
     col_status st = col_plan_run_hooked(r->plan, be, hook, r, err);
-    if (r->tracing && r->cur >= 0)
+    if (r->tracing && r->cur >= 0 && !r->op_ev)
         r->op_s[r->cur] += col_seconds() - r->mark;
+    if (st == COL_OK && r->tracing && r->cur >= 0 && r->op_ev)
+        st = op_event(r, 2 * r->cur + 1, err);
     if (st == COL_OK) {
         int nt;
         const mt_plan_action *tail = mt_plan_tail(r->mp, step, &nt);
@@ -693,7 +747,7 @@ col_status mt_resident_run(mt_resident *r, const col_backend *be, long step, col
         return st;
     r->st.runs++;
     if (r->tracing) {
-        if ((st = retime(r, err)) != COL_OK)
+        if ((r->op_ev && (st = device_op_times(r, err)) != COL_OK) || (st = retime(r, err)) != COL_OK)
             return st;
         r->st.traced = true;
     }

@@ -45,10 +45,23 @@
  * buffer (MT_NVME_ALIGN-aligned, the largest chunk's mt_chunk_io_bytes) ->
  * device, and back the same way. Compaction slides copies with mem->copy;
  * a table without one makes a run that needs compaction fail (COL_EINVAL,
- * saying so). Transfers there are synchronous: asynchronous transfers are a
- * host-only option for now (mt_resident_set_async leaves a device tier
- * synchronous). Homes stay in host memory or on NVMe, so the optimizer
+ * saying so). Homes stay in host memory or on NVMe, so the optimizer
  * works on them as before.
+ *
+ * A device whose table has the asynchronous functions (col_mem_async: the
+ * CUDA backend) gets asynchronous transfers from the start (stats.async;
+ * mt_resident_set_async does not change it): fetches and write-backs go on
+ * the device's copy queue in plan order, and the calling thread does not
+ * wait for them. An op's kernels wait on the device for the transfers of
+ * the chunks it uses (an event each); a write-back waits on the device for
+ * the kernels queued before it (they wrote the chunk), and so does the
+ * first fetch after an eviction or a slide (they may still read its space).
+ * The host waits only where it needs the data: the run's end (the
+ * optimizer reads the homes next), a compaction, the staging buffer of
+ * NVMe chunks before it is filled again, and checking-mode transfers. The
+ * traced run's op times are then the device's (events around each op's
+ * kernels), not the host's, which only queues them. Page-lock the homes
+ * (mt_pin_host) or the copies cannot overlap the kernels.
  */
 #ifndef MT_RESIDENT_H
 #define MT_RESIDENT_H

@@ -43,19 +43,34 @@ typedef struct mt_xq mt_xq;
  * host-home chunk is dev->mem->to_device / to_host, and an NVMe-home chunk
  * goes through a host staging buffer of stage_bytes (MT_NVME_ALIGN-aligned,
  * at least every such chunk's mt_chunk_io_bytes): NVMe -> staging ->
- * device, and back the same way. A queue with dev is synchronous only. */
+ * device, and back the same way. When dev's table has the asynchronous
+ * functions (col_mem_async), a push queues the copy on the device's copy
+ * queue and returns: the NVMe half of a transfer is done on the calling
+ * thread (the staging buffer, pinned if it can be, is reused only after its
+ * last copy completed), checking-mode transfers (poison, shadow, restore)
+ * are carried out at once, and each transfer has an event the waits use.
+ * Otherwise a queue with dev is synchronous. */
 col_status mt_xq_create(mt_pool *pool, int nchunks, const col_backend *dev, size_t stage_bytes, mt_xq **out,
                         col_err *err);
 /* drains the queue and joins the thread */
 void mt_xq_free(mt_xq *q);
 /* switches between the transfer thread and the calling thread; drains first
- * (a queue with a device stays synchronous) */
+ * (a queue with a device keeps its own mode: its device's copy queue, or synchronous) */
 void mt_xq_set_async(mt_xq *q, bool on);
-bool mt_xq_async(const mt_xq *q);
+bool mt_xq_async(const mt_xq *q); /* the transfer thread or a device's copy queue */
 /* a new run: the queue is empty; clears the kept error, failed chunks and per-run times */
 void mt_xq_begin_run(mt_xq *q);
 /* appends a transfer; *seq gets its number (> 0). Fails only for memory or a thread that cannot start. */
 col_status mt_xq_push(mt_xq *q, const mt_xfer *x, uint64_t *seq, col_err *err);
+/* Makes what runs after this point wait for transfer seq (0: nothing): with
+ * a device's asynchronous transfers (col_mem_async) the kernels queued from
+ * now on wait for it on the device and the host goes on; otherwise the host
+ * waits (mt_xq_wait). The first failure kept so far, if any. */
+col_status mt_xq_order(mt_xq *q, uint64_t seq, col_err *err);
+/* Space on the compute tier was freed (an eviction, a slide): the next fetch
+ * must not start before the kernels queued so far, which may still read it.
+ * (A store always waits for them: they wrote its chunk.) */
+void mt_xq_fence_next(mt_xq *q);
 /* whether transfer seq (0: none) has finished, without blocking */
 bool mt_xq_done(mt_xq *q, uint64_t seq);
 /* blocks until transfer seq has finished (0: returns at once); then the

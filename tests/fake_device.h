@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 
@@ -140,7 +141,150 @@ static inline col_status fk_sync(const col_backend *be, col_err *err)
     return COL_OK;
 }
 
+/* ---- asynchronous transfers (fk_mem_async): a copy queue that runs late ----
+ * copy_async only queues a copy. It is carried out when something waits for
+ * an event recorded after it (queue_wait on the kernels' queue, event_sync)
+ * or at sync, never earlier. The kernels run at once (they are the CPU's),
+ * so an op whose chunk nobody waited for reads what its block held before
+ * the fetch: a missing wait changes the results. (The other hazard, a copy
+ * overtaking the kernels before it, cannot happen here: they have run.) */
+#define FK_MAXQ 8192
+
+typedef struct {
+    long pos;       /* a copy-queue event: complete once that many copies have been carried out */
+    bool copyq;     /* recorded on the copy queue (else on the kernels', where everything is complete) */
+    double t;       /* when recorded (seconds) */
+} fk_event;
+
+static struct {
+    struct { void *dst; const void *src; size_t bytes; } q[FK_MAXQ];
+    long pushed, done;      /* copies queued, carried out (FIFO: q[i % FK_MAXQ]) */
+    int events, pins, unpins, late; /* live events; pin calls that succeeded, unpins; copies run by a wait */
+    bool fail_pin;
+} fkq;
+
+static inline double fk_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* carries out the queued copies up to position pos */
+static inline void fk_flush(long pos)
+{
+    for (; fkq.done < pos && fkq.done < fkq.pushed; fkq.done++) {
+        const int i = (int)(fkq.done % FK_MAXQ);
+        memcpy(fkq.q[i].dst, fkq.q[i].src, fkq.q[i].bytes);
+        fkq.late++;
+    }
+}
+
+static inline col_status fk_event_create(const col_backend *be, void **ev, col_err *err)
+{
+    *ev = NULL;
+    fk_event *e = fk_is_owner(be) ? calloc(1, sizeof *e) : NULL;
+    if (!e)
+        return col_err_set(err, COL_EINTERNAL, "fake event_create: another backend or out of memory");
+    fkq.events++;
+    *ev = e;
+    return COL_OK;
+}
+
+static inline void fk_event_free(const col_backend *be, void *ev)
+{
+    (void)be;
+    if (ev)
+        fkq.events--;
+    free(ev);
+}
+
+static inline col_status fk_event_record(const col_backend *be, int q, void *ev, col_err *err)
+{
+    fk_event *e = ev;
+    if (!fk_is_owner(be) || !e || (q != COL_QUEUE_COMPUTE && q != COL_QUEUE_COPY))
+        return fk_refuse(err, "event_record", ev, NULL);
+    e->copyq = q == COL_QUEUE_COPY;
+    e->pos = e->copyq ? fkq.pushed : 0;
+    e->t = fk_now();
+    return COL_OK;
+}
+
+static inline col_status fk_queue_wait(const col_backend *be, int q, void *ev, col_err *err)
+{
+    const fk_event *e = ev;
+    if (!fk_is_owner(be) || !e)
+        return fk_refuse(err, "queue_wait", ev, NULL);
+    if (q == COL_QUEUE_COMPUTE && e->copyq) /* the kernels after this need the copies before e */
+        fk_flush(e->pos);
+    return COL_OK;
+}
+
+static inline col_status fk_event_sync(const col_backend *be, void *ev, col_err *err)
+{
+    const fk_event *e = ev;
+    if (!fk_is_owner(be) || !e)
+        return fk_refuse(err, "event_sync", ev, NULL);
+    if (e->copyq)
+        fk_flush(e->pos);
+    return fk.fail_sync ? col_err_set(err, COL_EINTERNAL, "fake device fault at event_sync") : COL_OK;
+}
+
+static inline col_status fk_event_elapsed(const col_backend *be, void *a, void *b, double *s, col_err *err)
+{
+    const fk_event *x = a, *y = b;
+    if (!fk_is_owner(be) || !x || !y)
+        return fk_refuse(err, "event_elapsed", a, b);
+    *s = y->t > x->t ? y->t - x->t : 0;
+    return COL_OK;
+}
+
+static inline col_status fk_copy_async(const col_backend *be, bool to_device, void *dst, const void *src,
+                                       size_t bytes, col_err *err)
+{
+    const void *dev = to_device ? dst : src, *host = to_device ? src : dst;
+    if (!fk_is_owner(be) || fk_find_block(dev, bytes) < 0 || fk_find_block(host, 1) >= 0)
+        return fk_refuse(err, "copy_async", dst, src);
+    if (fkq.pushed - fkq.done == FK_MAXQ)
+        fk_flush(fkq.done + 1); /* a full queue: the oldest copy runs (a real queue would block) */
+    const int i = (int)(fkq.pushed++ % FK_MAXQ);
+    fkq.q[i].dst = dst;
+    fkq.q[i].src = src;
+    fkq.q[i].bytes = bytes;
+    if (to_device)
+        fk.to_dev++;
+    else
+        fk.to_host++;
+    return COL_OK;
+}
+
+static inline col_status fk_host_pin(const col_backend *be, void *p, size_t bytes, col_err *err)
+{
+    if (!fk_is_owner(be) || fk_find_block(p, 1) >= 0 || !bytes)
+        return fk_refuse(err, "host_pin", p, NULL);
+    if (fkq.fail_pin)
+        return col_err_set(err, COL_ENOMEM, "fake host_pin refused");
+    fkq.pins++;
+    return COL_OK;
+}
+
+static inline void fk_host_unpin(const col_backend *be, void *p)
+{
+    (void)be, (void)p;
+    fkq.unpins++;
+}
+
+static inline col_status fk_sync_all(const col_backend *be, col_err *err)
+{
+    fk_flush(fkq.pushed);
+    return fk_sync(be, err);
+}
+
 static const col_backend_mem fk_mem = {fk_alloc, fk_free, fk_to_device, fk_to_host, fk_sync, fk_copy};
+static const col_backend_mem fk_mem_async = {fk_alloc, fk_free, fk_to_device, fk_to_host, fk_sync_all, fk_copy,
+                                             fk_event_create, fk_event_free, fk_event_record, fk_queue_wait,
+                                             fk_event_sync, fk_event_elapsed, fk_copy_async, fk_host_pin,
+                                             fk_host_unpin};
 static const col_backend_mem fk_mem_nocopy = {fk_alloc, fk_free, fk_to_device, fk_to_host, fk_sync, NULL};
 static const col_backend_mem fk_mem_nosync = {fk_alloc, fk_free, fk_to_device, fk_to_host, NULL, fk_copy};
 

@@ -30,7 +30,7 @@
 #include "fake_device.h"
 #include "backend_cpu.h"
 
-static col_backend cpu, fake, fake_nocopy;
+static col_backend cpu, fake, fake_nocopy, fake_async;
 
 enum { B = 2, T = 16, STEPS = 5, NTOK = 12 };
 
@@ -63,8 +63,12 @@ static void fake_init(void)
     fake.mem = &fk_mem;
     fake_nocopy = fake;
     fake_nocopy.mem = &fk_mem_nocopy;
+    fake_async = fake;
+    fake_async.name = "fakedev-async";
+    fake_async.mem = &fk_mem_async;
     fk_own(&fake);
     fk_own(&fake_nocopy);
+    fk_own(&fake_async);
 }
 
 /* ---- sessions ---- */
@@ -103,14 +107,14 @@ static size_t least_budget(const char *model, unsigned kinds)
 static int V;
 
 /* a CPU session (everything in host memory, no compute tier) against a device session */
-static void compare(const char *model, unsigned kinds, size_t budget, const char *what)
+static void compare(const col_backend *dev, const char *model, unsigned kinds, size_t budget, const char *what)
 {
     col_err err = {0};
     col_lm_train_config h = config(model, 0, 0), d = config(model, kinds, budget);
     V = h.model.vocab_size;
     col_lm_trainer *a = NULL, *b = NULL;
     int live0 = fk.live, td0 = fk.to_dev, th0 = fk.to_host, k0 = kernels;
-    bool ok = col_lm_trainer_create(&h, &cpu, &a, &err) == COL_OK && col_lm_trainer_create(&d, &fake, &b, &err) == COL_OK;
+    bool ok = col_lm_trainer_create(&h, &cpu, &a, &err) == COL_OK && col_lm_trainer_create(&d, dev, &b, &err) == COL_OK;
     TL_OK(ok, "%s %s: a CPU session and a device session with a %zu-byte compute tier: %s", model, what, budget,
           err.msg);
     if (!ok) {
@@ -125,10 +129,12 @@ static void compare(const char *model, unsigned kinds, size_t budget, const char
     TL_OK(ok && tl_lm_same_weights(a, b), "%s %s: weights bitwise equal after %d steps", model, what, STEPS);
     mt_resident_stats rs;
     mt_resident_get_stats(col_lm_trainer_compute_tier(b), &rs);
-    TL_OK(ok && rs.fetches > 0 && !rs.async && kernels > k0 && fk.to_dev > td0 && fk.to_host > th0,
+    bool async = col_mem_async(dev->mem);
+    TL_OK(ok && rs.fetches > 0 && rs.async == async && kernels > k0 && fk.to_dev > td0 && fk.to_host > th0,
           "%s %s: the steps ran on the device through the compute tier (%d fetches, %d write-backs, %.1f KiB "
-          "compacted; %d kernels, %d uploads, %d downloads), synchronously", model, what, rs.fetches, rs.writebacks,
-          rs.compacted / 1024.0, kernels - k0, fk.to_dev - td0, fk.to_host - th0);
+          "compacted; %d kernels, %d uploads, %d downloads), %s", model, what, rs.fetches, rs.writebacks,
+          rs.compacted / 1024.0, kernels - k0, fk.to_dev - td0, fk.to_host - th0,
+          async ? "on the copy queue" : "synchronously");
 
     int32_t ids[B * T], tg[B * T];
     tl_lm_batch(77, V, B * T, ids, tg);
@@ -214,9 +220,19 @@ int main(void)
              * share: the smallest tier that runs everything here is the training graph's and that cache */
             col_lm_config mc = config(models[m], 0, 0).model;
             size_t kv = sizeof(float) * 2 * (size_t)mc.n_layer * (size_t)mc.n_kv_head * (5 + NTOK) * (size_t)mc.head_dim;
-            compare(models[m], kinds, least + kv, what);
+            compare(&fake, models[m], kinds, least + kv, what);
             snprintf(what, sizeof what, "%s, twice the smallest tier", nv ? "NVMe homes" : "host homes");
-            compare(models[m], kinds, 2 * least, what);
+            compare(&fake, models[m], kinds, 2 * least, what);
+            /* the same through a copy queue whose copies run only when waited for */
+            int late0 = fkq.late;
+            snprintf(what, sizeof what, "%s, async copies, smallest tier", nv ? "NVMe homes" : "host homes");
+            compare(&fake_async, models[m], kinds, least + kv, what);
+            snprintf(what, sizeof what, "%s, async copies, twice the smallest", nv ? "NVMe homes" : "host homes");
+            compare(&fake_async, models[m], kinds, 2 * least, what);
+            TL_OK(fkq.late > late0 && fkq.events == 0 && fkq.pins == fkq.unpins && (nv || fkq.pins > 0),
+                  "%s %s: %d copies ran late (when waited for); every event freed (%d live), every pin undone "
+                  "(%d pins, %d unpins)", models[m], nv ? "NVMe homes" : "host homes", fkq.late - late0, fkq.events,
+                  fkq.pins, fkq.unpins);
             if (!nv)
                 test_nocopy(models[m], least);
         }

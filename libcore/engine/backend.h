@@ -40,14 +40,51 @@ typedef struct {
      * the kernels already queued (host memory may be pageable). */
     col_status (*to_device)(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err);
     col_status (*to_host)(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err);
-    /* Waits for every queued kernel; reports an asynchronous kernel error. */
+    /* Waits for every queued kernel (and, with the asynchronous functions
+     * below, every queued copy); reports an asynchronous kernel error. */
     col_status (*sync)(const col_backend *be, col_err *err);
     /* Device-to-device copy of bytes between two ranges of the backend's
      * memory that do not overlap, ordered after the kernels already queued
      * (and before those queued after it). NULL when the backend has none
      * (the compute tier then cannot compact its arena). */
     col_status (*copy)(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err);
+
+    /* ---- optional: asynchronous transfers (all of these, or none) ----
+     * Two queues run in order each, and concurrently with each other: the
+     * kernels (COL_QUEUE_COMPUTE, where the kernels and the copies above go)
+     * and the copies between host and device (COL_QUEUE_COPY, a GPU's copy
+     * engine). Events order them without stopping the host: a copy queued
+     * after queue_wait(COPY, e) starts once e has completed. */
+    /* *ev = a new event (never recorded: waiting for it returns at once) */
+    col_status (*event_create)(const col_backend *be, void **ev, col_err *err);
+    void (*event_free)(const col_backend *be, void *ev); /* ev may be NULL */
+    /* ev completes when everything queued on queue q so far has (re-recording replaces what it marked) */
+    col_status (*event_record)(const col_backend *be, int q, void *ev, col_err *err);
+    /* work queued on q after this call starts after ev's work has completed; the host does not wait */
+    col_status (*queue_wait)(const col_backend *be, int q, void *ev, col_err *err);
+    /* the host waits until ev has completed; reports an asynchronous error */
+    col_status (*event_sync)(const col_backend *be, void *ev, col_err *err);
+    /* *s = seconds from a to b, both recorded on the same queue and completed (b after a) */
+    col_status (*event_elapsed)(const col_backend *be, void *a, void *b, double *s, col_err *err);
+    /* a copy host -> device (to_device true) or device -> host queued on COL_QUEUE_COPY; it may start at
+     * once: the caller orders it with queue_wait and must keep both buffers untouched until an event
+     * recorded after it has completed. Pinned host memory (host_pin) lets it overlap the kernels. */
+    col_status (*copy_async)(const col_backend *be, bool to_device, void *dst, const void *src, size_t bytes,
+                             col_err *err);
+    /* page-locks host memory for copy_async (an error leaves it pageable: copies stay correct, only slower);
+     * host_unpin undoes it (before the memory is freed) */
+    col_status (*host_pin)(const col_backend *be, void *p, size_t bytes, col_err *err);
+    void (*host_unpin)(const col_backend *be, void *p);
 } col_backend_mem;
+
+enum { COL_QUEUE_COMPUTE = 0, COL_QUEUE_COPY = 1 };
+
+/* whether m has the asynchronous transfer functions */
+static inline bool col_mem_async(const col_backend_mem *m)
+{
+    return m && m->event_create && m->event_free && m->event_record && m->queue_wait && m->event_sync &&
+           m->event_elapsed && m->copy_async && m->host_pin && m->host_unpin;
+}
 
 struct col_backend {
     const char *name;

@@ -225,6 +225,10 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         t->ot[i].m = mt_ptr(t->pool, t->ref[2 * t->nt + i]);
         t->ot[i].v = mt_ptr(t->pool, t->ref[3 * t->nt + i]);
     }
+    /* the compute tier copies parameters and gradients: page-locked, a device's copy engine moves them while
+     * its kernels run (optimizer states stay on the host) */
+    if (st == COL_OK && lmt_dev(t))
+        mt_pin_host(t->pool, be, 1u << MT_PARAM | 1u << MT_GRAD);
     if (st == COL_OK && (st = mt_stage_create(t->pool, 12, &t->stage, err)) == COL_OK)
         mt_stage_set_limit(t->stage, lmt_stage_need(t));
     if (st == COL_OK)

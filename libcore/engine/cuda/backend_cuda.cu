@@ -34,6 +34,10 @@ void col_cuda_backend_free(col_backend *be)
     cudaSetDevice(c->device);
     if (c->stream)
         cudaStreamSynchronize(c->stream);
+    if (c->copy) {
+        cudaStreamSynchronize(c->copy);
+        cudaStreamDestroy(c->copy);
+    }
     if (c->lt)
         cublasLtDestroy(c->lt);
     cudaFree(c->ws);
@@ -77,6 +81,9 @@ col_status col_cuda_backend_init(col_backend *be, int device, col_err *err)
     if (st == COL_OK)
         st = cu_status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), err,
                        "cuda backend: cudaStreamCreate");
+    if (st == COL_OK)
+        st = cu_status(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking), err,
+                       "cuda backend: cudaStreamCreate (copies)");
     if (st == COL_OK) {
         c->ws_bytes = CU_WS_BYTES;
         st = cu_status(cudaMalloc(&c->ws, c->ws_bytes), err, "cuda backend: workspace");

@@ -18,7 +18,8 @@ extern "C" {
 
 typedef struct {
     int device;
-    cudaStream_t stream;
+    cudaStream_t stream;        /* the kernels (COL_QUEUE_COMPUTE) */
+    cudaStream_t copy;          /* asynchronous host<->device copies (COL_QUEUE_COPY, cuda_copyq.cu) */
     cublasLtHandle_t lt;
     void *ws;                   /* workspace: cuBLASLt and the kernels' partial sums */
     size_t ws_bytes;
@@ -125,6 +126,20 @@ __device__ __forceinline__ float cu_block_max(float v, float *sh)
 static inline int cu_row_threads(int64_t C)
 {
     return C <= 256 ? 32 : C <= 2048 ? 128 : C <= 8192 ? 256 : 512;
+}
+
+/* ---- asynchronous transfers (cuda_copyq.cu): the optional part of the memory table ---- */
+extern "C" {
+col_status cu_event_create(const col_backend *be, void **ev, col_err *err);
+void cu_event_free(const col_backend *be, void *ev);
+col_status cu_event_record(const col_backend *be, int q, void *ev, col_err *err);
+col_status cu_queue_wait(const col_backend *be, int q, void *ev, col_err *err);
+col_status cu_event_sync(const col_backend *be, void *ev, col_err *err);
+col_status cu_event_elapsed(const col_backend *be, void *a, void *b, double *s, col_err *err);
+col_status cu_copy_async(const col_backend *be, bool to_device, void *dst, const void *src, size_t bytes,
+                         col_err *err);
+col_status cu_host_pin(const col_backend *be, void *p, size_t bytes, col_err *err);
+void cu_host_unpin(const col_backend *be, void *p);
 }
 
 /* ---- the kernel modules: backend_cuda.cu registers them; they call only cuda_util.cu ---- */

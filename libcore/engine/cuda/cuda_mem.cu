@@ -89,7 +89,11 @@ col_status col_cuda_sync(const col_backend *be, col_err *err)
     col_status st = use_device(be, err, "cuda sync");
     if (st != COL_OK)
         return st;
-    return cu_status(cudaStreamSynchronize(((const col_cuda_ctx *)be->ctx)->stream), err, "cuda sync");
+    const col_cuda_ctx *c = (const col_cuda_ctx *)be->ctx;
+    st = cu_status(cudaStreamSynchronize(c->stream), err, "cuda sync");
+    if (st == COL_OK && c->copy) /* and the copy queue (cuda_copyq.cu) */
+        st = cu_status(cudaStreamSynchronize(c->copy), err, "cuda sync (copies)");
+    return st;
 }
 
 } /* extern "C" */
@@ -100,7 +104,9 @@ col_status col_cuda_sync(const col_backend *be, col_err *err)
  * for the stream and reporting a kernel fault, copy a device-to-device
  * cudaMemcpyAsync on the stream (ordered with the kernels) */
 static const col_backend_mem cu_mem = {
-    col_cuda_alloc, col_cuda_free, col_cuda_to_device, col_cuda_to_host, col_cuda_sync, col_cuda_copy,
+    col_cuda_alloc,  col_cuda_free,   col_cuda_to_device, col_cuda_to_host, col_cuda_sync,    col_cuda_copy,
+    cu_event_create, cu_event_free,   cu_event_record,    cu_queue_wait,    cu_event_sync,    cu_event_elapsed,
+    cu_copy_async,   cu_host_pin,     cu_host_unpin,
 };
 
 extern "C" const col_backend_mem *col_cuda_mem_table(void) { return &cu_mem; }
