@@ -446,7 +446,7 @@ static col_status fwd_launch(const col_cuda_ctx *c, const att_geom &g, float *ou
                        err, "attention");
     if (st != COL_OK)
         return st;
-    k_att_fwd<DM, BR, BC><<<grid, 4 * BR, tl::fwd_smem, c->stream>>>(g, out, lse);
+    CU_LAUNCH(k_att_fwd<DM, BR, BC>, grid, 4 * BR, tl::fwd_smem, c->stream)(g, out, lse);
     return cu_launch(err, "attention");
 }
 
@@ -502,9 +502,9 @@ template <int DM> static col_status bwd_launch(const col_cuda_ctx *c, const att_
     if (st != COL_OK)
         return st;
     if (gkv > 0) /* also when T == 0: dK = dV = 0 */
-        k_att_bwd_kv<DM, tl::KV_BC, tl::KV_BR><<<gkv, 4 * tl::KV_BC, tl::kv_smem, c->stream>>>(a);
+        CU_LAUNCH(k_att_bwd_kv<DM, tl::KV_BC, tl::KV_BR>, gkv, 4 * tl::KV_BC, tl::kv_smem, c->stream)(a);
     if (gq > 0)
-        k_att_bwd_q<DM, tl::Q_BR, tl::Q_BC><<<gq, 4 * tl::Q_BR, tl::q_smem, c->stream>>>(a);
+        CU_LAUNCH(k_att_bwd_q<DM, tl::Q_BR, tl::Q_BC>, gq, 4 * tl::Q_BR, tl::q_smem, c->stream)(a);
     return cu_launch(err, "attention_bwd");
 }
 
@@ -541,8 +541,8 @@ static col_status k_attention_bwd(const col_node *n, const col_exec *ex, col_err
     if (g.B * g.Hkv * g.S == 0)
         return COL_OK;
     if (rows > 0) {
-        k_att_rowdot<<<cu_blocks(c, rows * 32), CU_THREADS, 0, c->stream>>>(dtr, o, a.dout, a.ds[0], a.ds[1], a.ds[2], g.Hq,
-                                                                          g.T, g.D, rows);
+        CU_LAUNCH(k_att_rowdot, cu_blocks(c, rows * 32), CU_THREADS, 0, c->stream)(
+            dtr, o, a.dout, a.ds[0], a.ds[1], a.ds[2], g.Hq, g.T, g.D, rows);
         st = cu_launch(err, "attention_bwd");
         if (st != COL_OK)
             return st;

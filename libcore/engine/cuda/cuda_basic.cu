@@ -25,9 +25,15 @@ static col_status move(const col_cuda_ctx *c, const col_tensor *d, const col_ten
     cu_td td = cu_td_of(d), ts = cu_td_of(s);
     unsigned g = cu_blocks(c, n);
     switch (col_dtype_size(s->dtype)) {
-    case 2: k_move<uint16_t><<<g, CU_THREADS, 0, c->stream>>>((uint16_t *)d->data, (const uint16_t *)s->data, td, ts, n); break;
-    case 4: k_move<uint32_t><<<g, CU_THREADS, 0, c->stream>>>((uint32_t *)d->data, (const uint32_t *)s->data, td, ts, n); break;
-    case 8: k_move<uint64_t><<<g, CU_THREADS, 0, c->stream>>>((uint64_t *)d->data, (const uint64_t *)s->data, td, ts, n); break;
+    case 2:
+        CU_LAUNCH(k_move<uint16_t>, g, CU_THREADS, 0, c->stream)((uint16_t *)d->data, (const uint16_t *)s->data, td, ts, n);
+        break;
+    case 4:
+        CU_LAUNCH(k_move<uint32_t>, g, CU_THREADS, 0, c->stream)((uint32_t *)d->data, (const uint32_t *)s->data, td, ts, n);
+        break;
+    case 8:
+        CU_LAUNCH(k_move<uint64_t>, g, CU_THREADS, 0, c->stream)((uint64_t *)d->data, (const uint64_t *)s->data, td, ts, n);
+        break;
     default: return col_err_set(err, COL_EDTYPE, "%s: element size %zu", what, col_dtype_size(s->dtype));
     }
     return cu_launch(err, what);
@@ -92,8 +98,8 @@ static col_status k_cast(const col_node *n, const col_exec *ex, col_err *err)
     if (num == 0)
         return COL_OK;
     int trunc = col_dtype_is_float(s->dtype) && !col_dtype_is_float(n->t.dtype);
-    k_cast_g<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>(n->t.data, (int)n->t.dtype, s->data, (int)s->dtype,
-                                                             cu_td_of(s), num, trunc);
+    CU_LAUNCH(k_cast_g, cu_blocks(c, num), CU_THREADS, 0, c->stream)(
+        n->t.data, (int)n->t.dtype, s->data, (int)s->dtype, cu_td_of(s), num, trunc);
     return cu_launch(err, "cast");
 }
 
@@ -114,9 +120,10 @@ static col_status k_fill(const col_node *n, const col_exec *ex, col_err *err)
     if (num == 0)
         return COL_OK;
     if (n->t.dtype == COL_F32)
-        k_fill_f32<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>((float *)n->t.data, n->p.f[0], num);
+        CU_LAUNCH(k_fill_f32, cu_blocks(c, num), CU_THREADS, 0, c->stream)((float *)n->t.data, n->p.f[0], num);
     else
-        k_fill_any<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>(n->t.data, (int)n->t.dtype, (double)n->p.f[0], num);
+        CU_LAUNCH(k_fill_any, cu_blocks(c, num), CU_THREADS, 0, c->stream)(
+            n->t.data, (int)n->t.dtype, (double)n->p.f[0], num);
     return cu_launch(err, "fill");
 }
 
@@ -134,8 +141,8 @@ static col_status k_accumulate(const col_node *n, const col_exec *ex, col_err *e
     int64_t num = col_numel(s);
     if (num == 0)
         return COL_OK;
-    k_accumulate_g<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>((float *)n->t.data, (const float *)s->data,
-                                                                   cu_td_of(s), num);
+    CU_LAUNCH(k_accumulate_g, cu_blocks(c, num), CU_THREADS, 0, c->stream)(
+        (float *)n->t.data, (const float *)s->data, cu_td_of(s), num);
     return cu_launch(err, "accumulate");
 }
 
@@ -180,10 +187,10 @@ static col_status k_binary(const col_node *n, const col_exec *ex, col_err *err)
     const float *x = (const float *)a->data, *y = (const float *)b->data;
     unsigned g = cu_blocks(c, num);
     switch (n->op) {
-    case COL_OP_ADD: k_binary_g<COL_OP_ADD><<<g, CU_THREADS, 0, c->stream>>>(o, x, ta, y, tb, num); break;
-    case COL_OP_SUB: k_binary_g<COL_OP_SUB><<<g, CU_THREADS, 0, c->stream>>>(o, x, ta, y, tb, num); break;
-    case COL_OP_MUL: k_binary_g<COL_OP_MUL><<<g, CU_THREADS, 0, c->stream>>>(o, x, ta, y, tb, num); break;
-    default: k_binary_g<COL_OP_DIV><<<g, CU_THREADS, 0, c->stream>>>(o, x, ta, y, tb, num); break;
+    case COL_OP_ADD: CU_LAUNCH(k_binary_g<COL_OP_ADD>, g, CU_THREADS, 0, c->stream)(o, x, ta, y, tb, num); break;
+    case COL_OP_SUB: CU_LAUNCH(k_binary_g<COL_OP_SUB>, g, CU_THREADS, 0, c->stream)(o, x, ta, y, tb, num); break;
+    case COL_OP_MUL: CU_LAUNCH(k_binary_g<COL_OP_MUL>, g, CU_THREADS, 0, c->stream)(o, x, ta, y, tb, num); break;
+    default: CU_LAUNCH(k_binary_g<COL_OP_DIV>, g, CU_THREADS, 0, c->stream)(o, x, ta, y, tb, num); break;
     }
     return cu_launch(err, col_op_name(n->op));
 }
@@ -200,8 +207,8 @@ static col_status k_scale(const col_node *n, const col_exec *ex, col_err *err)
     int64_t num = col_numel(&n->t);
     if (num == 0)
         return COL_OK;
-    k_scale_g<<<cu_blocks(c, num), CU_THREADS, 0, c->stream>>>((float *)n->t.data, (const float *)a->data, cu_td_of(a),
-                                                              n->p.f[0], n->p.f[1], num);
+    CU_LAUNCH(k_scale_g, cu_blocks(c, num), CU_THREADS, 0, c->stream)(
+        (float *)n->t.data, (const float *)a->data, cu_td_of(a), n->p.f[0], n->p.f[1], num);
     return cu_launch(err, "scale");
 }
 
@@ -239,7 +246,7 @@ static col_status k_arange(const col_node *n, const col_exec *ex, col_err *err)
     int64_t len = col_numel(&n->t);
     if (len == 0)
         return COL_OK;
-    k_arange_g<<<cu_blocks(c, len), CU_THREADS, 0, c->stream>>>(
+    CU_LAUNCH(k_arange_g, cu_blocks(c, len), CU_THREADS, 0, c->stream)(
         (int32_t *)n->t.data, n->nsrc ? (const int64_t *)n->src[0]->t.data : NULL, n->p.i[0], len);
     return cu_launch(err, "arange");
 }

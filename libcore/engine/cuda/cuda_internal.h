@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cuda_launch.h" /* CU_LAUNCH: every kernel launch (and the host emulator with -DCOL_CUDA_EMU) */
+
 extern "C" {
 #include "backend.h"
 #include "graph.h"

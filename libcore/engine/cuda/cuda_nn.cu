@@ -38,8 +38,8 @@ static col_status check_ids(const col_cuda_ctx *c, const col_tensor *ids, int64_
     col_status st = cu_status(cudaMemsetAsync(c->flag_dev, 0x7f, sizeof(int64_t), c->stream), err, what);
     if (st != COL_OK)
         return st;
-    k_check_ids<<<cu_blocks(c, n), CU_THREADS, 0, c->stream>>>((long long *)c->flag_dev, ids->data, i64, n, V, use_ign,
-                                                              ign);
+    CU_LAUNCH(k_check_ids, cu_blocks(c, n), CU_THREADS, 0, c->stream)(
+        (long long *)c->flag_dev, ids->data, i64, n, V, use_ign, ign);
     st = cu_launch(err, what);
     if (st == COL_OK)
         st = cu_status(cudaMemcpyAsync(c->flag_host, c->flag_dev, sizeof(int64_t), cudaMemcpyDeviceToHost, c->stream),
@@ -83,8 +83,8 @@ static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *er
                            (long long)bad_id, (long long)bad, (long long)(V - 1));
     if (N * C == 0)
         return COL_OK;
-    k_embedding_g<<<cu_blocks(c, N * C), CU_THREADS, 0, c->stream>>>((float *)n->t.data, (const float *)w->data,
-                                                                    w->stride[0], ids->data, ids->dtype == COL_I64, N, C);
+    CU_LAUNCH(k_embedding_g, cu_blocks(c, N * C), CU_THREADS, 0, c->stream)(
+        (float *)n->t.data, (const float *)w->data, w->stride[0], ids->data, ids->dtype == COL_I64, N, C);
     return cu_launch(err, "embedding");
 }
 
@@ -114,8 +114,8 @@ static col_status k_embedding_bwd(const col_node *n, const col_exec *ex, col_err
     st = cu_status(cudaMemsetAsync(n->t.data, 0, sizeof(float) * (size_t)(V * C), c->stream), err, "embedding_bwd");
     if (st != COL_OK || N * C == 0)
         return st;
-    k_embedding_bwd_g<<<cu_blocks(c, C, 64), 64, 0, c->stream>>>((float *)n->t.data, (const float *)dy->data, ids->data,
-                                                                 ids->dtype == COL_I64, N, C);
+    CU_LAUNCH(k_embedding_bwd_g, cu_blocks(c, C, 64), 64, 0, c->stream)(
+        (float *)n->t.data, (const float *)dy->data, ids->data, ids->dtype == COL_I64, N, C);
     return cu_launch(err, "embedding_bwd");
 }
 
@@ -188,11 +188,12 @@ static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err
     int i64 = tt->dtype == COL_I64;
     if (N > 0) {
         int64_t cap = (int64_t)c->sm_count * 64;
-        k_ce_lse<<<(unsigned)(N < cap ? N : cap), cu_row_threads(V), 0, c->stream>>>(lse, (const float *)lt->data,
-                                                                                     tt->data, i64, N, V, ign);
+        CU_LAUNCH(k_ce_lse, (unsigned)(N < cap ? N : cap), cu_row_threads(V), 0, c->stream)(
+            lse, (const float *)lt->data, tt->data, i64, N, V, ign);
     }
-    k_ce_loss<<<1, 1024, 0, c->stream>>>((float *)n->t.data, (long long *)((char *)lse + n->p.i[1]), lse,
-                                         (const float *)lt->data, tt->data, i64, N, V, ign);
+    CU_LAUNCH(k_ce_loss, 1, 1024, 0, c->stream)(
+        (float *)n->t.data, (long long *)((char *)lse + n->p.i[1]), lse, (const float *)lt->data, tt->data, i64, N, V,
+        ign);
     return cu_launch(err, "cross_entropy");
 }
 
@@ -223,7 +224,7 @@ static col_status k_cross_entropy_bwd(const col_node *n, const col_exec *ex, col
     if (N * V == 0)
         return COL_OK;
     const float *lse = (const float *)col_extra(ce);
-    k_ce_bwd_g<<<cu_blocks(c, N * V), CU_THREADS, 0, c->stream>>>(
+    CU_LAUNCH(k_ce_bwd_g, cu_blocks(c, N * V), CU_THREADS, 0, c->stream)(
         (float *)n->t.data, (const float *)lt->data, lse, (const long long *)((const char *)lse + ce->p.i[1]),
         (const float *)n->src[3]->t.data, tt->data, tt->dtype == COL_I64, N, V, n->p.i[0]);
     return cu_launch(err, "cross_entropy_bwd");

@@ -74,7 +74,7 @@ static col_status k_softmax(const col_node *n, const col_exec *ex, col_err *err)
     cu_td tm = {};
     if (mt)
         tm = cu_td_of(mt);
-    k_softmax_g<<<row_blocks(c, rows), cu_row_threads(S), 0, c->stream>>>(
+    CU_LAUNCH(k_softmax_g, row_blocks(c, rows), cu_row_threads(S), 0, c->stream)(
         (float *)n->t.data, (const float *)n->src[0]->t.data, mt ? (const float *)mt->data : NULL, tm, rows, S, T,
         n->p.i[0] != 0, n->p.i[1]);
     return cu_launch(err, "softmax");
@@ -136,12 +136,12 @@ static col_status k_softmax_family(const col_node *n, const col_exec *ex, col_er
     int th = cu_row_threads(C);
     switch (n->op) {
     case COL_OP_SOFTMAX_BWD:
-        k_softmax_bwd_g<false><<<g, th, 0, c->stream>>>(o, s0, (const float *)n->src[1]->t.data, rows, C);
+        CU_LAUNCH(k_softmax_bwd_g<false>, g, th, 0, c->stream)(o, s0, (const float *)n->src[1]->t.data, rows, C);
         break;
     case COL_OP_LOG_SOFTMAX_BWD:
-        k_softmax_bwd_g<true><<<g, th, 0, c->stream>>>(o, s0, (const float *)n->src[1]->t.data, rows, C);
+        CU_LAUNCH(k_softmax_bwd_g<true>, g, th, 0, c->stream)(o, s0, (const float *)n->src[1]->t.data, rows, C);
         break;
-    default: k_log_softmax_g<<<g, th, 0, c->stream>>>(o, s0, rows, C); break;
+    default: CU_LAUNCH(k_log_softmax_g, g, th, 0, c->stream)(o, s0, rows, C); break;
     }
     return cu_launch(err, col_op_name(n->op));
 }
@@ -208,9 +208,9 @@ static col_status k_norm(const col_node *n, const col_exec *ex, col_err *err)
     unsigned g = row_blocks(c, rows);
     int th = cu_row_threads(C);
     if (ln)
-        k_norm_g<true><<<g, th, 0, c->stream>>>((float *)n->t.data, x, w, b, rows, C, n->p.f[0]);
+        CU_LAUNCH(k_norm_g<true>, g, th, 0, c->stream)((float *)n->t.data, x, w, b, rows, C, n->p.f[0]);
     else
-        k_norm_g<false><<<g, th, 0, c->stream>>>((float *)n->t.data, x, w, NULL, rows, C, n->p.f[0]);
+        CU_LAUNCH(k_norm_g<false>, g, th, 0, c->stream)((float *)n->t.data, x, w, NULL, rows, C, n->p.f[0]);
     return cu_launch(err, col_op_name(n->op));
 }
 
@@ -309,9 +309,9 @@ static col_status k_norm_bwd(const col_node *n, const col_exec *ex, col_err *err
     int th = cu_row_threads(C);
     if (dx && rows) {
         if (ln)
-            k_norm_dx<true><<<row_blocks(c, rows), th, 0, c->stream>>>(dx, x, w, dy, rows, C, eps);
+            CU_LAUNCH(k_norm_dx<true>, row_blocks(c, rows), th, 0, c->stream)(dx, x, w, dy, rows, C, eps);
         else
-            k_norm_dx<false><<<row_blocks(c, rows), th, 0, c->stream>>>(dx, x, w, dy, rows, C, eps);
+            CU_LAUNCH(k_norm_dx<false>, row_blocks(c, rows), th, 0, c->stream)(dx, x, w, dy, rows, C, eps);
         col_status st = cu_launch(err, col_op_name(n->op));
         if (st != COL_OK)
             return st;
@@ -329,12 +329,12 @@ static col_status k_norm_bwd(const col_node *n, const col_exec *ex, col_err *err
     nch = nch < 1 ? 1 : nch;
     float *part = (float *)c->ws;
     if (ln)
-        k_norm_partial<true><<<(unsigned)nch, th, 0, c->stream>>>(part, parts, dw != NULL, db != NULL, x, dy, rows, C,
-                                                                  eps, nch);
+        CU_LAUNCH(k_norm_partial<true>, (unsigned)nch, th, 0, c->stream)(
+            part, parts, dw != NULL, db != NULL, x, dy, rows, C, eps, nch);
     else
-        k_norm_partial<false><<<(unsigned)nch, th, 0, c->stream>>>(part, parts, dw != NULL, false, x, dy, rows, C, eps,
-                                                                   nch);
-    k_norm_sum<<<cu_blocks(c, parts * C), CU_THREADS, 0, c->stream>>>(dw, db, part, parts, C, nch);
+        CU_LAUNCH(k_norm_partial<false>, (unsigned)nch, th, 0, c->stream)(
+            part, parts, dw != NULL, false, x, dy, rows, C, eps, nch);
+    CU_LAUNCH(k_norm_sum, cu_blocks(c, parts * C), CU_THREADS, 0, c->stream)(dw, db, part, parts, C, nch);
     return cu_launch(err, col_op_name(n->op));
 }
 

@@ -182,9 +182,9 @@ extern "C" col_status col_cuda_opt_step(const col_backend *be, const col_opt_con
             break;
         G.first_chunk[G.count] = chunks;
         if (adamw)
-            k_adamw<<<chunks, CU_OPT_THREADS, 0, ctx->stream>>>(G, s);
+            CU_LAUNCH(k_adamw, chunks, CU_OPT_THREADS, 0, ctx->stream)(G, s);
         else
-            k_sgd<<<chunks, CU_OPT_THREADS, 0, ctx->stream>>>(G, s);
+            CU_LAUNCH(k_sgd, chunks, CU_OPT_THREADS, 0, ctx->stream)(G, s);
         st = cu_launch(err, adamw ? "col_cuda_opt_step(adamw)" : "col_cuda_opt_step(sgd)");
         if (st != COL_OK)
             return st;

@@ -65,9 +65,9 @@ static void launch_reduce(const col_cuda_ctx *c, bool warp, float *out, const fl
                           int64_t nred)
 {
     if (warp)
-        k_red_warp<OP><<<cu_blocks(c, nout * 32), CU_THREADS, 0, c->stream>>>(out, x, kept, red, nout, nred);
+        CU_LAUNCH(k_red_warp<OP>, cu_blocks(c, nout * 32), CU_THREADS, 0, c->stream)(out, x, kept, red, nout, nred);
     else
-        k_red_thread<OP><<<cu_blocks(c, nout), CU_THREADS, 0, c->stream>>>(out, x, kept, red, nout, nred);
+        CU_LAUNCH(k_red_thread<OP>, cu_blocks(c, nout), CU_THREADS, 0, c->stream)(out, x, kept, red, nout, nred);
 }
 
 static col_status k_reduce(const col_node *n, const col_exec *ex, col_err *err)
@@ -126,7 +126,7 @@ static col_status k_max_bwd(const col_node *n, const col_exec *ex, col_err *err)
                               "max_bwd");
     if (st != COL_OK || nout == 0)
         return st;
-    k_max_bwd_g<<<cu_blocks(c, nout), CU_THREADS, 0, c->stream>>>(
+    CU_LAUNCH(k_max_bwd_g, cu_blocks(c, nout), CU_THREADS, 0, c->stream)(
         (float *)n->t.data, cu_td_of(&ko), cu_td_of(&ro), (const float *)x->data, cu_td_of(&kx), cu_td_of(&rx),
         (const float *)y->data, cu_td_of(&ky), (const float *)dy->data, cu_td_of(&kd), nout, nred);
     return cu_launch(err, "max_bwd");

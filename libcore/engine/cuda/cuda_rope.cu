@@ -81,7 +81,7 @@ static col_status k_rope(const col_node *n, const col_exec *ex, col_err *err)
     rope_freqs f;
     memset(&f, 0, sizeof f);
     col_rope_inv_freq(&n->p, rd, f.inv);
-    k_rope_g<<<cu_blocks(c, items), CU_THREADS, 0, c->stream>>>(
+    CU_LAUNCH(k_rope_g, cu_blocks(c, items), CU_THREADS, 0, c->stream)(
         (float *)n->t.data, (const float *)x->data, x->stride[0], x->stride[1], x->stride[2], pt->data,
         pt->dtype == COL_I64, per_batch, H, T, D, rd, n->p.i[1] != 0, items, f);
     return cu_launch(err, "rope");

@@ -120,8 +120,8 @@ __global__ void k_dropout_g(float *__restrict__ o, const float *__restrict__ x, 
     }
 }
 
-#define UN1(OP) case OP: k_un1<OP><<<g, CU_THREADS, 0, c->stream>>>(o, x0, t0, num); break
-#define UN2(OP) case OP: k_un2<OP><<<g, CU_THREADS, 0, c->stream>>>(o, x0, t0, x1, t1, num); break
+#define UN1(OP) case OP: CU_LAUNCH(k_un1<OP>, g, CU_THREADS, 0, c->stream)(o, x0, t0, num); break
+#define UN2(OP) case OP: CU_LAUNCH(k_un2<OP>, g, CU_THREADS, 0, c->stream)(o, x0, t0, x1, t1, num); break
 
 static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *err)
 {
@@ -156,13 +156,13 @@ static col_status k_elementwise(const col_node *n, const col_exec *ex, col_err *
         UN2(COL_OP_GELU_TANH_BWD);
         UN2(COL_OP_SILU_BWD);
     case COL_OP_SWIGLU_BWD:
-        k_swiglu_bwd<<<g, CU_THREADS, 0, c->stream>>>(o, x0, t0, x1, t1, (const float *)n->src[2]->t.data,
-                                                      cu_td_of(&n->src[2]->t), num);
+        CU_LAUNCH(k_swiglu_bwd, g, CU_THREADS, 0, c->stream)(
+            o, x0, t0, x1, t1, (const float *)n->src[2]->t.data, cu_td_of(&n->src[2]->t), num);
         break;
     case COL_OP_DROPOUT:
-        k_dropout_g<<<g, CU_THREADS, 0, c->stream>>>(o, x0, t0, num, ex->dropout_off ? 0.0f : n->p.f[0],
-                                                     (uint64_t)n->p.i[0], (uint64_t)n->p.i[1],
-                                                     n->nsrc > 1 ? (const int64_t *)n->src[1]->t.data : NULL);
+        CU_LAUNCH(k_dropout_g, g, CU_THREADS, 0, c->stream)(
+            o, x0, t0, num, ex->dropout_off ? 0.0f : n->p.f[0], (uint64_t)n->p.i[0], (uint64_t)n->p.i[1],
+            n->nsrc > 1 ? (const int64_t *)n->src[1]->t.data : NULL);
         break;
     default: return col_err_set(err, COL_EINTERNAL, "%s: not an elementwise op", col_op_name(n->op));
     }
