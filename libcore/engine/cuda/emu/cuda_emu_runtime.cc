@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
@@ -39,7 +40,7 @@ thread_local cudaError_t detail_code = cudaSuccess;
 thread_local char detail[900];
 thread_local char detail_full[1000];
 
-int check_env = -1;
+std::atomic<int> check_env{-1}; /* the check mode: -1 until read from the environment */
 
 size_t device_total()
 {
@@ -245,11 +246,13 @@ void cuemu_set_check(int on) { check_env = on ? 1 : 0; }
 
 int cuemu_check(void)
 {
-    if (check_env < 0) {
+    int c = check_env;
+    if (c < 0) {
         const char *e = getenv("COL_CUDA_EMU_CHECK");
-        check_env = e && *e && strcmp(e, "0") != 0;
+        c = e && *e && strcmp(e, "0") != 0;
+        check_env = c;
     }
-    return check_env;
+    return c;
 }
 
 const char *cuemu_last_detail(void) { return detail_code != cudaSuccess ? detail : ""; }
