@@ -76,7 +76,7 @@ static inline void tl_gradcheck(const col_backend *be, const char *name, col_gc_
                                 const col_gc_input *in, const col_gc_opts *opts)
 {
     col_gc_result r;
-    col_err err = {0};
+    col_err err = {COL_OK}; /* COL_OK, not 0: C++ includes this too (tests/test_cuda_emu.cu) */
     col_status st = col_gradcheck(be, build, user, n, in, opts, &r, &err);
     if (st != COL_OK) {
         TL_OK(false, "gradcheck %s: %s", name, err.msg);
@@ -89,7 +89,7 @@ static inline void tl_gradcheck(const col_backend *be, const char *name, col_gc_
 /* A CPU backend or a bail-out: every test needs one. */
 static inline void tl_cpu_backend(col_backend *be)
 {
-    col_err err = {0};
+    col_err err = {COL_OK}; /* COL_OK, not 0: C++ includes this too (tests/test_cuda_emu.cu) */
     if (col_cpu_backend_init(be, &err) != COL_OK) {
         printf("Bail out! cpu backend: %s\n", err.msg);
         fflush(stdout);
