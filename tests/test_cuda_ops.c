@@ -8,8 +8,9 @@
  * values (leaves and gradient buffers as they were before the run), the
  * node's output is poisoned (NaN bytes), the kernel is called directly, and
  * its result is compared with the CPU's (f32: |d - c| <= tol (|c| + mean |c|),
- * tol 1e-5, TF32 matmul 2e-3; other dtypes bitwise). Also: bad ids and
- * targets give COL_EINVAL, an impossible allocation COL_ENOMEM.
+ * tol 1e-5, TF32 matmul 2e-3; other dtypes bitwise). Also: bad ids,
+ * targets and cache positions give COL_EINVAL at the next synchronisation,
+ * an impossible allocation COL_ENOMEM.
  *
  * Without a CUDA device it prints "1..0 # SKIP ..." and passes.
  * Run alone: make tests/test_cuda_ops && ./tests/test_cuda_ops */
@@ -632,17 +633,45 @@ static void case_attention_errors(void)
     bool ok = ac && col_cuda_alloc(&gpu, sizeof hs, &dstart, &e2) == COL_OK &&
               col_cuda_to_device(&gpu, dstart, &hs, sizeof hs, &e2) == COL_OK;
     TL_OK(ok, "cached attention error setup %s", e2.msg);
+    void *dq = NULL, *dkv = NULL, *dout = NULL;
+    ok = ok && col_cuda_alloc(&gpu, sizeof(float) * 24, &dq, &e2) == COL_OK &&
+         col_cuda_alloc(&gpu, sizeof(float) * 320, &dkv, &e2) == COL_OK &&
+         col_cuda_alloc(&gpu, node_bytes(ac), &dout, &e2) == COL_OK &&
+         col_cuda_memset(&gpu, dq, 0, sizeof(float) * 24, &e2) == COL_OK &&
+         col_cuda_memset(&gpu, dkv, 0, sizeof(float) * 320, &e2) == COL_OK &&
+         col_cuda_memset(&gpu, dout, 0xff, node_bytes(ac), &e2) == COL_OK;
     if (ok) {
+        /* the kernel is queued without a look at the position; the next synchronisation reports it */
+        ac->src[0]->t.data = dq, ac->src[1]->t.data = dkv, ac->src[2]->t.data = dkv, ac->t.data = dout;
         ac->src[3]->t.data = dstart;
         st = gpu.kernel[COL_OP_ATTENTION](ac, &ex, &e3);
-        TL_OK(st == COL_EINVAL && strstr(e3.msg, "cache position 38 + 3"), "attention: start past the cache is COL_EINVAL: %s",
-              e3.msg);
+        TL_OK(st == COL_OK, "attention: a start past the cache is queued: %s", e3.msg);
+        st = col_cuda_sync(&gpu, &e3);
+        TL_OK(st == COL_EINVAL && strstr(e3.msg, "attention: cache position 38 + 3 new tokens exceeds the cache of 40"),
+              "attention: start past the cache is COL_EINVAL at the sync: %s", e3.msg);
+        size_t nb = node_bytes(ac), lo = col_extra_offset(ac);
+        char *back = malloc(nb);
+        ok = back && col_cuda_to_host(&gpu, back, dout, nb, &e3) == COL_OK;
+        bool zeros = ok;
+        for (int i = 0; i < 24 && ok; i++)
+            zeros = zeros && ((float *)back)[i] == 0.0f;
+        for (int i = 0; i < 3 && ok; i++)
+            zeros = zeros && ((float *)(back + lo))[i] == 0.0f;
+        free(back);
+        TL_OK(zeros, "attention: output and logsumexp are zeros for a bad start %s", e3.msg);
+        col_err_clear(&e3);
+        TL_OK(col_cuda_sync(&gpu, &e3) == COL_OK, "the next sync is clean: %s", e3.msg);
     }
+    col_cuda_free(&gpu, dq), col_cuda_free(&gpu, dkv), col_cuda_free(&gpu, dout);
     col_cuda_free(&gpu, dstart);
     col_graph_free(g);
 }
 
-/* bad ids / targets are COL_EINVAL; an impossible allocation is COL_ENOMEM */
+/* bad ids, targets and cache positions: every kernel is queued, the next
+ * synchronisation (col_cuda_sync, a synchronous copy) reports the first bad
+ * input as COL_EINVAL with the CPU kernel's message, and the kernels wrote
+ * nothing out of bounds (zeros for a bad embedding row). An impossible
+ * allocation is COL_ENOMEM. */
 static void case_errors(void)
 {
     col_err err = {0};
@@ -651,35 +680,131 @@ static void case_errors(void)
     TL_OK(st == COL_ENOMEM && p == NULL, "a 4 PiB allocation is COL_ENOMEM: %s", err.msg);
     col_err_clear(&err);
 
-    int64_t sw[2] = {5, 3}, n = 4;
+    int64_t sw[2] = {5, 3}, n = 4, one = 1;
     col_graph *g = col_graph_new();
     col_node *w = col_input(g, "w", COL_F32, 2, sw), *ids = col_input(g, "ids", COL_I64, 1, &n);
+    w->flags |= COL_NODE_NEEDS_GRAD;
     col_node *e = col_embedding(g, w, ids);
     col_node *t = col_input(g, "t", COL_I32, 1, &n);
     col_node *lg = col_input(g, "lg", COL_F32, 2, (int64_t[]){4, 5});
     col_node *ce = col_cross_entropy(g, lg, t, -1);
-    int64_t hid[4] = {0, 4, 5, 1};
+    col_node *eb = NULL; /* embedding_bwd, from the graph's backward */
+    if (e && col_graph_backward(g, col_sum(g, e, 3u, 0), &err) == COL_OK)
+        for (int i = 0; i < col_graph_count(g); i++)
+            if (col_graph_node(g, i)->op == COL_OP_EMBEDDING_BWD)
+                eb = col_graph_node(g, i);
+    col_node *cache = col_input(g, "cache", COL_F32, 4, (int64_t[]){1, 1, 6, 2});
+    col_node *nw = col_input(g, "new", COL_F32, 4, (int64_t[]){1, 1, 2, 2});
+    col_node *start = col_input(g, "start", COL_I64, 1, &one);
+    col_node *kv = col_kv_write(g, cache, nw, start);
+    int64_t hid[4] = {0, 4, 5, 1}, hstart = 5;
     int32_t ht[4] = {0, -1, 9, 2};
-    void *dw = NULL, *dids = NULL, *de = NULL, *dt = NULL, *dl = NULL, *dce = NULL;
-    bool ok = e && ce && col_cuda_alloc(&gpu, 64, &dw, &err) == COL_OK && col_cuda_alloc(&gpu, 64, &dids, &err) == COL_OK &&
-              col_cuda_alloc(&gpu, 256, &de, &err) == COL_OK && col_cuda_alloc(&gpu, 64, &dt, &err) == COL_OK &&
-              col_cuda_alloc(&gpu, 128, &dl, &err) == COL_OK && col_cuda_alloc(&gpu, 256, &dce, &err) == COL_OK &&
+    float hw[15], hcache[12], hnew[4];
+    for (int i = 0; i < 15; i++)
+        hw[i] = (float)(i + 1);
+    for (int i = 0; i < 12; i++)
+        hcache[i] = 100.0f + (float)i;
+    for (int i = 0; i < 4; i++)
+        hnew[i] = -1.0f - (float)i;
+    void *dw = NULL, *dids = NULL, *de = NULL, *dt = NULL, *dl = NULL, *dce = NULL, *ddy = NULL, *deb = NULL;
+    void *dcache = NULL, *dnew = NULL, *dstart = NULL;
+    bool ok = e && ce && eb && kv && col_cuda_alloc(&gpu, sizeof hw, &dw, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 64, &dids, &err) == COL_OK && col_cuda_alloc(&gpu, 256, &de, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 64, &dt, &err) == COL_OK && col_cuda_alloc(&gpu, 128, &dl, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 256, &dce, &err) == COL_OK && col_cuda_alloc(&gpu, 64, &ddy, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 64, &deb, &err) == COL_OK && col_cuda_alloc(&gpu, sizeof hcache, &dcache, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, sizeof hnew, &dnew, &err) == COL_OK && col_cuda_alloc(&gpu, 8, &dstart, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dw, hw, sizeof hw, &err) == COL_OK &&
               col_cuda_to_device(&gpu, dids, hid, sizeof hid, &err) == COL_OK &&
-              col_cuda_to_device(&gpu, dt, ht, sizeof ht, &err) == COL_OK;
+              col_cuda_to_device(&gpu, dt, ht, sizeof ht, &err) == COL_OK &&
+              col_cuda_memset(&gpu, dl, 0, 128, &err) == COL_OK && col_cuda_memset(&gpu, ddy, 0, 64, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dcache, hcache, sizeof hcache, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dnew, hnew, sizeof hnew, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dstart, &hstart, sizeof hstart, &err) == COL_OK;
     TL_OK(ok, "error-case setup %s", err.msg);
     if (ok) {
         col_exec ex = {.be = &gpu};
         e->src[0]->t.data = dw, e->src[1]->t.data = dids, e->t.data = de;
-        col_err e1 = {0}, e2 = {0};
-        st = gpu.kernel[COL_OP_EMBEDDING](e, &ex, &e1);
-        TL_OK(st == COL_EINVAL && strstr(e1.msg, "token id 5 at position 2"), "embedding: bad id is COL_EINVAL: %s", e1.msg);
         col_node *lgv = ce->src[0], *tv = ce->src[1]; /* contiguous already: the leaves themselves */
         lgv->t.data = dl, tv->t.data = dt, ce->t.data = dce;
+        eb->src[1]->t.data = ddy, eb->t.data = deb;
+        kv->src[0]->t.data = dcache, kv->src[1]->t.data = dnew, kv->src[2]->t.data = dstart, kv->t.data = dcache;
+        col_err e1 = {0}, e2 = {0}, e3 = {0}, e4 = {0};
+
+        st = gpu.kernel[COL_OP_EMBEDDING](e, &ex, &e1);
+        TL_OK(st == COL_OK, "embedding: a bad id is queued: %s", e1.msg);
+        st = col_cuda_sync(&gpu, &e1);
+        TL_OK(st == COL_EINVAL && strstr(e1.msg, "embedding: token id 5 at position 2 is outside the vocabulary (0..4)"),
+              "embedding: bad id is COL_EINVAL at the sync: %s", e1.msg);
+        float back[12] = {0};
+        col_err_clear(&e1);
+        st = col_cuda_to_host(&gpu, back, de, sizeof back, &e1);
+        bool rows_ok = st == COL_OK;
+        for (int r = 0; r < 4; r++)
+            for (int c = 0; c < 3; c++)
+                rows_ok = rows_ok && back[r * 3 + c] == (r == 2 ? 0.0f : hw[hid[r] * 3 + c]);
+        TL_OK(rows_ok, "embedding: the good rows are gathered, the bad one is zeros (and the copy is clean) %s", e1.msg);
+
+        /* two bad calls before one synchronisation: the first is reported; a copy to the host reports too */
         st = gpu.kernel[COL_OP_CROSS_ENTROPY](ce, &ex, &e2);
-        TL_OK(st == COL_EINVAL && strstr(e2.msg, "target 9 at row 2"), "cross_entropy: bad target is COL_EINVAL: %s", e2.msg);
+        if (st == COL_OK)
+            st = gpu.kernel[COL_OP_EMBEDDING_BWD](eb, &ex, &e2);
+        TL_OK(st == COL_OK, "cross_entropy, embedding_bwd: bad input is queued: %s", e2.msg);
+        float loss = 0.0f;
+        st = col_cuda_to_host(&gpu, &loss, dce, sizeof loss, &e2);
+        TL_OK(st == COL_EINVAL &&
+                  strstr(e2.msg, "cross_entropy: target 9 at row 2 is outside the classes (0..4) and is not ignore_index (-1)"),
+              "cross_entropy: bad target is COL_EINVAL at a copy to the host: %s", e2.msg);
+        TL_OK(loss == logf(5.0f) || fabsf(loss - logf(5.0f)) < 1e-6f,
+              "cross_entropy: the bad row adds nothing: loss %g, ln 5 over the good rows", (double)loss);
+        col_err_clear(&e2);
+        TL_OK(col_cuda_sync(&gpu, &e2) == COL_OK, "the next sync is clean: %s", e2.msg);
+        st = gpu.kernel[COL_OP_EMBEDDING_BWD](eb, &ex, &e2);
+        if (st == COL_OK)
+            st = col_cuda_sync(&gpu, &e2);
+        TL_OK(st == COL_EINVAL && strstr(e2.msg, "embedding_bwd: token id 5 at position 2 is outside the vocabulary"),
+              "embedding_bwd: bad id is COL_EINVAL at the sync: %s", e2.msg);
+
+        /* kv_write at 5 + 2 tokens over a cache of 6: nothing written */
+        st = gpu.kernel[COL_OP_KV_WRITE](kv, &ex, &e3);
+        TL_OK(st == COL_OK, "kv_write: a bad position is queued: %s", e3.msg);
+        st = col_cuda_sync(&gpu, &e3);
+        TL_OK(st == COL_EINVAL && strstr(e3.msg, "kv_write: position 5 + 2 tokens exceeds the cache of 6"),
+              "kv_write: bad position is COL_EINVAL at the sync: %s", e3.msg);
+        float cb[12];
+        col_err_clear(&e3);
+        TL_OK(col_cuda_to_host(&gpu, cb, dcache, sizeof cb, &e3) == COL_OK && memcmp(cb, hcache, sizeof cb) == 0,
+              "kv_write: the cache is untouched %s", e3.msg);
+        hstart = 4; /* and a good one writes */
+        st = col_cuda_to_device(&gpu, dstart, &hstart, sizeof hstart, &e3);
+        if (st == COL_OK)
+            st = gpu.kernel[COL_OP_KV_WRITE](kv, &ex, &e3);
+        if (st == COL_OK)
+            st = col_cuda_to_host(&gpu, cb, dcache, sizeof cb, &e3);
+        TL_OK(st == COL_OK && memcmp(cb, hcache, 8 * sizeof(float)) == 0 && memcmp(cb + 8, hnew, sizeof hnew) == 0,
+              "kv_write at 4 + 2 fills the last two positions: %s", e3.msg);
+
+        /* a full ring of check slots: the call that finds none free reports the earlier bad input */
+        hstart = 5;
+        st = col_cuda_to_device(&gpu, dstart, &hstart, sizeof hstart, &e4);
+        if (st == COL_OK)
+            st = gpu.kernel[COL_OP_KV_WRITE](kv, &ex, &e4);
+        int calls = 1;
+        for (; st == COL_OK && calls < 10000; calls++)
+            st = gpu.kernel[COL_OP_EMBEDDING](e, &ex, &e4);
+        TL_OK(st == COL_EINVAL && calls > 8 && calls < 10000 && strstr(e4.msg, "kv_write: position 5 + 2"),
+              "with the check slots full, call %d reports the first bad input: %s", calls, e4.msg);
+        col_err_clear(&e4);
+        st = col_cuda_sync(&gpu, &e4);
+        TL_OK(st == COL_EINVAL && strstr(e4.msg, "embedding: token id 5"),
+              "the sync after it reports the bad ids queued after the full ring: %s", e4.msg);
+        col_err_clear(&e4);
+        TL_OK(col_cuda_sync(&gpu, &e4) == COL_OK, "then the syncs are clean: %s", e4.msg);
     }
     col_cuda_free(&gpu, dw), col_cuda_free(&gpu, dids), col_cuda_free(&gpu, de);
     col_cuda_free(&gpu, dt), col_cuda_free(&gpu, dl), col_cuda_free(&gpu, dce);
+    col_cuda_free(&gpu, ddy), col_cuda_free(&gpu, deb), col_cuda_free(&gpu, dcache);
+    col_cuda_free(&gpu, dnew), col_cuda_free(&gpu, dstart);
     col_graph_free(g);
 }
 

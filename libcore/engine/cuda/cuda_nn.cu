@@ -1,121 +1,108 @@
 /* cuda_nn.cu - CUDA kernels: embedding (+ its gradient), fused
  * cross-entropy (+ its gradient).
  *
- * Token ids and targets are checked on the device; the check's result comes
- * back to the host (one stream synchronisation per call) so that a bad id is
- * COL_EINVAL with the CPU kernel's message, before anything is written. */
+ * Token ids and targets are checked on the device without stopping the
+ * host: a bad one is reported as COL_EINVAL with the CPU kernel's message at
+ * the next synchronisation (cuda_check.cu); until then the kernels skip it
+ * (an embedding row of zeros, no gradient, no loss term), so nothing is read
+ * or written out of bounds. */
 #include <math.h>
 #include <string.h>
 
 #include "cuda_internal.h"
-
-#define NO_BAD 0x7f7f7f7f7f7f7f7fLL /* the flag's bytes memset to 0x7f: no bad position */
 
 __device__ __forceinline__ int64_t index_at(const void *p, int i64, int64_t i)
 {
     return i64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
 }
 
-/* flag = min position whose id is outside [0, V) and is not `ign` (use_ign) */
-__global__ void k_check_ids(long long *flag, const void *ids, int i64, int64_t n, int64_t V, int use_ign, int64_t ign)
+/* the smallest position whose id is outside [0, V) and is not `ign` (use_ign) goes to the slot */
+__global__ void k_check_ids(cu_check_slot *slot, const void *ids, int i64, int64_t n, int64_t V, int use_ign, int64_t ign)
 {
     CU_GRID_LOOP(i, n) {
         int64_t id = index_at(ids, i64, i);
         if ((!use_ign || id != ign) && (id < 0 || id >= V))
-            atomicMin(flag, (long long)i);
+            cu_check_bad(slot, i);
     }
 }
 
-/* runs the check; *bad = first bad position (and *bad_id its id), or -1 */
-static col_status check_ids(const col_cuda_ctx *c, const col_tensor *ids, int64_t V, bool use_ign, int64_t ign,
-                            int64_t *bad, int64_t *bad_id, col_err *err, const char *what)
+/* after k_check_ids (stream order): the id at the bad position */
+__global__ void k_check_id_value(cu_check_slot *slot, const void *ids, int i64)
 {
-    *bad = -1;
+    if (slot->pos != CU_CHECK_NONE)
+        slot->val = index_at(ids, i64, slot->pos);
+}
+
+/* queues the check of ids against [0, V) (and ign when use_ign) into a new check slot */
+static col_status check_ids(col_cuda_ctx *c, const col_tensor *ids, int64_t V, bool use_ign, int64_t ign, col_err *err,
+                            const char *what)
+{
     int64_t n = col_numel(ids);
     if (n == 0)
         return COL_OK;
-    int i64 = ids->dtype == COL_I64;
-    col_status st = cu_status(cudaMemsetAsync(c->flag_dev, 0x7f, sizeof(int64_t), c->stream), err, what);
+    cu_check_info info = {what, use_ign ? CU_CHECK_TARGETS : CU_CHECK_IDS, V, ign, 0};
+    cu_check_slot *slot;
+    col_status st = cu_check_begin(c, &info, &slot, err);
     if (st != COL_OK)
         return st;
-    CU_LAUNCH(k_check_ids, cu_blocks(c, n), CU_THREADS, 0, c->stream)(
-        (long long *)c->flag_dev, ids->data, i64, n, V, use_ign, ign);
-    st = cu_launch(err, what);
-    if (st == COL_OK)
-        st = cu_status(cudaMemcpyAsync(c->flag_host, c->flag_dev, sizeof(int64_t), cudaMemcpyDeviceToHost, c->stream),
-                       err, what);
-    if (st == COL_OK)
-        st = cu_status(cudaStreamSynchronize(c->stream), err, what);
-    if (st != COL_OK || *c->flag_host == NO_BAD)
-        return st;
-    *bad = *c->flag_host;
-    size_t es = col_dtype_size(ids->dtype);
-    int64_t v = 0;
-    st = cu_status(cudaMemcpyAsync(&v, (const char *)ids->data + *bad * (int64_t)es, es, cudaMemcpyDeviceToHost,
-                                   c->stream), err, what);
-    if (st == COL_OK)
-        st = cu_status(cudaStreamSynchronize(c->stream), err, what);
-    *bad_id = i64 ? v : (int64_t)(int32_t)v;
-    return st;
+    int i64 = ids->dtype == COL_I64;
+    CU_LAUNCH(k_check_ids, cu_blocks(c, n), CU_THREADS, 0, c->stream)(slot, ids->data, i64, n, V, use_ign, ign);
+    CU_LAUNCH(k_check_id_value, 1, 1, 0, c->stream)(slot, ids->data, i64);
+    cu_check_end(c);
+    return cu_launch(err, what);
 }
 
 /* ---- embedding ---- */
 
 __global__ void k_embedding_g(float *__restrict__ out, const float *__restrict__ w, int64_t ws, const void *ids, int i64,
-                              int64_t N, int64_t C)
+                              int64_t N, int64_t C, int64_t V)
 {
     CU_GRID_LOOP(i, N * C) {
-        int64_t r = i / C, c = i % C;
-        out[i] = w[index_at(ids, i64, r) * ws + c];
+        int64_t r = i / C, c = i % C, id = index_at(ids, i64, r);
+        out[i] = id >= 0 && id < V ? w[id * ws + c] : 0.0f; /* a bad id (reported at the sync): zeros */
     }
 }
 
 static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *err)
 {
-    const col_cuda_ctx *c = cu_ctx(ex);
+    col_cuda_ctx *c = cu_ctx(ex);
     const col_tensor *w = &n->src[0]->t, *ids = &n->src[1]->t;
-    int64_t V = w->shape[0], C = w->shape[1], N = col_numel(ids), bad, bad_id;
-    col_status st = check_ids(c, ids, V, false, 0, &bad, &bad_id, err, "embedding");
-    if (st != COL_OK)
+    int64_t V = w->shape[0], C = w->shape[1], N = col_numel(ids);
+    col_status st = check_ids(c, ids, V, false, 0, err, "embedding");
+    if (st != COL_OK || N * C == 0)
         return st;
-    if (bad >= 0)
-        return col_err_set(err, COL_EINVAL, "embedding: token id %lld at position %lld is outside the vocabulary (0..%lld)",
-                           (long long)bad_id, (long long)bad, (long long)(V - 1));
-    if (N * C == 0)
-        return COL_OK;
     CU_LAUNCH(k_embedding_g, cu_blocks(c, N * C), CU_THREADS, 0, c->stream)(
-        (float *)n->t.data, (const float *)w->data, w->stride[0], ids->data, ids->dtype == COL_I64, N, C);
+        (float *)n->t.data, (const float *)w->data, w->stride[0], ids->data, ids->dtype == COL_I64, N, C, V);
     return cu_launch(err, "embedding");
 }
 
 /* dw[ids[r], c] += dy[r, c] for r in order: a thread owns a column, so each
  * sum has the CPU's order (and no atomics). */
 __global__ void k_embedding_bwd_g(float *__restrict__ dw, const float *__restrict__ dy, const void *ids, int i64, int64_t N,
-                                  int64_t C)
+                                  int64_t C, int64_t V)
 {
     CU_GRID_LOOP(c, C) {
-        for (int64_t r = 0; r < N; r++)
-            dw[index_at(ids, i64, r) * C + c] += dy[r * C + c];
+        for (int64_t r = 0; r < N; r++) {
+            int64_t id = index_at(ids, i64, r);
+            if (id >= 0 && id < V) /* a bad id (reported at the sync) adds nothing */
+                dw[id * C + c] += dy[r * C + c];
+        }
     }
 }
 
 static col_status k_embedding_bwd(const col_node *n, const col_exec *ex, col_err *err)
 {
-    const col_cuda_ctx *c = cu_ctx(ex);
+    col_cuda_ctx *c = cu_ctx(ex);
     const col_tensor *ids = &n->src[0]->t, *dy = &n->src[1]->t;
-    int64_t V = n->p.i[0], C = n->t.shape[1], N = col_numel(ids), bad, bad_id;
-    col_status st = check_ids(c, ids, V, false, 0, &bad, &bad_id, err, "embedding_bwd");
+    int64_t V = n->p.i[0], C = n->t.shape[1], N = col_numel(ids);
+    col_status st = check_ids(c, ids, V, false, 0, err, "embedding_bwd");
     if (st != COL_OK)
         return st;
-    if (bad >= 0)
-        return col_err_set(err, COL_EINVAL,
-                           "embedding_bwd: token id %lld at position %lld is outside the vocabulary (0..%lld)",
-                           (long long)bad_id, (long long)bad, (long long)(V - 1));
     st = cu_status(cudaMemsetAsync(n->t.data, 0, sizeof(float) * (size_t)(V * C), c->stream), err, "embedding_bwd");
     if (st != COL_OK || N * C == 0)
         return st;
     CU_LAUNCH(k_embedding_bwd_g, cu_blocks(c, C, 64), 64, 0, c->stream)(
-        (float *)n->t.data, (const float *)dy->data, ids->data, ids->dtype == COL_I64, N, C);
+        (float *)n->t.data, (const float *)dy->data, ids->data, ids->dtype == COL_I64, N, C, V);
     return cu_launch(err, "embedding_bwd");
 }
 
@@ -158,7 +145,7 @@ __global__ void k_ce_loss(float *__restrict__ loss, long long *__restrict__ coun
     long long cnt = 0;
     for (int64_t r = threadIdx.x; r < N; r += blockDim.x) {
         int64_t t = index_at(tg, i64, r);
-        if (t == ign)
+        if (t == ign || t < 0 || t >= V) /* a bad target (reported at the sync) adds nothing */
             continue;
         s += (double)lse[r] - (double)x[r * V + t];
         cnt++;
@@ -173,17 +160,12 @@ __global__ void k_ce_loss(float *__restrict__ loss, long long *__restrict__ coun
 
 static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err *err)
 {
-    const col_cuda_ctx *c = cu_ctx(ex);
+    col_cuda_ctx *c = cu_ctx(ex);
     const col_tensor *lt = &n->src[0]->t, *tt = &n->src[1]->t;
-    int64_t N = lt->shape[0], V = lt->shape[1], ign = n->p.i[0], bad, bad_t;
-    col_status st = check_ids(c, tt, V, true, ign, &bad, &bad_t, err, "cross_entropy");
+    int64_t N = lt->shape[0], V = lt->shape[1], ign = n->p.i[0];
+    col_status st = check_ids(c, tt, V, true, ign, err, "cross_entropy");
     if (st != COL_OK)
         return st;
-    if (bad >= 0)
-        return col_err_set(err, COL_EINVAL,
-                           "cross_entropy: target %lld at row %lld is outside the classes (0..%lld) and is not "
-                           "ignore_index (%lld)",
-                           (long long)bad_t, (long long)bad, (long long)(V - 1), (long long)ign);
     float *lse = (float *)col_extra(n);
     int i64 = tt->dtype == COL_I64;
     if (N > 0) {
