@@ -260,6 +260,8 @@ static void run_case(tcase *c)
                 if (memcmp((char *)back + co, (char *)host[id] + co, sizeof(int64_t)) != 0)
                     w = INFINITY;
             }
+            if (n->op == COL_OP_EMBEDDING_BWD && memcmp(back, host[id], (size_t)num * sizeof(float)) != 0)
+                w = INFINITY; /* each element summed in row order, as on the CPU: the same bits */
             if (n->op == COL_OP_ATTENTION) { /* and the logsumexp [B,Hq,T] saved for the backward */
                 size_t off = col_extra_offset(n);
                 double w2 = compare_f32((float *)((char *)back + off), (float *)((char *)host[id] + off),
@@ -474,12 +476,18 @@ static void case_matmul(bool tf32)
     col_cuda_backend_set_tf32(&gpu, false);
 }
 
-static void case_embedding(col_dtype idt)
+/* ids [B, T] below V into a table [V, C]; the backward's dw must equal the
+ * CPU's bitwise (the same row order per element). Large B T: more rows than
+ * one block sorts (2048), so the sort's global merge steps run too. */
+static void case_embedding(col_dtype idt, int64_t V, int64_t C, int64_t B, int64_t T)
 {
-    tcase c = begin(idt == COL_I32 ? "embedding i32" : "embedding i64", TOL);
-    int64_t sw[2] = {11, 7}, si[2] = {3, 5};
+    char name[96];
+    snprintf(name, sizeof name, "embedding %s V=%lld C=%lld ids [%lld,%lld]", col_dtype_name(idt), (long long)V,
+             (long long)C, (long long)B, (long long)T);
+    tcase c = begin(name, TOL);
+    int64_t sw[2] = {V, C}, si[2] = {B, T};
     col_node *w = param(&c, "w", 2, sw, R_NORMAL);
-    col_node *ids = input(&c, "ids", idt, 2, si, R_NORMAL, 11, false);
+    col_node *ids = input(&c, "ids", idt, 2, si, R_NORMAL, V, false);
     backward_of(&c, col_embedding(c.g, w, ids));
     finish(&c);
 }
@@ -850,8 +858,9 @@ int main(void)
     case_norm(true, true, false, 300, 515);
     case_matmul(false);
     case_matmul(true);
-    case_embedding(COL_I32);
-    case_embedding(COL_I64);
+    case_embedding(COL_I32, 11, 7, 3, 5);
+    case_embedding(COL_I64, 11, 7, 3, 5);
+    case_embedding(COL_I32, 37, 130, 3, 1100); /* 3300 rows: 4096 keys, two sort blocks and a merge */
     case_cross_entropy(COL_I64, 9, 13);
     case_cross_entropy(COL_I32, 5, 3001);
     case_data_movement();

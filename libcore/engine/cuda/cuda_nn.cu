@@ -76,17 +76,102 @@ static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *er
     return cu_launch(err, "embedding");
 }
 
-/* dw[ids[r], c] += dy[r, c] for r in order: a thread owns a column, so each
- * sum has the CPU's order (and no atomics). */
-__global__ void k_embedding_bwd_g(float *__restrict__ dw, const float *__restrict__ dy, const void *ids, int i64, int64_t N,
-                                  int64_t C, int64_t V)
+/* Backward: dw [V, C] = 0, then dw[ids[r], :] += dy[r, :] for r in order.
+ * The rows are grouped by token with a sort of the keys id << 32 | row
+ * (unique, so the sorted order is the same whatever the schedule): a block
+ * takes a run of equal ids and its threads, one per column, add the run's
+ * rows in row order. Each element of dw is then summed in the CPU's order:
+ * the bits equal the CPU's and do not change from run to run. The keys live
+ * in the backend workspace; more rows than it holds are done in chunks of
+ * rows, each adding to what the chunks before it left (the same order). */
+
+#define EB_SORT_BLOCK 2048 /* keys one block sorts in shared memory (16 KiB) */
+#define EB_NONE (~0ull)    /* a padding key or a bad id's: sorts last, adds nothing */
+
+/* keys[i] for i < P: id << 32 | i for the rows r0 + i < r0 + n with a good id, else EB_NONE */
+__global__ void k_eb_keys(unsigned long long *keys, const void *ids, int i64, int64_t r0, int64_t n, int64_t P, int64_t V)
 {
-    CU_GRID_LOOP(c, C) {
-        for (int64_t r = 0; r < N; r++) {
-            int64_t id = index_at(ids, i64, r);
-            if (id >= 0 && id < V) /* a bad id (reported at the sync) adds nothing */
-                dw[id * C + c] += dy[r * C + c];
+    CU_GRID_LOOP(i, P) {
+        unsigned long long k = EB_NONE;
+        if (i < n) {
+            int64_t id = index_at(ids, i64, r0 + i);
+            if (id >= 0 && id < V)
+                k = (unsigned long long)id << 32 | (unsigned long long)i;
         }
+        keys[i] = k;
+    }
+}
+
+/* bitonic compare-exchange of keys i and i + j: ascending where bit k of gi is clear */
+__device__ __forceinline__ void eb_cmpx(unsigned long long *a, int64_t i, int64_t j, int64_t gi, int64_t k)
+{
+    unsigned long long x = a[i], y = a[i + j];
+    if ((x > y) == ((gi & k) == 0)) {
+        a[i] = y;
+        a[i + j] = x;
+    }
+}
+
+/* blocks of SB = 2 blockDim.x keys in shared memory: kstage 0 sorts each
+ * block (stages 2..SB; directions by the global index, as the whole sort
+ * needs); kstage > SB does the steps j < SB of merge stage kstage */
+__global__ void k_eb_sort_shared(unsigned long long *keys, int64_t kstage)
+{
+    __shared__ unsigned long long sh[EB_SORT_BLOCK];
+    const int SB = 2 * (int)blockDim.x, t = (int)threadIdx.x;
+    const int64_t base = (int64_t)blockIdx.x * SB;
+    for (int e = t; e < SB; e += blockDim.x)
+        sh[e] = keys[base + e];
+    for (int64_t k = kstage ? kstage : 2; k <= (kstage ? kstage : SB); k <<= 1)
+        for (int j = (int)((kstage ? SB : k) >> 1); j > 0; j >>= 1) {
+            __syncthreads();
+            int i = 2 * j * (t / j) + t % j;
+            eb_cmpx(sh, i, j, base + i, k);
+        }
+    __syncthreads();
+    for (int e = t; e < SB; e += blockDim.x)
+        keys[base + e] = sh[e];
+}
+
+/* one global step j >= SB of merge stage k over P keys */
+__global__ void k_eb_sort_step(unsigned long long *keys, int64_t P, int64_t k, int64_t j)
+{
+    CU_GRID_LOOP(t, P / 2) {
+        int64_t i = 2 * j * (t / j) + t % j;
+        eb_cmpx(keys, i, j, i, k);
+    }
+}
+
+/* the blocks take the sorted positions i in turn; where a run of equal ids
+ * starts, the block's threads (columns) add its rows in order to dw */
+__global__ void k_eb_accumulate(float *__restrict__ dw, const float *__restrict__ dy, const unsigned long long *keys,
+                                int64_t r0, int64_t n, int64_t C)
+{
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        unsigned long long k = keys[i];
+        if (k == EB_NONE)
+            return; /* sorted: no good key follows */
+        unsigned long long id = k >> 32;
+        if (i > 0 && keys[i - 1] >> 32 == id)
+            continue; /* inside a run: its first position's block adds it */
+        for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.y * blockDim.x) {
+            float acc = dw[id * C + c];
+            for (int64_t j = i; j < n && keys[j] >> 32 == id; j++)
+                acc += dy[(r0 + (int64_t)(keys[j] & 0xffffffffu)) * C + c];
+            dw[id * C + c] = acc;
+        }
+    }
+}
+
+/* sorts keys[0..P) ascending, P a power of two >= 2 */
+static void eb_sort(const col_cuda_ctx *c, unsigned long long *keys, int64_t P)
+{
+    int64_t SB = P < EB_SORT_BLOCK ? P : EB_SORT_BLOCK;
+    CU_LAUNCH(k_eb_sort_shared, (unsigned)(P / SB), (unsigned)(SB / 2), 0, c->stream)(keys, 0);
+    for (int64_t k = 2 * SB; k <= P; k <<= 1) {
+        for (int64_t j = k / 2; j >= SB; j >>= 1)
+            CU_LAUNCH(k_eb_sort_step, cu_blocks(c, P / 2), CU_THREADS, 0, c->stream)(keys, P, k, j);
+        CU_LAUNCH(k_eb_sort_shared, (unsigned)(P / SB), (unsigned)(SB / 2), 0, c->stream)(keys, k);
     }
 }
 
@@ -101,8 +186,26 @@ static col_status k_embedding_bwd(const col_node *n, const col_exec *ex, col_err
     st = cu_status(cudaMemsetAsync(n->t.data, 0, sizeof(float) * (size_t)(V * C), c->stream), err, "embedding_bwd");
     if (st != COL_OK || N * C == 0)
         return st;
-    CU_LAUNCH(k_embedding_bwd_g, cu_blocks(c, C, 64), 64, 0, c->stream)(
-        (float *)n->t.data, (const float *)dy->data, ids->data, ids->dtype == COL_I64, N, C, V);
+    if (V > ((int64_t)1 << 31))
+        return col_err_set(err, COL_EUNSUPPORTED, "embedding_bwd: a vocabulary of %lld, the CUDA kernel takes 2^31",
+                           (long long)V);
+    /* rows per chunk: the largest power of two of keys the workspace holds */
+    int64_t cap = 2;
+    while (cap * 2 * (int64_t)sizeof(unsigned long long) <= (int64_t)c->ws_bytes)
+        cap *= 2;
+    unsigned long long *keys = (unsigned long long *)c->ws;
+    const int th = 128;
+    unsigned gy = (unsigned)((C + th - 1) / th < 64 ? (C + th - 1) / th : 64);
+    for (int64_t r0 = 0; r0 < N; r0 += cap) {
+        int64_t m = N - r0 < cap ? N - r0 : cap, P = 2;
+        while (P < m)
+            P *= 2;
+        CU_LAUNCH(k_eb_keys, cu_blocks(c, P), CU_THREADS, 0, c->stream)(keys, ids->data, ids->dtype == COL_I64, r0, m, P, V);
+        eb_sort(c, keys, P);
+        int64_t gx = m < (int64_t)c->sm_count * 16 ? m : (int64_t)c->sm_count * 16;
+        CU_LAUNCH(k_eb_accumulate, dim3((unsigned)gx, gy), th, 0, c->stream)(
+            (float *)n->t.data, (const float *)dy->data, keys, r0, m, C);
+    }
     return cu_launch(err, "embedding_bwd");
 }
 
