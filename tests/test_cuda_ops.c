@@ -479,6 +479,31 @@ static void case_matmul(bool tf32)
 /* ids [B, T] below V into a table [V, C]; the backward's dw must equal the
  * CPU's bitwise (the same row order per element). Large B T: more rows than
  * one block sorts (2048), so the sort's global merge steps run too. */
+/* more matmul shapes than the backend caches descriptors for (64): each
+ * call's result against the CPU (a descriptor of another shape would show),
+ * then one shape again and again: found in the cache */
+static void case_matmul_cache(void)
+{
+    uint64_t h0, m0, h1, m1, h2, m2;
+    col_cuda_backend_matmul_cache(&gpu, &h0, &m0);
+    tcase c = begin("matmul: 70 shapes through the descriptor cache", TOL);
+    int64_t sa[2] = {5, 80}, sb[2] = {80, 4};
+    col_node *a = param(&c, "a", 2, sa, R_NORMAL), *b = param(&c, "b", 2, sb, R_NORMAL);
+    for (int64_t k = 3; k < 73; k++)
+        col_matmul(c.g, col_slice(c.g, a, 1, 0, k), col_slice(c.g, b, 0, 0, k));
+    finish(&c);
+    col_cuda_backend_matmul_cache(&gpu, &h1, &m1);
+    TL_OK(m1 - m0 >= 70, "70 shapes: %llu descriptor builds", (unsigned long long)(m1 - m0));
+    tcase d = begin("matmul: one shape 4 times", TOL);
+    a = param(&d, "a", 2, (int64_t[]){9, 13}, R_NORMAL), b = param(&d, "b", 2, (int64_t[]){13, 6}, R_NORMAL);
+    for (int i = 0; i < 4; i++)
+        col_matmul(d.g, a, b);
+    finish(&d);
+    col_cuda_backend_matmul_cache(&gpu, &h2, &m2);
+    TL_OK(m2 - m1 <= 1 && h2 - h1 >= 3, "one shape 4 times: %llu builds, %llu found cached",
+          (unsigned long long)(m2 - m1), (unsigned long long)(h2 - h1));
+}
+
 static void case_embedding(col_dtype idt, int64_t V, int64_t C, int64_t B, int64_t T)
 {
     char name[96];
@@ -858,6 +883,7 @@ int main(void)
     case_norm(true, true, false, 300, 515);
     case_matmul(false);
     case_matmul(true);
+    case_matmul_cache();
     case_embedding(COL_I32, 11, 7, 3, 5);
     case_embedding(COL_I64, 11, 7, 3, 5);
     case_embedding(COL_I32, 37, 130, 3, 1100); /* 3300 rows: 4096 keys, two sort blocks and a merge */

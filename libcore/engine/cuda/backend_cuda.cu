@@ -38,6 +38,7 @@ void col_cuda_backend_free(col_backend *be)
         cudaStreamSynchronize(c->copy);
         cudaStreamDestroy(c->copy);
     }
+    cu_lt_cache_free(c);
     if (c->lt)
         cublasLtDestroy(c->lt);
     cudaFree(c->ws);

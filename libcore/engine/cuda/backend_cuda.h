@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend.h"
 
@@ -44,6 +45,9 @@ void col_cuda_backend_free(col_backend *be);
  * off (full f32) after init. */
 void col_cuda_backend_set_tf32(col_backend *be, bool on);
 bool col_cuda_backend_tf32(const col_backend *be);
+/* Matmul calls since init that found their shape's cuBLASLt descriptors
+ * and algorithm in the backend's cache (*hits) and that built them (*misses). */
+void col_cuda_backend_matmul_cache(const col_backend *be, uint64_t *hits, uint64_t *misses);
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
 const char *col_cuda_backend_device_name(const col_backend *be);
 

@@ -49,6 +49,7 @@ typedef struct {
     int chk_used;               /* slots taken since the last synchronisation */
     pthread_mutex_t chk_mu;     /* taking a slot and queueing its kernels; the read-back */
     bool chk_mu_ok;
+    struct cu_lt_cache *lt_cache; /* cuBLASLt descriptors and algorithms per matmul shape (cuda_matmul.cu) */
     bool tf32;
     int sm_count;
     char name[320];
@@ -66,6 +67,10 @@ col_status cu_status(cudaError_t e, col_err *err, const char *what);
 col_status cu_blas_status(cublasStatus_t s, col_err *err, const char *what);
 /* the launch error of the kernel(s) just queued for op `what` */
 col_status cu_launch(col_err *err, const char *what);
+
+/* ---- the matmul's cache of cuBLASLt descriptors (cuda_matmul.cu) ---- */
+typedef struct cu_lt_cache cu_lt_cache;
+void cu_lt_cache_free(col_cuda_ctx *c);
 
 /* ---- input checks (cuda_check.cu) ---- */
 col_status cu_check_init(col_cuda_ctx *c, col_err *err);
