@@ -423,6 +423,20 @@ static void case_reduce(void)
     finish(&c);
 }
 
+/* long slabs with few outputs: the two-pass reductions (parts of at least
+ * 2048 elements), the reduced axes inner and outer */
+static void case_reduce_long(void)
+{
+    tcase c = begin("reduce: long slabs", TOL);
+    int64_t s[3] = {2, 4500, 5};
+    col_node *x = param(&c, "x", 3, s, R_NORMAL);
+    backward_of(&c, col_sum(c.g, x, 7u, 0));                           /* everything: one output */
+    backward_of(&c, col_mean(c.g, x, (1u << 1) | (1u << 2), 1));       /* [2]: 22500 each, inner */
+    backward_of(&c, col_max(c.g, x, 1u << 1, 0));                      /* [2, 5]: 4500 each, strided by 5 */
+    col_sum(c.g, col_transpose(c.g, x, 0, 2), (1u << 1) | (1u << 2), 0); /* [5]: 9000 each, strided */
+    finish(&c);
+}
+
 static void case_softmax(int causal, bool mask)
 {
     char name[64];
@@ -873,6 +887,7 @@ int main(void)
     case_dropout();
     case_dropout_off();
     case_reduce();
+    case_reduce_long();
     case_softmax(0, false);
     case_softmax(1, false);
     case_softmax(1, true);
@@ -889,6 +904,7 @@ int main(void)
     case_embedding(COL_I32, 37, 130, 3, 1100); /* 3300 rows: 4096 keys, two sort blocks and a merge */
     case_cross_entropy(COL_I64, 9, 13);
     case_cross_entropy(COL_I32, 5, 3001);
+    case_cross_entropy(COL_I64, 2500, 7); /* the loss in two passes: 2 parts */
     case_data_movement();
     case_rope(2, 3, 17, 64, 0, false, false, 10000.0f, false, 4096);
     case_rope(2, 4, 9, 128, 64, true, true, 500000.0f, true, 131072);

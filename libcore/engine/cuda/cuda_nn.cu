@@ -238,20 +238,46 @@ __global__ void k_ce_lse(float *__restrict__ lse, const float *__restrict__ x, c
     }
 }
 
-/* one block: loss = mean over counted rows of lse - x[target]; count into the extra area */
-__global__ void k_ce_loss(float *__restrict__ loss, long long *__restrict__ count_out, const float *__restrict__ lse,
-                          const float *__restrict__ x, const void *tg, int i64, int64_t N, int64_t V, int64_t ign)
+/* The loss, mean over counted rows of lse - x[target], in two passes: a
+ * block per part of the rows (parts by N alone) sums into the workspace,
+ * then one block adds the parts; the count goes to the extra area. */
+#define CE_ROWS_PER_PART 1024
+#define CE_PARTS_MAX 256
+
+__global__ void k_ce_loss_part(double *__restrict__ ps, long long *__restrict__ pc, const float *__restrict__ lse,
+                               const float *__restrict__ x, const void *tg, int i64, int64_t N, int64_t V, int64_t ign,
+                               int64_t P)
 {
     __shared__ double shd[32];
     __shared__ long long shc[32];
+    int64_t p = blockIdx.x, r1 = N * (p + 1) / P;
     double s = 0.0;
     long long cnt = 0;
-    for (int64_t r = threadIdx.x; r < N; r += blockDim.x) {
+    for (int64_t r = N * p / P + threadIdx.x; r < r1; r += blockDim.x) {
         int64_t t = index_at(tg, i64, r);
         if (t == ign || t < 0 || t >= V) /* a bad target (reported at the sync) adds nothing */
             continue;
         s += (double)lse[r] - (double)x[r * V + t];
         cnt++;
+    }
+    s = cu_block_sum(s, shd);
+    cnt = cu_block_sum(cnt, shc);
+    if (threadIdx.x == 0) {
+        ps[p] = s;
+        pc[p] = cnt;
+    }
+}
+
+__global__ void k_ce_loss_final(float *__restrict__ loss, long long *__restrict__ count_out, const double *__restrict__ ps,
+                                const long long *__restrict__ pc, int64_t P)
+{
+    __shared__ double shd[32];
+    __shared__ long long shc[32];
+    double s = 0.0;
+    long long cnt = 0;
+    for (int64_t p = threadIdx.x; p < P; p += blockDim.x) {
+        s += ps[p];
+        cnt += pc[p];
     }
     s = cu_block_sum(s, shd);
     cnt = cu_block_sum(cnt, shc);
@@ -276,9 +302,14 @@ static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err
         CU_LAUNCH(k_ce_lse, (unsigned)(N < cap ? N : cap), cu_row_threads(V), 0, c->stream)(
             lse, (const float *)lt->data, tt->data, i64, N, V, ign);
     }
-    CU_LAUNCH(k_ce_loss, 1, 1024, 0, c->stream)(
-        (float *)n->t.data, (long long *)((char *)lse + n->p.i[1]), lse, (const float *)lt->data, tt->data, i64, N, V,
-        ign);
+    int64_t P = N / CE_ROWS_PER_PART;
+    P = P < 1 ? 1 : P > CE_PARTS_MAX ? CE_PARTS_MAX : P;
+    double *ps = (double *)c->ws;
+    long long *pc = (long long *)(ps + P);
+    CU_LAUNCH(k_ce_loss_part, (unsigned)P, CU_THREADS, 0, c->stream)(
+        ps, pc, lse, (const float *)lt->data, tt->data, i64, N, V, ign, P);
+    CU_LAUNCH(k_ce_loss_final, 1, CU_THREADS, 0, c->stream)(
+        (float *)n->t.data, (long long *)((char *)lse + n->p.i[1]), ps, pc, P);
     return cu_launch(err, "cross_entropy");
 }
 
