@@ -696,6 +696,7 @@ static void case_attention_errors(void)
         st = col_cuda_sync(&gpu, &e3);
         TL_OK(st == COL_EINVAL && strstr(e3.msg, "attention: cache position 38 + 3 new tokens exceeds the cache of 40"),
               "attention: start past the cache is COL_EINVAL at the sync: %s", e3.msg);
+        col_err_clear(&e3);
         size_t nb = node_bytes(ac), lo = col_extra_offset(ac);
         char *back = malloc(nb);
         ok = back && col_cuda_to_host(&gpu, back, dout, nb, &e3) == COL_OK;

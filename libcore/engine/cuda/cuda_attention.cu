@@ -3,7 +3,9 @@
  *   q [B,Hq,T,D], k,v [B,Hkv,S,D] (any strides of dims 0..2, unit stride
  *   along D); query head h reads kv head h / (Hq/Hkv) (GQA).
  *   causal: query t sees key j iff j <= t + off, off = S - T (the queries are
- *   the last T positions), or off = start over a key/value cache.
+ *   the last T positions), or off = start over a key/value cache (start
+ *   read by the forward kernel on the device; a start past the cache gives
+ *   zeros and is reported at the next synchronisation, cuda_check.cu).
  *   out [B,Hq,T,D] contiguous; extra (col_extra): logsumexp [B,Hq,T] f32 of
  *   each row of scaled scores, as the CPU kernel (cpu_attention.c) saves it,
  *   so either backend's backward can consume either backend's forward.
