@@ -1,6 +1,6 @@
 /* bench_cuda - the CUDA backend's speed on one GPU (issue 6).
  *
- *   bench_cuda [gemm|gpt2|attention|all] [reps] [preset]   (default all, 5 reps, gpt2)
+ *   bench_cuda [gemm|gpt2|attention|kernels|all] [reps] [preset]   (default all, 5 reps, gpt2)
  *
  * gemm: the ceiling, a MATMUL node of 4096 x 4096 x 4096 (cuBLASLt through
  *   the backend's kernel) in full f32 and in TF32, 2 n^3 flops per product.
@@ -23,6 +23,17 @@
  *   skipped), backward 2.5 x forward (five products instead of two);
  *   against the f32 GEMM rate (the kernels run on the CUDA cores, not the
  *   tensor cores) and the TF32 one.
+ *
+ * kernels: single kernels at GPT-2 124M sizes (V = 50257, C = 768, B T =
+ *   8 x 1024 tokens): embedding backward (the sort by token and the
+ *   per-token row sums) with uniform random ids and with one id everywhere
+ *   (one run of 8192 rows, the worst case), checked bitwise the same on two
+ *   runs; the cross-entropy forward (its loss reduced in two passes); a full
+ *   sum of 64 Mi floats (two passes, GB/s read); and the host time of one
+ *   MATMUL call: the first of its shape (cuBLASLt descriptors and heuristic
+ *   built) against the later ones (found in the backend's cache), for a
+ *   decode-sized [1,768] @ [768,2304] and a training-sized [8000,768] @
+ *   [768,768].
  *
  * Times are CUDA events on the backend's stream, each figure the median of
  * reps timed runs after a warm-up. Without a device it says so and exits 0. */
@@ -360,6 +371,182 @@ static void bench_attention(double gemm_f32, double gemm_tf32)
     }
 }
 
+/* ---- single kernels at GPT-2 sizes ---- */
+
+/* a graph's node of op `op` planned on the device with inputs bound to
+ * random device data (ids from hids when given); the caller frees p, g */
+static col_node *planned(col_graph *g, col_node *loss, col_op op, col_plan **p, col_node **in, int nin, const int32_t *hids,
+                         bool run)
+{
+    col_err err = {0};
+    if (col_graph_status(g) != COL_OK || (loss && col_graph_backward(g, loss, &err) != COL_OK))
+        die(col_op_name(op), loss ? &err : col_graph_error(g));
+    for (int i = 0; i < nin; i++) {
+        int64_t n = col_numel(&in[i]->t);
+        void *d = NULL;
+        if (in[i]->t.dtype == COL_I32) {
+            if (col_cuda_alloc(&gpu, sizeof(int32_t) * (size_t)n, &d, &err) != COL_OK ||
+                col_cuda_to_device(&gpu, d, hids, sizeof(int32_t) * (size_t)n, &err) != COL_OK)
+                die("ids", &err);
+        } else {
+            d = device_random(n, 20 + (uint64_t)i);
+        }
+        if (col_bind(in[i], d, &err) != COL_OK)
+            die("bind", &err);
+        if (in[i]->flags & COL_NODE_NEEDS_GRAD) {
+            float *gr = device_random(n, 40 + (uint64_t)i);
+            if (col_bind_grad(in[i], gr, &err) != COL_OK)
+                die("bind grad", &err);
+        }
+    }
+    if (col_plan_create_on(g, &gpu, p, &err) != COL_OK || (run && col_plan_run(*p, &gpu, &err) != COL_OK))
+        die(col_op_name(op), &err);
+    col_node *n = find_op(*p, op);
+    if (!n) {
+        fprintf(stderr, "bench_cuda: no %s node in the plan\n", col_op_name(op));
+        exit(1);
+    }
+    return n;
+}
+
+static void free_bound(col_node **in, int nin)
+{
+    for (int i = 0; i < nin; i++) {
+        col_cuda_free(&gpu, in[i]->bound);
+        if (in[i]->flags & COL_NODE_NEEDS_GRAD)
+            col_cuda_free(&gpu, in[i]->grad_data);
+    }
+}
+
+static void bench_embedding_bwd(bool one_id)
+{
+    const int64_t V = 50257, C = 768, N = 8 * 1024;
+    col_err err = {0};
+    int32_t *hids = malloc(sizeof(int32_t) * (size_t)N);
+    col_rng r;
+    col_rng_init(&r, 5);
+    for (int64_t i = 0; i < N; i++)
+        hids[i] = one_id ? 50256 : (int32_t)col_rng_below(&r, (uint64_t)V);
+    col_graph *g = col_graph_new();
+    col_node *w = col_param(g, "wte", COL_F32, 2, (int64_t[]){V, C});
+    col_node *ids = col_input(g, "ids", COL_I32, 2, (int64_t[]){8, 1024});
+    col_node *dy = col_input(g, "r", COL_F32, 3, (int64_t[]){8, 1024, C});
+    col_node *y = col_embedding(g, w, ids);
+    col_node *in[3] = {w, ids, dy};
+    col_plan *p = NULL;
+    col_node *n = planned(g, y ? col_sum(g, col_mul(g, y, dy), 7u, 0) : NULL, COL_OP_EMBEDDING_BWD, &p, in, 3, hids, true);
+    double ms = kernel_ms(n, 5);
+    /* two runs give the same bits */
+    size_t bytes = sizeof(float) * (size_t)(V * C);
+    float *h1 = malloc(bytes), *h2 = malloc(bytes);
+    col_exec ex = {.be = &gpu};
+    if (!h1 || !h2 || gpu.kernel[n->op](n, &ex, &err) != COL_OK || col_cuda_to_host(&gpu, h1, n->t.data, bytes, &err) ||
+        gpu.kernel[n->op](n, &ex, &err) != COL_OK || col_cuda_to_host(&gpu, h2, n->t.data, bytes, &err))
+        die("embedding_bwd", &err);
+    bool same = memcmp(h1, h2, bytes) == 0;
+    double gb = (double)(N * C + 2 * V * C) * sizeof(float) / 1e9; /* dy read, dw zeroed and written */
+    printf("  embedding_bwd V=%lld C=%lld N=%lld, %s: %.3f ms, %.0f GB/s of dy read + dw written; two runs bitwise %s\n",
+           (long long)V, (long long)C, (long long)N, one_id ? "one id everywhere" : "uniform ids", ms, gb / (ms * 1e-3),
+           same ? "the same" : "DIFFERENT");
+    free(h1), free(h2), free(hids);
+    free_bound(in, 3);
+    col_plan_free(p);
+    col_graph_free(g);
+}
+
+static void bench_cross_entropy(void)
+{
+    const int64_t V = 50257, N = 8 * 1024;
+    int32_t *hids = malloc(sizeof(int32_t) * (size_t)N);
+    col_rng r;
+    col_rng_init(&r, 6);
+    for (int64_t i = 0; i < N; i++)
+        hids[i] = (int32_t)col_rng_below(&r, (uint64_t)V);
+    col_graph *g = col_graph_new();
+    col_node *x = col_input(g, "logits", COL_F32, 2, (int64_t[]){N, V}), *t = col_input(g, "t", COL_I32, 1, &N);
+    col_cross_entropy(g, x, t, -100);
+    col_node *in[2] = {x, t};
+    col_plan *p = NULL;
+    col_node *n = planned(g, NULL, COL_OP_CROSS_ENTROPY, &p, in, 2, hids, true);
+    double ms = kernel_ms(n, 5);
+    printf("  cross_entropy [%lld, %lld]: %.3f ms, %.0f GB/s of logits read\n", (long long)N, (long long)V, ms,
+           (double)(N * V) * sizeof(float) / 1e9 / (ms * 1e-3));
+    free(hids);
+    free_bound(in, 2);
+    col_plan_free(p);
+    col_graph_free(g);
+}
+
+static void bench_full_sum(void)
+{
+    const int64_t n = (int64_t)64 << 20;
+    col_graph *g = col_graph_new();
+    col_node *x = col_input(g, "x", COL_F32, 1, &n);
+    col_sum(g, x, 1u, 0);
+    col_node *in[1] = {x};
+    col_plan *p = NULL;
+    col_node *s = planned(g, NULL, COL_OP_SUM, &p, in, 1, NULL, true);
+    double ms = kernel_ms(s, 5);
+    printf("  sum of %lld floats to one: %.3f ms, %.0f GB/s read\n", (long long)n, ms,
+           (double)n * sizeof(float) / 1e9 / (ms * 1e-3));
+    free_bound(in, 1);
+    col_plan_free(p);
+    col_graph_free(g);
+}
+
+/* host microseconds of one MATMUL call: the first of its shape and the median of later ones */
+static void bench_matmul_call(int64_t M, int64_t K, int64_t N)
+{
+    col_err err = {0};
+    col_graph *g = col_graph_new();
+    col_node *a = col_input(g, "a", COL_F32, 2, (int64_t[]){M, K}), *b = col_input(g, "b", COL_F32, 2, (int64_t[]){K, N});
+    col_matmul(g, a, b);
+    col_node *in[2] = {a, b};
+    col_plan *p = NULL;
+    uint64_t h0, m0, h1, m1;
+    col_node *n = planned(g, NULL, COL_OP_MATMUL, &p, in, 2, NULL, false);
+    col_exec ex = {.be = &gpu};
+    if (col_cuda_sync(&gpu, &err) != COL_OK)
+        die("matmul", &err);
+    col_cuda_backend_matmul_cache(&gpu, &h0, &m0);
+    double t0 = bench_now();
+    if (gpu.kernel[COL_OP_MATMUL](n, &ex, &err) != COL_OK) /* the first call of the shape */
+        die("matmul", &err);
+    double first = bench_now() - t0;
+    enum { CALLS = 200 };
+    double t[CALLS];
+    for (int i = 0; i < CALLS; i++) {
+        t0 = bench_now();
+        if (gpu.kernel[COL_OP_MATMUL](n, &ex, &err) != COL_OK)
+            die("matmul", &err);
+        t[i] = bench_now() - t0;
+        if (i % 32 == 31 && col_cuda_sync(&gpu, &err) != COL_OK) /* keep the queue short */
+            die("matmul", &err);
+    }
+    if (col_cuda_sync(&gpu, &err) != COL_OK)
+        die("matmul", &err);
+    col_cuda_backend_matmul_cache(&gpu, &h1, &m1);
+    double gpu_ms = kernel_ms(n, 20);
+    printf("  matmul [%lld,%lld] @ [%lld,%lld] host time per call: first %.1f us, later %.1f us (median; "
+           "%llu calls found the descriptors cached, %llu built them); GPU %.3f ms\n",
+           (long long)M, (long long)K, (long long)K, (long long)N, first * 1e6, bench_median(t, CALLS) * 1e6,
+           (unsigned long long)(h1 - h0), (unsigned long long)(m1 - m0), gpu_ms);
+    free_bound(in, 2);
+    col_plan_free(p);
+    col_graph_free(g);
+}
+
+static void bench_kernels(void)
+{
+    printf("\nsingle kernels at GPT-2 124M sizes (CUDA events, median of %d):\n", reps);
+    bench_embedding_bwd(false);
+    bench_embedding_bwd(true);
+    bench_cross_entropy();
+    bench_full_sum();
+    bench_matmul_call(1, 768, 2304);
+    bench_matmul_call(8000, 768, 768); /* not a shape the gpt2 step cached */
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "all";
@@ -368,8 +555,9 @@ int main(int argc, char **argv)
     if (argc > 3)
         preset = argv[3];
     if (reps < 1 || reps > 64 ||
-        (strcmp(mode, "gemm") && strcmp(mode, "gpt2") && strcmp(mode, "attention") && strcmp(mode, "all"))) {
-        fprintf(stderr, "usage: bench_cuda [gemm|gpt2|attention|all] [reps 1..64] [model preset, default gpt2]\n");
+        (strcmp(mode, "gemm") && strcmp(mode, "gpt2") && strcmp(mode, "attention") && strcmp(mode, "kernels") &&
+         strcmp(mode, "all"))) {
+        fprintf(stderr, "usage: bench_cuda [gemm|gpt2|attention|kernels|all] [reps 1..64] [model preset, default gpt2]\n");
         return 2;
     }
     int ndev = 0;
@@ -403,6 +591,8 @@ int main(int argc, char **argv)
         bench_gpt2(pk, g32, gtf);
     if (!strcmp(mode, "attention") || !strcmp(mode, "all"))
         bench_attention(g32, gtf);
+    if (!strcmp(mode, "kernels") || !strcmp(mode, "all"))
+        bench_kernels();
     for (int i = 0; i < 3; i++)
         col_cuda_event_free(ev[i]);
     col_cuda_backend_free(&gpu);

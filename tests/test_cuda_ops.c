@@ -8,8 +8,9 @@
  * values (leaves and gradient buffers as they were before the run), the
  * node's output is poisoned (NaN bytes), the kernel is called directly, and
  * its result is compared with the CPU's (f32: |d - c| <= tol (|c| + mean |c|),
- * tol 1e-5, TF32 matmul 2e-3; other dtypes bitwise). Also: bad ids and
- * targets give COL_EINVAL, an impossible allocation COL_ENOMEM.
+ * tol 1e-5, TF32 matmul 2e-3; other dtypes bitwise). Also: bad ids,
+ * targets and cache positions give COL_EINVAL at the next synchronisation,
+ * an impossible allocation COL_ENOMEM.
  *
  * Without a CUDA device it prints "1..0 # SKIP ..." and passes.
  * Run alone: make tests/test_cuda_ops && ./tests/test_cuda_ops */
@@ -259,6 +260,8 @@ static void run_case(tcase *c)
                 if (memcmp((char *)back + co, (char *)host[id] + co, sizeof(int64_t)) != 0)
                     w = INFINITY;
             }
+            if (n->op == COL_OP_EMBEDDING_BWD && memcmp(back, host[id], (size_t)num * sizeof(float)) != 0)
+                w = INFINITY; /* each element summed in row order, as on the CPU: the same bits */
             if (n->op == COL_OP_ATTENTION) { /* and the logsumexp [B,Hq,T] saved for the backward */
                 size_t off = col_extra_offset(n);
                 double w2 = compare_f32((float *)((char *)back + off), (float *)((char *)host[id] + off),
@@ -420,6 +423,20 @@ static void case_reduce(void)
     finish(&c);
 }
 
+/* long slabs with few outputs: the two-pass reductions (parts of at least
+ * 2048 elements), the reduced axes inner and outer */
+static void case_reduce_long(void)
+{
+    tcase c = begin("reduce: long slabs", TOL);
+    int64_t s[3] = {2, 4500, 5};
+    col_node *x = param(&c, "x", 3, s, R_NORMAL);
+    backward_of(&c, col_sum(c.g, x, 7u, 0));                           /* everything: one output */
+    backward_of(&c, col_mean(c.g, x, (1u << 1) | (1u << 2), 1));       /* [2]: 22500 each, inner */
+    backward_of(&c, col_max(c.g, x, 1u << 1, 0));                      /* [2, 5]: 4500 each, strided by 5 */
+    col_sum(c.g, col_transpose(c.g, x, 0, 2), (1u << 1) | (1u << 2), 0); /* [5]: 9000 each, strided */
+    finish(&c);
+}
+
 static void case_softmax(int causal, bool mask)
 {
     char name[64];
@@ -473,12 +490,43 @@ static void case_matmul(bool tf32)
     col_cuda_backend_set_tf32(&gpu, false);
 }
 
-static void case_embedding(col_dtype idt)
+/* ids [B, T] below V into a table [V, C]; the backward's dw must equal the
+ * CPU's bitwise (the same row order per element). Large B T: more rows than
+ * one block sorts (2048), so the sort's global merge steps run too. */
+/* more matmul shapes than the backend caches descriptors for (64): each
+ * call's result against the CPU (a descriptor of another shape would show),
+ * then one shape again and again: found in the cache */
+static void case_matmul_cache(void)
 {
-    tcase c = begin(idt == COL_I32 ? "embedding i32" : "embedding i64", TOL);
-    int64_t sw[2] = {11, 7}, si[2] = {3, 5};
+    uint64_t h0, m0, h1, m1, h2, m2;
+    col_cuda_backend_matmul_cache(&gpu, &h0, &m0);
+    tcase c = begin("matmul: 70 shapes through the descriptor cache", TOL);
+    int64_t sa[2] = {5, 80}, sb[2] = {80, 4};
+    col_node *a = param(&c, "a", 2, sa, R_NORMAL), *b = param(&c, "b", 2, sb, R_NORMAL);
+    for (int64_t k = 3; k < 73; k++)
+        col_matmul(c.g, col_slice(c.g, a, 1, 0, k), col_slice(c.g, b, 0, 0, k));
+    finish(&c);
+    col_cuda_backend_matmul_cache(&gpu, &h1, &m1);
+    TL_OK(m1 - m0 >= 70, "70 shapes: %llu descriptor builds", (unsigned long long)(m1 - m0));
+    tcase d = begin("matmul: one shape 4 times", TOL);
+    a = param(&d, "a", 2, (int64_t[]){9, 13}, R_NORMAL), b = param(&d, "b", 2, (int64_t[]){13, 6}, R_NORMAL);
+    for (int i = 0; i < 4; i++)
+        col_matmul(d.g, a, b);
+    finish(&d);
+    col_cuda_backend_matmul_cache(&gpu, &h2, &m2);
+    TL_OK(m2 - m1 <= 1 && h2 - h1 >= 3, "one shape 4 times: %llu builds, %llu found cached",
+          (unsigned long long)(m2 - m1), (unsigned long long)(h2 - h1));
+}
+
+static void case_embedding(col_dtype idt, int64_t V, int64_t C, int64_t B, int64_t T)
+{
+    char name[96];
+    snprintf(name, sizeof name, "embedding %s V=%lld C=%lld ids [%lld,%lld]", col_dtype_name(idt), (long long)V,
+             (long long)C, (long long)B, (long long)T);
+    tcase c = begin(name, TOL);
+    int64_t sw[2] = {V, C}, si[2] = {B, T};
     col_node *w = param(&c, "w", 2, sw, R_NORMAL);
-    col_node *ids = input(&c, "ids", idt, 2, si, R_NORMAL, 11, false);
+    col_node *ids = input(&c, "ids", idt, 2, si, R_NORMAL, V, false);
     backward_of(&c, col_embedding(c.g, w, ids));
     finish(&c);
 }
@@ -632,17 +680,46 @@ static void case_attention_errors(void)
     bool ok = ac && col_cuda_alloc(&gpu, sizeof hs, &dstart, &e2) == COL_OK &&
               col_cuda_to_device(&gpu, dstart, &hs, sizeof hs, &e2) == COL_OK;
     TL_OK(ok, "cached attention error setup %s", e2.msg);
+    void *dq = NULL, *dkv = NULL, *dout = NULL;
+    ok = ok && col_cuda_alloc(&gpu, sizeof(float) * 24, &dq, &e2) == COL_OK &&
+         col_cuda_alloc(&gpu, sizeof(float) * 320, &dkv, &e2) == COL_OK &&
+         col_cuda_alloc(&gpu, node_bytes(ac), &dout, &e2) == COL_OK &&
+         col_cuda_memset(&gpu, dq, 0, sizeof(float) * 24, &e2) == COL_OK &&
+         col_cuda_memset(&gpu, dkv, 0, sizeof(float) * 320, &e2) == COL_OK &&
+         col_cuda_memset(&gpu, dout, 0xff, node_bytes(ac), &e2) == COL_OK;
     if (ok) {
+        /* the kernel is queued without a look at the position; the next synchronisation reports it */
+        ac->src[0]->t.data = dq, ac->src[1]->t.data = dkv, ac->src[2]->t.data = dkv, ac->t.data = dout;
         ac->src[3]->t.data = dstart;
         st = gpu.kernel[COL_OP_ATTENTION](ac, &ex, &e3);
-        TL_OK(st == COL_EINVAL && strstr(e3.msg, "cache position 38 + 3"), "attention: start past the cache is COL_EINVAL: %s",
-              e3.msg);
+        TL_OK(st == COL_OK, "attention: a start past the cache is queued: %s", e3.msg);
+        st = col_cuda_sync(&gpu, &e3);
+        TL_OK(st == COL_EINVAL && strstr(e3.msg, "attention: cache position 38 + 3 new tokens exceeds the cache of 40"),
+              "attention: start past the cache is COL_EINVAL at the sync: %s", e3.msg);
+        col_err_clear(&e3);
+        size_t nb = node_bytes(ac), lo = col_extra_offset(ac);
+        char *back = malloc(nb);
+        ok = back && col_cuda_to_host(&gpu, back, dout, nb, &e3) == COL_OK;
+        bool zeros = ok;
+        for (int i = 0; i < 24 && ok; i++)
+            zeros = zeros && ((float *)back)[i] == 0.0f;
+        for (int i = 0; i < 3 && ok; i++)
+            zeros = zeros && ((float *)(back + lo))[i] == 0.0f;
+        free(back);
+        TL_OK(zeros, "attention: output and logsumexp are zeros for a bad start %s", e3.msg);
+        col_err_clear(&e3);
+        TL_OK(col_cuda_sync(&gpu, &e3) == COL_OK, "the next sync is clean: %s", e3.msg);
     }
+    col_cuda_free(&gpu, dq), col_cuda_free(&gpu, dkv), col_cuda_free(&gpu, dout);
     col_cuda_free(&gpu, dstart);
     col_graph_free(g);
 }
 
-/* bad ids / targets are COL_EINVAL; an impossible allocation is COL_ENOMEM */
+/* bad ids, targets and cache positions: every kernel is queued, the next
+ * synchronisation (col_cuda_sync, a synchronous copy) reports the first bad
+ * input as COL_EINVAL with the CPU kernel's message, and the kernels wrote
+ * nothing out of bounds (zeros for a bad embedding row). An impossible
+ * allocation is COL_ENOMEM. */
 static void case_errors(void)
 {
     col_err err = {0};
@@ -651,35 +728,131 @@ static void case_errors(void)
     TL_OK(st == COL_ENOMEM && p == NULL, "a 4 PiB allocation is COL_ENOMEM: %s", err.msg);
     col_err_clear(&err);
 
-    int64_t sw[2] = {5, 3}, n = 4;
+    int64_t sw[2] = {5, 3}, n = 4, one = 1;
     col_graph *g = col_graph_new();
     col_node *w = col_input(g, "w", COL_F32, 2, sw), *ids = col_input(g, "ids", COL_I64, 1, &n);
+    w->flags |= COL_NODE_NEEDS_GRAD;
     col_node *e = col_embedding(g, w, ids);
     col_node *t = col_input(g, "t", COL_I32, 1, &n);
     col_node *lg = col_input(g, "lg", COL_F32, 2, (int64_t[]){4, 5});
     col_node *ce = col_cross_entropy(g, lg, t, -1);
-    int64_t hid[4] = {0, 4, 5, 1};
+    col_node *eb = NULL; /* embedding_bwd, from the graph's backward */
+    if (e && col_graph_backward(g, col_sum(g, e, 3u, 0), &err) == COL_OK)
+        for (int i = 0; i < col_graph_count(g); i++)
+            if (col_graph_node(g, i)->op == COL_OP_EMBEDDING_BWD)
+                eb = col_graph_node(g, i);
+    col_node *cache = col_input(g, "cache", COL_F32, 4, (int64_t[]){1, 1, 6, 2});
+    col_node *nw = col_input(g, "new", COL_F32, 4, (int64_t[]){1, 1, 2, 2});
+    col_node *start = col_input(g, "start", COL_I64, 1, &one);
+    col_node *kv = col_kv_write(g, cache, nw, start);
+    int64_t hid[4] = {0, 4, 5, 1}, hstart = 5;
     int32_t ht[4] = {0, -1, 9, 2};
-    void *dw = NULL, *dids = NULL, *de = NULL, *dt = NULL, *dl = NULL, *dce = NULL;
-    bool ok = e && ce && col_cuda_alloc(&gpu, 64, &dw, &err) == COL_OK && col_cuda_alloc(&gpu, 64, &dids, &err) == COL_OK &&
-              col_cuda_alloc(&gpu, 256, &de, &err) == COL_OK && col_cuda_alloc(&gpu, 64, &dt, &err) == COL_OK &&
-              col_cuda_alloc(&gpu, 128, &dl, &err) == COL_OK && col_cuda_alloc(&gpu, 256, &dce, &err) == COL_OK &&
+    float hw[15], hcache[12], hnew[4];
+    for (int i = 0; i < 15; i++)
+        hw[i] = (float)(i + 1);
+    for (int i = 0; i < 12; i++)
+        hcache[i] = 100.0f + (float)i;
+    for (int i = 0; i < 4; i++)
+        hnew[i] = -1.0f - (float)i;
+    void *dw = NULL, *dids = NULL, *de = NULL, *dt = NULL, *dl = NULL, *dce = NULL, *ddy = NULL, *deb = NULL;
+    void *dcache = NULL, *dnew = NULL, *dstart = NULL;
+    bool ok = e && ce && eb && kv && col_cuda_alloc(&gpu, sizeof hw, &dw, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 64, &dids, &err) == COL_OK && col_cuda_alloc(&gpu, 256, &de, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 64, &dt, &err) == COL_OK && col_cuda_alloc(&gpu, 128, &dl, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 256, &dce, &err) == COL_OK && col_cuda_alloc(&gpu, 64, &ddy, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 64, &deb, &err) == COL_OK && col_cuda_alloc(&gpu, sizeof hcache, &dcache, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, sizeof hnew, &dnew, &err) == COL_OK && col_cuda_alloc(&gpu, 8, &dstart, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dw, hw, sizeof hw, &err) == COL_OK &&
               col_cuda_to_device(&gpu, dids, hid, sizeof hid, &err) == COL_OK &&
-              col_cuda_to_device(&gpu, dt, ht, sizeof ht, &err) == COL_OK;
+              col_cuda_to_device(&gpu, dt, ht, sizeof ht, &err) == COL_OK &&
+              col_cuda_memset(&gpu, dl, 0, 128, &err) == COL_OK && col_cuda_memset(&gpu, ddy, 0, 64, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dcache, hcache, sizeof hcache, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dnew, hnew, sizeof hnew, &err) == COL_OK &&
+              col_cuda_to_device(&gpu, dstart, &hstart, sizeof hstart, &err) == COL_OK;
     TL_OK(ok, "error-case setup %s", err.msg);
     if (ok) {
         col_exec ex = {.be = &gpu};
         e->src[0]->t.data = dw, e->src[1]->t.data = dids, e->t.data = de;
-        col_err e1 = {0}, e2 = {0};
-        st = gpu.kernel[COL_OP_EMBEDDING](e, &ex, &e1);
-        TL_OK(st == COL_EINVAL && strstr(e1.msg, "token id 5 at position 2"), "embedding: bad id is COL_EINVAL: %s", e1.msg);
         col_node *lgv = ce->src[0], *tv = ce->src[1]; /* contiguous already: the leaves themselves */
         lgv->t.data = dl, tv->t.data = dt, ce->t.data = dce;
+        eb->src[1]->t.data = ddy, eb->t.data = deb;
+        kv->src[0]->t.data = dcache, kv->src[1]->t.data = dnew, kv->src[2]->t.data = dstart, kv->t.data = dcache;
+        col_err e1 = {0}, e2 = {0}, e3 = {0}, e4 = {0};
+
+        st = gpu.kernel[COL_OP_EMBEDDING](e, &ex, &e1);
+        TL_OK(st == COL_OK, "embedding: a bad id is queued: %s", e1.msg);
+        st = col_cuda_sync(&gpu, &e1);
+        TL_OK(st == COL_EINVAL && strstr(e1.msg, "embedding: token id 5 at position 2 is outside the vocabulary (0..4)"),
+              "embedding: bad id is COL_EINVAL at the sync: %s", e1.msg);
+        float back[12] = {0};
+        col_err_clear(&e1);
+        st = col_cuda_to_host(&gpu, back, de, sizeof back, &e1);
+        bool rows_ok = st == COL_OK;
+        for (int r = 0; r < 4; r++)
+            for (int c = 0; c < 3; c++)
+                rows_ok = rows_ok && back[r * 3 + c] == (r == 2 ? 0.0f : hw[hid[r] * 3 + c]);
+        TL_OK(rows_ok, "embedding: the good rows are gathered, the bad one is zeros (and the copy is clean) %s", e1.msg);
+
+        /* two bad calls before one synchronisation: the first is reported; a copy to the host reports too */
         st = gpu.kernel[COL_OP_CROSS_ENTROPY](ce, &ex, &e2);
-        TL_OK(st == COL_EINVAL && strstr(e2.msg, "target 9 at row 2"), "cross_entropy: bad target is COL_EINVAL: %s", e2.msg);
+        if (st == COL_OK)
+            st = gpu.kernel[COL_OP_EMBEDDING_BWD](eb, &ex, &e2);
+        TL_OK(st == COL_OK, "cross_entropy, embedding_bwd: bad input is queued: %s", e2.msg);
+        float loss = 0.0f;
+        st = col_cuda_to_host(&gpu, &loss, dce, sizeof loss, &e2);
+        TL_OK(st == COL_EINVAL &&
+                  strstr(e2.msg, "cross_entropy: target 9 at row 2 is outside the classes (0..4) and is not ignore_index (-1)"),
+              "cross_entropy: bad target is COL_EINVAL at a copy to the host: %s", e2.msg);
+        TL_OK(loss == logf(5.0f) || fabsf(loss - logf(5.0f)) < 1e-6f,
+              "cross_entropy: the bad row adds nothing: loss %g, ln 5 over the good rows", (double)loss);
+        col_err_clear(&e2);
+        TL_OK(col_cuda_sync(&gpu, &e2) == COL_OK, "the next sync is clean: %s", e2.msg);
+        st = gpu.kernel[COL_OP_EMBEDDING_BWD](eb, &ex, &e2);
+        if (st == COL_OK)
+            st = col_cuda_sync(&gpu, &e2);
+        TL_OK(st == COL_EINVAL && strstr(e2.msg, "embedding_bwd: token id 5 at position 2 is outside the vocabulary"),
+              "embedding_bwd: bad id is COL_EINVAL at the sync: %s", e2.msg);
+
+        /* kv_write at 5 + 2 tokens over a cache of 6: nothing written */
+        st = gpu.kernel[COL_OP_KV_WRITE](kv, &ex, &e3);
+        TL_OK(st == COL_OK, "kv_write: a bad position is queued: %s", e3.msg);
+        st = col_cuda_sync(&gpu, &e3);
+        TL_OK(st == COL_EINVAL && strstr(e3.msg, "kv_write: position 5 + 2 tokens exceeds the cache of 6"),
+              "kv_write: bad position is COL_EINVAL at the sync: %s", e3.msg);
+        float cb[12];
+        col_err_clear(&e3);
+        TL_OK(col_cuda_to_host(&gpu, cb, dcache, sizeof cb, &e3) == COL_OK && memcmp(cb, hcache, sizeof cb) == 0,
+              "kv_write: the cache is untouched %s", e3.msg);
+        hstart = 4; /* and a good one writes */
+        st = col_cuda_to_device(&gpu, dstart, &hstart, sizeof hstart, &e3);
+        if (st == COL_OK)
+            st = gpu.kernel[COL_OP_KV_WRITE](kv, &ex, &e3);
+        if (st == COL_OK)
+            st = col_cuda_to_host(&gpu, cb, dcache, sizeof cb, &e3);
+        TL_OK(st == COL_OK && memcmp(cb, hcache, 8 * sizeof(float)) == 0 && memcmp(cb + 8, hnew, sizeof hnew) == 0,
+              "kv_write at 4 + 2 fills the last two positions: %s", e3.msg);
+
+        /* a full ring of check slots: the call that finds none free reports the earlier bad input */
+        hstart = 5;
+        st = col_cuda_to_device(&gpu, dstart, &hstart, sizeof hstart, &e4);
+        if (st == COL_OK)
+            st = gpu.kernel[COL_OP_KV_WRITE](kv, &ex, &e4);
+        int calls = 1;
+        for (; st == COL_OK && calls < 10000; calls++)
+            st = gpu.kernel[COL_OP_EMBEDDING](e, &ex, &e4);
+        TL_OK(st == COL_EINVAL && calls > 8 && calls < 10000 && strstr(e4.msg, "kv_write: position 5 + 2"),
+              "with the check slots full, call %d reports the first bad input: %s", calls, e4.msg);
+        col_err_clear(&e4); /* that call queued nothing; what the ring held was read */
+        TL_OK(col_cuda_sync(&gpu, &e4) == COL_OK, "then the sync is clean: %s", e4.msg);
+        st = gpu.kernel[COL_OP_EMBEDDING](e, &ex, &e4);
+        if (st == COL_OK)
+            st = col_cuda_sync(&gpu, &e4);
+        TL_OK(st == COL_EINVAL && strstr(e4.msg, "embedding: token id 5"), "and the slots work again: %s", e4.msg);
     }
     col_cuda_free(&gpu, dw), col_cuda_free(&gpu, dids), col_cuda_free(&gpu, de);
     col_cuda_free(&gpu, dt), col_cuda_free(&gpu, dl), col_cuda_free(&gpu, dce);
+    col_cuda_free(&gpu, ddy), col_cuda_free(&gpu, deb), col_cuda_free(&gpu, dcache);
+    col_cuda_free(&gpu, dnew), col_cuda_free(&gpu, dstart);
     col_graph_free(g);
 }
 
@@ -715,6 +888,7 @@ int main(void)
     case_dropout();
     case_dropout_off();
     case_reduce();
+    case_reduce_long();
     case_softmax(0, false);
     case_softmax(1, false);
     case_softmax(1, true);
@@ -725,10 +899,13 @@ int main(void)
     case_norm(true, true, false, 300, 515);
     case_matmul(false);
     case_matmul(true);
-    case_embedding(COL_I32);
-    case_embedding(COL_I64);
+    case_matmul_cache();
+    case_embedding(COL_I32, 11, 7, 3, 5);
+    case_embedding(COL_I64, 11, 7, 3, 5);
+    case_embedding(COL_I32, 37, 130, 3, 1100); /* 3300 rows: 4096 keys, two sort blocks and a merge */
     case_cross_entropy(COL_I64, 9, 13);
     case_cross_entropy(COL_I32, 5, 3001);
+    case_cross_entropy(COL_I64, 2500, 7); /* the loss in two passes: 2 parts */
     case_data_movement();
     case_rope(2, 3, 17, 64, 0, false, false, 10000.0f, false, 4096);
     case_rope(2, 4, 9, 128, 64, true, true, 500000.0f, true, 131072);

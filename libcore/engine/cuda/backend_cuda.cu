@@ -38,11 +38,11 @@ void col_cuda_backend_free(col_backend *be)
         cudaStreamSynchronize(c->copy);
         cudaStreamDestroy(c->copy);
     }
+    cu_lt_cache_free(c);
     if (c->lt)
         cublasLtDestroy(c->lt);
     cudaFree(c->ws);
-    cudaFree(c->flag_dev);
-    cudaFreeHost(c->flag_host);
+    cu_check_free(c);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c);
@@ -89,9 +89,7 @@ col_status col_cuda_backend_init(col_backend *be, int device, col_err *err)
         st = cu_status(cudaMalloc(&c->ws, c->ws_bytes), err, "cuda backend: workspace");
     }
     if (st == COL_OK)
-        st = cu_status(cudaMalloc((void **)&c->flag_dev, sizeof(int64_t)), err, "cuda backend: flag");
-    if (st == COL_OK)
-        st = cu_status(cudaMallocHost((void **)&c->flag_host, sizeof(int64_t)), err, "cuda backend: pinned flag");
+        st = cu_check_init(c, err);
     if (st == COL_OK) {
         cublasStatus_t s = cublasLtCreate(&c->lt);
         if (s != CUBLAS_STATUS_SUCCESS) {

@@ -4,8 +4,12 @@
  * Built only when configure finds nvcc and cuBLAS (libcore/engine/cuda/libengine_cuda.a).
  * Every kernel runs on the backend's stream and returns as soon as it is
  * queued (its launch error, if any, becomes a col_status): node data must be
- * device memory. A few kernels synchronise the stream to report bad input
- * (token ids or targets out of range) as COL_EINVAL, as the CPU ones do.
+ * device memory. No kernel stops the host: bad input (token ids or targets
+ * out of range, a key/value cache position past the cache) is reported as
+ * COL_EINVAL at the next synchronisation, with the CPU kernel's message:
+ * col_cuda_sync, a synchronous copy (col_cuda_to_host, col_cuda_to_device)
+ * or the memory table's sync (a plan's run ends with it). Until then the
+ * kernels skip what is bad (zeros or nothing written, never out of bounds).
  * Kernels do not use col_exec.scratch: their workspace is the backend's
  * (col_cuda_backend_init allocates it), so a plan's scratch may be NULL.
  *
@@ -18,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend.h"
 
@@ -40,6 +45,9 @@ void col_cuda_backend_free(col_backend *be);
  * off (full f32) after init. */
 void col_cuda_backend_set_tf32(col_backend *be, bool on);
 bool col_cuda_backend_tf32(const col_backend *be);
+/* Matmul calls since init that found their shape's cuBLASLt descriptors
+ * and algorithm in the backend's cache (*hits) and that built them (*misses). */
+void col_cuda_backend_matmul_cache(const col_backend *be, uint64_t *hits, uint64_t *misses);
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
 const char *col_cuda_backend_device_name(const col_backend *be);
 
@@ -47,7 +55,8 @@ const char *col_cuda_backend_device_name(const col_backend *be);
 /* *out = bytes of device memory (256-byte aligned); COL_ENOMEM when out of memory. */
 col_status col_cuda_alloc(const col_backend *be, size_t bytes, void **out, col_err *err);
 void col_cuda_free(const col_backend *be, void *p);
-/* Copies that return when the data has arrived (host memory may be pageable). */
+/* Copies that return when the data has arrived (host memory may be pageable);
+ * they wait for the kernels queued before them, and report their bad input. */
 col_status col_cuda_to_device(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err);
 col_status col_cuda_to_host(const col_backend *be, void *dst, const void *src, size_t bytes, col_err *err);
 /* Device to device, queued on the stream. */
@@ -55,7 +64,8 @@ col_status col_cuda_copy(const col_backend *be, void *dst, const void *src, size
 /* Sets bytes of device memory to the byte value, queued on the stream. */
 col_status col_cuda_memset(const col_backend *be, void *dst, int value, size_t bytes, col_err *err);
 /* Waits for everything queued on the backend's stream; reports the first
- * asynchronous error (a kernel fault) as a col_status. */
+ * asynchronous error (a kernel fault) as a col_status, else the first bad
+ * input the kernels queued since the last synchronisation met (COL_EINVAL). */
 col_status col_cuda_sync(const col_backend *be, col_err *err);
 
 /* The backend's memory table (be->mem after col_cuda_backend_init): the

@@ -3,7 +3,9 @@
  *   q [B,Hq,T,D], k,v [B,Hkv,S,D] (any strides of dims 0..2, unit stride
  *   along D); query head h reads kv head h / (Hq/Hkv) (GQA).
  *   causal: query t sees key j iff j <= t + off, off = S - T (the queries are
- *   the last T positions), or off = start over a key/value cache.
+ *   the last T positions), or off = start over a key/value cache (start
+ *   read by the forward kernel on the device; a start past the cache gives
+ *   zeros and is reported at the next synchronisation, cuda_check.cu).
  *   out [B,Hq,T,D] contiguous; extra (col_extra): logsumexp [B,Hq,T] f32 of
  *   each row of scaled scores, as the CPU kernel (cpu_attention.c) saves it,
  *   so either backend's backward can consume either backend's forward.
@@ -47,6 +49,11 @@ typedef struct {
     int64_t B, Hq, Hkv, T, S, D, grp, off;
     int causal;
     float scale;
+    /* over a key/value cache of S positions (forward only): the first
+     * *pos + T are valid (S = *pos + T, off = *pos on the device); a bad
+     * *pos gives zeros and goes to the check slot */
+    const int64_t *pos;
+    cu_check_slot *slot;
 } att_geom;
 
 __device__ __forceinline__ int64_t dmin64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -107,6 +114,23 @@ __global__ void __launch_bounds__(4 * BR) k_att_fwd(att_geom g, float *__restric
     const int64_t b = bh / g.Hq, h = bh % g.Hq, hk = h / g.grp;
     const int mr = (int)dmin64(BR, g.T - t0);
     const int64_t t = t0 + r; /* this thread's query */
+    int64_t S = g.S, off = g.off;
+    if (g.pos) { /* over a cache: the same for the whole block, so all threads return or none */
+        int64_t start = *g.pos;
+        if (start < 0 || start > g.S - g.T) {
+            if (blockIdx.x == 0 && tid == 0) {
+                g.slot->val = start;
+                g.slot->pos = 0;
+            }
+            for (int e = tid; e < mr * D; e += blockDim.x)
+                out[(bh * g.T + t0 + e / D) * g.D + e % D] = 0.0f;
+            if (tid < mr)
+                lse[bh * g.T + t0 + tid] = 0.0f;
+            return;
+        }
+        S = start + g.T;
+        off = start;
+    }
     const float *kb = g.k + b * g.ks[0] + hk * g.ks[1];
     const float *vb = g.v + b * g.vs[0] + hk * g.vs[1];
     load_tile<DM, BR>(qs, g.q + b * g.qs[0] + h * g.qs[1] + t0 * g.qs[2], g.qs[2], mr, D, g.scale);
@@ -116,7 +140,7 @@ __global__ void __launch_bounds__(4 * BR) k_att_fwd(att_geom g, float *__restric
 #pragma unroll
     for (int c = 0; c < NO; c++)
         o[c] = 0.0f;
-    const int64_t jend = g.causal ? dmin64(g.S, t0 + mr + g.off) : g.S; /* keys >= jend are masked for all rows */
+    const int64_t jend = g.causal ? dmin64(S, t0 + mr + off) : S; /* keys >= jend are masked for all rows */
     for (int64_t j0 = 0; j0 < jend; j0 += BC) {
         const int nc = (int)dmin64(BC, jend - j0);
         __syncthreads(); /* the previous tile's K, V and P are no longer read */
@@ -137,7 +161,7 @@ __global__ void __launch_bounds__(4 * BR) k_att_fwd(att_geom g, float *__restric
 #pragma unroll
         for (int c = 0; c < NS; c++) {
             int jl = part + 4 * c;
-            bool vis = jl < nc && (!g.causal || j0 + jl <= t + g.off);
+            bool vis = jl < nc && (!g.causal || j0 + jl <= t + off);
             float x = vis ? s[c] : -INFINITY;
             bad |= x != x;
             mx = x > mx ? x : mx; /* NaN dropped, as on the CPU */
@@ -386,6 +410,8 @@ static void geom_of(att_geom *g, const col_node *n)
     g->off = g->S - g->T;
     g->causal = n->p.i[0] != 0;
     g->scale = n->p.f[0];
+    g->pos = NULL;
+    g->slot = NULL;
     g->q = (const float *)q->data, g->k = (const float *)k->data, g->v = (const float *)v->data;
     for (int d = 0; d < 3; d++)
         g->qs[d] = q->stride[d], g->ks[d] = k->stride[d], g->vs[d] = v->stride[d];
@@ -452,35 +478,33 @@ static col_status fwd_launch(const col_cuda_ctx *c, const att_geom &g, float *ou
 
 static col_status k_attention(const col_node *n, const col_exec *ex, col_err *err)
 {
-    const col_cuda_ctx *c = cu_ctx(ex);
+    col_cuda_ctx *c = cu_ctx(ex);
     att_geom g;
     geom_of(&g, n);
     col_status st = check_geom(&g, n, "attention", err);
     if (st != COL_OK)
         return st;
-    if (n->nsrc > 3) { /* over a cache: the first start+T keys are valid (start read back: one synchronisation) */
-        st = cu_status(
-            cudaMemcpyAsync(c->flag_host, n->src[3]->t.data, sizeof(int64_t), cudaMemcpyDeviceToHost, c->stream), err,
-            "attention");
-        if (st == COL_OK)
-            st = cu_status(cudaStreamSynchronize(c->stream), err, "attention");
+    if (g.B * g.Hq * g.T == 0)
+        return COL_OK; /* (a cache position is not checked without queries: nothing is read) */
+    cu_check_slot *slot = NULL;
+    if (n->nsrc > 3) { /* over a cache: the first start+T keys are valid, start read on the device */
+        cu_check_info info = {"attention", CU_CHECK_ATT, g.S, 0, g.T};
+        st = cu_check_begin(c, &info, &slot, err);
         if (st != COL_OK)
             return st;
-        int64_t start = *c->flag_host;
-        if (start < 0 || start + g.T > g.S)
-            return col_err_set(err, COL_EINVAL, "attention: cache position %lld + %lld new tokens exceeds the cache of %lld",
-                               (long long)start, (long long)g.T, (long long)g.S);
-        g.S = start + g.T;
-        g.off = start;
+        g.pos = (const int64_t *)n->src[3]->t.data;
+        g.slot = slot;
     }
-    if (g.B * g.Hq * g.T == 0)
-        return COL_OK;
     float *out = (float *)n->t.data, *lse = (float *)col_extra(n);
     if (g.D <= 32)
-        return fwd_launch<32>(c, g, out, lse, err);
-    if (g.D <= 64)
-        return fwd_launch<64>(c, g, out, lse, err);
-    return fwd_launch<128>(c, g, out, lse, err);
+        st = fwd_launch<32>(c, g, out, lse, err);
+    else if (g.D <= 64)
+        st = fwd_launch<64>(c, g, out, lse, err);
+    else
+        st = fwd_launch<128>(c, g, out, lse, err);
+    if (slot)
+        cu_check_end(c);
+    return st;
 }
 
 template <int DM> static col_status bwd_launch(const col_cuda_ctx *c, const att_bwd &a, col_err *err)

@@ -251,27 +251,62 @@ static col_status k_arange(const col_node *n, const col_exec *ex, col_err *err)
     return cu_launch(err, "arange");
 }
 
-/* ---- kv_write: cache[:, :, start:start+T] = x. The start position is read
- * back to the host to check it (one stream synchronisation). ---- */
+/* ---- kv_write: cache[:, :, start:start+T] = x, start read on the device.
+ * A start outside [0, S - T] writes nothing and is reported at the next
+ * synchronisation (cuda_check.cu). ---- */
+
+/* dst = the cache at position 0 seen with x's shape (view td); position
+ * start is stride2 elements further per step */
+template <typename T>
+__global__ void k_kv_write_g(T *__restrict__ dst, const T *__restrict__ src, cu_td td, cu_td ts, int64_t n,
+                             const int64_t *startp, int64_t stride2, int64_t Tn, int64_t S, cu_check_slot *slot)
+{
+    int64_t start = *startp;
+    if (start < 0 || start > S - Tn) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            slot->val = start;
+            slot->pos = 0;
+        }
+        return;
+    }
+    dst += start * stride2;
+    CU_GRID_LOOP(i, n) dst[cu_off(td, i)] = src[cu_off(ts, i)];
+}
 
 static col_status k_kv_write(const col_node *n, const col_exec *ex, col_err *err)
 {
-    const col_cuda_ctx *c = cu_ctx(ex);
+    col_cuda_ctx *c = cu_ctx(ex);
     const col_tensor *ct = &n->src[0]->t, *x = &n->src[1]->t;
-    col_status st = cu_status(cudaMemcpyAsync(c->flag_host, n->src[2]->t.data, sizeof(int64_t), cudaMemcpyDeviceToHost,
-                                              c->stream), err, "kv_write");
-    if (st == COL_OK)
-        st = cu_status(cudaStreamSynchronize(c->stream), err, "kv_write");
-    if (st != COL_OK)
-        return st;
-    int64_t start = *c->flag_host, T = x->shape[2];
-    if (start < 0 || start + T > ct->shape[2])
-        return col_err_set(err, COL_EINVAL, "kv_write: position %lld + %lld tokens exceeds the cache of %lld",
-                           (long long)start, (long long)T, (long long)ct->shape[2]);
+    int64_t T = x->shape[2], num = col_numel(x);
+    cu_check_info info = {"kv_write", CU_CHECK_KV, ct->shape[2], 0, T};
     col_tensor view = *ct;
     view.shape[2] = T;
-    view.data = (char *)ct->data + start * ct->stride[2] * (int64_t)col_dtype_size(ct->dtype);
-    return move(c, &view, x, err, "kv_write");
+    cu_td td = cu_td_of(&view), ts = cu_td_of(x);
+    const int64_t *sp = (const int64_t *)n->src[2]->t.data;
+    unsigned g = cu_blocks(c, num);
+    size_t es = col_dtype_size(x->dtype);
+    if (es != 2 && es != 4 && es != 8)
+        return col_err_set(err, COL_EDTYPE, "kv_write: element size %zu", es);
+    cu_check_slot *slot;
+    col_status st = cu_check_begin(c, &info, &slot, err);
+    if (st != COL_OK)
+        return st;
+    switch (es) { /* also with no elements: the position is checked */
+    case 2:
+        CU_LAUNCH(k_kv_write_g<uint16_t>, g, CU_THREADS, 0, c->stream)(
+            (uint16_t *)ct->data, (const uint16_t *)x->data, td, ts, num, sp, ct->stride[2], T, ct->shape[2], slot);
+        break;
+    case 4:
+        CU_LAUNCH(k_kv_write_g<uint32_t>, g, CU_THREADS, 0, c->stream)(
+            (uint32_t *)ct->data, (const uint32_t *)x->data, td, ts, num, sp, ct->stride[2], T, ct->shape[2], slot);
+        break;
+    default:
+        CU_LAUNCH(k_kv_write_g<uint64_t>, g, CU_THREADS, 0, c->stream)(
+            (uint64_t *)ct->data, (const uint64_t *)x->data, td, ts, num, sp, ct->stride[2], T, ct->shape[2], slot);
+        break;
+    }
+    cu_check_end(c);
+    return cu_launch(err, "kv_write");
 }
 
 void cu_register_basic(col_backend *be)

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "cuda_launch.h" /* CU_LAUNCH: every kernel launch (and the host emulator with -DCOL_CUDA_EMU) */
@@ -18,6 +19,23 @@ extern "C" {
 }
 #include "backend_cuda.h"
 
+/* ---- input checks reported at the next synchronisation (cuda_check.cu) ---- */
+/* a device check slot: the first bad position (CU_CHECK_NONE: none found) and the value there */
+typedef struct {
+    long long pos, val;
+} cu_check_slot;
+#define CU_CHECK_NONE 0x7f7f7f7f7f7f7f7fLL /* a slot's bytes reset to 0x7f */
+#define CU_CHECK_SLOTS 256
+enum { CU_CHECK_IDS, CU_CHECK_TARGETS, CU_CHECK_KV, CU_CHECK_ATT };
+/* what a slot checks, kept on the host for the message */
+typedef struct {
+    const char *op;   /* "embedding", "cross_entropy", ... */
+    int kind;         /* CU_CHECK_* */
+    int64_t limit;    /* vocabulary / classes / cache length */
+    int64_t ign;      /* targets: the ignore index */
+    int64_t T;        /* positions: the new tokens */
+} cu_check_info;
+
 typedef struct {
     int device;
     cudaStream_t stream;        /* the kernels (COL_QUEUE_COMPUTE) */
@@ -25,8 +43,13 @@ typedef struct {
     cublasLtHandle_t lt;
     void *ws;                   /* workspace: cuBLASLt and the kernels' partial sums */
     size_t ws_bytes;
-    int64_t *flag_dev;          /* device word for input checks (bad id / target) */
-    int64_t *flag_host;         /* pinned host copy of it */
+    cu_check_slot *chk_dev;     /* CU_CHECK_SLOTS device check slots (cuda_check.cu) */
+    cu_check_slot *chk_host;    /* pinned: where a synchronisation reads the used ones back */
+    cu_check_info chk_info[CU_CHECK_SLOTS];
+    int chk_used;               /* slots taken since the last synchronisation */
+    pthread_mutex_t chk_mu;     /* taking a slot and queueing its kernels; the read-back */
+    bool chk_mu_ok;
+    struct cu_lt_cache *lt_cache; /* cuBLASLt descriptors and algorithms per matmul shape (cuda_matmul.cu) */
     bool tf32;
     int sm_count;
     char name[320];
@@ -44,6 +67,26 @@ col_status cu_status(cudaError_t e, col_err *err, const char *what);
 col_status cu_blas_status(cublasStatus_t s, col_err *err, const char *what);
 /* the launch error of the kernel(s) just queued for op `what` */
 col_status cu_launch(col_err *err, const char *what);
+
+/* ---- the matmul's cache of cuBLASLt descriptors (cuda_matmul.cu) ---- */
+typedef struct cu_lt_cache cu_lt_cache;
+void cu_lt_cache_free(col_cuda_ctx *c);
+
+/* ---- input checks (cuda_check.cu) ---- */
+col_status cu_check_init(col_cuda_ctx *c, col_err *err);
+void cu_check_free(col_cuda_ctx *c);
+/* Takes the next check slot for a call described by info and returns with
+ * the slots' mutex held: queue the call's kernels, then cu_check_end. A full
+ * ring synchronises first: an earlier call's bad input is reported here
+ * (then nothing is held and *slot is NULL). */
+col_status cu_check_begin(col_cuda_ctx *c, const cu_check_info *info, cu_check_slot **slot, col_err *err);
+void cu_check_end(col_cuda_ctx *c);
+/* Waits for the kernel stream and reports the first bad input the checked
+ * calls since the last synchronisation found (COL_EINVAL with its message);
+ * the slots are free again. */
+col_status cu_sync_checked(col_cuda_ctx *c, col_err *err, const char *what);
+/* device side: position pos is bad (the smallest bad position wins) */
+__device__ __forceinline__ void cu_check_bad(cu_check_slot *s, int64_t pos) { atomicMin(&s->pos, (long long)pos); }
 
 /* ---- strided tensors on the device: offset of logical (row-major) index i ---- */
 typedef struct {
@@ -144,7 +187,7 @@ col_status cu_host_pin(const col_backend *be, void *p, size_t bytes, col_err *er
 void cu_host_unpin(const col_backend *be, void *p);
 }
 
-/* ---- the kernel modules: backend_cuda.cu registers them; they call only cuda_util.cu ---- */
+/* ---- the kernel modules: backend_cuda.cu registers them; they call only cuda_util.cu and cuda_check.cu ---- */
 void cu_register_basic(col_backend *be);   /* cuda_basic.cu */
 void cu_register_matmul(col_backend *be);  /* cuda_matmul.cu */
 void cu_register_unary(col_backend *be);   /* cuda_unary.cu */

@@ -6,7 +6,11 @@
  * along one of the last two dims); batch dims that collapse to one stride
  * per operand become one strided-batched call, the rest a loop of calls.
  * f32 operands: f32 compute, or TF32 when the backend's tf32 flag is on.
- * bf16 / f16 operands: f32 accumulation, output of the node's dtype. */
+ * bf16 / f16 operands: f32 accumulation, output of the node's dtype.
+ * The cuBLASLt descriptors and the heuristic's algorithm are cached per call
+ * shape in the backend (below): a call of a known shape only sets pointers.
+ * The kernels of one backend are called from one host thread at a time. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"
@@ -23,11 +27,41 @@ static uint32_t align_of(const void *p, int64_t stride_bytes)
     return (uint32_t)(v & (~v + 1));
 }
 
+/* ---- the descriptors of a call shape, cached ----
+ * A matmul descriptor, three layouts and the preference, and the algorithm
+ * cuBLASLt's heuristic picked for them depend only on what the key holds;
+ * between two calls of the same shape only the pointers change. The
+ * backend keeps the last LT_CACHE_SIZE shapes (least recently used out),
+ * so a training step builds them once per shape, not once per call. */
+
+typedef struct {
+    int dta, dtc;            /* operand and output dtypes (col_dtype) */
+    int ta, tb, tf32;        /* transposes (a, b as the builder gave them), TF32 compute */
+    int64_t M, N, K, lda, ldb;
+    int64_t inner, sa, sb;   /* strided batch: count and strides of a and b (c's is M N) */
+    uint32_t al_a, al_b, al_c; /* alignments of cuBLASLt's A (= b), B (= a), C/D in bytes */
+} lt_key;
+
 typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulPreference_t pref;
 } lt_objs;
+
+#define LT_CACHE_SIZE 64
+
+typedef struct {
+    lt_key key;
+    lt_objs o;
+    cublasLtMatmulAlgo_t algo;
+    uint64_t used; /* the cache's tick at the last use; 0: empty */
+} lt_entry;
+
+struct cu_lt_cache {
+    lt_entry e[LT_CACHE_SIZE];
+    uint64_t tick;
+    uint64_t hits, misses; /* for benchmarks and tests */
+};
 
 static void lt_free(lt_objs *o)
 {
@@ -41,6 +75,25 @@ static void lt_free(lt_objs *o)
         cublasLtMatrixLayoutDestroy(o->la);
     if (o->op)
         cublasLtMatmulDescDestroy(o->op);
+    memset(o, 0, sizeof *o);
+}
+
+void cu_lt_cache_free(col_cuda_ctx *c)
+{
+    if (!c->lt_cache)
+        return;
+    for (int i = 0; i < LT_CACHE_SIZE; i++)
+        if (c->lt_cache->e[i].used)
+            lt_free(&c->lt_cache->e[i].o);
+    free(c->lt_cache);
+    c->lt_cache = NULL;
+}
+
+extern "C" void col_cuda_backend_matmul_cache(const col_backend *be, uint64_t *hits, uint64_t *misses)
+{
+    const col_cuda_ctx *c = be && be->ctx ? (const col_cuda_ctx *)be->ctx : NULL;
+    *hits = c && c->lt_cache ? c->lt_cache->hits : 0;
+    *misses = c && c->lt_cache ? c->lt_cache->misses : 0;
 }
 
 static col_status layout_batch(cublasLtMatrixLayout_t l, int64_t count, int64_t stride)
@@ -51,6 +104,102 @@ static col_status layout_batch(cublasLtMatrixLayout_t l, int64_t count, int64_t 
             CUBLAS_STATUS_SUCCESS)
         return COL_EINTERNAL;
     return COL_OK;
+}
+
+/* the descriptors of k and the heuristic's algorithm; *found = 0 when it has none */
+static cublasStatus_t lt_build(const col_cuda_ctx *c, const lt_key *k, lt_objs *o, cublasLtMatmulAlgo_t *algo, int *found)
+{
+    memset(o, 0, sizeof *o);
+    *found = 0;
+    cublasComputeType_t ct = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    /* cuBLASLt operand 1 = b: stored as column-major [N, K] (no transpose) or [K, N] (transpose) */
+    cublasOperation_t op1 = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cudaDataType_t dt = cu_type((col_dtype)k->dta);
+    int64_t M = k->M, N = k->N, K = k->K;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&o->op, ct, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&o->la, dt, k->tb ? K : N, k->tb ? N : K, k->ldb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&o->lb, dt, k->ta ? M : K, k->ta ? K : M, k->lda);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&o->lc, cu_type((col_dtype)k->dtc), N, M, N);
+    if (s == CUBLAS_STATUS_SUCCESS && k->inner > 1) {
+        if (layout_batch(o->la, k->inner, k->sb) != COL_OK || layout_batch(o->lb, k->inner, k->sa) != COL_OK ||
+            layout_batch(o->lc, k->inner, M * N) != COL_OK)
+            s = CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceCreate(&o->pref);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->ws_bytes,
+                                                 sizeof c->ws_bytes);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->al_a,
+                                                 sizeof k->al_a);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->al_b,
+                                                 sizeof k->al_b);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al_c,
+                                                 sizeof k->al_c);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al_c,
+                                                 sizeof k->al_c);
+    cublasLtMatmulHeuristicResult_t heur;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic(c->lt, o->op, o->la, o->lb, o->lc, o->lc, o->pref, 1, &heur, found);
+    if (s != CUBLAS_STATUS_SUCCESS || *found < 1) {
+        *found = 0;
+        lt_free(o);
+    } else {
+        *algo = heur.algo;
+    }
+    return s;
+}
+
+/* the cached entry for k, built on a miss (the least recently used one
+ * replaced); NULL with *st set when cuBLASLt fails or has no algorithm */
+static const lt_entry *lt_lookup(col_cuda_ctx *c, const lt_key *k, cublasStatus_t *st)
+{
+    *st = CUBLAS_STATUS_SUCCESS;
+    if (!c->lt_cache) {
+        c->lt_cache = (cu_lt_cache *)calloc(1, sizeof *c->lt_cache);
+        if (!c->lt_cache) {
+            *st = CUBLAS_STATUS_ALLOC_FAILED;
+            return NULL;
+        }
+    }
+    cu_lt_cache *lc = c->lt_cache;
+    lt_entry *victim = &lc->e[0];
+    lc->tick++;
+    for (int i = 0; i < LT_CACHE_SIZE; i++) {
+        lt_entry *e = &lc->e[i];
+        if (e->used && memcmp(&e->key, k, sizeof *k) == 0) {
+            e->used = lc->tick;
+            lc->hits++;
+            return e;
+        }
+        if (e->used < victim->used)
+            victim = e;
+    }
+    lc->misses++;
+    lt_objs o;
+    cublasLtMatmulAlgo_t algo;
+    int found = 0;
+    *st = lt_build(c, k, &o, &algo, &found);
+    if (!found)
+        return NULL;
+    if (victim->used)
+        lt_free(&victim->o);
+    victim->key = *k;
+    victim->o = o;
+    victim->algo = algo;
+    victim->used = lc->tick;
+    return victim;
 }
 
 static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
@@ -96,37 +245,17 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
     for (int d = 0; d < inner_from; d++)
         outer *= n->t.shape[d];
 
+    lt_key key;
+    memset(&key, 0, sizeof key); /* padding too: keys compare with memcmp */
     bool ta, tb;
-    int64_t lda, ldb;
-    col_matrix_layout(a, &ta, &lda);
-    col_matrix_layout(b, &tb, &ldb);
-    /* cuBLASLt operand 1 = b: stored as column-major [N, K] (no transpose) or [K, N] (transpose) */
-    lt_objs o;
-    memset(&o, 0, sizeof o);
-    bool tf32 = c->tf32 && a->dtype == COL_F32;
-    cublasComputeType_t ct = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasOperation_t op1 = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&o.op, ct, CUDA_R_32F);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&o.la, cu_type(b->dtype), tb ? K : N, tb ? N : K, ldb);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&o.lb, cu_type(a->dtype), ta ? M : K, ta ? K : M, lda);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&o.lc, cu_type(n->t.dtype), N, M, N);
-    if (s == CUBLAS_STATUS_SUCCESS && inner > 1) {
-        if (layout_batch(o.la, inner, sb) != COL_OK || layout_batch(o.lb, inner, sa) != COL_OK ||
-            layout_batch(o.lc, inner, M * N) != COL_OK)
-            s = CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceCreate(&o.pref);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->ws_bytes,
-                                                 sizeof c->ws_bytes);
+    col_matrix_layout(a, &ta, &key.lda);
+    col_matrix_layout(b, &tb, &key.ldb);
+    key.ta = ta, key.tb = tb;
+    key.dta = (int)a->dtype, key.dtc = (int)n->t.dtype;
+    key.tf32 = c->tf32 && a->dtype == COL_F32;
+    key.M = M, key.N = N, key.K = K;
+    if (inner > 1)
+        key.inner = inner, key.sa = sa, key.sb = sb;
     /* the alignment every call's pointers have (the loop's offsets included) */
     uint32_t al_a = align_of(b->data, sb * (int64_t)esb), al_b = align_of(a->data, sa * (int64_t)esa);
     uint32_t al_c = align_of(n->t.data, M * N * (int64_t)esc);
@@ -134,37 +263,23 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
         al_a = al_a < align_of(b->data, b->stride[d] * (int64_t)esb) ? al_a : align_of(b->data, b->stride[d] * (int64_t)esb);
         al_b = al_b < align_of(a->data, a->stride[d] * (int64_t)esa) ? al_b : align_of(a->data, a->stride[d] * (int64_t)esa);
     }
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulAlgoGetHeuristic(c->lt, o.op, o.la, o.lb, o.lc, o.lc, o.pref, 1, &heur, &found);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        lt_free(&o);
+    key.al_a = al_a, key.al_b = al_b, key.al_c = al_c;
+    cublasStatus_t s;
+    const lt_entry *e = lt_lookup(c, &key, &s);
+    if (!e && s != CUBLAS_STATUS_SUCCESS)
         return cu_blas_status(s, err, "matmul");
-    }
-    if (found < 1) {
-        lt_free(&o);
+    if (!e)
         return col_err_set(err, COL_EUNSUPPORTED, "matmul: cuBLASLt has no algorithm for [%lld,%lld] @ [%lld,%lld] %s",
                            (long long)M, (long long)K, (long long)K, (long long)N, col_dtype_name(a->dtype));
-    }
     const float one = 1.0f, zero = 0.0f;
     for (int64_t bi = 0; bi < outer && s == CUBLAS_STATUS_SUCCESS; bi++) {
         int64_t oa, ob;
         col_batch_offsets(n->t.shape, inner_from, bi, a, b, &oa, &ob);
         const char *pa = (const char *)a->data + oa * (int64_t)esa, *pb = (const char *)b->data + ob * (int64_t)esb;
         char *pc = (char *)n->t.data + bi * inner * M * N * (int64_t)esc;
-        s = cublasLtMatmul(c->lt, o.op, &one, pb, o.la, pa, o.lb, &zero, pc, o.lc, pc, o.lc, &heur.algo, c->ws,
+        s = cublasLtMatmul(c->lt, e->o.op, &one, pb, e->o.la, pa, e->o.lb, &zero, pc, e->o.lc, pc, e->o.lc, &e->algo, c->ws,
                            c->ws_bytes, c->stream);
     }
-    lt_free(&o);
     if (s != CUBLAS_STATUS_SUCCESS)
         return cu_blas_status(s, err, "matmul");
     return cu_launch(err, "matmul");

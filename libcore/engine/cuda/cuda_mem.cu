@@ -50,10 +50,10 @@ static col_status copy_sync(const col_backend *be, void *dst, const void *src, s
     col_status st = use_device(be, err, what);
     if (st != COL_OK || !bytes)
         return st;
-    cudaStream_t s = ((const col_cuda_ctx *)be->ctx)->stream;
-    st = cu_status(cudaMemcpyAsync(dst, src, bytes, kind, s), err, what);
-    if (st == COL_OK)
-        st = cu_status(cudaStreamSynchronize(s), err, what);
+    col_cuda_ctx *c = (col_cuda_ctx *)be->ctx;
+    st = cu_status(cudaMemcpyAsync(dst, src, bytes, kind, c->stream), err, what);
+    if (st == COL_OK) /* and the input checks of the kernels before it (cuda_check.cu) */
+        st = cu_sync_checked(c, err, what);
     return st;
 }
 
@@ -89,8 +89,8 @@ col_status col_cuda_sync(const col_backend *be, col_err *err)
     col_status st = use_device(be, err, "cuda sync");
     if (st != COL_OK)
         return st;
-    const col_cuda_ctx *c = (const col_cuda_ctx *)be->ctx;
-    st = cu_status(cudaStreamSynchronize(c->stream), err, "cuda sync");
+    col_cuda_ctx *c = (col_cuda_ctx *)be->ctx;
+    st = cu_sync_checked(c, err, "cuda sync"); /* bad input found by the kernels is reported here */
     if (st == COL_OK && c->copy) /* and the copy queue (cuda_copyq.cu) */
         st = cu_status(cudaStreamSynchronize(c->copy), err, "cuda sync (copies)");
     return st;

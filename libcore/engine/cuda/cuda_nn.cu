@@ -1,121 +1,211 @@
 /* cuda_nn.cu - CUDA kernels: embedding (+ its gradient), fused
  * cross-entropy (+ its gradient).
  *
- * Token ids and targets are checked on the device; the check's result comes
- * back to the host (one stream synchronisation per call) so that a bad id is
- * COL_EINVAL with the CPU kernel's message, before anything is written. */
+ * Token ids and targets are checked on the device without stopping the
+ * host: a bad one is reported as COL_EINVAL with the CPU kernel's message at
+ * the next synchronisation (cuda_check.cu); until then the kernels skip it
+ * (an embedding row of zeros, no gradient, no loss term), so nothing is read
+ * or written out of bounds. */
 #include <math.h>
 #include <string.h>
 
 #include "cuda_internal.h"
-
-#define NO_BAD 0x7f7f7f7f7f7f7f7fLL /* the flag's bytes memset to 0x7f: no bad position */
 
 __device__ __forceinline__ int64_t index_at(const void *p, int i64, int64_t i)
 {
     return i64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
 }
 
-/* flag = min position whose id is outside [0, V) and is not `ign` (use_ign) */
-__global__ void k_check_ids(long long *flag, const void *ids, int i64, int64_t n, int64_t V, int use_ign, int64_t ign)
+/* the smallest position whose id is outside [0, V) and is not `ign` (use_ign) goes to the slot */
+__global__ void k_check_ids(cu_check_slot *slot, const void *ids, int i64, int64_t n, int64_t V, int use_ign, int64_t ign)
 {
     CU_GRID_LOOP(i, n) {
         int64_t id = index_at(ids, i64, i);
         if ((!use_ign || id != ign) && (id < 0 || id >= V))
-            atomicMin(flag, (long long)i);
+            cu_check_bad(slot, i);
     }
 }
 
-/* runs the check; *bad = first bad position (and *bad_id its id), or -1 */
-static col_status check_ids(const col_cuda_ctx *c, const col_tensor *ids, int64_t V, bool use_ign, int64_t ign,
-                            int64_t *bad, int64_t *bad_id, col_err *err, const char *what)
+/* after k_check_ids (stream order): the id at the bad position */
+__global__ void k_check_id_value(cu_check_slot *slot, const void *ids, int i64)
 {
-    *bad = -1;
+    if (slot->pos != CU_CHECK_NONE)
+        slot->val = index_at(ids, i64, slot->pos);
+}
+
+/* queues the check of ids against [0, V) (and ign when use_ign) into a new check slot */
+static col_status check_ids(col_cuda_ctx *c, const col_tensor *ids, int64_t V, bool use_ign, int64_t ign, col_err *err,
+                            const char *what)
+{
     int64_t n = col_numel(ids);
     if (n == 0)
         return COL_OK;
-    int i64 = ids->dtype == COL_I64;
-    col_status st = cu_status(cudaMemsetAsync(c->flag_dev, 0x7f, sizeof(int64_t), c->stream), err, what);
+    cu_check_info info = {what, use_ign ? CU_CHECK_TARGETS : CU_CHECK_IDS, V, ign, 0};
+    cu_check_slot *slot;
+    col_status st = cu_check_begin(c, &info, &slot, err);
     if (st != COL_OK)
         return st;
-    CU_LAUNCH(k_check_ids, cu_blocks(c, n), CU_THREADS, 0, c->stream)(
-        (long long *)c->flag_dev, ids->data, i64, n, V, use_ign, ign);
-    st = cu_launch(err, what);
-    if (st == COL_OK)
-        st = cu_status(cudaMemcpyAsync(c->flag_host, c->flag_dev, sizeof(int64_t), cudaMemcpyDeviceToHost, c->stream),
-                       err, what);
-    if (st == COL_OK)
-        st = cu_status(cudaStreamSynchronize(c->stream), err, what);
-    if (st != COL_OK || *c->flag_host == NO_BAD)
-        return st;
-    *bad = *c->flag_host;
-    size_t es = col_dtype_size(ids->dtype);
-    int64_t v = 0;
-    st = cu_status(cudaMemcpyAsync(&v, (const char *)ids->data + *bad * (int64_t)es, es, cudaMemcpyDeviceToHost,
-                                   c->stream), err, what);
-    if (st == COL_OK)
-        st = cu_status(cudaStreamSynchronize(c->stream), err, what);
-    *bad_id = i64 ? v : (int64_t)(int32_t)v;
-    return st;
+    int i64 = ids->dtype == COL_I64;
+    CU_LAUNCH(k_check_ids, cu_blocks(c, n), CU_THREADS, 0, c->stream)(slot, ids->data, i64, n, V, use_ign, ign);
+    CU_LAUNCH(k_check_id_value, 1, 1, 0, c->stream)(slot, ids->data, i64);
+    cu_check_end(c);
+    return cu_launch(err, what);
 }
 
 /* ---- embedding ---- */
 
 __global__ void k_embedding_g(float *__restrict__ out, const float *__restrict__ w, int64_t ws, const void *ids, int i64,
-                              int64_t N, int64_t C)
+                              int64_t N, int64_t C, int64_t V)
 {
     CU_GRID_LOOP(i, N * C) {
-        int64_t r = i / C, c = i % C;
-        out[i] = w[index_at(ids, i64, r) * ws + c];
+        int64_t r = i / C, c = i % C, id = index_at(ids, i64, r);
+        out[i] = id >= 0 && id < V ? w[id * ws + c] : 0.0f; /* a bad id (reported at the sync): zeros */
     }
 }
 
 static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *err)
 {
-    const col_cuda_ctx *c = cu_ctx(ex);
+    col_cuda_ctx *c = cu_ctx(ex);
     const col_tensor *w = &n->src[0]->t, *ids = &n->src[1]->t;
-    int64_t V = w->shape[0], C = w->shape[1], N = col_numel(ids), bad, bad_id;
-    col_status st = check_ids(c, ids, V, false, 0, &bad, &bad_id, err, "embedding");
-    if (st != COL_OK)
+    int64_t V = w->shape[0], C = w->shape[1], N = col_numel(ids);
+    col_status st = check_ids(c, ids, V, false, 0, err, "embedding");
+    if (st != COL_OK || N * C == 0)
         return st;
-    if (bad >= 0)
-        return col_err_set(err, COL_EINVAL, "embedding: token id %lld at position %lld is outside the vocabulary (0..%lld)",
-                           (long long)bad_id, (long long)bad, (long long)(V - 1));
-    if (N * C == 0)
-        return COL_OK;
     CU_LAUNCH(k_embedding_g, cu_blocks(c, N * C), CU_THREADS, 0, c->stream)(
-        (float *)n->t.data, (const float *)w->data, w->stride[0], ids->data, ids->dtype == COL_I64, N, C);
+        (float *)n->t.data, (const float *)w->data, w->stride[0], ids->data, ids->dtype == COL_I64, N, C, V);
     return cu_launch(err, "embedding");
 }
 
-/* dw[ids[r], c] += dy[r, c] for r in order: a thread owns a column, so each
- * sum has the CPU's order (and no atomics). */
-__global__ void k_embedding_bwd_g(float *__restrict__ dw, const float *__restrict__ dy, const void *ids, int i64, int64_t N,
-                                  int64_t C)
+/* Backward: dw [V, C] = 0, then dw[ids[r], :] += dy[r, :] for r in order.
+ * The rows are grouped by token with a sort of the keys id << 32 | row
+ * (unique, so the sorted order is the same whatever the schedule): a block
+ * takes a run of equal ids and its threads, one per column, add the run's
+ * rows in row order. Each element of dw is then summed in the CPU's order:
+ * the bits equal the CPU's and do not change from run to run. The keys live
+ * in the backend workspace; more rows than it holds are done in chunks of
+ * rows, each adding to what the chunks before it left (the same order). */
+
+#define EB_SORT_BLOCK 2048 /* keys one block sorts in shared memory (16 KiB) */
+#define EB_NONE (~0ull)    /* a padding key or a bad id's: sorts last, adds nothing */
+
+/* keys[i] for i < P: id << 32 | i for the rows r0 + i < r0 + n with a good id, else EB_NONE */
+__global__ void k_eb_keys(unsigned long long *keys, const void *ids, int i64, int64_t r0, int64_t n, int64_t P, int64_t V)
 {
-    CU_GRID_LOOP(c, C) {
-        for (int64_t r = 0; r < N; r++)
-            dw[index_at(ids, i64, r) * C + c] += dy[r * C + c];
+    CU_GRID_LOOP(i, P) {
+        unsigned long long k = EB_NONE;
+        if (i < n) {
+            int64_t id = index_at(ids, i64, r0 + i);
+            if (id >= 0 && id < V)
+                k = (unsigned long long)id << 32 | (unsigned long long)i;
+        }
+        keys[i] = k;
+    }
+}
+
+/* bitonic compare-exchange of keys i and i + j: ascending where bit k of gi is clear */
+__device__ __forceinline__ void eb_cmpx(unsigned long long *a, int64_t i, int64_t j, int64_t gi, int64_t k)
+{
+    unsigned long long x = a[i], y = a[i + j];
+    if ((x > y) == ((gi & k) == 0)) {
+        a[i] = y;
+        a[i + j] = x;
+    }
+}
+
+/* blocks of SB = 2 blockDim.x keys in shared memory: kstage 0 sorts each
+ * block (stages 2..SB; directions by the global index, as the whole sort
+ * needs); kstage > SB does the steps j < SB of merge stage kstage */
+__global__ void k_eb_sort_shared(unsigned long long *keys, int64_t kstage)
+{
+    __shared__ unsigned long long sh[EB_SORT_BLOCK];
+    const int SB = 2 * (int)blockDim.x, t = (int)threadIdx.x;
+    const int64_t base = (int64_t)blockIdx.x * SB;
+    for (int e = t; e < SB; e += blockDim.x)
+        sh[e] = keys[base + e];
+    for (int64_t k = kstage ? kstage : 2; k <= (kstage ? kstage : SB); k <<= 1)
+        for (int j = (int)((kstage ? SB : k) >> 1); j > 0; j >>= 1) {
+            __syncthreads();
+            int i = 2 * j * (t / j) + t % j;
+            eb_cmpx(sh, i, j, base + i, k);
+        }
+    __syncthreads();
+    for (int e = t; e < SB; e += blockDim.x)
+        keys[base + e] = sh[e];
+}
+
+/* one global step j >= SB of merge stage k over P keys */
+__global__ void k_eb_sort_step(unsigned long long *keys, int64_t P, int64_t k, int64_t j)
+{
+    CU_GRID_LOOP(t, P / 2) {
+        int64_t i = 2 * j * (t / j) + t % j;
+        eb_cmpx(keys, i, j, i, k);
+    }
+}
+
+/* the blocks take the sorted positions i in turn; where a run of equal ids
+ * starts, the block's threads (columns) add its rows in order to dw */
+__global__ void k_eb_accumulate(float *__restrict__ dw, const float *__restrict__ dy, const unsigned long long *keys,
+                                int64_t r0, int64_t n, int64_t C)
+{
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        unsigned long long k = keys[i];
+        if (k == EB_NONE)
+            return; /* sorted: no good key follows */
+        unsigned long long id = k >> 32;
+        if (i > 0 && keys[i - 1] >> 32 == id)
+            continue; /* inside a run: its first position's block adds it */
+        for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.y * blockDim.x) {
+            float acc = dw[id * C + c];
+            for (int64_t j = i; j < n && keys[j] >> 32 == id; j++)
+                acc += dy[(r0 + (int64_t)(keys[j] & 0xffffffffu)) * C + c];
+            dw[id * C + c] = acc;
+        }
+    }
+}
+
+/* sorts keys[0..P) ascending, P a power of two >= 2 */
+static void eb_sort(const col_cuda_ctx *c, unsigned long long *keys, int64_t P)
+{
+    int64_t SB = P < EB_SORT_BLOCK ? P : EB_SORT_BLOCK;
+    CU_LAUNCH(k_eb_sort_shared, (unsigned)(P / SB), (unsigned)(SB / 2), 0, c->stream)(keys, 0);
+    for (int64_t k = 2 * SB; k <= P; k <<= 1) {
+        for (int64_t j = k / 2; j >= SB; j >>= 1)
+            CU_LAUNCH(k_eb_sort_step, cu_blocks(c, P / 2), CU_THREADS, 0, c->stream)(keys, P, k, j);
+        CU_LAUNCH(k_eb_sort_shared, (unsigned)(P / SB), (unsigned)(SB / 2), 0, c->stream)(keys, k);
     }
 }
 
 static col_status k_embedding_bwd(const col_node *n, const col_exec *ex, col_err *err)
 {
-    const col_cuda_ctx *c = cu_ctx(ex);
+    col_cuda_ctx *c = cu_ctx(ex);
     const col_tensor *ids = &n->src[0]->t, *dy = &n->src[1]->t;
-    int64_t V = n->p.i[0], C = n->t.shape[1], N = col_numel(ids), bad, bad_id;
-    col_status st = check_ids(c, ids, V, false, 0, &bad, &bad_id, err, "embedding_bwd");
+    int64_t V = n->p.i[0], C = n->t.shape[1], N = col_numel(ids);
+    col_status st = check_ids(c, ids, V, false, 0, err, "embedding_bwd");
     if (st != COL_OK)
         return st;
-    if (bad >= 0)
-        return col_err_set(err, COL_EINVAL,
-                           "embedding_bwd: token id %lld at position %lld is outside the vocabulary (0..%lld)",
-                           (long long)bad_id, (long long)bad, (long long)(V - 1));
     st = cu_status(cudaMemsetAsync(n->t.data, 0, sizeof(float) * (size_t)(V * C), c->stream), err, "embedding_bwd");
     if (st != COL_OK || N * C == 0)
         return st;
-    CU_LAUNCH(k_embedding_bwd_g, cu_blocks(c, C, 64), 64, 0, c->stream)(
-        (float *)n->t.data, (const float *)dy->data, ids->data, ids->dtype == COL_I64, N, C);
+    if (V > ((int64_t)1 << 31))
+        return col_err_set(err, COL_EUNSUPPORTED, "embedding_bwd: a vocabulary of %lld, the CUDA kernel takes 2^31",
+                           (long long)V);
+    /* rows per chunk: the largest power of two of keys the workspace holds */
+    int64_t cap = 2;
+    while (cap * 2 * (int64_t)sizeof(unsigned long long) <= (int64_t)c->ws_bytes)
+        cap *= 2;
+    unsigned long long *keys = (unsigned long long *)c->ws;
+    const int th = 128;
+    unsigned gy = (unsigned)((C + th - 1) / th < 64 ? (C + th - 1) / th : 64);
+    for (int64_t r0 = 0; r0 < N; r0 += cap) {
+        int64_t m = N - r0 < cap ? N - r0 : cap, P = 2;
+        while (P < m)
+            P *= 2;
+        CU_LAUNCH(k_eb_keys, cu_blocks(c, P), CU_THREADS, 0, c->stream)(keys, ids->data, ids->dtype == COL_I64, r0, m, P, V);
+        eb_sort(c, keys, P);
+        int64_t gx = m < (int64_t)c->sm_count * 16 ? m : (int64_t)c->sm_count * 16;
+        CU_LAUNCH(k_eb_accumulate, dim3((unsigned)gx, gy), th, 0, c->stream)(
+            (float *)n->t.data, (const float *)dy->data, keys, r0, m, C);
+    }
     return cu_launch(err, "embedding_bwd");
 }
 
@@ -148,20 +238,46 @@ __global__ void k_ce_lse(float *__restrict__ lse, const float *__restrict__ x, c
     }
 }
 
-/* one block: loss = mean over counted rows of lse - x[target]; count into the extra area */
-__global__ void k_ce_loss(float *__restrict__ loss, long long *__restrict__ count_out, const float *__restrict__ lse,
-                          const float *__restrict__ x, const void *tg, int i64, int64_t N, int64_t V, int64_t ign)
+/* The loss, mean over counted rows of lse - x[target], in two passes: a
+ * block per part of the rows (parts by N alone) sums into the workspace,
+ * then one block adds the parts; the count goes to the extra area. */
+#define CE_ROWS_PER_PART 1024
+#define CE_PARTS_MAX 256
+
+__global__ void k_ce_loss_part(double *__restrict__ ps, long long *__restrict__ pc, const float *__restrict__ lse,
+                               const float *__restrict__ x, const void *tg, int i64, int64_t N, int64_t V, int64_t ign,
+                               int64_t P)
+{
+    __shared__ double shd[32];
+    __shared__ long long shc[32];
+    int64_t p = blockIdx.x, r1 = N * (p + 1) / P;
+    double s = 0.0;
+    long long cnt = 0;
+    for (int64_t r = N * p / P + threadIdx.x; r < r1; r += blockDim.x) {
+        int64_t t = index_at(tg, i64, r);
+        if (t == ign || t < 0 || t >= V) /* a bad target (reported at the sync) adds nothing */
+            continue;
+        s += (double)lse[r] - (double)x[r * V + t];
+        cnt++;
+    }
+    s = cu_block_sum(s, shd);
+    cnt = cu_block_sum(cnt, shc);
+    if (threadIdx.x == 0) {
+        ps[p] = s;
+        pc[p] = cnt;
+    }
+}
+
+__global__ void k_ce_loss_final(float *__restrict__ loss, long long *__restrict__ count_out, const double *__restrict__ ps,
+                                const long long *__restrict__ pc, int64_t P)
 {
     __shared__ double shd[32];
     __shared__ long long shc[32];
     double s = 0.0;
     long long cnt = 0;
-    for (int64_t r = threadIdx.x; r < N; r += blockDim.x) {
-        int64_t t = index_at(tg, i64, r);
-        if (t == ign)
-            continue;
-        s += (double)lse[r] - (double)x[r * V + t];
-        cnt++;
+    for (int64_t p = threadIdx.x; p < P; p += blockDim.x) {
+        s += ps[p];
+        cnt += pc[p];
     }
     s = cu_block_sum(s, shd);
     cnt = cu_block_sum(cnt, shc);
@@ -173,17 +289,12 @@ __global__ void k_ce_loss(float *__restrict__ loss, long long *__restrict__ coun
 
 static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err *err)
 {
-    const col_cuda_ctx *c = cu_ctx(ex);
+    col_cuda_ctx *c = cu_ctx(ex);
     const col_tensor *lt = &n->src[0]->t, *tt = &n->src[1]->t;
-    int64_t N = lt->shape[0], V = lt->shape[1], ign = n->p.i[0], bad, bad_t;
-    col_status st = check_ids(c, tt, V, true, ign, &bad, &bad_t, err, "cross_entropy");
+    int64_t N = lt->shape[0], V = lt->shape[1], ign = n->p.i[0];
+    col_status st = check_ids(c, tt, V, true, ign, err, "cross_entropy");
     if (st != COL_OK)
         return st;
-    if (bad >= 0)
-        return col_err_set(err, COL_EINVAL,
-                           "cross_entropy: target %lld at row %lld is outside the classes (0..%lld) and is not "
-                           "ignore_index (%lld)",
-                           (long long)bad_t, (long long)bad, (long long)(V - 1), (long long)ign);
     float *lse = (float *)col_extra(n);
     int i64 = tt->dtype == COL_I64;
     if (N > 0) {
@@ -191,9 +302,14 @@ static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err
         CU_LAUNCH(k_ce_lse, (unsigned)(N < cap ? N : cap), cu_row_threads(V), 0, c->stream)(
             lse, (const float *)lt->data, tt->data, i64, N, V, ign);
     }
-    CU_LAUNCH(k_ce_loss, 1, 1024, 0, c->stream)(
-        (float *)n->t.data, (long long *)((char *)lse + n->p.i[1]), lse, (const float *)lt->data, tt->data, i64, N, V,
-        ign);
+    int64_t P = N / CE_ROWS_PER_PART;
+    P = P < 1 ? 1 : P > CE_PARTS_MAX ? CE_PARTS_MAX : P;
+    double *ps = (double *)c->ws;
+    long long *pc = (long long *)(ps + P);
+    CU_LAUNCH(k_ce_loss_part, (unsigned)P, CU_THREADS, 0, c->stream)(
+        ps, pc, lse, (const float *)lt->data, tt->data, i64, N, V, ign, P);
+    CU_LAUNCH(k_ce_loss_final, 1, CU_THREADS, 0, c->stream)(
+        (float *)n->t.data, (long long *)((char *)lse + n->p.i[1]), ps, pc, P);
     return cu_launch(err, "cross_entropy");
 }
 

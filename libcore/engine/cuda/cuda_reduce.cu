@@ -5,13 +5,20 @@
  * each output element reduces its slab, sums in double as on the CPU. A warp
  * reduces one slab when the reduced axes are the inner ones, a thread one
  * slab when the kept axes are (then neighbouring threads read neighbouring
- * elements). max propagates NaN like the CPU kernel. */
+ * elements). max propagates NaN like the CPU kernel.
+ *
+ * Few outputs over long slabs (a full reduction: one output) would leave
+ * most of the device idle that way, so they go in two passes: each slab is
+ * cut into parts by its length alone (not by the device or the timing), a
+ * block or a thread reduces each part into the backend workspace, then one
+ * warp per output reduces its parts in a fixed order. The result is the
+ * same from run to run. */
 #include <math.h>
 #include <string.h>
 
 #include "cuda_internal.h"
 
-__device__ __forceinline__ float max_nan(float m, float v) { return (v > m || isnan(v)) ? v : m; }
+template <typename T> __device__ __forceinline__ T max_nan(T m, T v) { return (v > m || isnan(v)) ? v : m; }
 
 template <int OP>
 __global__ void k_red_thread(float *__restrict__ out, const float *__restrict__ x, cu_td kept, cu_td red, int64_t nout,
@@ -70,6 +77,111 @@ static void launch_reduce(const col_cuda_ctx *c, bool warp, float *out, const fl
         CU_LAUNCH(k_red_thread<OP>, cu_blocks(c, nout), CU_THREADS, 0, c->stream)(out, x, kept, red, nout, nred);
 }
 
+/* ---- two passes: parts of P per slab, partial results (double) in the workspace ---- */
+
+#define RED_PART_MIN 2048 /* elements a part has at least */
+#define RED_PARTS_MAX 1024
+
+/* pass 1, the reduced axes inner: a block per (output o, part p) over
+ * elements [p nred / P, (p+1) nred / P) of slab o; part[o P + p] */
+template <int OP>
+__global__ void k_red_part_block(double *__restrict__ part, const float *__restrict__ x, cu_td kept, cu_td red,
+                                 int64_t nout, int64_t nred, int64_t P)
+{
+    __shared__ double sh[32];
+    for (int64_t q = blockIdx.x; q < nout * P; q += gridDim.x) {
+        int64_t o = q / P, p = q % P, r0 = nred * p / P, r1 = nred * (p + 1) / P;
+        const float *b = x + cu_off(kept, o);
+        double v = OP == COL_OP_MAX ? -INFINITY : 0.0;
+        for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
+            double e = b[cu_off(red, r)];
+            v = OP == COL_OP_MAX ? max_nan(v, e) : v + e;
+        }
+        if (OP == COL_OP_MAX) {
+            for (int k = 16; k > 0; k >>= 1)
+                v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, k));
+            __syncthreads(); /* sh of the previous q is read */
+            if ((threadIdx.x & 31) == 0)
+                sh[threadIdx.x >> 5] = v;
+            __syncthreads();
+            if (threadIdx.x < 32) {
+                v = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : -INFINITY;
+                for (int k = 16; k > 0; k >>= 1)
+                    v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, k));
+            }
+        } else {
+            __syncthreads();
+            v = cu_block_sum(v, sh);
+        }
+        if (threadIdx.x == 0)
+            part[q] = v;
+    }
+}
+
+/* pass 1, the kept axes inner: a thread per (output o, part p), neighbouring
+ * threads on neighbouring outputs; part[o P + p] */
+template <int OP>
+__global__ void k_red_part_thread(double *__restrict__ part, const float *__restrict__ x, cu_td kept, cu_td red,
+                                  int64_t nout, int64_t nred, int64_t P)
+{
+    CU_GRID_LOOP(q, nout * P) {
+        int64_t p = q / nout, o = q % nout, r0 = nred * p / P, r1 = nred * (p + 1) / P;
+        const float *b = x + cu_off(kept, o);
+        double v = OP == COL_OP_MAX ? -INFINITY : 0.0;
+        for (int64_t r = r0; r < r1; r++) {
+            double e = b[cu_off(red, r)];
+            v = OP == COL_OP_MAX ? max_nan(v, e) : v + e;
+        }
+        part[o * P + p] = v;
+    }
+}
+
+/* pass 2: a warp per output over its P parts (lanes strided, then a fixed tree) */
+template <int OP>
+__global__ void k_red_final(float *__restrict__ out, const double *__restrict__ part, int64_t nout, int64_t nred, int64_t P)
+{
+    int lane = threadIdx.x & 31;
+    int64_t w0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t o = w0; o < nout; o += nw) {
+        double v = OP == COL_OP_MAX ? -INFINITY : 0.0;
+        for (int64_t p = lane; p < P; p += 32)
+            v = OP == COL_OP_MAX ? max_nan(v, part[o * P + p]) : v + part[o * P + p];
+        for (int k = 16; k > 0; k >>= 1) {
+            double w = __shfl_xor_sync(0xffffffffu, v, k);
+            v = OP == COL_OP_MAX ? max_nan(v, w) : v + w;
+        }
+        if (lane == 0)
+            out[o] = OP == COL_OP_MAX ? (float)v : OP == COL_OP_MEAN ? (float)(v / (double)nred) : (float)v;
+    }
+}
+
+template <int OP>
+static void launch_two_pass(const col_cuda_ctx *c, bool by_block, float *out, const float *x, cu_td kept, cu_td red,
+                            int64_t nout, int64_t nred, int64_t P)
+{
+    double *part = (double *)c->ws;
+    if (by_block)
+        CU_LAUNCH(k_red_part_block<OP>, cu_blocks(c, nout * P * CU_THREADS), CU_THREADS, 0, c->stream)(
+            part, x, kept, red, nout, nred, P);
+    else
+        CU_LAUNCH(k_red_part_thread<OP>, cu_blocks(c, nout * P), CU_THREADS, 0, c->stream)(
+            part, x, kept, red, nout, nred, P);
+    CU_LAUNCH(k_red_final<OP>, cu_blocks(c, nout * 32), CU_THREADS, 0, c->stream)(out, part, nout, nred, P);
+}
+
+/* parts per slab for the two passes, or 0 for one pass: by the shape alone */
+static int64_t two_pass_parts(const col_cuda_ctx *c, bool warp, int64_t nout, int64_t nred)
+{
+    int64_t P = nred / RED_PART_MIN;
+    P = P > RED_PARTS_MAX ? RED_PARTS_MAX : P;
+    /* one pass already has this many threads at work: enough */
+    if (P < 2 || (warp ? nout * 32 : nout) >= ((int64_t)1 << 16))
+        return 0;
+    int64_t fit = (int64_t)(c->ws_bytes / sizeof(double)) / nout;
+    P = P > fit ? fit : P;
+    return P < 2 ? 0 : P;
+}
+
 static col_status k_reduce(const col_node *n, const col_exec *ex, col_err *err)
 {
     const col_cuda_ctx *c = cu_ctx(ex);
@@ -85,6 +197,15 @@ static col_status k_reduce(const col_node *n, const col_exec *ex, col_err *err)
     bool warp = nred > 32 && !(kept_inner && !red_inner);
     float *out = (float *)n->t.data;
     const float *xd = (const float *)x->data;
+    int64_t P = nred > 0 ? two_pass_parts(c, warp, nout, nred) : 0;
+    if (P) {
+        switch (n->op) {
+        case COL_OP_SUM: launch_two_pass<COL_OP_SUM>(c, warp, out, xd, kept, red, nout, nred, P); break;
+        case COL_OP_MEAN: launch_two_pass<COL_OP_MEAN>(c, warp, out, xd, kept, red, nout, nred, P); break;
+        default: launch_two_pass<COL_OP_MAX>(c, warp, out, xd, kept, red, nout, nred, P); break;
+        }
+        return cu_launch(err, col_op_name(n->op));
+    }
     switch (n->op) {
     case COL_OP_SUM: launch_reduce<COL_OP_SUM>(c, warp, out, xd, kept, red, nout, nred); break;
     case COL_OP_MEAN: launch_reduce<COL_OP_MEAN>(c, warp, out, xd, kept, red, nout, nred); break;
