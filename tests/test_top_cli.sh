@@ -104,6 +104,21 @@ ok $? "--once --view 3: link totals and the step-time split"
 COLUMNS=80 LINES=24 "$TOP" --once -p 1 | grep -q 'no colossal process is running'
 ok $? "--once with no process: says so"
 
+# ---- a compute tier on a GPU: the device's memory beside the tier's (the host publisher above shows none) ----
+start_pub "$tmp/g.out" --program gpu-pub --run gpt2-gpu --device
+D=$pub_pid
+"$TOP" --json -p "$D" >"$tmp/gj"
+want='"tiers":{"compute":{"used":'$((48 * M))',"budget":'$((64 * M))',"device":"cuda:0: Test GPU (sm_90, 132 SMs)",'
+want=$want'"device_used":'$((30 * G))',"device_total":'$((80 * G))'},"host":'
+grep -qF "$want" "$tmp/gj" && ! grep -q '"device' "$tmp/obj"
+ok $? "--json: a GPU's name, memory used and total with the compute tier (none for a host compute tier)"
+COLUMNS=100 LINES=20 LC_ALL=C "$TOP" --once -p "$D" >"$tmp/gonce"
+grep -q '^    compute \[|*  *\] 48\.0M/64\.0M  cuda:0 30\.0G/80\.0G$' "$tmp/gonce" &&
+    [ "$(grep '^    compute \[' "$tmp/gonce" | cut -d']' -f1 | wc -c)" -eq \
+      "$(grep '^    host    \[' "$tmp/gonce" | cut -d']' -f1 | wc -c)" ]
+ok $? "--once: the compute bar names the GPU and its memory used/total; the bars stay aligned"
+kill "$D" 2>/dev/null
+
 # ---- untrusted contents: random bytes in every field must not crash any view ----
 bad=0
 for seed in 1 2 3; do
