@@ -649,6 +649,8 @@ int main(int argc, char **argv)
         cleanup(&r);
         return rc;
     }
+    if (r.dev.gpu) /* the GPU runtime's own host memory grows as kernels are first used (memwatch.h) */
+        mw_set_runtime(&r.mw, MW_GPU_RUNTIME_ALLOWANCE);
     if ((o->resume[0] || !o->eval_only) && (rc = open_out(&r, &err)) != 0) {
         fail(&err);
         cleanup(&r);

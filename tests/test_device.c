@@ -139,8 +139,8 @@ static void test_gpu_paths(void)
                   strstr(d.desc, " GiB"),
               "with a GPU the default is cuda:0: %s", rc == 0 ? d.desc : err.msg);
         size_t fr = 0, total = 0;
-        TL_OK(rc == 0 && app_device_memory(&d, &fr, &total) && total > 0 && fr <= total,
-              "its memory: %zu of %zu bytes free", fr, total);
+        bool read = rc == 0 && app_device_memory(&d, &fr, &total);
+        TL_OK(read && total > 0 && fr <= total, "its memory: %zu of %zu bytes free", fr, total);
         size_t budget = 0;
         char line[256] = "";
         int brc = rc == 0 ? app_device_default_budget(&d, &budget, line, sizeof line, &err) : -1;
