@@ -16,8 +16,8 @@
  * segment of another version is reported, not read.
  *
  * Tiers are indexed by mt_tier (MT_TIER_HOST, MT_TIER_GPU = the compute
- * tier: GPU memory, or the budgeted host arena in a build without CUDA,
- * MT_TIER_NVME); kinds by mt_kind. No global state: the publisher is an
+ * tier: a GPU's memory, or the budgeted host arena on the CPU, MT_TIER_NVME);
+ * kinds by mt_kind. No global state: the publisher is an
  * object, the reader calls are plain functions.
  */
 #ifndef MT_STATS_H
@@ -161,8 +161,8 @@ typedef struct {
  * segments without our magic, or too short to hold a header, are left
  * alone and not listed. */
 col_status mt_stats_list(mt_stats_entry *out, int max, int *n, int *removed, col_err *e);
-/* Copies the segment of pid out consistently; the program and run names
- * and the device name are made printable (control characters and bytes that are not UTF-8
+/* Copies the segment of pid out consistently; the program, run and device
+ * names are made printable (control characters and bytes that are not UTF-8
  * become '?'). COL_EIO: no such segment (the
  * process ended); COL_EFORMAT: not a colossal segment; COL_EUNSUPPORTED:
  * another format version (the message names both versions); COL_ESTATE:
