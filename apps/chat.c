@@ -407,7 +407,9 @@ static int run_interactive(session *s, col_err *err)
     history_path(hp, sizeof hp);
     if (hp[0] && !le_history_load(ed, hp))
         fprintf(stderr, PROG ": cannot read the history file %s: %s (going on without it)\n", hp, strerror(errno));
-    fprintf(stderr, "%s%s%s\n", s->dev->desc, s->budget[0] ? "; " : "", s->budget);
+    fprintf(stderr, "%s\n", s->dev->desc);
+    if (s->budget[0])
+        fprintf(stderr, "%s\n", s->budget);
     if (s->dev->note[0])
         fprintf(stderr, "note: %s\n", s->dev->note);
     fprintf(stderr, "%s. /reset, /system TEXT, /quit; ctrl-c stops a reply, ctrl-d quits.\n",

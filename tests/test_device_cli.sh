@@ -130,5 +130,25 @@ rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "^colossal-chat: --device cuda:0: no usable GPU: " "$tmp/err" &&
     ok "colossal-chat --device cuda:0 without a GPU: exit 2, one line" || notok "chat without a GPU: exit $rc: $(cat "$tmp/err")"
 
+# interactive: the device and the compute tier are said before the first prompt
+if command -v tmux > /dev/null 2>&1; then
+    T="tmux -L coldev$$ -f /dev/null"
+    $T new-session -d -s chat -x 160 -y 20 "'$cg' '$fx' --temperature 0 --max-new-tokens 4; sleep 1"
+    i=0
+    while [ $i -lt 50 ] && ! $T capture-pane -p -t chat 2>/dev/null | grep -q '^> *$'; do sleep 0.1; i=$((i + 1)); done
+    $T capture-pane -p -t chat > "$tmp/screen" 2>/dev/null
+    $T send-keys -t chat C-d
+    sleep 0.3
+    $T kill-server 2>/dev/null
+    if grep -q "^cuda:0: Fake GPU: CPU kernels on fake device memory, 768 MiB$" "$tmp/screen" &&
+        grep -q "^compute tier 232 MiB: the 768 MiB free on cuda:0 less 536 MiB kept back (--gpu-mem sets it)$" "$tmp/screen"; then
+        ok "an interactive chat starts by naming the device and its compute tier"
+    else
+        notok "interactive start lines:"; sed 's/^/# /' "$tmp/screen" | head -5
+    fi
+else
+    n=$((n + 1)); echo "ok $n # SKIP tmux not installed"
+fi
+
 echo "1..$n"
 [ "$fails" -eq 0 ]
