@@ -24,10 +24,10 @@
 #include "apperr.h"
 #include "backend.h"
 #include "chat.h"
+#include "device.h"
 #include "memopts.h"
 #include "lineedit.h"
 #include "lm_source.h"
-#include "backend_cpu.h"
 #include "procsetup.h"
 
 #define PROG "colossal-chat"
@@ -68,13 +68,14 @@ static void usage(FILE *f)
         "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "                         (by default an error: it often means config.json does not fit the weights)\n"
-        "%s"
+        "%s%s"
         "Generation stops at the end-of-sequence token, a stop string or --max-new-tokens.\n"
         "Interactive: arrows, home/end, ctrl-a/e/k/u/w edit the line; up/down recall earlier lines (kept in\n"
         "$XDG_STATE_HOME/colossal/chat_history, else ~/.local/state/colossal/chat_history); ctrl-c stops a\n"
         "reply; ctrl-d or ctrl-c on an empty line quits.\n"
         "Commands (interactive or piped): /reset (forget the conversation), /system TEXT (set or, without TEXT,\n"
-        "clear the system prompt), /quit. A line starting with // sends the text after the first /.\n", mem_opts_help);
+        "clear the system prompt), /quit. A line starting with // sends the text after the first /.\n", app_device_help,
+        mem_opts_help);
 }
 
 /* The option (without "--") that sets s, named beside a library error that marks s (apperr.h). */
@@ -172,12 +173,13 @@ typedef struct {
     const char **stops;
     int nstops;
     mem_opts mem;
+    app_device_choice device; /* --device */
 } options;
 
 static void parse_options(int argc, char **argv, options *o)
 {
     enum { O_TEMPLATE = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_REP, O_SEED, O_MAXNEW, O_STOP, O_CTX, O_TOK,
-           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_MEM /* + index in mem_opt_names */ };
+           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_DEVICE, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"template", required_argument, 0, O_TEMPLATE}, {"system", required_argument, 0, O_SYSTEM},
         {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
@@ -187,7 +189,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"tokenizer", required_argument, 0, O_TOK}, {"prompt", required_argument, 0, O_PROMPT},
         {"raw", no_argument, 0, O_RAW}, {"prompt-ids", required_argument, 0, O_IDS},
         {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'},
-        {"ignore-extra-tensors", no_argument, 0, O_EXTRA},
+        {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"device", required_argument, 0, O_DEVICE},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
         {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
@@ -234,6 +236,12 @@ static void parse_options(int argc, char **argv, options *o)
         case O_IDS: o->prompt_ids = optarg; break;
         case O_JSON: o->json = true; break;
         case O_EXTRA: o->ignore_extra = true; break;
+        case O_DEVICE: {
+            char msg[256];
+            if (!app_device_parse(optarg, &o->device, msg, sizeof msg))
+                usage_error("%s", msg);
+            break;
+        }
         case 'h': usage(stdout); exit(0);
         case O_MEM: case O_MEM + 1: case O_MEM + 2: case O_MEM + 3: case O_MEM + 4: case O_MEM + 5: case O_MEM + 6: {
             char msg[256];
@@ -309,6 +317,8 @@ typedef struct {
     chat_conv *conv; /* NULL: raw completion */
     bool interactive;
     int failures;
+    const app_device *dev;  /* where the model runs: said when an interactive session starts */
+    const char *budget;     /* on a GPU without --gpu-mem: the compute tier's size chosen ("" otherwise) */
 } session;
 
 /* One line of input: a command, or a turn. Returns false to quit. */
@@ -397,6 +407,11 @@ static int run_interactive(session *s, col_err *err)
     history_path(hp, sizeof hp);
     if (hp[0] && !le_history_load(ed, hp))
         fprintf(stderr, PROG ": cannot read the history file %s: %s (going on without it)\n", hp, strerror(errno));
+    fprintf(stderr, "%s\n", s->dev->desc);
+    if (s->budget[0])
+        fprintf(stderr, "%s\n", s->budget);
+    if (s->dev->note[0])
+        fprintf(stderr, "note: %s\n", s->dev->note);
     fprintf(stderr, "%s. /reset, /system TEXT, /quit; ctrl-c stops a reply, ctrl-d quits.\n",
             s->conv ? "Chat" : "Text completion (no chat template)");
     for (;;) {
@@ -499,10 +514,10 @@ static int run_prompt(session *s, const options *o, col_err *err)
     return 0;
 }
 
-/* everything after the options; returns the exit code */
-static int run(const options *opt)
+/* everything after the options and the device; returns the exit code */
+static int run_on(const options *opt, app_device *dev)
 {
-    const options o = *opt;
+    options o = *opt;
     col_err err = {0};
     col_lm_source src;
     bool text_needed = !o.prompt_ids;
@@ -550,7 +565,6 @@ static int run(const options *opt)
         return 2;
     }
 
-    col_backend be;
     col_lm_trainer *tr = NULL;
     /* a session for decoding only: batch 1 x 1 training graph, SGD without state */
     col_lm_train_config tc;
@@ -560,20 +574,21 @@ static int run(const options *opt)
     tc.seq = 1;
     tc.opt = col_opt_defaults(COL_OPT_SGD);
     tc.inference = true;
-    mem_opts_apply(&o.mem, &tc);
-    if (src.has_adapter) /* a LoRA run's output: the base weights plus the adapter beside them */
-        tc.lora = src.lora;
-    if (col_cpu_backend_init(&be, &err) != COL_OK) {
+    char budget[256]; /* on a GPU without --gpu-mem: the compute tier's size from its free memory */
+    if (app_device_default_budget(dev, &o.mem.gpu_mem, budget, sizeof budget, &err) != 0) {
         print_err(&err);
         col_lm_source_close(&src);
         return 1;
     }
+    mem_opts_apply(&o.mem, &tc);
+    if (src.has_adapter) /* a LoRA run's output: the base weights plus the adapter beside them */
+        tc.lora = src.lora;
     chat_engine g;
     chat_conv conv = {.family = family};
     memset(&g, 0, sizeof g);
     const char **stops = NULL;
     col_lm_load_report rep = {0};
-    if (col_lm_trainer_create(&tc, &be, &tr, &err) != COL_OK ||
+    if (col_lm_trainer_create(&tc, &dev->be, &tr, &err) != COL_OK ||
         (src.weights &&
          col_lm_trainer_load_ex(tr, src.weights, o.ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, &rep, &err) != COL_OK) ||
         (src.has_adapter && col_lm_trainer_load_adapter(tr, src.dir, &err) != COL_OK) ||
@@ -615,7 +630,7 @@ static int run(const options *opt)
         print_err(&err);
         goto done;
     }
-    session s = {.g = &g, .conv = chat ? &conv : NULL};
+    session s = {.g = &g, .conv = chat ? &conv : NULL, .dev = dev, .budget = budget};
     if (o.prompt || o.prompt_ids)
         rc = run_prompt(&s, &o, &err);
     else if (isatty(STDIN_FILENO)) {
@@ -632,8 +647,22 @@ done:
     chat_conv_free(&conv);
     chat_engine_free(&g);
     col_lm_trainer_free(tr);
-    col_cpu_backend_free(&be);
     col_lm_source_close(&src);
+    return rc;
+}
+
+/* the device first (a GPU asked for but not usable is a usage error, 2), then everything else */
+static int run(const options *o)
+{
+    app_device dev;
+    col_err err = {0};
+    int rc = app_device_open(&o->device, &dev, &err);
+    if (rc != 0) {
+        print_err(&err);
+        return rc;
+    }
+    rc = run_on(o, &dev);
+    app_device_close(&dev);
     return rc;
 }
 

@@ -29,7 +29,6 @@
 #include "sampling.h"
 #include "top_view.h"
 #include "timer.h"
-#include "backend_cpu.h"
 #include "termsafe.h"
 
 /* Ctrl-C / SIGTERM: finish the step, save, exit 130. The one piece of global
@@ -44,8 +43,7 @@ typedef struct {
     col_lm_source src;
     col_dataset *ds;
     col_lm_trainer *tr;
-    col_backend be;
-    bool be_ready;
+    app_device dev;         /* --device: the backend the graphs run on */
     int32_t *ids, *tg;      /* [grad_accum * batch * seq] */
     col_sampler sampler;
     bool tty;               /* progress on a terminal: one live line */
@@ -86,89 +84,6 @@ static void absolutize(char *p, size_t n)
         snprintf(p, n, "%s", buf);
 }
 
-static const char *bundled_corpus(void)
-{
-    static const char *const candidates[] = {COL_ASSET_DIR "/kjv.txt.gz", COL_SRC_ASSET_DIR "/corpus/kjv.txt.gz"};
-    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
-        if (access(candidates[i], R_OK) == 0)
-            return candidates[i];
-    return candidates[0];
-}
-
-/* The embedded default: a 3-block byte-level GPT (gpt2-bytes) on the King
- * James Bible, sized to show a clearly falling loss and KJV-like samples in
- * about 3 minutes on 2 cores. The user's own options go on top. */
-static bool embedded_defaults(ft_opts *o, char *msg, size_t n)
-{
-    static const char *const pairs[][2] = {
-        {"out", "colossal-default"}, {"steps", "600"}, {"batch", "16"}, {"seq", "128"}, {"lr", "2e-3"},
-        {"weight-decay", "0.1"}, {"beta2", "0.95"}, {"warmup", "30"}, {"eval-every", "60"}, {"eval-batches", "4"},
-        {"sample-every", "200"}, {"sample-prompt", "And God said"}, {"overwrite", ""},
-    };
-    ft_opts user = *o; /* the options as parsed: replayed after the defaults */
-    ft_defaults(o);
-    snprintf(o->model, sizeof o->model, "gpt2-bytes");
-    snprintf(o->data, sizeof o->data, "%s", bundled_corpus());
-    o->embedded = true;
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
-        if (!ft_set(o, pairs[i][0], pairs[i][1], msg, n) || !ft_remember(o, pairs[i][0], pairs[i][1]))
-            return false;
-    for (int i = 0; i < user.nargs; i++)
-        if (!ft_set(o, user.arg_name[i], user.arg_value[i], msg, n) ||
-            !ft_remember(o, user.arg_name[i], user.arg_value[i]))
-            return false;
-    ft_free(&user);
-    return true;
-}
-
-/* --resume DIR: the saved options, then the runtime ones given now */
-static bool resume_options(ft_opts *o, ft_state *s, col_err *err)
-{
-    ft_opts given = *o;
-    ft_defaults(o);
-    snprintf(o->resume, sizeof o->resume, "%s", given.resume);
-    if (ft_state_read(given.resume, o, s, err) != COL_OK) {
-        ft_free(&given);
-        return false;
-    }
-    snprintf(o->out, sizeof o->out, "%s", given.resume);
-    char msg[512];
-    bool ok = true;
-    for (int i = 0; i < given.nargs && ok; i++) {
-        if (!ft_runtime_option(given.arg_name[i])) {
-            col_err_set(err, COL_EINVAL, "--%s cannot change when resuming (the run's options are in %s/trainer_state.json)",
-                        given.arg_name[i], given.resume);
-            ok = false;
-        } else if (!ft_set(o, given.arg_name[i], given.arg_value[i], msg, sizeof msg)) {
-            col_err_set(err, COL_EINVAL, "%s", msg);
-            ok = false;
-        }
-    }
-    ft_free(&given);
-    return ok;
-}
-
-/* up to three of the entries of path (none: "") */
-static void some_entries(const char *path, char *out, size_t n)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    int count = 0;
-    size_t at = 0;
-    out[0] = '\0';
-    while (d && (e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        if (count < 3 && at < n)
-            at += (size_t)snprintf(out + at, n - at, "%s%s", count ? ", " : "", e->d_name);
-        count++;
-    }
-    if (count > 3 && at < n)
-        snprintf(out + at, n - at, " and %d more", count - 3);
-    if (d)
-        closedir(d);
-}
-
 /* --out (or --resume), opened and locked for the whole run: its path from
  * here on is the normalised one (no trailing slash) */
 static int open_out(run *r, col_err *err)
@@ -185,29 +100,6 @@ static int open_out(run *r, col_err *err)
     }
     snprintf(dir, sizeof o->out, "%s", col_outdir_path(r->od));
     return 0;
-}
-
-/* The output directory must be ours to replace: absent, empty, or an earlier
- * colossal-finetune output (then only with --resume or --overwrite; the
- * user's own files in it are kept, outdir.h). */
-static bool check_out(const ft_opts *o, col_err *err)
-{
-    char path[4200], some[1024];
-    struct stat sb;
-    if (stat(o->out, &sb) != 0)
-        return true;
-    snprintf(path, sizeof path, "%s/trainer_state.json", o->out);
-    if (exists(path)) {
-        if (!o->resume[0] && !o->overwrite)
-            return col_err_set(err, COL_EIO, "%s holds a run already: continue it with --resume %s, replace it "
-                               "with --overwrite, or choose another --out", o->out, o->out), false;
-        return true;
-    }
-    some_entries(o->out, some, sizeof some);
-    if (some[0])
-        return col_err_set(err, COL_EIO, "--out %s is not empty and is not a colossal-finetune output (it holds %s): "
-                           "choose another directory", o->out, some), false;
-    return true;
 }
 
 /* writes the whole output directory at once (outdir.h) */
@@ -330,7 +222,7 @@ static col_status make_trainer(run *r, col_err *err)
                                r->src.lora.rank, r->src.lora.rank);
         tc.lora = r->src.lora;
     }
-    col_status st = col_lm_trainer_create(&tc, &r->be, &r->tr, err);
+    col_status st = col_lm_trainer_create(&tc, &r->dev.be, &r->tr, err);
     if (st != COL_OK)
         return st;
     if (o->resume[0]) {
@@ -534,7 +426,7 @@ static void progress(run *r, const col_lm_step_info *info, double tok_s, double 
         return;
     mt_pool_stats ms;
     mt_stats(col_lm_trainer_pool(r->tr), &ms);
-    char eta[32], host[32], comp[32], nvme[32];
+    char eta[32], host[32], comp[96], nvme[32];
     fmt_secs((double)(o->steps - info->step) * (elapsed / (double)(info->step - r->start_step)), eta, sizeof eta);
     fmt_bytes((double)ms.host_bytes, host, sizeof host);
     /* the compute tier: the activation arena, plus the chunk copies when it has a budget */
@@ -549,6 +441,14 @@ static void progress(run *r, const col_lm_step_info *info, double tok_s, double 
         on_nvme += ms.bytes[k][MT_TIER_NVME];
     fmt_bytes((double)compute, comp, sizeof comp);
     fmt_bytes((double)on_nvme, nvme, sizeof nvme);
+    size_t dfree, dtotal; /* on a GPU: its memory in use (every process's) and its size, beside the compute tier's */
+    if (app_device_memory(&r->dev, &dfree, &dtotal)) {
+        char du[32], dt[32];
+        fmt_bytes((double)(dtotal - dfree), du, sizeof du);
+        fmt_bytes((double)dtotal, dt, sizeof dt);
+        size_t k = strlen(comp);
+        snprintf(comp + k, sizeof comp - k, " (%s %s/%s)", r->dev.name, du, dt);
+    }
     if (r->tty) {
         fprintf(stderr, "\r\033[Kstep %lld/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s  mem: compute %s host %s nvme %s",
                 (long long)info->step, o->steps, info->loss, info->lr, tok_s, eta, comp, host, nvme);
@@ -573,6 +473,12 @@ static void publish(run *r, const col_lm_step_info *info, double tok_s, double s
     d->nvme_written = mt_nvme_bytes_written(col_lm_trainer_pool(r->tr));
     d->link_bytes[MT_LINK_H2N] = d->nvme_written;
     d->link_bytes[MT_LINK_N2H] = mt_nvme_bytes_read(col_lm_trainer_pool(r->tr));
+    size_t dfree, dtotal;
+    if (app_device_memory(&r->dev, &dfree, &dtotal)) { /* the compute tier is the GPU's memory */
+        mt_stats_set_device(d, r->dev.label);
+        d->device_used = dtotal - dfree;
+        d->device_total = dtotal;
+    }
     mt_resident *ct = col_lm_trainer_compute_tier(r->tr);
     if (ct) { /* chunk copies on the compute tier: its peak beside the activations, and the bytes moved */
         mt_resident_stats rs;
@@ -711,8 +617,7 @@ static void cleanup(run *r)
     col_dataset_free(r->ds);
     col_lm_source_close(&r->src);
     col_sampler_free(&r->sampler);
-    if (r->be_ready)
-        col_cpu_backend_free(&r->be);
+    app_device_close(&r->dev);
     free(r->ids);
     free(r->tg);
     col_outdir_close(r->od);
@@ -734,16 +639,24 @@ int main(int argc, char **argv)
         ft_free(o);
         return rc;
     }
-    if (o->embedded && !embedded_defaults(o, msg, sizeof msg)) {
+    if (o->embedded && !ft_embedded_defaults(o, msg, sizeof msg)) {
         ft_free(o);
         return fprintf(stderr, "colossal-finetune: %s\n", msg), 2;
     }
+    /* the device first: a GPU asked for but not usable is refused before anything is written */
+    if ((rc = app_device_open(&o->device, &r.dev, &err)) != 0) {
+        fail(&err);
+        cleanup(&r);
+        return rc;
+    }
+    if (r.dev.gpu) /* the GPU runtime's own host memory grows as kernels are first used (memwatch.h) */
+        mw_set_runtime(&r.mw, MW_GPU_RUNTIME_ALLOWANCE);
     if ((o->resume[0] || !o->eval_only) && (rc = open_out(&r, &err)) != 0) {
         fail(&err);
         cleanup(&r);
         return rc;
     }
-    if (o->resume[0] && !resume_options(o, &r.state, &err)) {
+    if (o->resume[0] && !ft_resume_options(o, &r.state, &err)) {
         rc = fail(&err) + (err.code == COL_EINVAL);
         cleanup(&r);
         return rc;
@@ -759,7 +672,7 @@ int main(int argc, char **argv)
     absolutize(o->tokenizer, sizeof o->tokenizer);
     r.tty = isatty(STDERR_FILENO) && !o->json && !o->quiet;
     rc = 1;
-    if (!o->eval_only && !check_out(o, &err))
+    if (!o->eval_only && !ft_check_out(o, &err))
         goto out;
     if (col_lm_source_open(o->model, o->tokenizer[0] ? o->tokenizer : NULL, false, &r.src, &err) != COL_OK)
         goto out;
@@ -785,9 +698,9 @@ int main(int argc, char **argv)
         col_err_set(&err, COL_ENOMEM, "out of memory for the batches");
         goto out;
     }
-    if (col_cpu_backend_init(&r.be, &err) != COL_OK)
+    char budget_line[256]; /* on a GPU without --gpu-mem: the compute tier's size from its free memory */
+    if (app_device_default_budget(&r.dev, &o->mem.gpu_mem, budget_line, sizeof budget_line, &err) != 0)
         goto out;
-    r.be_ready = true;
     mw_enter(&r.mw, MW_LOAD);
     if (make_trainer(&r, &err) != COL_OK ||
         col_sampler_init(&r.sampler, r.src.config.vocab_size, &err) != COL_OK)
@@ -819,8 +732,11 @@ int main(int argc, char **argv)
         say(&r, "data: %s: %zu tokens, %zu for training; batch %d x %d%s, %s", o->data, col_dataset_n_tokens(r.ds),
             col_dataset_n_train(r.ds), o->batch, o->seq, o->grad_accum > 1 ? " with accumulation" : "",
             o->shuffle ? "shuffled" : "in order");
-        say(&r, "cpu: %d threads, OpenBLAS %s; %s to %d steps into %s/", col_cpu_backend_threads(&r.be),
-            col_cpu_backend_blas_core(&r.be), o->resume[0] ? "resuming" : "training", o->steps, o->out);
+        say(&r, "%s; %s to %d steps into %s/", r.dev.desc, o->resume[0] ? "resuming" : "training", o->steps, o->out);
+        if (r.dev.note[0])
+            say(&r, "note: %s", r.dev.note);
+        if (budget_line[0])
+            say(&r, "%s", budget_line);
     }
     if (mt_stats_create("colossal-finetune", &r.pub, &err) == COL_OK) {
         r.sd = calloc(1, sizeof *r.sd);

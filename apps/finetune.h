@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "apperr.h"
+#include "device.h"
 #include "memopts.h"
 #include "dataset.h"
 #include "lm_trainer.h"
@@ -46,6 +47,7 @@ typedef struct {
     bool checkpointing;
     bool ignore_extra;           /* load MODEL's weights even with tensors the model does not use */
     mem_opts mem;                /* --cpu-mem, --gpu-mem, --chunk-size, --nvme-* */
+    app_device_choice device;    /* --device (a runtime option: a run may resume on another device) */
     /* LoRA */
     int lora_rank;
     float lora_alpha;
@@ -76,6 +78,10 @@ const char *ft_flag_of(col_setting s);
 /* Records an option as given (for the run state); false when out of room. */
 bool ft_remember(ft_opts *o, const char *name, const char *value);
 void ft_free(ft_opts *o);
+/* No MODEL: the embedded default run's options (gpt2-bytes on the bundled
+ * corpus), with the options o was given on top; false with msg (n bytes)
+ * when one of them is refused. */
+bool ft_embedded_defaults(ft_opts *o, char *msg, size_t n);
 
 /* ---- finetune_state.c ---- */
 typedef struct {
@@ -85,6 +91,10 @@ typedef struct {
     uint64_t data_hash;
 } ft_state;
 
+/* (finetune_opts.c) --resume DIR: o becomes the options saved in DIR/trainer_state.json (its
+ * state into *s) with the runtime options o was given on top; false with
+ * err set (COL_EINVAL when an option given may not change on resume). */
+bool ft_resume_options(ft_opts *o, ft_state *s, col_err *err);
 /* Writes dir/trainer_state.json: the state plus the options to replay. */
 col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, col_err *err);
 /* Reads dir/trainer_state.json into *s and replays its options into *o
@@ -92,5 +102,9 @@ col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, 
 col_status ft_state_read(const char *dir, ft_opts *o, ft_state *s, col_err *err);
 /* The same on the file's text (len bytes; path names it in messages). */
 col_status ft_state_parse(const char *text, size_t len, const char *path, ft_opts *o, ft_state *s, col_err *err);
+/* The output directory must be ours to replace: absent, empty, or an
+ * earlier colossal-finetune output (then only with --resume or --overwrite;
+ * the user's own files in it are kept, outdir.h). */
+bool ft_check_out(const ft_opts *o, col_err *err);
 
 #endif

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "finetune.h"
 
@@ -33,6 +34,7 @@ static const ft_optdef optdefs[] = {
     {"tui", false, true},         {"gpu-mem", true, true},       {"chunk-size", true, true},
     {"nvme-dir", true, true},     {"nvme-max", true, true},      {"nvme-kinds", true, true},
     {"nvme-queue-depth", true, true}, {"data-max", true, true},  {"ignore-extra-tensors", false, true},
+    {"device", true, true},
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
@@ -85,7 +87,7 @@ void ft_usage(FILE *f)
         "  --checkpointing        recompute activations in backward (less memory, ~30%% more compute)\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "                         (by default an error: it often means config.json does not fit the weights)\n"
-        "%s"
+        "%s%s"
         "  --lora-rank R          train rank-R LoRA adapters instead of all weights; --lora-alpha A (default R)\n"
         "  --lora-targets LIST    modules to adapt, e.g. q_proj,v_proj (default: the architecture's usual)\n"
         "  --merge-lora           write the adapters merged into model.safetensors\n"
@@ -94,7 +96,7 @@ void ft_usage(FILE *f)
         "  --quiet                no progress output\n"
         "  --tui                  show the run as colossal-top does (q stops, saving, like Ctrl-C); every run\n"
         "                         publishes its statistics for colossal-top in any case\n"
-        "Ctrl-C finishes the current step, saves, and exits with status 130.\n", mem_opts_help);
+        "Ctrl-C finishes the current step, saves, and exits with status 130.\n", app_device_help, mem_opts_help);
 }
 
 void ft_defaults(ft_opts *o)
@@ -191,6 +193,7 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     int mem = mem_opt_set(&o->mem, name, v, msg, n);
     if (mem >= 0)
         return mem;
+    if (!strcmp(name, "device")) return app_device_parse(v, &o->device, msg, n);
     if (!strcmp(name, "tokenizer")) return copy_str(o->tokenizer, sizeof o->tokenizer, v) || BAD("--tokenizer: path too long");
     if (!strcmp(name, "template")) {
         static const char *const names[] = {"llama2", "llama3", "chatml", "plain"};
@@ -353,4 +356,66 @@ bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code)
     o->embedded = npos == 0 && !o->resume[0];
     *exit_code = 0;
     return true;
+}
+
+static const char *bundled_corpus(void)
+{
+    static const char *const candidates[] = {COL_ASSET_DIR "/kjv.txt.gz", COL_SRC_ASSET_DIR "/corpus/kjv.txt.gz"};
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
+        if (access(candidates[i], R_OK) == 0)
+            return candidates[i];
+    return candidates[0];
+}
+
+/* The embedded default: a 3-block byte-level GPT (gpt2-bytes) on the King
+ * James Bible, sized to show a clearly falling loss and KJV-like samples in
+ * about 3 minutes on 2 cores. The user's own options go on top. */
+bool ft_embedded_defaults(ft_opts *o, char *msg, size_t n)
+{
+    static const char *const pairs[][2] = {
+        {"out", "colossal-default"}, {"steps", "600"}, {"batch", "16"}, {"seq", "128"}, {"lr", "2e-3"},
+        {"weight-decay", "0.1"}, {"beta2", "0.95"}, {"warmup", "30"}, {"eval-every", "60"}, {"eval-batches", "4"},
+        {"sample-every", "200"}, {"sample-prompt", "And God said"}, {"overwrite", ""},
+    };
+    ft_opts user = *o; /* the options as parsed: replayed after the defaults */
+    ft_defaults(o);
+    snprintf(o->model, sizeof o->model, "gpt2-bytes");
+    snprintf(o->data, sizeof o->data, "%s", bundled_corpus());
+    o->embedded = true;
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (!ft_set(o, pairs[i][0], pairs[i][1], msg, n) || !ft_remember(o, pairs[i][0], pairs[i][1]))
+            return false;
+    for (int i = 0; i < user.nargs; i++)
+        if (!ft_set(o, user.arg_name[i], user.arg_value[i], msg, n) ||
+            !ft_remember(o, user.arg_name[i], user.arg_value[i]))
+            return false;
+    ft_free(&user);
+    return true;
+}
+
+/* --resume DIR: the saved options, then the runtime ones given now */
+bool ft_resume_options(ft_opts *o, ft_state *s, col_err *err)
+{
+    ft_opts given = *o;
+    ft_defaults(o);
+    snprintf(o->resume, sizeof o->resume, "%s", given.resume);
+    if (ft_state_read(given.resume, o, s, err) != COL_OK) {
+        ft_free(&given);
+        return false;
+    }
+    snprintf(o->out, sizeof o->out, "%s", given.resume);
+    char msg[512];
+    bool ok = true;
+    for (int i = 0; i < given.nargs && ok; i++) {
+        if (!ft_runtime_option(given.arg_name[i])) {
+            col_err_set(err, COL_EINVAL, "--%s cannot change when resuming (the run's options are in %s/trainer_state.json)",
+                        given.arg_name[i], given.resume);
+            ok = false;
+        } else if (!ft_set(o, given.arg_name[i], given.arg_value[i], msg, sizeof msg)) {
+            col_err_set(err, COL_EINVAL, "%s", msg);
+            ok = false;
+        }
+    }
+    ft_free(&given);
+    return ok;
 }

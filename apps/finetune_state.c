@@ -1,8 +1,11 @@
 /* finetune_state.c - trainer_state.json: how far a run got and the options
- * that define it, so --resume continues it bit for bit. */
+ * that define it, so --resume continues it bit for bit; and whether --out
+ * may take a run. */
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -134,4 +137,48 @@ col_status ft_state_parse(const char *text, size_t len, const char *path, ft_opt
     }
     cJSON_Delete(root);
     return st;
+}
+
+/* up to three of the entries of path (none: "") */
+static void some_entries(const char *path, char *out, size_t n)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int count = 0;
+    size_t at = 0;
+    out[0] = '\0';
+    while (d && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (count < 3 && at < n)
+            at += (size_t)snprintf(out + at, n - at, "%s%s", count ? ", " : "", e->d_name);
+        count++;
+    }
+    if (count > 3 && at < n)
+        snprintf(out + at, n - at, " and %d more", count - 3);
+    if (d)
+        closedir(d);
+}
+
+/* The output directory must be ours to replace: absent, empty, or an earlier
+ * colossal-finetune output (then only with --resume or --overwrite; the
+ * user's own files in it are kept, outdir.h). */
+bool ft_check_out(const ft_opts *o, col_err *err)
+{
+    char path[4200], some[1024];
+    struct stat sb;
+    if (stat(o->out, &sb) != 0)
+        return true;
+    snprintf(path, sizeof path, "%s/trainer_state.json", o->out);
+    if (stat(path, &sb) == 0) {
+        if (!o->resume[0] && !o->overwrite)
+            return col_err_set(err, COL_EIO, "%s holds a run already: continue it with --resume %s, replace it "
+                               "with --overwrite, or choose another --out", o->out, o->out), false;
+        return true;
+    }
+    some_entries(o->out, some, sizeof some);
+    if (some[0])
+        return col_err_set(err, COL_EIO, "--out %s is not empty and is not a colossal-finetune output (it holds %s): "
+                           "choose another directory", o->out, some), false;
+    return true;
 }

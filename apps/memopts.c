@@ -12,9 +12,10 @@ const char *const mem_opt_names[] = {"cpu-mem",  "gpu-mem",    "chunk-size",    
 const char mem_opts_help[] =
     "  --cpu-mem SIZE         host memory budget for parameters, gradients and optimizer states (e.g. 8G)\n"
     "  --gpu-mem SIZE         compute-tier budget: parameter and gradient chunks are copied in and out\n"
-    "                         around each op, fetched ahead as a plan says (without CUDA the compute tier\n"
-    "                         is host memory); results are bitwise the same at any budget. A budget too\n"
-    "                         small is refused with the smallest that works\n"
+    "                         around each op, fetched ahead as a plan says (on the CPU the compute tier is\n"
+    "                         host memory and optional; on a GPU it is the GPU's memory, by default its free\n"
+    "                         memory less a reserve); results are bitwise the same at any budget. A budget\n"
+    "                         too small is refused with the smallest that works\n"
     "  --chunk-size SIZE      memtier chunk size (default: the size that wastes least)\n"
     "  --nvme-dir DIR         an NVMe tier: a scratch file in DIR (removed at exit) holding the optimizer\n"
     "                         states, and also gradients and parameters when --cpu-mem cannot hold them\n"

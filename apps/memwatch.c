@@ -3,6 +3,8 @@
 
 #include "procmem.h"
 
+#include <string.h>
+
 static const char *const phase_names[MW_NPHASES] = {"setup", "load", "train", "eval", "save"};
 
 /* the current phase's peak so far into its slot */
@@ -18,6 +20,8 @@ void mw_start(memwatch *w)
     *w = (memwatch){.cur = MW_SETUP};
     w->resets = col_procmem_reset_peak();
 }
+
+void mw_set_runtime(memwatch *w, size_t bytes) { w->runtime = bytes; }
 
 void mw_enter(memwatch *w, mw_phase p)
 {
@@ -53,13 +57,16 @@ void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
     close_phase(w);
     col_lm_memory m;
     col_lm_trainer_memory(t, &m);
-    size_t peak = session_peak(w), bound = w->base + m.bound;
+    size_t peak = session_peak(w), bound = w->base + m.bound + w->runtime;
     if (json) {
         fprintf(out, "{\"memory\":{\"peak_rss\":%zu,\"bound\":%zu,\"within\":%s,\"process_base\":%zu,"
                 "\"host_budget\":%zu,\"host\":%zu,\"compute\":%zu,\"overhead\":%zu,\"activations\":%zu,"
-                "\"staging\":%zu,\"tables\":%zu,\"phase_peaks_reset\":%s,\"phases\":{",
+                "\"staging\":%zu,\"tables\":%zu,\"phase_peaks_reset\":%s,",
                 peak, bound, peak <= bound ? "true" : "false", w->base, m.host_budget, m.host, m.compute, m.overhead,
                 m.activations, m.staging, m.tables, w->resets ? "true" : "false");
+        if (w->runtime) /* (the field is there on a GPU only: the CPU's report is as it was) */
+            fprintf(out, "\"gpu_runtime\":%zu,", w->runtime);
+        fprintf(out, "\"phases\":{");
         bool first = true;
         for (int p = 0; p < MW_NPHASES; p++) {
             if (!w->peak[p])
@@ -71,15 +78,19 @@ void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
         fflush(out);
         return;
     }
-    char a[32], b[32], c[32], d[32], e[32], f[32];
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[48] = "";
     fmt(peak, a, sizeof a);
     fmt(bound, b, sizeof b);
     fmt(m.host_budget ? m.host_budget : m.host, c, sizeof c);
     fmt(m.compute, d, sizeof d);
     fmt(m.overhead, e, sizeof e);
     fmt(w->base, f, sizeof f);
-    fprintf(out, "memory: peak resident %s %s the bound %s (host %s + compute tier %s + overhead %s + before the "
-            "session %s);", a, peak <= bound ? "within" : "OVER", b, c, d, e, f);
+    if (w->runtime) {
+        fmt(w->runtime, g + 15, sizeof g - 15);
+        memcpy(g, " + gpu runtime ", 15);
+    }
+    fprintf(out, "memory: peak resident %s %s the bound %s (host %s + compute tier %s + overhead %s%s + before the "
+            "session %s);", a, peak <= bound ? "within" : "OVER", b, c, d, e, g, f);
     for (int p = 0; p < MW_NPHASES; p++) {
         if (!w->peak[p])
             continue;

@@ -23,9 +23,15 @@ typedef struct {
     bool resets;                /* VmHWM could be started over at each phase */
     size_t base;                /* resident when the session was about to be made */
     size_t peak[MW_NPHASES];    /* the most resident during each phase (0: the phase did not happen) */
+    size_t runtime;             /* an allowance for a GPU runtime's host memory (0 on the CPU): mw_set_runtime */
 } memwatch;
 
 void mw_start(memwatch *w);                   /* the setup phase begins */
+/* On a GPU the runtime and its BLAS library map code and make buffers in host
+ * memory as kernels are first used, after the base was taken: bytes of that
+ * are allowed beside the bound (reported as "gpu runtime"). */
+enum { MW_GPU_RUNTIME_ALLOWANCE = 256 << 20 }; /* gpt2-bytes on an H100 grew by about 150 MiB */
+void mw_set_runtime(memwatch *w, size_t bytes);
 /* The current phase ends and p begins; entering MW_LOAD records the base. */
 void mw_enter(memwatch *w, mw_phase p);
 /* Ends the current phase; writes the peaks and the bound, as one JSON object

@@ -161,6 +161,11 @@ static cJSON *proc_json(const top_proc *p)
         cJSON *x = cJSON_AddObjectToObject(tiers, mt_stats_tier_name(order[t]));
         cJSON_AddNumberToObject(x, "used", (double)d->tier_used[order[t]]);
         cJSON_AddNumberToObject(x, "budget", (double)d->tier_budget[order[t]]);
+        if (order[t] == MT_TIER_GPU && d->device_total) { /* on a GPU: the device and its memory (every process's) */
+            cJSON_AddStringToObject(x, "device", d->device);
+            cJSON_AddNumberToObject(x, "device_used", (double)d->device_used);
+            cJSON_AddNumberToObject(x, "device_total", (double)d->device_total);
+        }
     }
     cJSON *kinds = cJSON_AddObjectToObject(o, "kinds");
     static const char *const kn[MT_NKINDS] = {"params", "grads", "optimizer"};

@@ -109,18 +109,36 @@ static void put_wide(const canvas *c, int y, int x, attr_t a, const wchar_t *s, 
     wattroff(c->w, a);
 }
 
-/* A bar: "label [|||||.....] used/budget" in width columns. */
-static void draw_bar(const canvas *c, int y, int x, int width, mt_tier t, uint64_t used, uint64_t budget)
+/* The text beside a tier's bar: "used/budget", and for the compute tier on a
+ * GPU the device's memory as well: "1.2G/75.0G  cuda:0 31.2G/79.1G" (the
+ * device's name up to its first ": "). */
+static void tier_text(const mt_stats_data *d, mt_tier t, char *buf, size_t n)
 {
-    char u[16], b[16], text[40];
-    top_fmt_bytes((double)used, u, sizeof u);
-    if (budget)
-        top_fmt_bytes((double)budget, b, sizeof b);
+    char u[16], b[16];
+    top_fmt_bytes((double)d->tier_used[t], u, sizeof u);
+    if (d->tier_budget[t])
+        top_fmt_bytes((double)d->tier_budget[t], b, sizeof b);
     else
         snprintf(b, sizeof b, "-");
-    snprintf(text, sizeof text, "%s/%s", u, b);
+    int k = snprintf(buf, n, "%s/%s", u, b);
+    if (t == MT_TIER_GPU && d->device_total && k > 0 && (size_t)k < n) {
+        char du[16], dt[16];
+        top_fmt_bytes((double)d->device_used, du, sizeof du);
+        top_fmt_bytes((double)d->device_total, dt, sizeof dt);
+        const char *colon = strstr(d->device, ": ");
+        int len = colon ? (int)(colon - d->device) : (int)strlen(d->device);
+        snprintf(buf + k, n - (size_t)k, "  %.*s%s%s/%s", len > 16 ? 16 : len, d->device, len ? " " : "gpu ", du, dt);
+    }
+}
+
+/* A bar: "label [|||||.....] text" in width columns, the text in a column of
+ * tw characters (0: its own length, at least 11). */
+static void draw_bar(const canvas *c, int y, int x, int width, mt_tier t, uint64_t used, uint64_t budget,
+                     const char *text, int tw)
+{
+    if (tw <= 0)
+        tw = (int)strlen(text) > 11 ? (int)strlen(text) : 11; /* a fixed column, so the bars line up */
     const char *label = mt_stats_tier_name(t);
-    int tw = (int)strlen(text) > 11 ? (int)strlen(text) : 11; /* a fixed column, so the bars line up */
     int inner = width - 8 - 3 - tw;
     put(c, y, x, pair(c, tier_pair(t, false)) | A_BOLD, "%-7s", label);
     if (inner < 4) {
@@ -245,8 +263,16 @@ static void draw_overview(const canvas *c, const top_proc *procs, int n)
             const mt_stats_data *d = &p->snap.d;
             bool side = c->cols >= 100;
             int bw = side ? (c->cols - 4) / 2 : c->cols - 4;
+            char text[MT_NTIERS][96];
+            int tw = 0; /* with a device's memory beside the compute tier's, one column for all three texts */
+            for (int t = 0; t < MT_NTIERS; t++) {
+                tier_text(d, k_tiers[t], text[t], sizeof text[t]);
+                if (d->device_total && (int)strlen(text[t]) > tw)
+                    tw = (int)strlen(text[t]);
+            }
             for (int t = 0; t < MT_NTIERS; t++)
-                draw_bar(c, y + t, 4, bw, k_tiers[t], d->tier_used[k_tiers[t]], d->tier_budget[k_tiers[t]]);
+                draw_bar(c, y + t, 4, bw, k_tiers[t], d->tier_used[k_tiers[t]], d->tier_budget[k_tiers[t]], text[t],
+                         tw);
             char split[128];
             fmt_split(d, split, sizeof split);
             int rx = side ? 4 + bw + 3 : 4, ry = side ? y : y + 3;

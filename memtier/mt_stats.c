@@ -115,6 +115,8 @@ static bool process_gone(int pid, uint64_t start_ticks)
 
 void mt_stats_set_run(mt_stats_data *d, const char *run) { copy_name(d->run, run); }
 
+void mt_stats_set_device(mt_stats_data *d, const char *device) { copy_name(d->device, device); }
+
 void mt_stats_push_loss(mt_stats_data *d, double loss)
 {
     d->loss_ring[d->nlosses % MT_STATS_LOSS_RING] = (float)loss;
@@ -481,6 +483,7 @@ col_status mt_stats_read_name(const char *name, mt_stats_snapshot *snap, col_err
     if (!ok)
         return col_err_set(e, COL_ESTATE, "%s: the process kept writing its statistics for 200 ms: try again", name);
     clean_text(snap->d.run, MT_STATS_NAME_MAX);
+    clean_text(snap->d.device, MT_STATS_NAME_MAX);
     return COL_OK;
 }
 

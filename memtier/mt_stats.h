@@ -16,8 +16,8 @@
  * segment of another version is reported, not read.
  *
  * Tiers are indexed by mt_tier (MT_TIER_HOST, MT_TIER_GPU = the compute
- * tier: GPU memory, or the budgeted host arena in a build without CUDA,
- * MT_TIER_NVME); kinds by mt_kind. No global state: the publisher is an
+ * tier: a GPU's memory, or the budgeted host arena on the CPU, MT_TIER_NVME);
+ * kinds by mt_kind. No global state: the publisher is an
  * object, the reader calls are plain functions.
  */
 #ifndef MT_STATS_H
@@ -31,7 +31,7 @@
 #include "status.h"
 
 #define MT_STATS_MAGIC 0x53544154534c4f43ULL /* the bytes "COLSTATS" (little-endian); any other value: not ours */
-#define MT_STATS_VERSION 1u
+#define MT_STATS_VERSION 2u /* 2: the compute tier's device (name, memory used and total) */
 #define MT_STATS_MAX_CHUNKS 4096 /* the chunk map holds the first this many chunks */
 #define MT_STATS_LOSS_RING 256   /* the last this many losses */
 #define MT_STATS_NAME_MAX 64     /* program and run names, NUL included */
@@ -54,6 +54,10 @@ typedef struct {
     char run[MT_STATS_NAME_MAX];            /* what runs, e.g. the model name */
     uint64_t tier_used[MT_NTIERS];          /* bytes held in each tier now */
     uint64_t tier_budget[MT_NTIERS];        /* 0 = no budget */
+    char device[MT_STATS_NAME_MAX];         /* the device the compute tier is on, e.g. "cuda:0: NVIDIA H100 80GB
+                                               HBM3 (sm_90, 132 SMs), 79.1 GiB"; "" when it is host memory */
+    uint64_t device_used, device_total;     /* that device's memory in use (every process's, as its driver
+                                               reports it) and its size; 0 when the compute tier is host memory */
     uint64_t kind_bytes[MT_NKINDS][MT_NTIERS];
     uint64_t link_bytes[MT_NLINKS];         /* cumulative bytes moved per link */
     uint64_t nvme_written;                  /* cumulative bytes written to NVMe */
@@ -81,6 +85,8 @@ typedef struct {
 
 /* Sets d->run (truncated to fit). */
 void mt_stats_set_run(mt_stats_data *d, const char *run);
+/* Sets d->device (truncated to fit; NULL or "": the compute tier is host memory). */
+void mt_stats_set_device(mt_stats_data *d, const char *device);
 /* Appends a loss to the ring and sets d->loss. */
 void mt_stats_push_loss(mt_stats_data *d, double loss);
 /* Up to n of the most recent losses, oldest first, into out; returns how many. */
@@ -155,8 +161,8 @@ typedef struct {
  * segments without our magic, or too short to hold a header, are left
  * alone and not listed. */
 col_status mt_stats_list(mt_stats_entry *out, int max, int *n, int *removed, col_err *e);
-/* Copies the segment of pid out consistently; the program and run names
- * are made printable (control characters and bytes that are not UTF-8
+/* Copies the segment of pid out consistently; the program, run and device
+ * names are made printable (control characters and bytes that are not UTF-8
  * become '?'). COL_EIO: no such segment (the
  * process ended); COL_EFORMAT: not a colossal segment; COL_EUNSUPPORTED:
  * another format version (the message names both versions); COL_ESTATE:

@@ -2,7 +2,7 @@
  * its shared-memory segment (as a training process would), so the
  * colossal-top tests know exactly what must appear.
  *
- * usage: stats_publisher [--program NAME] [--run NAME] [--seconds N] [--tui] [--random SEED]
+ * usage: stats_publisher [--program NAME] [--run NAME] [--seconds N] [--tui] [--random SEED] [--device]
  * Prints "ready PID" once published, republishes the same values every
  * 100 ms (only the update time changes), and removes its segment on
  * SIGTERM/SIGINT or after N seconds (default 20), so a failed test leaves
@@ -22,7 +22,10 @@
  *   step time last: compute 0.5 s, wait 0.25 s, optimizer 0.25 s;
  *           all steps: 60, 30, 30 s
  *   chunks  10: params c C c h, grads c(in use) c, optimizer H n n -
- *           (c compute, h host, n nvme, - no memory; upper case dirty) */
+ *           (c compute, h host, n nvme, - no memory; upper case dirty)
+ *   device  none (the compute tier is host memory); with --device the
+ *           compute tier is on "cuda:0: Test GPU (sm_90, 132 SMs)" with
+ *           30G of its 80G in use */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +95,7 @@ int main(int argc, char **argv)
     long long seed = -1;
     const char *program = "colossal-finetune", *run = "gpt2-test";
     double seconds = 20;
-    bool tui = false;
+    bool tui = false, device = false;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && !strcmp(argv[i], "--program"))
             program = argv[++i];
@@ -102,11 +105,13 @@ int main(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tui"))
             tui = true;
+        else if (!strcmp(argv[i], "--device"))
+            device = true;
         else if (i + 1 < argc && !strcmp(argv[i], "--random"))
             seed = atoll(argv[++i]);
         else {
             fprintf(stderr, "usage: stats_publisher [--program NAME] [--run NAME] [--seconds N] [--tui] "
-                            "[--random SEED]\n");
+                            "[--random SEED] [--device]\n");
             return 2;
         }
     }
@@ -133,6 +138,10 @@ int main(int argc, char **argv)
         randomize(d, (uint64_t)seed);
     else
         script(d, run);
+    if (device) {
+        mt_stats_set_device(d, "cuda:0: Test GPU (sm_90, 132 SMs)");
+        d->device_used = 30 * GiB, d->device_total = 80 * GiB;
+    }
     mt_stats_publish(pub, d);
     if (tui && !(t = top_tui_open("stats_publisher"))) {
         fprintf(stderr, "stats_publisher: --tui needs a terminal\n");

@@ -132,6 +132,21 @@ printf '{"ids":[%s]}\n' "$raw_new_ids" > "$tmp/want"
 same "--prompt-ids of the encoded prompt gives the same ids" "$tmp/want" -- \
     "$base" --prompt-ids "$raw_ids" $greedy --max-new-tokens "$raw_new" --json
 
+# ---- --device: cpu gives the same text; a device that is no device, or no GPU here, is a usage error ----
+same "--device cpu completes as the default does here" "$tmp/raw" -- \
+    "$base" --prompt "The cat" $greedy --max-new-tokens "$raw_new" --device cpu
+check "--device gpu" 2 "--device must be cpu, cuda or cuda:N" -- "$base" --device gpu --prompt hi
+check "--device cuda:x" 2 "(got 'cuda:x')" -- "$base" --device cuda:x --prompt hi
+check "--device cuda:1023 (no machine has so many)" 2 "--device cuda:1023: " -- "$base" --device cuda:1023 --prompt hi
+grep -q -- "use --device cuda:0 or --device cpu\|; use --device cpu" "$tmp/err" && pass "... and says what to use" ||
+    fail "--device cuda:1023 names no way out"
+if nvidia-smi -L > /dev/null 2>&1; then
+    n=$((n + 1)); echo "ok $n # SKIP --device cuda without a GPU: this machine has one"
+else
+    check "--device cuda without a usable GPU" 2 "--device cuda: no usable GPU: " -- "$base" --device cuda --prompt hi
+fi
+"$chat" --help | grep -q -- "--device DEV .*cpu, or a GPU" && pass "--help names --device" || fail "--help lacks --device"
+
 # ---- a chat template colossal does not know: said on stderr, then plain completion ----
 mkdir -p "$tmp/jinja"
 cp "$chatml/tokenizer.json" "$tmp/jinja/"

@@ -47,6 +47,13 @@ else
     notok "the loss did not fall enough ($first -> $last)"
 fi
 grep -q "validation loss" "$tmp/out" && ok "evaluation runs" || notok "no evaluation line"
+if nvidia-smi -L > /dev/null 2>&1; then
+    n=$((n + 1)); echo "ok $n # SKIP the default device is the CPU: this machine has a GPU"
+else
+    grep -q "^cpu: [0-9]* threads, OpenBLAS [A-Za-z0-9]*; training to 40 steps into colossal-default/$" "$tmp/out" &&
+        ok "without a GPU the default device is the CPU, said at the start: $(grep '^cpu: ' "$tmp/out")" ||
+        notok "no 'cpu: ...' start line"
+fi
 [ ! -e "$tmp/colossal-default.partial" ] && ok "no staging directory left behind" || notok "staging directory left"
 # colossal-chat loads the result: its greedy text equals the greedy sample the training run printed
 chat=${CHAT:-$(dirname "$ft")/colossal-chat}
@@ -92,7 +99,7 @@ fi
     ok "a file of the user's put in at step $noted survives the saves up to step $k and kill -9" ||
     notok "the user's notes.txt (put in at step '$noted') did not survive the saves: $(ls -A "$tmp/killed" | tr '\n' ' ')"
 cp -r "$tmp/killed" "$tmp/killed_copy"
-check "resume after kill -9" 0 "" -- --resume killed --json
+check "resume after kill -9 (on --device cpu: a runtime option)" 0 "" -- --resume killed --json --device cpu
 losses "$tmp/out" > "$tmp/resumed.txt"
 losses "$tmp/ref.json" | sed -n "$((k + 1)),\$p" > "$tmp/ref_tail.txt"
 if [ -s "$tmp/resumed.txt" ] && cmp -s "$tmp/resumed.txt" "$tmp/ref_tail.txt"; then
@@ -370,6 +377,21 @@ check "sequence longer than the model allows" 1 "longer than" -- gpt2-tiny corpu
 check "tokenizer that does not fit the model" 1 "do not belong together (--tokenizer)$" -- "$src/tests/fixtures/hf/gpt2" \
     corpus.txt --tokenizer bytes
 check "unknown option" 2 "unknown option" -- --bogus
+# --device: a bad value is a usage error; a GPU that is not there is one line, exit 2, and nothing written
+check "--device gpu" 2 "--device must be cpu, cuda or cuda:N .*(got 'gpu')" -- gpt2-tiny corpus.txt --out d1 --device gpu
+check "--device cuda:x" 2 "(got 'cuda:x')" -- gpt2-tiny corpus.txt --out d1 --device cuda:x
+check "--device cuda:-1" 2 "(got 'cuda:-1')" -- gpt2-tiny corpus.txt --out d1 --device cuda:-1
+check "--device cuda:1023 (no machine has so many)" 2 "^colossal-finetune: --device cuda:1023: .*; use --device" -- \
+    gpt2-tiny corpus.txt --out d1 --device cuda:1023
+if nvidia-smi -L > /dev/null 2>&1; then
+    n=$((n + 1)); echo "ok $n # SKIP --device cuda without a GPU: this machine has one"
+else
+    check "--device cuda without a usable GPU" 2 "^colossal-finetune: --device cuda: no usable GPU: .*; use --device cpu$" \
+        -- gpt2-tiny corpus.txt --out d1 --device cuda
+fi
+[ "$(wc -l < "$tmp/err")" -eq 1 ] && [ ! -e "$tmp/d1" ] && [ ! -e "$tmp/d1.lock" ] && [ ! -e "$tmp/d1.partial" ] &&
+    ok "... one line, and nothing written for --out" || notok "--device cuda: $(ls -A "$tmp" | grep d1) $(cat "$tmp/err")"
+"$ft" --help | grep -q -- "--device DEV .*cpu, or a GPU" && ok "--help names --device" || notok "--help lacks --device"
 check "option without its value" 2 "needs a value" -- --steps
 check "bad number" 2 "--lr must be" -- --lr fast
 check "a learning rate that is 0 as a float" 2 "--lr must be" -- --lr 2e-88

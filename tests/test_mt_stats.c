@@ -255,6 +255,12 @@ static void test_publish_read(void)
     mt_stats_publish(pub, d);
     st = mt_stats_read(me, s, &e);
     TL_OK(st == COL_OK && strlen(s->d.run) == MT_STATS_NAME_MAX - 1, "a run name without a NUL is cut to fit");
+    mt_stats_set_device(d, "cuda:0: \x1b[2Jgpu\xff");
+    memset(d->device + strlen(d->device), 'y', sizeof d->device - strlen(d->device)); /* and no NUL */
+    mt_stats_publish(pub, d);
+    st = mt_stats_read(me, s, &e);
+    TL_OK(st == COL_OK && !strncmp(s->d.device, "cuda:0: ?[2Jgpu?yy", 18) &&
+          strlen(s->d.device) == MT_STATS_NAME_MAX - 1, "so is the device's name: %s", s->d.device);
 
     mt_stats_destroy(pub);
     TL_OK(!shm_exists(me) && !listed(me, NULL, NULL), "destroy removes the segment");
@@ -276,6 +282,8 @@ typedef struct {
 static void fill_k(mt_stats_data *d, uint64_t k)
 {
     snprintf(d->run, sizeof d->run, "run-%llu", (unsigned long long)k);
+    snprintf(d->device, sizeof d->device, "cuda:%llu", (unsigned long long)k);
+    d->device_used = k * 5, d->device_total = k * 13;
     for (int t = 0; t < MT_NTIERS; t++)
         d->tier_used[t] = k * 7 + (uint64_t)t, d->tier_budget[t] = k * 11 + (uint64_t)t;
     for (int l = 0; l < MT_NLINKS; l++)
@@ -295,7 +303,9 @@ static bool consistent(const mt_stats_data *d)
     uint64_t k = (uint64_t)d->step;
     char run[MT_STATS_NAME_MAX];
     snprintf(run, sizeof run, "run-%llu", (unsigned long long)k);
-    bool ok = !strcmp(d->run, run) && d->total_steps == (int64_t)k * 3 && d->loss == (double)k &&
+    char dev[MT_STATS_NAME_MAX];
+    snprintf(dev, sizeof dev, "cuda:%llu", (unsigned long long)k);
+    bool ok = !strcmp(d->run, run) && !strcmp(d->device, dev) && d->device_used == k * 5 && d->device_total == k * 13 && d->total_steps == (int64_t)k * 3 && d->loss == (double)k &&
               d->nchunks == (uint32_t)k && d->nvme_written == ~k;
     for (int t = 0; t < MT_NTIERS; t++)
         ok = ok && d->tier_used[t] == k * 7 + (uint64_t)t && d->tier_budget[t] == k * 11 + (uint64_t)t;
@@ -445,9 +455,9 @@ static void test_stale(void)
           "a 12-byte segment: not listed, not read (%s)", e.msg);
     remove_segment((int)live);
 
-    /* our magic and version 1, but cut short: refused, not read past its end */
+    /* our magic and this version, but cut short: refused, not read past its end */
     write_segment((int)live, MT_STATS_MAGIC, MT_STATS_VERSION, 4096);
-    TL_OK(mt_stats_read((int)live, s, &e) == COL_EFORMAT, "a truncated version-1 segment: %s", e.msg);
+    TL_OK(mt_stats_read((int)live, s, &e) == COL_EFORMAT, "a truncated segment of this version: %s", e.msg);
     remove_segment((int)live);
 
     /* another version: listed as such, read refused with both versions named */
@@ -457,7 +467,9 @@ static void test_stale(void)
     TL_OK(listed((int)live, &state, &version) && state == MT_STATS_BAD_VERSION && version == 99,
           "a version-99 segment is listed as another version");
     st = mt_stats_read((int)live, s, &e);
-    TL_OK(st == COL_EUNSUPPORTED && strstr(e.msg, "version 99") && strstr(e.msg, "version 1"),
+    char mine[32];
+    snprintf(mine, sizeof mine, "reads version %u", MT_STATS_VERSION);
+    TL_OK(st == COL_EUNSUPPORTED && strstr(e.msg, "version 99") && strstr(e.msg, mine),
           "reading it is refused clearly: %s", e.msg);
     end_child(live, wfd);
     listed((int)live, NULL, NULL);

@@ -49,7 +49,7 @@ G=1073741824
 ok $? "--json exits 0"
 # our object, cut out of the array (other colossal processes may be running)
 sed 's/.*{"pid":'"$A"',/{"pid":'"$A"',/; s/\("flags":"[^"]*"}}\).*/\1/' "$tmp/json" >"$tmp/obj"
-grep -q '^{"format_version":1,"processes":\[{"pid":'"$A"',"program":"top-test-pub","run":"gpt2-test",' "$tmp/json"
+grep -q '^{"format_version":2,"processes":\[{"pid":'"$A"',"program":"top-test-pub","run":"gpt2-test",' "$tmp/json"
 ok $? "--json: one object with an array; pid, program and run name"
 want='"step":120,"total_steps":600,"loss":2.5,"tokens_per_s":1234.5,'
 want=$want'"tiers":{"compute":{"used":'$((48 * M))',"budget":'$((64 * M))'},"host":{"used":'$((12 * M))
@@ -71,7 +71,7 @@ ok $? "--json: the chunk map (tier, kind, dirty / in use)"
 "$TOP" --json | grep -q '"pid":'"$B"',"program":"top-test-pub","run":"second-run"'
 ok $? "--json without -p lists the other publisher too"
 out=$("$TOP" --json -p 1)
-[ "$out" = '{"format_version":1,"processes":[]}' ]
+[ "$out" = '{"format_version":2,"processes":[]}' ]
 ok $? "--json with no matching process: an empty array"
 
 # ---- --once: one frame as text ----
@@ -103,6 +103,21 @@ grep -q '^ host->compute  *3\.0G' "$tmp/once3" && grep -q '^ nvme->host  *512\.0
 ok $? "--once --view 3: link totals and the step-time split"
 COLUMNS=80 LINES=24 "$TOP" --once -p 1 | grep -q 'no colossal process is running'
 ok $? "--once with no process: says so"
+
+# ---- a compute tier on a GPU: the device's memory beside the tier's (the host publisher above shows none) ----
+start_pub "$tmp/g.out" --program gpu-pub --run gpt2-gpu --device
+D=$pub_pid
+"$TOP" --json -p "$D" >"$tmp/gj"
+want='"tiers":{"compute":{"used":'$((48 * M))',"budget":'$((64 * M))',"device":"cuda:0: Test GPU (sm_90, 132 SMs)",'
+want=$want'"device_used":'$((30 * G))',"device_total":'$((80 * G))'},"host":'
+grep -qF "$want" "$tmp/gj" && ! grep -q '"device' "$tmp/obj"
+ok $? "--json: a GPU's name, memory used and total with the compute tier (none for a host compute tier)"
+COLUMNS=100 LINES=20 LC_ALL=C "$TOP" --once -p "$D" >"$tmp/gonce"
+grep -q '^    compute \[|*  *\] 48\.0M/64\.0M  cuda:0 30\.0G/80\.0G ' "$tmp/gonce" &&
+    [ "$(grep '^    compute \[' "$tmp/gonce" | cut -d']' -f1 | wc -c)" -eq \
+      "$(grep '^    host    \[' "$tmp/gonce" | cut -d']' -f1 | wc -c)" ]
+ok $? "--once: the compute bar names the GPU and its memory used/total; the bars stay aligned"
+kill "$D" 2>/dev/null
 
 # ---- untrusted contents: random bytes in every field must not crash any view ----
 bad=0

@@ -67,6 +67,10 @@ col_status col_cuda_memset(const col_backend *be, void *dst, int value, size_t b
  * asynchronous error (a kernel fault) as a col_status, else the first bad
  * input the kernels queued since the last synchronisation met (COL_EINVAL). */
 col_status col_cuda_sync(const col_backend *be, col_err *err);
+/* The backend's device memory as the driver reports it (cudaMemGetInfo):
+ * bytes free now (what every process on the device has not taken) and the
+ * device's total. */
+col_status col_cuda_mem_info(const col_backend *be, size_t *free_bytes, size_t *total_bytes, col_err *err);
 
 /* The backend's memory table (be->mem after col_cuda_backend_init): the
  * functions above, so col_plan_create_on(g, be, ...) puts a plan's arena and

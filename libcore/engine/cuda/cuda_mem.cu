@@ -96,6 +96,19 @@ col_status col_cuda_sync(const col_backend *be, col_err *err)
     return st;
 }
 
+col_status col_cuda_mem_info(const col_backend *be, size_t *free_bytes, size_t *total_bytes, col_err *err)
+{
+    *free_bytes = *total_bytes = 0;
+    col_status st = use_device(be, err, "cuda memory info");
+    if (st != COL_OK)
+        return st;
+    size_t f = 0, t = 0;
+    st = cu_status(cudaMemGetInfo(&f, &t), err, "cuda memory info: cudaMemGetInfo");
+    if (st == COL_OK)
+        *free_bytes = f, *total_bytes = t;
+    return st;
+}
+
 } /* extern "C" */
 
 /* the device memory helpers above have the table's signatures: alloc
