@@ -70,6 +70,17 @@ __global__ void k_embedding_g(float *__restrict__ out, const float *__restrict__
     }
 }
 
+/* rows of a bf16 (is_bf16) or f16 table, converted to f32 */
+__global__ void k_embedding_16(float *__restrict__ out, const unsigned short *__restrict__ w, int is_bf16, int64_t ws,
+                               const void *ids, int i64, int64_t N, int64_t C)
+{
+    CU_GRID_LOOP(i, N * C) {
+        int64_t r = i / C, c = i % C;
+        unsigned short h = w[index_at(ids, i64, r) * ws + c];
+        out[i] = is_bf16 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
+    }
+}
+
 static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *err)
 {
     const col_cuda_ctx *c = cu_ctx(ex);
@@ -83,8 +94,15 @@ static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *er
                            (long long)bad_id, (long long)bad, (long long)(V - 1));
     if (N * C == 0)
         return COL_OK;
-    k_embedding_g<<<cu_blocks(c, N * C), CU_THREADS, 0, c->stream>>>((float *)n->t.data, (const float *)w->data,
-                                                                    w->stride[0], ids->data, ids->dtype == COL_I64, N, C);
+    if (w->dtype != COL_F32)
+        k_embedding_16<<<cu_blocks(c, N * C), CU_THREADS, 0, c->stream>>>((float *)n->t.data,
+                                                                         (const unsigned short *)w->data,
+                                                                         w->dtype == COL_BF16, w->stride[0], ids->data,
+                                                                         ids->dtype == COL_I64, N, C);
+    else
+        k_embedding_g<<<cu_blocks(c, N * C), CU_THREADS, 0, c->stream>>>((float *)n->t.data, (const float *)w->data,
+                                                                        w->stride[0], ids->data, ids->dtype == COL_I64,
+                                                                        N, C);
     return cu_launch(err, "embedding");
 }
 
