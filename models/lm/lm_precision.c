@@ -78,22 +78,6 @@ void lmt_mixed_free(col_lm_trainer *t)
     t->conv_n = 0;
 }
 
-col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *err)
-{
-    int64_t n = t->ot[i].n;
-    void *p = NULL;
-    col_status st = COL_OK;
-    if (lmt_has(t, LMT_MASTER, i) && (st = lmt_get(t, LMT_MASTER, i, true, &p, err)) == COL_OK && p != w)
-        memcpy(p, w, sizeof(float) * (size_t)n);
-    if (st == COL_OK && (st = lmt_get(t, 0, i, true, &p, err)) == COL_OK) {
-        if (lmt_mixed(t))
-            narrow(p, t->dt, w, n);
-        else if (p != w)
-            memcpy(p, w, sizeof(float) * (size_t)n);
-    }
-    return st;
-}
-
 /* the kinds a trained tensor has, in the order the step gets them */
 static int step_kinds(const col_lm_trainer *t, int *kinds)
 {

@@ -98,6 +98,10 @@ col_status lmt_alloc(col_lm_trainer *t, col_err *err);
 /* The address a graph binds tensor i's kind-k memory to: the host address,
  * or the NVMe chunk's placeholder (only the compute tier reads it). */
 void *lmt_bind_addr(const col_lm_trainer *t, int k, int i);
+/* Tensor i's weights from the f32 values w (n floats; may be the conversion buffer): into its master when it
+ * has one, and rounded into its parameter (mixed precision), else into the parameter; through the stage
+ * (its chunks stay there, written back later). */
+col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *err);
 /* Writes the initial parameters (through the stage for NVMe chunks). */
 col_status lmt_init_params(col_lm_trainer *t, col_err *err);
 /* Runs a planned graph: through its compute tier when there is a compute
@@ -137,9 +141,6 @@ static inline col_dtype lmt_dtype(const col_lm_trainer *t, int k) { return k <= 
 /* Sets up mixed precision after the tensors are placed: the conversion buffer, the loss scale. */
 col_status lmt_mixed_init(col_lm_trainer *t, col_err *err);
 void lmt_mixed_free(col_lm_trainer *t);
-/* Tensor i's weights from the f32 values w (n floats; may be the conversion buffer): into its master when it
- * has one, and rounded into its parameter; through the stage (its chunks stay there, written back later). */
-col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *err);
 /* The mixed-precision optimizer step over the trained tensors (through the stage, wherever their chunks
  * live): gradients converted to f32, unscaled (f16) and averaged over na micro-batches, their global norm
  * into *norm (clipped to clip when > 0), the masters updated and rounded into the parameters. With f16, a

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lm_trainer_internal.h"
 
@@ -199,6 +200,22 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err)
     if (st == COL_OK)
         st = mt_stage_flush(t->stage, err);
     mt_stage_forget(t->stage);
+    return st;
+}
+
+col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *err)
+{
+    int64_t n = t->ot[i].n;
+    void *p = NULL;
+    col_status st = COL_OK;
+    if (lmt_has(t, LMT_MASTER, i) && (st = lmt_get(t, LMT_MASTER, i, true, &p, err)) == COL_OK && p != w)
+        memcpy(p, w, sizeof(float) * (size_t)n);
+    if (st == COL_OK && (st = lmt_get(t, 0, i, true, &p, err)) == COL_OK) {
+        if (lmt_mixed(t))
+            col_convert(p, t->dt, w, COL_F32, n);
+        else if (p != w)
+            memcpy(p, w, sizeof(float) * (size_t)n);
+    }
     return st;
 }
 
