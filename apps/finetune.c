@@ -209,6 +209,7 @@ static col_status make_trainer(run *r, col_err *err)
                            .warmup_steps = warm, .total_steps = o->steps};
     tc.grad_clip = o->grad_clip;
     tc.checkpoint = o->checkpointing;
+    tc.compute_dtype = o->precision;
     tc.seed = o->seed;
     mem_opts_apply(&o->mem, &tc);
     tc.inference = o->eval_only;
@@ -416,9 +417,11 @@ static void progress(run *r, const col_lm_step_info *info, double tok_s, double 
     if (o->json) {
         /* %.9g: the float loss exactly, so runs can be compared bit for bit */
         printf("{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tok_per_s\":%.1f,\"elapsed_s\":%.3f,"
-               "\"compute_s\":%.4f,\"wait_s\":%.4f,\"optim_s\":%.4f,\"nvme_written\":%llu}\n",
+               "\"compute_s\":%.4f,\"wait_s\":%.4f,\"optim_s\":%.4f,\"nvme_written\":%llu,\"loss_scale\":%.9g,"
+               "\"skipped\":%lld}\n",
                (long long)info->step, info->loss, info->lr, info->grad_norm, tok_s, elapsed, info->compute_s,
-               info->wait_s, info->optim_s, (unsigned long long)nvme_step);
+               info->wait_s, info->optim_s, (unsigned long long)nvme_step, info->loss_scale,
+               (long long)info->skipped_total);
         fflush(stdout);
         return;
     }

@@ -45,6 +45,7 @@ typedef struct {
     float grad_clip;
     float dropout;               /* < 0: the model config's */
     bool checkpointing;
+    col_dtype precision;         /* the compute dtype: f32, or bf16/f16 mixed precision (lm_trainer.h) */
     bool ignore_extra;           /* load MODEL's weights even with tensors the model does not use */
     mem_opts mem;                /* --cpu-mem, --gpu-mem, --chunk-size, --nvme-* */
     app_device_choice device;    /* --device (a runtime option: a run may resume on another device) */
@@ -75,6 +76,8 @@ bool ft_runtime_option(const char *name);
 /* The option (without "--") that sets s, named beside a library error that
  * marks s (apperr.h); NULL when no option of colossal-finetune does. */
 const char *ft_flag_of(col_setting s);
+/* --precision's spelling of a compute dtype: fp32, bf16, fp16. */
+const char *ft_precision_name(col_dtype dt);
 /* Records an option as given (for the run state); false when out of room. */
 bool ft_remember(ft_opts *o, const char *name, const char *value);
 void ft_free(ft_opts *o);

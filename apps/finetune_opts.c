@@ -35,7 +35,13 @@ static const ft_optdef optdefs[] = {
     {"nvme-dir", true, true},     {"nvme-max", true, true},      {"nvme-kinds", true, true},
     {"nvme-queue-depth", true, true}, {"data-max", true, true},  {"ignore-extra-tensors", false, true},
     {"device", true, true},
+    {"precision", true, false},
 };
+
+/* The compute precision when --precision is not given. On the CPU backend f32: bf16 compute measured slower on
+ * the CPUs at hand (docs/PERF.md, "Mixed precision"), which have no AVX512_BF16 and an OpenBLAS without
+ * sbgemm, so 16-bit operands are converted to f32 for sgemm. */
+#define FT_DEFAULT_PRECISION COL_F32
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
 void ft_usage(FILE *f)
@@ -85,6 +91,10 @@ void ft_usage(FILE *f)
         "  --grad-clip C          clip the gradient norm at C (default 1; 0 = off)\n"
         "  --dropout P            dropout probability, replacing the model's (0 for exact comparisons)\n"
         "  --checkpointing        recompute activations in backward (less memory, ~30%% more compute)\n"
+        "  --precision P          fp32 (the default on the CPU) | bf16 | fp16: weights and gradients in 16 bits\n"
+        "                         for the matmuls, f32 master weights and optimizer states, f32 activations;\n"
+        "                         fp16 scales the loss dynamically and skips steps whose gradients overflow;\n"
+        "                         the saved model is f32 either way\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "                         (by default an error: it often means config.json does not fit the weights)\n"
         "%s%s"
@@ -122,7 +132,10 @@ void ft_defaults(ft_opts *o)
     o->grad_clip = 1.0f;
     o->dropout = -1;
     o->lora_alpha = 0;
+    o->precision = FT_DEFAULT_PRECISION;
 }
+
+const char *ft_precision_name(col_dtype dt) { return dt == COL_BF16 ? "bf16" : dt == COL_F16 ? "fp16" : "fp32"; }
 
 void ft_free(ft_opts *o)
 {
@@ -138,6 +151,7 @@ const char *ft_flag_of(col_setting s)
     case COL_SETTING_CHAT_TEMPLATE: return "template";
     case COL_SETTING_OUTPUT_DIR: return "out";
     case COL_SETTING_EXTRA_TENSORS: return "ignore-extra-tensors";
+    case COL_SETTING_PRECISION: return "precision";
     default: return mem_opt_of(s);
     }
 }
@@ -273,6 +287,13 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "grad-clip")) return num_in(v, 0, 1e6, false, &o->grad_clip) || BAD("--grad-clip must be a number >= 0 (got '%s')", v);
     if (!strcmp(name, "dropout")) return (num_in(v, 0, 1, false, &o->dropout) && o->dropout < 1) || BAD("--dropout must be in [0, 1) (got '%s')", v);
     if (!strcmp(name, "checkpointing")) return o->checkpointing = true;
+    if (!strcmp(name, "precision")) {
+        static const col_dtype dts[] = {COL_F32, COL_BF16, COL_F16};
+        for (i = 0; i < 3; i++)
+            if (!strcmp(v, ft_precision_name(dts[i])))
+                return (o->precision = dts[i]), true;
+        return BAD("--precision must be fp32, bf16 or fp16 (got '%s')", v);
+    }
     if (!strcmp(name, "lora-rank")) return int_in(v, 1, 65536, &o->lora_rank) || BAD("--lora-rank must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "lora-alpha")) return num_in(v, 0, 1e6, true, &o->lora_alpha) || BAD("--lora-alpha must be a number > 0 (got '%s')", v);
     if (!strcmp(name, "lora-targets")) return (*v && copy_str(o->lora_targets, sizeof o->lora_targets, v)) || BAD("--lora-targets: give module names like q_proj,v_proj");

@@ -37,12 +37,20 @@ col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, 
     cJSON_AddItemToObject(b, "pos", u64(s->batches.pos));
     cJSON_AddItemToObject(b, "step", u64(s->batches.step));
     cJSON_AddItemToObject(root, "batches", b);
+    bool precision = false;
     for (int i = 0; i < o->nargs; i++) {
         if (ft_runtime_option(o->arg_name[i]))
             continue;
         cJSON *pair = cJSON_CreateArray();
         cJSON_AddItemToArray(pair, cJSON_CreateString(o->arg_name[i]));
         cJSON_AddItemToArray(pair, cJSON_CreateString(o->arg_value[i]));
+        cJSON_AddItemToArray(args, pair);
+        precision |= strcmp(o->arg_name[i], "precision") == 0;
+    }
+    if (!precision) { /* the default precision is written too: a resumed run keeps it whatever the default then */
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateString("precision"));
+        cJSON_AddItemToArray(pair, cJSON_CreateString(ft_precision_name(o->precision)));
         cJSON_AddItemToArray(args, pair);
     }
     cJSON_AddItemToObject(root, "options", args);

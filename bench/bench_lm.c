@@ -5,7 +5,13 @@
  * measured in the same run. Weights are random (--init random): speed does
  * not depend on their values.
  *
- *   bench_lm [train|generate|tier|nvme|all] [reps]
+ *   bench_lm [train|generate|tier|nvme|precision|all] [reps]
+ *
+ * precision: the training step in fp32, bf16 (16-bit operands converted to f32
+ * tiles for sgemm, and through OpenBLAS's sbgemm when the library has one) and
+ * fp16 mixed precision (lm_trainer.h, compute_dtype), with its split into
+ * forward + backward and optimizer, and the bytes of weights, gradients and
+ * states.
  *
  * nvme: the same training step with the optimizer states, then everything, on
  * the NVMe tier ($COL_BENCH_NVME_DIR, default /var/tmp): step and optimizer
@@ -313,6 +319,75 @@ static void bench_train(col_backend *be, const col_blas *blas, int reps)
     col_lm_trainer_free(t);
 }
 
+/* the training step of bench_train in each compute precision: step, forward + backward and optimizer medians,
+ * the ratio to f32; bf16 once more through OpenBLAS's sbgemm when the library has one. The sessions take their
+ * steps in turn (one step of each per round), so a machine whose load changes slows them alike. */
+static void bench_precision(col_backend *be, int reps)
+{
+    enum { B = 4, T = 64, NC = 4 };
+    int32_t ids[B * T], tg[B * T];
+    random_batch(ids, tg, B * T);
+    struct {
+        col_dtype dt;
+        col_cpu_bf16_gemm gemm;
+        const char *what;
+        col_lm_trainer *t;
+        double times[32], comp[32], opt[32];
+    } cs[NC] = {{COL_F32, COL_CPU_BF16_AUTO, "fp32"},
+                {COL_BF16, COL_CPU_BF16_TILES, "bf16, f32 tiles"},
+                {COL_BF16, COL_CPU_BF16_SBGEMM, "bf16, sbgemm"},
+                {COL_F16, COL_CPU_BF16_AUTO, "fp16, f32 tiles"}};
+    printf("# precision: bf16 GEMM by default: %s; AVX512_BF16 %s; steps taken in turn\n", col_cpu_backend_bf16_gemm(be),
+           col_cpu_has_avx512_bf16() ? "yes" : "no");
+    for (int i = 0; i < NC; i++) {
+        const char *how = col_cpu_backend_set_bf16_gemm(be, cs[i].gemm);
+        if (cs[i].gemm == COL_CPU_BF16_SBGEMM && strcmp(how, "sbgemm") != 0) {
+            printf("precision gpt2 124M, %s: skipped, the loaded OpenBLAS has no cblas_sbgemm\n", cs[i].what);
+            continue;
+        }
+        col_lm_config m;
+        col_err err = {0};
+        col_lm_preset("gpt2", &m, &err);
+        col_lm_train_config c = {.model = m, .batch = B, .seq = T, .opt = col_opt_defaults(COL_OPT_ADAMW), .seed = 1,
+                                 .compute_dtype = cs[i].dt};
+        c.lr.lr_max = 1e-4f;
+        if (col_lm_trainer_create(&c, be, &cs[i].t, &err) != COL_OK) {
+            fprintf(stderr, "bench_lm: %s\n", err.msg);
+            exit(1);
+        }
+    }
+    for (int k = 0; k <= reps; k++) /* round 0 warms up */
+        for (int i = 0; i < NC; i++) {
+            if (!cs[i].t)
+                continue;
+            col_cpu_backend_set_bf16_gemm(be, cs[i].gemm);
+            col_lm_step_info info;
+            col_err err = {0};
+            double t0 = bench_now();
+            if (col_lm_trainer_step(cs[i].t, ids, tg, &info, &err) != COL_OK) {
+                fprintf(stderr, "bench_lm: %s\n", err.msg);
+                exit(1);
+            }
+            if (k)
+                cs[i].times[k - 1] = bench_now() - t0, cs[i].comp[k - 1] = info.compute_s, cs[i].opt[k - 1] = info.optim_s;
+        }
+    double base = bench_median(cs[0].times, reps);
+    for (int i = 0; i < NC; i++) {
+        if (!cs[i].t)
+            continue;
+        double step = bench_median(cs[i].times, reps), fb = bench_median(cs[i].comp, reps), o = bench_median(cs[i].opt, reps);
+        mt_pool_stats ps;
+        mt_stats(col_lm_trainer_pool(cs[i].t), &ps);
+        printf("precision gpt2 124M, B=%d T=%d, AdamW, %-16s: %.0f ms/step (%.2fx fp32; fastest %.0f), forward+backward "
+               "%.0f ms, optimizer %.0f ms; weights+grads %.0f MB, states %.0f MB\n", B, T, cs[i].what, 1000 * step,
+               step / base, 1000 * cs[i].times[0], 1000 * fb, 1000 * o,
+               (double)(ps.tensor_bytes[MT_PARAM] + ps.tensor_bytes[MT_GRAD]) / 1e6,
+               (double)ps.tensor_bytes[MT_OPTSTATE] / 1e6);
+        col_lm_trainer_free(cs[i].t);
+    }
+    col_cpu_backend_set_bf16_gemm(be, COL_CPU_BF16_AUTO);
+}
+
 static void bench_generate(col_backend *be, const char *preset, int reps)
 {
     enum { P = 128, N = 64 };
@@ -360,8 +435,8 @@ int main(int argc, char **argv)
     int reps = argc > 2 ? atoi(argv[2]) : 5;
     if (reps < 1 || reps > 31 ||
         (strcmp(what, "train") && strcmp(what, "generate") && strcmp(what, "tier") && strcmp(what, "nvme") &&
-         strcmp(what, "all"))) {
-        fprintf(stderr, "usage: bench_lm [train|generate|tier|nvme|all] [reps 1..31]\n");
+         strcmp(what, "precision") && strcmp(what, "all"))) {
+        fprintf(stderr, "usage: bench_lm [train|generate|tier|nvme|precision|all] [reps 1..31]\n");
         return 2;
     }
     col_err err = {0};
@@ -378,6 +453,8 @@ int main(int argc, char **argv)
            reps, proc);
     if (!strcmp(what, "train") || !strcmp(what, "all"))
         bench_train(&be, &blas, reps);
+    if (!strcmp(what, "precision") || !strcmp(what, "all"))
+        bench_precision(&be, reps);
     if (!strcmp(what, "nvme") || !strcmp(what, "all"))
         bench_nvme(&be, reps);
     if (!strcmp(what, "tier") || !strcmp(what, "all"))

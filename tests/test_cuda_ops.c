@@ -531,6 +531,35 @@ static void case_embedding(col_dtype idt, int64_t V, int64_t C, int64_t B, int64
     finish(&c);
 }
 
+/* mixed precision: 16-bit parameters and gradient buffers; matmuls of cast inputs, an embedding table read in 16
+ * bits, a bias cast to f32 (the gradients come back in f32 and are rounded into the 16-bit buffers) */
+static void case_mixed(col_dtype dt)
+{
+    char name[64];
+    snprintf(name, sizeof name, "mixed precision %s", col_dtype_name(dt));
+    tcase c = begin(name, TOL);
+    int64_t sw[2] = {29, 33}, sx[3] = {3, 5, 33}, sb[1] = {29}, se[2] = {11, 33}, si[2] = {3, 5};
+    col_node *p[3];
+    const int64_t *shapes[3] = {sw, sb, se};
+    int nds[3] = {2, 1, 2};
+    for (int k = 0; k < 3; k++) {
+        p[k] = col_param(c.g, "p16", dt, nds[k], shapes[k]);
+        int64_t num = col_numel(&p[k]->t);
+        void *d = own(&c, 2 * (size_t)num), *gr = own(&c, 2 * (size_t)num);
+        fill_random(dt, d, num, R_NORMAL, 0);
+        fill_random(dt, gr, num, R_NORMAL, 0);
+        col_bind(p[k], d, NULL);
+        col_bind_grad(p[k], gr, NULL);
+    }
+    col_node *x = input(&c, "x", COL_F32, 3, sx, R_NORMAL, 0, true);
+    col_node *y = col_linear(c.g, col_cast(c.g, x, dt), p[0], col_cast(c.g, p[1], COL_F32));
+    backward_of(&c, y);
+    col_node *ids = input(&c, "ids", COL_I32, 2, si, R_NORMAL, 11, false);
+    col_node *e = col_embedding(c.g, p[2], ids);
+    backward_of(&c, col_matmul(c.g, col_cast(c.g, e, dt), col_transpose(c.g, p[0], 0, 1)));
+    finish(&c);
+}
+
 static void case_cross_entropy(col_dtype tdt, int64_t N, int64_t V)
 {
     char name[64];
@@ -903,6 +932,8 @@ int main(void)
     case_embedding(COL_I32, 11, 7, 3, 5);
     case_embedding(COL_I64, 11, 7, 3, 5);
     case_embedding(COL_I32, 37, 130, 3, 1100); /* 3300 rows: 4096 keys, two sort blocks and a merge */
+    case_mixed(COL_BF16);
+    case_mixed(COL_F16);
     case_cross_entropy(COL_I64, 9, 13);
     case_cross_entropy(COL_I32, 5, 3001);
     case_cross_entropy(COL_I64, 2500, 7); /* the loss in two passes: 2 parts */

@@ -210,6 +210,56 @@ sed 's/small/SMALL/' "$tmp/corpus.txt" > "$tmp/other.txt"
 sed -i 's|"data":[^,]*,|"data": "'"$tmp"'/other.txt",|' "$tmp/killed_copy/trainer_state.json"
 check "resuming on other data is refused" 1 "changed since the run started" -- --resume killed_copy
 
+# ---- mixed precision: bf16 follows fp32, fp16 skips overflows and resumes exactly, the model stays f32 ----
+mp="gpt2-tiny corpus.txt --steps 40 --batch 4 --seq 32 --json --lr 3e-3 --dropout 0"
+(cd "$tmp" && "$ft" $mp --out mp32) > "$tmp/mp32.json" 2> "$tmp/err"
+(cd "$tmp" && "$ft" $mp --out mp16 --precision bf16) > "$tmp/mp16.json" 2> "$tmp/err"
+if [ "$(losses "$tmp/mp16.json" | wc -l)" -eq 40 ] &&
+    paste -d' ' "$tmp/mp32.json" "$tmp/mp16.json" | grep '"loss"' | sed 's/[^ ]*"loss":\([^,]*\),[^ ]* [^ ]*"loss":\([^,]*\),.*/\1 \2/' |
+    awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d } END { print "# worst relative difference " w; exit !(NR == 40 && w <= 2e-2) }'; then
+    ok "--precision bf16: 40 steps, every loss within 2e-2 of the fp32 run's"
+else
+    notok "--precision bf16 against fp32: $(head -n 2 "$tmp/err")"
+fi
+hdr() { head -c 65536 "$1" | tr -d '\000' | head -c 8192; }
+hdr "$tmp/mp16/model.safetensors" | grep -q '"F32"' && ! hdr "$tmp/mp16/model.safetensors" | grep -q 'BF16' &&
+    ok "the bf16 run's model.safetensors is f32" || notok "the bf16 run saved a model that is not f32"
+grep -q '\["precision", "bf16"\]' "$tmp/mp16/trainer_state.json" && grep -q '\["precision", "fp32"\]' "$tmp/mp32/trainer_state.json" &&
+    ok "the run state records the precision, the default one too" || notok "the run state lacks the precision"
+check "--eval-only of the bf16 output in bf16" 0 "validation loss" -- mp16 corpus.txt --eval-only --batch 2 --seq 32 --precision bf16
+check "resuming with another precision is refused" 2 "cannot change when resuming" -- --resume mp16 --precision fp32
+check "a bad --precision" 2 "--precision must be fp32, bf16 or fp16" -- $mp --out e20 --precision half
+check "LoRA in bf16 is refused, naming the option" 1 "LoRA adapters are trained in f32 only.*(--precision)$" -- \
+    $mp --out e21 --precision bf16 --lora-rank 2
+fp16run="gpt2-tiny corpus.txt --steps 300 --batch 4 --seq 32 --save-every 3 --json --lr 3e-3 --dropout 0.1 --precision fp16"
+(cd "$tmp" && "$ft" $fp16run --out h_ref) > "$tmp/h_ref.json" 2> "$tmp/err"
+skipped=$(grep '"step":300,"loss"' "$tmp/h_ref.json" | sed 's/.*"skipped":\([0-9]*\).*/\1/')
+[ "$(losses "$tmp/h_ref.json" | wc -l)" -eq 300 ] && [ -n "$skipped" ] &&
+    ok "--precision fp16: 300 steps, $skipped skipped for overflow (counted in --json)" || notok "fp16 run: $(head -n 2 "$tmp/err")"
+(cd "$tmp" && exec "$ft" $fp16run --out h_killed) > /dev/null 2>&1 &
+bg=$!
+tries=0
+while [ "$(saved_step "$tmp/h_killed")" = "" ] || [ "$(saved_step "$tmp/h_killed")" -lt 30 ]; do
+    tries=$((tries + 1))
+    [ $tries -gt 3000 ] && break
+    kill -0 $bg 2>/dev/null || break
+    sleep 0.01
+done
+kill -9 $bg 2>/dev/null
+wait $bg 2>/dev/null
+k=$(saved_step "$tmp/h_killed")
+check "fp16: resume after kill -9 at step $k" 0 "" -- --resume h_killed --json
+losses "$tmp/out" > "$tmp/resumed.txt"
+losses "$tmp/h_ref.json" | sed -n "$((k + 1)),\$p" > "$tmp/ref_tail.txt"
+if [ -n "$k" ] && [ "$k" -lt 300 ] && [ -s "$tmp/resumed.txt" ] && cmp -s "$tmp/resumed.txt" "$tmp/ref_tail.txt" &&
+    [ "$(grep '"step":300,"loss"' "$tmp/out" | sed 's/.*"skipped":\([0-9]*\).*/\1/')" = "$skipped" ] &&
+    cmp -s "$tmp/h_killed/model.safetensors" "$tmp/h_ref/model.safetensors"; then
+    ok "fp16: steps $((k + 1))..300 after kill -9 + resume are bit-identical (losses, skip count, final model)"
+else
+    notok "fp16: the resumed run differs from the uninterrupted one (killed at '$k')"
+    diff "$tmp/resumed.txt" "$tmp/ref_tail.txt" | head -4 | sed 's/^/# /'
+fi
+
 # ---- LoRA: adapter files, merged export, loading an adapter directory ----
 lora="$src/tests/fixtures/hf/gpt2 tokens.bin --steps 6 --batch 2 --seq 16 --lr 1e-2 --lora-rank 4 --lora-targets c_attn,c_fc"
 check "LoRA fine-tune" 0 "trained by LoRA" -- $lora --out lora

@@ -116,6 +116,7 @@ const char *col_setting_name(col_setting s)
     case COL_SETTING_CHAT_TEMPLATE: return "chat template";
     case COL_SETTING_OUTPUT_DIR: return "output directory";
     case COL_SETTING_EXTRA_TENSORS: return "accepting unused checkpoint tensors";
+    case COL_SETTING_PRECISION: return "compute precision";
     case COL_NSETTINGS: break;
     }
     return "unknown setting";

@@ -43,6 +43,7 @@ typedef enum {
     COL_SETTING_CHAT_TEMPLATE,  /* the chat template family */
     COL_SETTING_OUTPUT_DIR,     /* a directory to write results into */
     COL_SETTING_EXTRA_TENSORS,  /* accepting checkpoint tensors the model does not use */
+    COL_SETTING_PRECISION,      /* the compute dtype of mixed precision (compute_dtype) */
     COL_NSETTINGS
 } col_setting;
 

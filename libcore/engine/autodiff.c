@@ -100,6 +100,11 @@ static col_node *recompute_clone(col_graph *g, col_node *n)
 
 col_status col_graph_backward(col_graph *g, col_node *loss, col_err *err)
 {
+    return col_graph_backward_seeded(g, loss, NULL, err);
+}
+
+col_status col_graph_backward_seeded(col_graph *g, col_node *loss, col_node *seed, col_err *err)
+{
     if (g->err.code != COL_OK)
         return col_err_set(err, g->err.code, "%s", g->err.msg);
     if (!loss)
@@ -112,10 +117,12 @@ col_status col_graph_backward(col_graph *g, col_node *loss, col_err *err)
     if (!(loss->flags & COL_NODE_NEEDS_GRAD))
         return col_err_set(err, COL_EINVAL, "backward: the loss does not depend on any parameter");
 
+    if (seed && (seed->t.dtype != COL_F32 || !col_same_shape(&seed->t, &loss->t)))
+        return col_err_set(err, COL_ESHAPE, "backward: the seed must be an f32 node of the loss's shape");
     int nfwd = g->n;
     g->in_backward = true;
     col_mark_output(loss);
-    loss->grad = col_fill(g, COL_F32, loss->t.ndim, loss->t.shape, 1.0f);
+    loss->grad = seed ? seed : col_fill(g, COL_F32, loss->t.ndim, loss->t.shape, 1.0f);
     for (int i = loss->id; i >= 0 && g->err.code == COL_OK; i--) {
         col_node *n = g->nodes[i];
         if (!n->grad || n->op == COL_OP_LEAF)
@@ -135,7 +142,8 @@ col_status col_graph_backward(col_graph *g, col_node *loss, col_err *err)
         if (n->flags & COL_NODE_PARAM) {
             col_node *d = col_cast(g, n->grad, COL_F32);
             col_node *srcs[2] = {d, n}; /* src1: the parameter whose grad_data receives the sum */
-            col_node *acc = col_new_node(g, COL_OP_ACCUMULATE, COL_F32, n->t.ndim, n->t.shape, 2, srcs);
+            /* into a buffer of the parameter's dtype: a 16-bit parameter's gradient is rounded here */
+            col_node *acc = col_new_node(g, COL_OP_ACCUMULATE, n->t.dtype, n->t.ndim, n->t.shape, 2, srcs);
             if (acc) {
                 acc->flags |= COL_NODE_OUTPUT;
                 snprintf(acc->name, sizeof acc->name, "grad:%.40s", n->name);

@@ -108,6 +108,18 @@ void col_rope_inv_freq(const col_op_params *p, int64_t rd, float *inv);
  * column-major [c, r] untransposed (trans false); columns contiguous is
  * [r, c] transposed. Shared by the CPU (BLAS) and CUDA (cuBLASLt) matmuls. */
 void col_matrix_layout(const col_tensor *t, bool *trans, int64_t *ld);
+/* A bf16 or f16 matmul C[M,N] = A[M,K] B[K,N] on a host without a GEMM for
+ * those types converts tiles of its operands to f32 and multiplies them with
+ * sgemm: for each column panel of nb and each slice of kb along K (C adds
+ * the slices in K order), rows in panels of mb. The tiles depend on the shape
+ * only (so do the results); scratch is the f32 tiles of A and B, as the
+ * builder asks for it (ops_basic.c). */
+typedef struct {
+    int64_t mb, kb, nb;
+} col_lowp_tiles;
+col_lowp_tiles col_matmul_lowp_tiles(int64_t M, int64_t K, int64_t N);
+/* bytes of scratch for those tiles: each one 64-byte aligned */
+size_t col_matmul_lowp_scratch(int64_t M, int64_t K, int64_t N);
 /* Splits x into the dims a reduction keeps (in output order) and the dims
  * it reduces (bits of axes), shapes and strides, for every backend's
  * reduction kernels. */

@@ -14,7 +14,7 @@ typedef struct {
     col_plan *fwd;                     /* the output only: the finite differences */
     col_node *leaf[COL_GC_MAX_INPUTS];
     void *data[COL_GC_MAX_INPUTS];     /* bound copies of the inputs */
-    float *grad[COL_GC_MAX_INPUTS];
+    void *grad[COL_GC_MAX_INPUTS];     /* gradient buffers, in each input's dtype */
     col_node *out;
     float *r;                          /* the random projection R, f32 host copy */
     int64_t nout;
@@ -46,7 +46,7 @@ static col_status gc_run(gc_state *s, const col_backend *be, int n, col_err *err
 {
     for (int i = 0; i < n; i++)
         if (s->grad[i])
-            memset(s->grad[i], 0, sizeof(float) * (size_t)col_numel(&s->leaf[i]->t));
+            memset(s->grad[i], 0, col_dtype_size(s->leaf[i]->t.dtype) * (size_t)col_numel(&s->leaf[i]->t));
     return col_plan_run(s->plan, be, err);
 }
 
@@ -70,7 +70,7 @@ static col_status gc_build(gc_state *s, col_gc_build_fn build, void *user, int n
             break;
         col_bind(s->leaf[i], s->data[i], NULL);
         if (diff) {
-            s->grad[i] = calloc((size_t)col_numel(&t) + 1, sizeof(float));
+            s->grad[i] = calloc((size_t)col_numel(&t) + 1, col_dtype_size(t.dtype));
             if (!s->grad[i])
                 return col_err_set(err, COL_ENOMEM, "gradcheck: out of memory");
             col_bind_grad(s->leaf[i], s->grad[i], NULL);
@@ -131,7 +131,7 @@ col_status col_gradcheck(const col_backend *be, col_gc_build_fn build, void *use
             st = col_err_set(err, COL_ENOMEM, "gradcheck: out of memory");
             break;
         }
-        memcpy(analytic[i], s.grad[i], sizeof(float) * (size_t)cnt);
+        col_convert(analytic[i], COL_F32, s.grad[i], s.leaf[i]->t.dtype, cnt);
     }
     for (int i = 0; i < n && st == COL_OK; i++) {
         if (!analytic[i])

@@ -156,7 +156,7 @@ col_status col_bind(col_node *leaf, void *data, col_err *err)
     return COL_OK;
 }
 
-col_status col_bind_grad(col_node *param, float *grad, col_err *err)
+col_status col_bind_grad(col_node *param, void *grad, col_err *err)
 {
     if (!param || !(param->flags & COL_NODE_PARAM))
         return col_err_set(err, COL_EINVAL, "bind_grad: node is not a parameter");

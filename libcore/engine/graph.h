@@ -62,7 +62,7 @@ typedef struct col_node {
 
     /* storage */
     void *bound;                    /* caller memory for leaves (and ACCUMULATE targets) */
-    void *grad_data;                /* PARAM: caller memory the gradient is added into */
+    void *grad_data;                /* PARAM: caller memory the gradient is added into (the param's dtype) */
 } col_node;
 
 typedef struct col_graph col_graph;
@@ -85,8 +85,10 @@ col_node *col_param(col_graph *g, const char *name, col_dtype dt, int ndim, cons
 col_node *col_input(col_graph *g, const char *name, col_dtype dt, int ndim, const int64_t *shape);
 /* Binds caller memory (contiguous, shape of the node) to a leaf. */
 col_status col_bind(col_node *leaf, void *data, col_err *err);
-/* Binds the buffer a PARAM's gradient is added into (same shape, f32). */
-col_status col_bind_grad(col_node *param, float *grad, col_err *err);
+/* Binds the buffer a PARAM's gradient is added into: same shape, and the
+ * parameter's dtype (a 16-bit parameter's gradient is computed in f32 and
+ * rounded as it is added in). */
+col_status col_bind_grad(col_node *param, void *grad, col_err *err);
 void col_mark_output(col_node *n);
 /* Pointer to a node's data (arena or bound memory) in the plan of its graph
  * that was created or ran last; NULL before any. When a graph has several
@@ -120,6 +122,9 @@ void col_checkpoint_end(col_graph *g);
  * loss depends on gets an ACCUMULATE node adding its gradient into grad_data.
  * Inputs with COL_NODE_NEEDS_GRAD get n->grad (marked as outputs). */
 col_status col_graph_backward(col_graph *g, col_node *loss, col_err *err);
+/* The same with d loss = seed (an f32 node of the loss's shape, e.g. an input
+ * the caller sets before each run: a loss scale), instead of 1. */
+col_status col_graph_backward_seeded(col_graph *g, col_node *loss, col_node *seed, col_err *err);
 /* Used by backward builders: adds `d` to the gradient of `x`. */
 void col_accum_grad(col_graph *g, col_node *x, col_node *d);
 /* Reduces a gradient of a broadcast result back to `like`'s shape. */

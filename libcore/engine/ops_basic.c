@@ -74,8 +74,11 @@ col_node *col_matmul(col_graph *g, col_node *a, col_node *b)
     if (!a || !b)
         return NULL;
     char b1[96], b2[96];
-    if (!col_check(g, a->t.dtype == COL_F32 && b->t.dtype == COL_F32, COL_EDTYPE, "matmul: needs f32 operands, got %s and %s",
-                   col_dtype_name(a->t.dtype), col_dtype_name(b->t.dtype)) ||
+    col_dtype dt = a->t.dtype;
+    bool float_dt = dt == COL_F32 || dt == COL_BF16 || dt == COL_F16;
+    if (!col_check(g, dt == b->t.dtype && float_dt, COL_EDTYPE,
+                   "matmul: needs two f32, two bf16 or two f16 operands, got %s and %s", col_dtype_name(a->t.dtype),
+                   col_dtype_name(b->t.dtype)) ||
         !col_check(g, a->t.ndim >= 2 && b->t.ndim >= 2, COL_ESHAPE, "matmul: operands need 2+ dims, got %s and %s",
                    col_shape_str(&a->t, b1, sizeof b1), col_shape_str(&b->t, b2, sizeof b2)))
         return NULL;
@@ -105,7 +108,34 @@ col_node *col_matmul(col_graph *g, col_node *a, col_node *b)
     col_node *src[2] = {col_expand(g, a, nd + 2, ea), col_expand(g, b, nd + 2, eb)};
     shape[nd] = M;
     shape[nd + 1] = N;
-    return col_new_node(g, COL_OP_MATMUL, COL_F32, nd + 2, shape, 2, src);
+    col_node *n = col_new_node(g, COL_OP_MATMUL, COL_F32, nd + 2, shape, 2, src);
+    if (n && dt != COL_F32) /* f32 accumulation; a host without a GEMM for dt converts tiles (backend.h) */
+        n->scratch_bytes = col_matmul_lowp_scratch(M, K, N);
+    return n;
+}
+
+/* Tiles of about TILE elements: K in slices of at most 2048 (one slice for most layers), rows and columns
+ * in panels that keep each tile near TILE */
+enum { LOWP_TILE = 1 << 21, LOWP_KB = 2048 };
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+col_lowp_tiles col_matmul_lowp_tiles(int64_t M, int64_t K, int64_t N)
+{
+    col_lowp_tiles t;
+    t.kb = K < 1 ? 1 : min64(K, LOWP_KB);
+    int64_t across = LOWP_TILE / t.kb;
+    t.mb = M < 1 ? 1 : min64(M, across);
+    t.nb = N < 1 ? 1 : min64(N, across);
+    return t;
+}
+
+size_t col_matmul_lowp_scratch(int64_t M, int64_t K, int64_t N)
+{
+    col_lowp_tiles t = col_matmul_lowp_tiles(M, K, N);
+    size_t a = ((size_t)(t.mb * t.kb) * sizeof(float) + 63) & ~(size_t)63;
+    size_t b = ((size_t)(t.kb * t.nb) * sizeof(float) + 63) & ~(size_t)63;
+    return a + b;
 }
 
 col_node *col_linear(col_graph *g, col_node *x, col_node *w, col_node *bias)

@@ -39,9 +39,12 @@ void col_bwd_scale(col_graph *g, col_node *n, col_node *d)
     col_accum_grad(g, n->src[0], col_scale(g, d, n->p.f[0], 0.0f));
 }
 
+/* With bf16 or f16 operands the gradient meets them in their dtype (rounded once, shared by both products),
+ * as autocast's backward does: the products stay 16-bit GEMMs with f32 accumulation. */
 void col_bwd_matmul(col_graph *g, col_node *n, col_node *d)
 {
     col_node *a = n->src[0], *b = n->src[1];
+    d = col_cast(g, d, a->t.dtype);
     if (a->flags & COL_NODE_NEEDS_GRAD) /* dA = dC @ B^T */
         col_accum_grad(g, a, col_matmul(g, d, col_transpose(g, b, -1, -2)));
     if (b->flags & COL_NODE_NEEDS_GRAD) /* dB = A^T @ dC */

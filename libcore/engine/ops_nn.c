@@ -13,13 +13,16 @@ static bool is_index_dtype(col_dtype dt) { return dt == COL_I32 || dt == COL_I64
 
 /* ---- embedding ---- */
 
-/* weight: [V, C] f32, ids: [...] i32/i64 -> [..., C] */
+/* weight: [V, C] f32, bf16 or f16, ids: [...] i32/i64 -> [..., C] f32 (16-bit rows are converted as they are
+ * read, so a large low-precision table is never cast whole) */
 col_node *col_embedding(col_graph *g, col_node *weight, col_node *ids)
 {
     if (!weight || !ids)
         return NULL;
     char b1[96], b2[96];
-    if (!col_check(g, weight->t.dtype == COL_F32, COL_EDTYPE, "embedding: weight must be f32, got %s",
+    col_dtype wt = weight->t.dtype;
+    if (!col_check(g, wt == COL_F32 || wt == COL_BF16 || wt == COL_F16, COL_EDTYPE,
+                   "embedding: weight must be f32, bf16 or f16, got %s",
                    col_dtype_name(weight->t.dtype)) ||
         !col_check(g, weight->t.ndim == 2, COL_ESHAPE, "embedding: weight must be [V, C], got %s",
                    col_shape_str(&weight->t, b1, sizeof b1)) ||

@@ -52,6 +52,13 @@ float col_bf16_to_f32(uint16_t h);
 uint16_t col_f32_to_bf16(float f);
 float col_f16_to_f32(uint16_t h);
 uint16_t col_f32_to_f16(float f);
+/* Converts n elements of src (dtype st) into dst (dtype dt), both float
+ * dtypes (f32, bf16, f16), contiguous and not overlapping: what the scalar
+ * conversions above give for every number (round to nearest even), a NaN
+ * stays a NaN; between bf16 and f16 through f32, so one rounding. One
+ * thread, vector loops (convert.c). False, nothing written, when a dtype is
+ * not a float or n < 0. */
+bool col_convert(void *dst, col_dtype dt, const void *src, col_dtype st, int64_t n);
 /* Reads/writes element at element offset off (relative to t->data) as double. */
 double col_get_as_f64(const col_tensor *t, int64_t off);
 void col_set_from_f64(const col_tensor *t, int64_t off, double v);

@@ -30,9 +30,13 @@ void col_bwd_view(col_graph *g, col_node *n, col_node *d)
 
 void col_bwd_copy(col_graph *g, col_node *n, col_node *d) { col_accum_grad(g, n->src[0], d); }
 
+/* Gradients of float nodes are f32 whatever the node's dtype: a 16-bit leaf's gradient is rounded once, where
+ * it is accumulated into its buffer (the ACCUMULATE, in the parameter's dtype), not at every cast on the way
+ * (where contributions of several uses would then be added in 16 bits). */
 void col_bwd_cast(col_graph *g, col_node *n, col_node *d)
 {
-    col_accum_grad(g, n->src[0], col_cast(g, d, n->src[0]->t.dtype));
+    col_dtype st = n->src[0]->t.dtype;
+    col_accum_grad(g, n->src[0], col_cast(g, d, col_dtype_is_float(st) ? COL_F32 : st));
 }
 
 void col_bwd_concat(col_graph *g, col_node *n, col_node *d)

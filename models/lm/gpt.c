@@ -46,7 +46,7 @@ static col_node *conv1d(col_graph *g, const col_lm_build_opts *o, col_lm_graph *
         return NULL;
     col_node *w = *wp;
     int64_t flat[2] = {-1, w->t.shape[0]};
-    col_node *y = col_add(g, col_matmul(g, col_reshape(g, x, 2, flat), w), b);
+    col_node *y = col_add(g, col_matmul(g, col_reshape(g, col_lm_operand(g, x, w), 2, flat), w), col_lm_f32(g, b));
     int64_t shape[3] = {x->t.shape[0], x->t.shape[1], w->t.shape[1]};
     return col_lm_lora(g, o, out, x, col_reshape(g, y, 3, shape), wp);
 }
@@ -80,19 +80,19 @@ static col_node *gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm
         col_node **lp = p + 2 + PER_LAYER * l;
         if (o->checkpoint)
             col_checkpoint_begin(g);
-        col_node *h = col_layernorm(g, x, lp[0], lp[1], c->norm_eps);
+        col_node *h = col_layernorm(g, x, col_lm_f32(g, lp[0]), col_lm_f32(g, lp[1]), c->norm_eps);
         x = col_add(g, x, attention(g, h, lp + 2, l, c, o, out));
-        h = col_layernorm(g, x, lp[6], lp[7], c->norm_eps);
+        h = col_layernorm(g, x, col_lm_f32(g, lp[6]), col_lm_f32(g, lp[7]), c->norm_eps);
         h = col_lm_activation(g, conv1d(g, o, out, h, &lp[8], lp[9]), c->act);
         x = col_add(g, x, col_lm_dropout(g, conv1d(g, o, out, h, &lp[10], lp[11]), c, o));
         if (o->checkpoint)
             col_checkpoint_end(g);
     }
     int k = 2 + PER_LAYER * c->n_layer;
-    x = col_layernorm(g, x, p[k], p[k + 1], c->norm_eps);
+    x = col_layernorm(g, x, col_lm_f32(g, p[k]), col_lm_f32(g, p[k + 1]), c->norm_eps);
     col_node *head = c->tie_embeddings ? p[0] : p[k + 2]; /* tied: x @ wte^T */
     int64_t flat[2] = {BT, C};
-    return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, head, 0, 1));
+    return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
 }
 
 static const char *const lora_modules[] = {"c_attn", "c_proj", "c_fc", NULL};

@@ -75,22 +75,23 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
         k += per_layer(c);
         if (o->checkpoint)
             col_checkpoint_begin(g);
-        col_node *h = col_rmsnorm(g, x, ln1, c->norm_eps);
+        /* each norm's output is cast once for the projections that read it */
+        col_node *h = col_lm_operand(g, col_rmsnorm(g, x, col_lm_f32(g, ln1), c->norm_eps), *wq);
         col_node *q = heads(g, o, out, h, wq, bq, H, D, pos, &c->rope);
         col_node *kk = heads(g, o, out, h, wk, bk, Hkv, D, pos, &c->rope);
         col_node *v = heads(g, o, out, h, wv, bv, Hkv, D, NULL, NULL);
         col_node *y = col_lm_attend(g, o, out, l, q, kk, v, 0.0f);
         x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, y, wo, bo), c, o));
-        h = col_rmsnorm(g, x, ln2, c->norm_eps);
+        h = col_lm_operand(g, col_rmsnorm(g, x, col_lm_f32(g, ln2), c->norm_eps), *wg);
         h = col_swiglu(g, col_lm_linear(g, o, out, h, wg, bg), col_lm_linear(g, o, out, h, wu, bu));
         x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, h, wd, bd), c, o));
         if (o->checkpoint)
             col_checkpoint_end(g);
     }
-    x = col_rmsnorm(g, x, p[k++], c->norm_eps);
+    x = col_rmsnorm(g, x, col_lm_f32(g, p[k++]), c->norm_eps);
     col_node *head = c->tie_embeddings ? p[0] : p[k];
     int64_t flat[2] = {(int64_t)o->batch * o->seq, c->hidden};
-    return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, head, 0, 1));
+    return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
 }
 
 static const char *const lora_modules[] = {"q_proj",    "k_proj",  "v_proj",    "o_proj",

@@ -57,14 +57,17 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
     if (o->cache_len && (o->cache_len < o->seq || o->cache_len > c->max_positions || o->with_loss))
         return col_err_set(err, COL_EINVAL, "%s: a key/value cache of %d positions cannot hold %d tokens (max %d)",
                            col_arch_name(c->arch), o->cache_len, o->seq, c->max_positions);
+    if (o->dtype != COL_F32 && o->dtype != COL_BF16 && o->dtype != COL_F16)
+        return col_err_set(err, COL_EINVAL, "%s: weights of %s (f32, bf16 or f16)", col_arch_name(c->arch),
+                           col_dtype_name(o->dtype));
     int np = col_lm_param_count(c);
     col_param_spec *specs = calloc((size_t)np, sizeof *specs);
     if (!specs)
         return col_err_set(err, COL_ENOMEM, "model: out of memory");
     col_lm_param_specs(c, specs);
     for (int i = 0; i < np; i++)
-        out->params[i] = o->lora_of ? col_input(g, specs[i].name, COL_F32, specs[i].ndim, specs[i].shape)
-                                    : col_param(g, specs[i].name, COL_F32, specs[i].ndim, specs[i].shape);
+        out->params[i] = o->lora_of ? col_input(g, specs[i].name, o->dtype, specs[i].ndim, specs[i].shape)
+                                    : col_param(g, specs[i].name, o->dtype, specs[i].ndim, specs[i].shape);
     /* adapters after the base leaves, in adapter order (lora_of numbers them in spec order) */
     for (int i = 0; o->lora_of && i < np; i++) {
         int j = o->lora_of[i];
@@ -80,9 +83,9 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         int64_t sa[2] = {o->lora_rank, in}, sb[2] = {outf, o->lora_rank};
         char n[48];
         snprintf(n, sizeof n, "lora_A.%d", j);
-        out->lora[2 * j] = col_param(g, n, COL_F32, 2, sa);
+        out->lora[2 * j] = col_param(g, n, o->dtype, 2, sa);
         snprintf(n, sizeof n, "lora_B.%d", j);
-        out->lora[2 * j + 1] = col_param(g, n, COL_F32, 2, sb);
+        out->lora[2 * j + 1] = col_param(g, n, o->dtype, 2, sb);
     }
     free(specs);
     int64_t bt[2] = {o->batch, o->seq};

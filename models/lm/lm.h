@@ -79,6 +79,10 @@ typedef struct {
     const int *lora_of;     /* per base parameter: adapter index or -1; NULL = no LoRA */
     int lora_rank;
     float lora_scale;       /* alpha / rank */
+    /* mixed precision: the dtype of every weight leaf (adapters included), COL_F32 (the default) or bf16/f16;
+     * matmuls take 16-bit weights as they are and their inputs cast to them (f32 accumulation), the other
+     * uses of a weight (norms, biases) cast it to f32, and activations, softmax, norms and the loss stay f32 */
+    col_dtype dtype;
 } col_lm_build_opts;
 
 typedef struct {

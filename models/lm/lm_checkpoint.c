@@ -13,6 +13,7 @@
  * back as the stage moves on. Nothing reads a whole kind into host memory. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,7 @@ static void plan_add(st_plan *p, col_lm_trainer *t, int k, int i, const char *pr
 static col_status merged(col_lm_trainer *t, int i, float *scratch, const float **out, col_err *err)
 {
     int a = t->np + 2 * t->lora_of[i];
-    float *w, *la, *lb;
+    void *w, *la, *lb;
     col_status st = lmt_get(t, 0, i, false, &w, err);
     if (st == COL_OK && (st = lmt_get(t, 0, a, false, &la, err)) == COL_OK &&
         (st = lmt_get(t, 0, a + 1, false, &lb, err)) == COL_OK) {
@@ -117,11 +118,15 @@ static col_status write_plan(col_lm_trainer *t, const st_plan *p, const char *co
     for (int j = 0; j < p->n && st == COL_OK; j++) {
         int i = p->idx[j], k = p->kind[j];
         const float *d = NULL;
-        float *v = NULL;
+        void *v = NULL;
         if (p->merge[j])
             st = merged(t, i, scratch, &d, err);
-        else if ((st = lmt_get(t, k, i, false, &v, err)) == COL_OK)
+        else if ((st = lmt_get(t, k, i, false, &v, err)) == COL_OK && lmt_dtype(t, k) != COL_F32) {
+            col_convert(t->conv, COL_F32, v, lmt_dtype(t, k), t->ot[i].n); /* 16-bit weights, no master */
+            d = t->conv;
+        } else {
             d = v;
+        }
         if (st == COL_OK)
             st = lmt_read_ahead(t, k, i, p->merge[j] ? 3 : 1, err);
         if (st == COL_OK)
@@ -195,8 +200,8 @@ col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsi
     st_plan p = {0};
     if (st == COL_OK)
         st = plan_new(&p, np, path, err);
-    for (int i = 0; i < np && st == COL_OK; i++) /* spec order is chunk order */
-        plan_add(&p, t, 0, i, "", merge && t->lora_of[i] >= 0);
+    for (int i = 0; i < np && st == COL_OK; i++) /* spec order is chunk order; the f32 masters under mixed precision */
+        plan_add(&p, t, lmt_has(t, LMT_MASTER, i) ? LMT_MASTER : 0, i, "", merge && t->lora_of[i] >= 0);
     if (st == COL_OK) {
         static const char *const meta[] = {"format", "pt", NULL};
         st = write_plan(t, &p, meta, err);
@@ -228,7 +233,14 @@ col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col
                 plan_add(&p, t, 2 + slot, i, slot ? "exp_avg_sq." : "exp_avg.", false);
     snprintf(steps, sizeof steps, "%" PRId64, col_lm_trainer_steps(t));
     snprintf(seed, sizeof seed, "%" PRIu64, col_lm_trainer_config(t)->seed);
+    /* f16: the loss scaler's state, which the next steps depend on (the masters are the model file) */
+    char scale[32], good[32], skipped[32];
+    snprintf(scale, sizeof scale, "%a", (double)t->scale);
+    snprintf(good, sizeof good, "%" PRId64, t->good);
+    snprintf(skipped, sizeof skipped, "%" PRId64, t->skipped);
+    bool f16 = t->dt == COL_F16;
     const char *meta[] = {"step", steps, "seed", seed, "optimizer", col_opt_kind_name(col_lm_trainer_config(t)->opt.kind),
+                          f16 ? "loss_scale" : NULL, scale, "loss_scale_good_steps", good, "skipped_steps", skipped,
                           NULL};
     if (st == COL_OK)
         st = write_plan(t, &p, meta, err);
@@ -244,7 +256,7 @@ static col_status load_items(col_lm_trainer *t, int n, const int *kind, const in
     col_status st = COL_OK;
     for (int j = 0; j < n && st == COL_OK; j++) {
         const col_param_spec *s = &t->specs[idx[j]];
-        float *d = NULL;
+        void *d = NULL;
         if ((st = lmt_get(t, kind[j], idx[j], true, &d, err)) == COL_OK &&
             (st = col_ckpt_read_f32(x[j], s->ndim, s->shape, d, err)) == COL_OK)
             st = lmt_read_ahead(t, kind[j], idx[j], 1, err);
@@ -285,6 +297,23 @@ static col_status check_opt_meta(col_lm_trainer *t, const col_st_file *f, const 
     return COL_OK;
 }
 
+/* f16: the loss scaler's state from an optimizer file's metadata (checked before the states are read) */
+static col_status load_scaler(col_lm_trainer *t, const col_st_file *f, const char *path, col_err *err)
+{
+    const char *sc = col_st_metadata(f, "loss_scale"), *gd = col_st_metadata(f, "loss_scale_good_steps"),
+               *sk = col_st_metadata(f, "skipped_steps");
+    char *e1 = NULL, *e2 = NULL, *e3 = NULL;
+    double scale = sc ? strtod(sc, &e1) : 0;
+    long long good = gd ? strtoll(gd, &e2, 10) : -1, skipped = sk ? strtoll(sk, &e3, 10) : -1;
+    if (!sc || !gd || !sk || *e1 || *e2 || *e3 || !(scale > 0) || !isfinite(scale) || good < 0 || skipped < 0)
+        return col_err_set(err, COL_EFORMAT, "%s has no valid loss scale state (loss_scale, loss_scale_good_steps, "
+                           "skipped_steps): was it written by an f16 run?", path);
+    t->scale = (float)scale;
+    t->good = good;
+    t->skipped = skipped;
+    return COL_OK;
+}
+
 col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
 {
     col_status st = no_view(t, "loading the optimizer state", err);
@@ -316,6 +345,8 @@ col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col
         }
     if (st == COL_OK)
         st = load_items(t, n, kind, idx, x, err);
+    if (st == COL_OK && t->dt == COL_F16)
+        st = load_scaler(t, f, path, err);
     if (st == COL_OK)
         col_lm_trainer_set_steps(t, step);
     free(kind), free(idx), free(x);

@@ -50,6 +50,13 @@ col_node *col_lm_activation(col_graph *g, col_node *x, col_act act)
     return NULL;
 }
 
+col_node *col_lm_operand(col_graph *g, col_node *x, const col_node *w)
+{
+    return w ? col_cast(g, x, w->t.dtype) : NULL;
+}
+
+col_node *col_lm_f32(col_graph *g, col_node *w) { return col_cast(g, w, COL_F32); }
+
 col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *y,
                       col_node *const *w)
 {
@@ -63,15 +70,16 @@ col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *ou
         return NULL;
     int64_t flat[2] = {-1, a->t.shape[1]};
     /* PEFT: lora_B(lora_A(x)) * scaling; the scale is applied to the narrow [N, r] product */
-    col_node *h = col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, a, 0, 1));
-    h = col_matmul(g, col_scale(g, h, o->lora_scale, 0.0f), col_transpose(g, b, 0, 1));
+    col_node *h = col_matmul(g, col_reshape(g, col_lm_operand(g, x, a), 2, flat), col_transpose(g, a, 0, 1));
+    h = col_matmul(g, col_lm_operand(g, col_scale(g, h, o->lora_scale, 0.0f), b), col_transpose(g, b, 0, 1));
     return h ? col_add(g, y, col_reshape(g, h, y->t.ndim, y->t.shape)) : NULL;
 }
 
 col_node *col_lm_linear(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
                         col_node *b)
 {
-    return col_lm_lora(g, o, out, x, col_linear(g, x, *w, b), w);
+    /* col_linear itself when the weight is f32 */
+    return col_lm_lora(g, o, out, x, col_linear(g, col_lm_operand(g, x, *w), *w, col_lm_f32(g, b)), w);
 }
 
 col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out)

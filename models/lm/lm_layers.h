@@ -22,6 +22,13 @@ void col_spec_layer(col_spec_list *L, const char *fmt, int layer);
 void col_spec_weight(col_spec_list *L, const char *name, int64_t d0, int64_t d1, col_init_kind init, int64_t bias);
 /* a norm's weight [C] (ones), and its bias [C] (zeros) when with_bias */
 void col_spec_norm(col_spec_list *L, const char *name, int64_t C, bool with_bias);
+/* Mixed precision: a graph's weights are leaves of its compute dtype (f32, or bf16/f16), and activations,
+ * norms, softmax and losses stay f32. x as an operand of a matmul with weight w: cast to w's dtype, as
+ * autocast does (x itself when the dtypes match: nothing is added to an f32 graph, and an input cast once
+ * serves every projection of it) */
+col_node *col_lm_operand(col_graph *g, col_node *x, const col_node *w);
+/* a weight used outside a matmul (a norm's weight, a bias): as f32 */
+col_node *col_lm_f32(col_graph *g, col_node *w);
 /* x, with dropout when the graph is for training and the config has some */
 col_node *col_lm_dropout(col_graph *g, col_node *x, const col_lm_config *c, const col_lm_build_opts *o);
 /* the activation act of x */

@@ -134,10 +134,16 @@ static col_status copy_params(col_lm_trainer *t, const col_ckpt_tensor **src, co
     col_status st = COL_OK;
     for (int i = 0; i < t->np && st == COL_OK; i++) {
         const col_param_spec *s = &t->specs[i];
-        void *w = NULL;
-        if ((st = mt_stage_get(t->stage, t->ref[i], true, &w, err)) == COL_OK &&
-            (st = col_ckpt_read_f32(src[i], s->ndim, s->shape, w, err)) == COL_OK)
+        /* into the parameter; under mixed precision into the master (or the conversion buffer without one),
+         * then rounded into the parameter */
+        void *w = t->conv;
+        bool mixed = lmt_mixed(t);
+        if (!mixed || lmt_has(t, LMT_MASTER, i))
+            st = lmt_get(t, mixed ? LMT_MASTER : 0, i, true, &w, err);
+        if (st == COL_OK && (st = col_ckpt_read_f32(src[i], s->ndim, s->shape, w, err)) == COL_OK)
             note_nonfinite(rep, s->name, count_nonfinite(w, col_param_numel(s)));
+        if (st == COL_OK && mixed)
+            st = lmt_set_weights(t, i, w, err);
     }
     if (st == COL_OK)
         st = mt_stage_flush(t->stage, err);

@@ -64,11 +64,13 @@ static void graph_arrays_free(col_lm_graph *gg)
     gg->params = gg->lora = NULL;
 }
 
+/* what every graph of the session shares: the LoRA adapters, the weights' dtype */
 static void lora_opts(const col_lm_trainer *t, col_lm_build_opts *o)
 {
     o->lora_of = t->lora_of;
     o->lora_rank = t->cfg.lora.rank;
     o->lora_scale = t->lora_scale;
+    o->dtype = t->dt;
 }
 
 static col_status build_train(col_lm_trainer *t, col_err *err)
@@ -80,8 +82,12 @@ static col_status build_train(col_lm_trainer *t, col_err *err)
                             .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed};
     lora_opts(t, &o);
     col_status st = col_lm_build(t->g, &t->cfg.model, &o, &t->gg, err);
-    if (st == COL_OK)
+    if (st == COL_OK && t->dt == COL_F16) { /* d loss = the loss scale, set before each run */
+        t->seed = col_input(t->g, "loss_scale", COL_F32, t->gg.loss->t.ndim, t->gg.loss->t.shape);
+        st = col_graph_backward_seeded(t->g, t->gg.loss, t->seed, err);
+    } else if (st == COL_OK) {
         st = col_graph_backward(t->g, t->gg.loss, err);
+    }
     if (st == COL_OK)
         st = bind_params(t, &t->gg, true, err);
     if (st == COL_OK)
@@ -172,11 +178,22 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     if (be && be->mem && !cfg->compute_budget)
         return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_EINVAL, "a device backend reaches parameters "
                               "only through the compute tier: set a compute tier budget");
+    col_dtype dt = cfg->compute_dtype;
+    if (dt != COL_F32 && dt != COL_BF16 && dt != COL_F16)
+        return col_err_set_on(err, COL_SETTING_PRECISION, COL_EINVAL, "a compute dtype of %s (f32, bf16 or f16)",
+                              col_dtype_name(dt));
+    if (dt != COL_F32 && cfg->lora.rank > 0)
+        return col_err_set_on(err, COL_SETTING_PRECISION, COL_EUNSUPPORTED, "LoRA adapters are trained in f32 only, "
+                               "not with %s mixed precision", col_dtype_name(dt));
+    if (!(cfg->loss_scale >= 0 && isfinite(cfg->loss_scale)) || cfg->loss_scale_window < 0)
+        return col_err_set(err, COL_EINVAL, "loss scaling: a first scale of %g and a window of %d steps",
+                           cfg->loss_scale, cfg->loss_scale_window);
     col_lm_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     t->cfg = *cfg;
     t->be = be;
+    t->dt = dt;
     t->np = col_lm_param_count(&cfg->model);
     col_param_spec *base = calloc((size_t)t->np, sizeof *base);
     int *lora_of = calloc((size_t)t->np, sizeof *lora_of);
@@ -198,11 +215,13 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     t->lora_scale = col_lora_scale(&cfg->lora);
     t->specs = calloc((size_t)t->nt, sizeof *t->specs);
     t->ot = calloc((size_t)t->nt, sizeof *t->ot);
+    t->w16 = calloc((size_t)t->nt, sizeof *t->w16);
+    t->g16 = calloc((size_t)t->nt, sizeof *t->g16);
     if (na)
         t->lora_of = lora_of;
     else
         free(lora_of);
-    if (!t->specs || !t->ot) {
+    if (!t->specs || !t->ot || !t->w16 || !t->g16) {
         free(base);
         col_lm_trainer_free(t);
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
@@ -220,11 +239,17 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         const col_param_spec *s = &t->specs[i];
         t->ot[i].n = col_param_numel(s);
         t->ot[i].decay = s->decay || cfg->decay_all;
-        t->ot[i].w = mt_ptr(t->pool, t->ref[i]); /* NULL on the NVMe tier */
-        t->ot[i].g = mt_ptr(t->pool, t->ref[t->nt + i]);
+        /* host addresses, NULL on the NVMe tier; under mixed precision the optimizer's weights are the master */
+        bool mixed = lmt_mixed(t);
+        t->w16[i] = mixed ? mt_ptr(t->pool, t->ref[i]) : NULL;
+        t->g16[i] = mixed ? mt_ptr(t->pool, t->ref[t->nt + i]) : NULL;
+        t->ot[i].w = mt_ptr(t->pool, t->ref[(mixed ? LMT_MASTER : 0) * t->nt + i]);
+        t->ot[i].g = mixed ? NULL : mt_ptr(t->pool, t->ref[t->nt + i]);
         t->ot[i].m = mt_ptr(t->pool, t->ref[2 * t->nt + i]);
         t->ot[i].v = mt_ptr(t->pool, t->ref[3 * t->nt + i]);
     }
+    if (st == COL_OK)
+        st = lmt_mixed_init(t, err);
     /* the compute tier copies parameters and gradients: page-locked, a device's copy engine moves them while
      * its kernels run (optimizer states stay on the host) */
     if (st == COL_OK && lmt_dev(t))
@@ -358,9 +383,12 @@ void col_lm_trainer_free(col_lm_trainer *t)
     col_graph_free(t->fg);
     graph_arrays_free(&t->fgg);
     mt_destroy(t->pool);
+    lmt_mixed_free(t);
     free(t->lora_of);
     free(t->specs);
     free(t->ot);
+    free(t->w16);
+    free(t->g16);
     free(t);
 }
 
@@ -385,6 +413,8 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
     col_status st = load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
+    if (st == COL_OK && t->seed)
+        st = col_plan_upload(t->plan, t->seed, &t->scale, sizeof t->scale, err);
     if (st == COL_OK)
         st = lmt_run(t, t->plan, &t->tier, 0, err);
     if (st == COL_OK && loss)
@@ -429,7 +459,11 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
     float lr = col_lr_at(&t->cfg.lr, t->step);
     col_status st = COL_OK;
     double norm = 0;
-    if (t->nvme_kinds) {
+    bool skipped = false;
+    float scale = t->scale;
+    if (lmt_mixed(t)) {
+        st = lmt_mixed_step(t, na, lr, t->cfg.grad_clip, &norm, &skipped, err);
+    } else if (t->nvme_kinds) {
         st = lmt_streamed_step(t, na, lr, t->cfg.grad_clip, &norm, err);
     } else {
         if (na > 1)
@@ -457,6 +491,9 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
         info->wait_s = w1 - w0;
         info->compute_s = t1 - t0 - info->wait_s;
         info->optim_s = col_seconds() - t1;
+        info->loss_scale = scale;
+        info->skipped = skipped;
+        info->skipped_total = t->skipped;
     }
     return COL_OK;
 }
@@ -569,6 +606,24 @@ const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t) { return t->p
 struct mt_resident *col_lm_trainer_compute_tier(const col_lm_trainer *t) { return t->tier.res; }
 
 float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->nt) ? t->ot[i].g : NULL; }
+
+void *col_lm_trainer_weights(col_lm_trainer *t, int i, col_dtype *dt)
+{
+    if (dt)
+        *dt = t->dt;
+    if (i < 0 || i >= t->nt)
+        return NULL;
+    return lmt_mixed(t) ? t->w16[i] : t->ot[i].w;
+}
+
+void *col_lm_trainer_grad_data(col_lm_trainer *t, int i, col_dtype *dt)
+{
+    if (dt)
+        *dt = t->dt;
+    if (i < 0 || i >= t->nt)
+        return NULL;
+    return lmt_mixed(t) ? t->g16[i] : t->ot[i].g;
+}
 
 /* ---- incremental decoding ---- */
 

@@ -42,6 +42,19 @@ typedef struct {
     bool inference;       /* no gradients, optimizer states or training graph: evaluation, next-token
                              logits and decoding only (step/grads then fail) - half the memory or less */
     col_lora_config lora; /* rank > 0: train LoRA adapters only, the base model frozen (lora.h) */
+    /* Mixed precision: COL_F32 (the default: everything f32), or COL_BF16 / COL_F16, the dtype the graphs
+     * compute with. Then parameter and gradient chunks hold that dtype (half the bytes), the graphs read the
+     * 16-bit weights directly (lm.h, col_lm_build_opts.dtype), and a training session keeps an f32 master copy
+     * of every trained tensor beside its optimizer states (kind COL_LM_STATES: master + moments are 12 bytes
+     * per parameter with AdamW, on the host or the NVMe tier as the states are). The optimizer step converts
+     * each gradient to f32, updates the master with the f32 formulas and writes the master rounded (to
+     * nearest even) back into the parameter. Saved models are the f32 masters; a loaded model fills the
+     * masters and rounds the parameters. f16 gradients use dynamic loss scaling (torch.cuda.amp.GradScaler):
+     * the loss's gradient is seeded with the scale, a step whose gradients hold an infinity or a NaN is
+     * skipped and halves the scale, loss_scale_window good steps in a row double it. LoRA sessions stay f32. */
+    col_dtype compute_dtype;
+    float loss_scale;     /* f16: the first loss scale; 0 = 65536 */
+    int loss_scale_window;/* f16: good steps before the scale doubles; 0 = 2000 */
 } col_lm_train_config;
 
 /* kinds of tensor memory, for nvme_kinds and host views */
@@ -57,6 +70,12 @@ typedef struct {
     /* where the step's time went (seconds): forward and backward computing, waiting for the compute
      * tier's transfers (0 without a compute tier), the optimizer step (with its NVMe streaming) */
     double compute_s, wait_s, optim_s;
+    /* f16 loss scaling (1 and 0 otherwise): the scale this step's gradients were computed with, whether the
+     * step was skipped (its gradients overflowed: the weights and states are unchanged), and the steps
+     * skipped so far (optimizer updates = step - skipped) */
+    float loss_scale;
+    bool skipped;
+    int64_t skipped_total;
 } col_lm_step_info;
 
 /* be runs every graph. A backend with a memory table (be->mem, a GPU) needs
@@ -100,9 +119,17 @@ int64_t col_lm_trainer_param_count(const col_lm_trainer *t);     /* elements of 
 int64_t col_lm_trainer_trainable_count(const col_lm_trainer *t); /* elements that are trained */
 size_t col_lm_trainer_arena_bytes(const col_lm_trainer *t);      /* training activation arena */
 /* Parameter tensor i and its data, for tests and export (adapter specs carry
- * PEFT's names, e.g. "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"). */
+ * PEFT's names, e.g. "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight").
+ * The f32 weights: under mixed precision a training session's masters, and
+ * NULL in an inference session (which has 16-bit weights only). */
 float *col_lm_trainer_param(col_lm_trainer *t, int i, const col_param_spec **spec);
+/* The f32 gradient; NULL under mixed precision (see _grad_data). */
 float *col_lm_trainer_grad(col_lm_trainer *t, int i);
+/* What the graphs read and write: tensor i's weights and its gradient in the
+ * compute dtype (*dt, may be NULL): the same memory as _param and _grad in
+ * an f32 session, the 16-bit copies under mixed precision. */
+void *col_lm_trainer_weights(col_lm_trainer *t, int i, col_dtype *dt);
+void *col_lm_trainer_grad_data(col_lm_trainer *t, int i, col_dtype *dt);
 /* LoRA: for adapter tensor i, the index of the base weight it adapts; -1 for
  * any other i. */
 int col_lm_trainer_lora_target(const col_lm_trainer *t, int i);
@@ -128,9 +155,10 @@ const struct mt_pool *col_lm_trainer_pool(const col_lm_trainer *t);
 struct mt_resident;
 struct mt_resident *col_lm_trainer_compute_tier(const col_lm_trainer *t);
 
-/* With tensors on the NVMe tier, col_lm_trainer_param / _grad / _state give
- * NULL for them except between these two calls, which read every NVMe chunk
- * of the kinds asked for (COL_LM_PARAMS | ...) into host memory (as much
+/* With tensors on the NVMe tier, col_lm_trainer_param / _grad / _state (and
+ * _weights, _grad_data) give NULL for them except between these two calls,
+ * which read every NVMe chunk of the kinds asked for (COL_LM_PARAMS | ...; a
+ * master copy is a state) into host memory (as much
  * host memory as those tensors take) and, with write_back, write them all
  * back at the end (after changing them). Views do not nest. Saving and
  * loading open their own. Without an NVMe tier both do nothing. */
@@ -159,9 +187,11 @@ typedef struct {
                              per compute tier made so far */
     size_t logits;        /* on a device: the host copies of the logits handed out */
     size_t merge;         /* saving a merged LoRA model: one weight's buffer */
+    size_t convert;       /* mixed precision: the f32 copy of one tensor the optimizer step converts its gradient
+                             into (and loading and saving its 16-bit weights go through) */
     size_t tables;        /* graphs, plans, the pool's and compute tiers' tables, estimated, and a fixed allowance
                              for the threads' stacks and the BLAS library's buffers */
-    size_t overhead;      /* the sum of the fixed terms: activations .. tables */
+    size_t overhead;      /* the sum of the fixed terms: activations .. tables, convert */
     size_t bound;         /* (host_budget, or host without a budget) + compute + overhead */
 } col_lm_memory;
 void col_lm_trainer_memory(const col_lm_trainer *t, col_lm_memory *m);

@@ -10,6 +10,9 @@
 #include "mt_stage.h"
 #include "plan.h"
 
+/* kinds of a tensor's memory: parameter, gradient, two optimizer state slots, the f32 master (mixed precision) */
+enum { LMT_KINDS = 5, LMT_MASTER = 4 };
+
 /* one graph's compute tier (with a compute budget) and its run count */
 typedef struct {
     mt_resident *res;
@@ -29,7 +32,20 @@ struct col_lm_trainer {
     /* host addresses of each tensor's parameter, gradient and states; NULL for
      * those on the NVMe tier except inside a host view (lmt_view_begin) */
     col_opt_tensor *ot;
-    mt_ref *ref;        /* per kind k (0 parameter, 1 gradient, 2 and 3 state slots) at [k * nt + i]; chunk -1: none */
+    mt_ref *ref;        /* per kind k (0 parameter, 1 gradient, 2 and 3 state slots, 4 master) at [k * nt + i];
+                           chunk -1: none */
+    /* mixed precision (lm_precision.c): the compute dtype; parameters and gradients hold it, and every trained
+     * tensor has an f32 master (kind LMT_MASTER, an optimizer state), which ot[i].w then points at */
+    col_dtype dt;
+    void **w16, **g16;  /* host addresses of each tensor's 16-bit parameter and gradient (NULL on NVMe outside a
+                           host view); unused in an f32 session */
+    float *conv;        /* the f32 copy of one tensor (conv_n floats: the largest) the step converts gradients into */
+    size_t conv_n;
+    /* f16: dynamic loss scaling */
+    float scale;        /* the loss scale */
+    int64_t good;       /* good steps in a row since the scale last changed */
+    int64_t skipped;    /* steps skipped so far */
+    col_node *seed;     /* the training graph's loss-scale input (d loss), NULL unless f16 */
     int slots;
     unsigned nvme_kinds;/* bit 1 << mt_kind: kinds placed on the NVMe tier */
     mt_stage *stage;    /* host buffers the optimizer step streams NVMe chunks through */
@@ -82,6 +98,10 @@ col_status lmt_alloc(col_lm_trainer *t, col_err *err);
 /* The address a graph binds tensor i's kind-k memory to: the host address,
  * or the NVMe chunk's placeholder (only the compute tier reads it). */
 void *lmt_bind_addr(const col_lm_trainer *t, int k, int i);
+/* Tensor i's weights from the f32 values w (n floats; may be the conversion buffer): into its master when it
+ * has one, and rounded into its parameter (mixed precision), else into the parameter; through the stage
+ * (its chunks stay there, written back later). */
+col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *err);
 /* Writes the initial parameters (through the stage for NVMe chunks). */
 col_status lmt_init_params(col_lm_trainer *t, col_err *err);
 /* Runs a planned graph: through its compute tier when there is a compute
@@ -103,11 +123,28 @@ size_t lmt_stage_need(const col_lm_trainer *t);
 /* Whether tensor i has kind-k memory (k: 0 parameter, 1 gradient, 2 and 3 state slots). */
 bool lmt_has(const col_lm_trainer *t, int k, int i);
 /* Its host address: in place for a host chunk, else its chunk read into a stage buffer (will_write: written
- * back by lmt_stage_end or when evicted). Valid until the stage has read other chunks past its limit. */
-col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, float **p, col_err *err);
+ * back by lmt_stage_end or when evicted). Valid until the stage has read other chunks past its limit. Its
+ * elements are lmt_dtype(t, k). */
+col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, void **p, col_err *err);
+/* the next trained tensor after i whose kind-k memory is in another chunk (nt when none) */
+int lmt_next_chunk(const col_lm_trainer *t, int k, int i);
 /* Reads ahead the next kind-k chunk after tensor i's, keeping the keep most recently used buffers. */
 col_status lmt_read_ahead(col_lm_trainer *t, int k, int i, int keep, col_err *err);
 /* Ends a pass: writes back what changed (write_back) and forgets what the stage holds. */
 col_status lmt_stage_end(col_lm_trainer *t, bool write_back, col_err *err);
+
+/* lm_precision.c */
+/* whether the session computes in a 16-bit dtype (mixed precision) */
+static inline bool lmt_mixed(const col_lm_trainer *t) { return t->dt != COL_F32; }
+/* the dtype of kind-k memory: the compute dtype for parameters and gradients, f32 for states and masters */
+static inline col_dtype lmt_dtype(const col_lm_trainer *t, int k) { return k <= 1 ? t->dt : COL_F32; }
+/* Sets up mixed precision after the tensors are placed: the conversion buffer, the loss scale. */
+col_status lmt_mixed_init(col_lm_trainer *t, col_err *err);
+void lmt_mixed_free(col_lm_trainer *t);
+/* The mixed-precision optimizer step over the trained tensors (through the stage, wherever their chunks
+ * live): gradients converted to f32, unscaled (f16) and averaged over na micro-batches, their global norm
+ * into *norm (clipped to clip when > 0), the masters updated and rounded into the parameters. With f16, a
+ * non-finite gradient skips the update (*skipped) and the loss scale follows GradScaler's rule. */
+col_status lmt_mixed_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, bool *skipped, col_err *err);
 
 #endif

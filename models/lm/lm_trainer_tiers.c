@@ -5,14 +5,49 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lm_trainer_internal.h"
 
-/* kind k of tensor i (0 parameter, 1 gradient, 2 and 3 state slots) -> mt_kind bit */
+/* kind k of tensor i (0 parameter, 1 gradient, 2 and 3 state slots, 4 master) -> mt_kind bit */
 static unsigned kind_bit(int k) { return k == 0 ? COL_LM_PARAMS : k == 1 ? COL_LM_GRADS : COL_LM_STATES; }
 
-/* the pointer of kind k in o: weights, gradient, state slot 0 or 1 */
-static float **slot_of(col_opt_tensor *o, int k) { return k == 0 ? &o->w : k == 1 ? &o->g : k == 2 ? &o->m : &o->v; }
+/* sets the host address of tensor i's kind-k memory (NULL: none there): in ot[i] (weights, gradient, state
+ * slots; the master is the weights under mixed precision) or the 16-bit parameter and gradient arrays */
+static void set_addr(col_lm_trainer *t, int i, int k, void *p)
+{
+    col_opt_tensor *o = &t->ot[i];
+    bool mixed = lmt_mixed(t);
+    switch (k) {
+    case 0: if (mixed) t->w16[i] = p; else o->w = p; break;
+    case 1: if (mixed) t->g16[i] = p; else o->g = p; break;
+    case 2: o->m = p; break;
+    case 3: o->v = p; break;
+    default: o->w = p; break;
+    }
+}
+
+/* the kinds of memory tensors of this session have: parameters; with training gradients, the state slots and
+ * (mixed precision) masters */
+static int session_kinds(const col_lm_trainer *t, int *kinds)
+{
+    int nk = 0;
+    kinds[nk++] = 0;
+    if (t->cfg.inference)
+        return nk;
+    kinds[nk++] = 1;
+    for (int s = 0; s < t->slots; s++)
+        kinds[nk++] = 2 + s;
+    if (lmt_mixed(t))
+        kinds[nk++] = LMT_MASTER;
+    return nk;
+}
+
+/* bytes of tensor i's kind-k memory */
+static size_t kind_bytes(const col_lm_trainer *t, int k, int i)
+{
+    return col_dtype_size(lmt_dtype(t, k)) * (size_t)col_param_numel(&t->specs[i]);
+}
 
 static void fmt_mb(size_t b, char *buf, size_t n) { snprintf(buf, n, "%.1f MB", (double)b / 1e6); }
 
@@ -28,15 +63,15 @@ static col_status alloc_with(col_lm_trainer *t, unsigned kinds, size_t chunk_byt
     col_status st = mt_create(&mc, &t->pool, err);
     if (st != COL_OK)
         return st;
-    for (int i = 0; i < 4 * t->nt; i++)
+    for (int i = 0; i < LMT_KINDS * t->nt; i++)
         t->ref[i] = (mt_ref){.chunk = -1};
-    static const mt_kind kind[4] = {MT_PARAM, MT_GRAD, MT_OPTSTATE, MT_OPTSTATE};
+    static const mt_kind kind[LMT_KINDS] = {MT_PARAM, MT_GRAD, MT_OPTSTATE, MT_OPTSTATE, MT_OPTSTATE};
     col_status first_fail = COL_OK;
     col_err fail_err = {0};
-    int nk = c->inference ? 1 : 2 + t->slots;
-    for (int k = 0; k < nk; k++)
-        for (int i = k ? t->train0 : 0; i < t->nt; i++) {
-            size_t bytes = sizeof(float) * (size_t)col_param_numel(&t->specs[i]);
+    int has[LMT_KINDS], nk = session_kinds(t, has);
+    for (int q = 0; q < nk; q++)
+        for (int k = has[q], i = k ? t->train0 : 0; i < t->nt; i++) {
+            size_t bytes = kind_bytes(t, k, i);
             /* keep planning after a budget failure so the message names the full need */
             col_status a = mt_alloc(t->pool, kind[k], bytes, &t->ref[k * t->nt + i], &fail_err);
             if (a != COL_OK && a != COL_ENOMEM)
@@ -64,7 +99,7 @@ static col_status chunk_size(col_lm_trainer *t, size_t *out, col_err *err)
     if (!sz)
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     for (int i = 0; i < t->nt; i++)
-        total += sizeof(float) * (size_t)col_param_numel(&t->specs[i]);
+        total += kind_bytes(t, 0, i);
     size_t cap = MT_DEFAULT_CHUNK_BYTES;
     if ((t->cfg.compute_budget || t->cfg.nvme_dir) && total / 8 < cap)
         cap = total / 8;
@@ -72,7 +107,7 @@ static col_status chunk_size(col_lm_trainer *t, size_t *out, col_err *err)
         cap = 4096;
     int n = 0;
     for (int i = 0; i < t->nt; i++) {
-        size_t b = sizeof(float) * (size_t)col_param_numel(&t->specs[i]);
+        size_t b = kind_bytes(t, 0, i);
         if (b > 0 && b <= cap)
             sz[n++] = b;
     }
@@ -105,7 +140,7 @@ col_status lmt_alloc(col_lm_trainer *t, col_err *err)
     if (k && !c->nvme_dir)
         return col_err_set_on(err, COL_SETTING_NVME_DIR, COL_EINVAL, "tensors were asked to live on the NVMe tier, "
                               "but no directory was given for it");
-    t->ref = malloc(sizeof *t->ref * (size_t)t->nt * 4);
+    t->ref = malloc(sizeof *t->ref * (size_t)t->nt * LMT_KINDS);
     if (!t->ref)
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     size_t chunk = 0;
@@ -148,18 +183,39 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err)
 {
     col_status st = COL_OK;
     for (int i = 0; i < t->nt && st == COL_OK; i++) {
-        void *w = NULL;
-        st = mt_stage_get(t->stage, t->ref[i], true, &w, err); /* a host chunk in place */
+        /* f32 weights: the parameter itself (a host chunk in place); under mixed precision the master, or the
+         * conversion buffer when there is none (inference), then rounded into the parameter */
+        void *w = t->conv;
+        if (!lmt_mixed(t) || lmt_has(t, LMT_MASTER, i))
+            st = lmt_get(t, lmt_mixed(t) ? LMT_MASTER : 0, i, true, &w, err);
         if (st != COL_OK)
             break;
         if (i < t->np)
             col_lm_init_param(&t->cfg.model, &t->specs[i], i, w, t->cfg.seed);
         else
             col_lora_init(&t->specs[i], (i - t->np) % 2 == 0, i, w, t->cfg.seed);
+        if (lmt_mixed(t))
+            st = lmt_set_weights(t, i, w, err);
     }
     if (st == COL_OK)
         st = mt_stage_flush(t->stage, err);
     mt_stage_forget(t->stage);
+    return st;
+}
+
+col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *err)
+{
+    int64_t n = t->ot[i].n;
+    void *p = NULL;
+    col_status st = COL_OK;
+    if (lmt_has(t, LMT_MASTER, i) && (st = lmt_get(t, LMT_MASTER, i, true, &p, err)) == COL_OK && p != w)
+        memcpy(p, w, sizeof(float) * (size_t)n);
+    if (st == COL_OK && (st = lmt_get(t, 0, i, true, &p, err)) == COL_OK) {
+        if (lmt_mixed(t))
+            col_convert(p, t->dt, w, COL_F32, n);
+        else if (p != w)
+            memcpy(p, w, sizeof(float) * (size_t)n);
+    }
     return st;
 }
 
@@ -209,8 +265,7 @@ void lmt_tier_free(lmt_tier *tier)
     tier->runs = 0;
 }
 
-/* the next trained tensor after i whose kind-k memory is in another chunk (nt when none) */
-static int next_chunk(const col_lm_trainer *t, int k, int i)
+int lmt_next_chunk(const col_lm_trainer *t, int k, int i)
 {
     const mt_ref *r = t->ref + (size_t)k * (size_t)t->nt;
     int j = i + 1;
@@ -248,8 +303,8 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
         col_opt_tensor o = t->ot[i];
         void *g = NULL;
         st = mt_stage_get(t->stage, t->ref[t->nt + i], na > 1, &g, err);
-        if (st == COL_OK && next_chunk(t, 1, i) < t->nt)
-            st = mt_stage_prefetch(t->stage, t->ref[t->nt + next_chunk(t, 1, i)], 1, err);
+        if (st == COL_OK && lmt_next_chunk(t, 1, i) < t->nt)
+            st = mt_stage_prefetch(t->stage, t->ref[t->nt + lmt_next_chunk(t, 1, i)], 1, err);
         if (st != COL_OK)
             break;
         o.g = g;
@@ -273,10 +328,11 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
             void *p = NULL;
             /* the gradient's averaging or scaling here need not reach its chunk: the next step zeroes it */
             st = mt_stage_get(t->stage, t->ref[k * t->nt + i], k != 1, &p, err);
-            *slot_of(&o, k) = p;
+            if (st == COL_OK) /* an f32 session's step: weights, gradient, state slots */
+                *(k == 0 ? &o.w : k == 1 ? &o.g : k == 2 ? &o.m : &o.v) = p;
         }
         for (int k = 0; k < nk && st == COL_OK; k++) {
-            int j = next_chunk(t, k, i);
+            int j = lmt_next_chunk(t, k, i);
             if (j < t->nt)
                 st = mt_stage_prefetch(t->stage, t->ref[k * t->nt + j], nk, err);
         }
@@ -322,12 +378,11 @@ static size_t distinct_io(const col_lm_trainer *t, const int *c, int n)
 size_t lmt_stage_need(const col_lm_trainer *t)
 {
     size_t most = 0;
-    int nk = t->cfg.inference ? 1 : 2 + t->slots;
     for (int i = 0; i < t->nt; i++) { /* the optimizer step holds a tensor's every kind at once */
-        int c[4];
-        for (int k = 0; k < 4; k++)
-            c[k] = k < nk ? nvme_chunk(t, k, i) : -1;
-        size_t need = distinct_io(t, c, 4);
+        int c[LMT_KINDS];
+        for (int k = 0; k < LMT_KINDS; k++)
+            c[k] = nvme_chunk(t, k, i); /* -1 for a kind the session does not have */
+        size_t need = distinct_io(t, c, LMT_KINDS);
         most = need > most ? need : most;
     }
     for (int i = 0; t->lora_of && i < t->np; i++) { /* a LoRA merge holds a weight and its two adapters */
@@ -342,12 +397,9 @@ size_t lmt_stage_need(const col_lm_trainer *t)
 
 bool lmt_has(const col_lm_trainer *t, int k, int i) { return i >= 0 && i < t->nt && t->ref[k * t->nt + i].chunk >= 0; }
 
-col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, float **p, col_err *err)
+col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, void **p, col_err *err)
 {
-    void *v = NULL;
-    col_status st = mt_stage_get(t->stage, t->ref[k * t->nt + i], will_write, &v, err);
-    *p = v;
-    return st;
+    return mt_stage_get(t->stage, t->ref[k * t->nt + i], will_write, p, err);
 }
 
 col_status lmt_read_ahead(col_lm_trainer *t, int k, int i, int keep, col_err *err)
@@ -415,10 +467,12 @@ void col_lm_trainer_memory(const col_lm_trainer *t, col_lm_memory *m)
         size_t b = sizeof(float) * (size_t)col_param_numel(&t->specs[i]);
         m->merge = t->lora_of[i] >= 0 && b > m->merge ? b : m->merge;
     }
+    m->convert = sizeof(float) * t->conv_n;
     size_t nodes = graph_nodes(t->g) + graph_nodes(t->fg) + graph_nodes(t->dec[0].g) + graph_nodes(t->dec[1].g);
     m->tables = nodes * TABLE_BYTES_PER_NODE + (size_t)mt_chunk_count(t->pool) * TABLE_BYTES_PER_CHUNK +
                 sizeof(col_param_spec) * (size_t)t->nt + RUNTIME_ALLOWANCE;
-    m->overhead = m->activations + m->kv_cache + m->staging + m->device_staging + m->logits + m->merge + m->tables;
+    m->overhead = m->activations + m->kv_cache + m->staging + m->device_staging + m->logits + m->merge + m->tables +
+                  m->convert;
     m->bound = (m->host_budget ? m->host_budget : m->host) + m->compute + m->overhead;
 }
 
@@ -437,7 +491,7 @@ col_status col_lm_trainer_host_begin(col_lm_trainer *t, unsigned kinds, col_err 
     if (st != COL_OK)
         return st;
     t->view_kinds = kinds;
-    for (int k = 0; k < 4 && st == COL_OK; k++) {
+    for (int k = 0; k < LMT_KINDS && st == COL_OK; k++) {
         if (!(kinds & kind_bit(k)))
             continue;
         for (int i = 0; i < t->nt && st == COL_OK; i++) {
@@ -445,7 +499,7 @@ col_status col_lm_trainer_host_begin(col_lm_trainer *t, unsigned kinds, col_err 
                 continue;
             void *p = NULL;
             st = mt_stage_get(t->view, t->ref[k * t->nt + i], true, &p, err);
-            *slot_of(&t->ot[i], k) = p;
+            set_addr(t, i, k, p);
         }
     }
     if (st != COL_OK) {
@@ -460,10 +514,11 @@ col_status col_lm_trainer_host_end(col_lm_trainer *t, bool write_back, col_err *
     if (!t->view)
         return COL_OK;
     col_status st = write_back ? mt_stage_flush(t->view, err) : COL_OK;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < LMT_KINDS; k++)
         if (t->view_kinds & kind_bit(k))
             for (int i = 0; i < t->nt; i++)
-                *slot_of(&t->ot[i], k) = NULL;
+                if (t->ref[k * t->nt + i].chunk >= 0)
+                    set_addr(t, i, k, NULL);
     mt_stage_free(t->view);
     t->view = NULL;
     t->view_kinds = 0;

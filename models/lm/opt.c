@@ -57,6 +57,7 @@ static col_node *attention(col_graph *g, col_node *x, col_node **lp, int l, cons
         return NULL;
     int64_t B = x->t.shape[0], T = x->t.shape[1], H = c->n_head, D = c->head_dim;
     int64_t split[4] = {B, T, H, D};
+    x = col_lm_operand(g, x, lp[0]); /* cast once for the three projections */
     /* [B, H, T, D] each */
     col_node *k = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[0], lp[1]), 4, split), 1, 2);
     col_node *v = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[2], lp[3]), 4, split), 1, 2);
@@ -72,7 +73,7 @@ static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_
     col_node *wte = p[k++], *wpe = p[k++], *proj_in = projected(c) ? p[k++] : NULL;
     col_node *x = col_embedding(g, wte, out->ids); /* [B, T, E] */
     if (proj_in)
-        x = col_linear(g, x, proj_in, NULL);
+        x = col_linear(g, col_lm_operand(g, x, proj_in), proj_in, NULL);
     col_node *pos = col_arange(g, o->cache_len ? out->start : NULL, o->seq, POS_OFFSET);
     x = col_lm_dropout(g, col_add(g, x, col_embedding(g, wpe, pos)), c, o);
     for (int l = 0; l < c->n_layer; l++, k += PER_LAYER) {
@@ -80,29 +81,34 @@ static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_
         if (o->checkpoint)
             col_checkpoint_begin(g);
         if (c->pre_ln) {
-            x = col_add(g, x, attention(g, col_layernorm(g, x, lp[8], lp[9], c->norm_eps), lp, l, c, o, out));
-            col_node *h = col_layernorm(g, x, lp[14], lp[15], c->norm_eps);
+            x = col_add(g, x, attention(g, col_layernorm(g, x, col_lm_f32(g, lp[8]), col_lm_f32(g, lp[9]), c->norm_eps),
+                                        lp, l, c, o, out));
+            col_node *h = col_layernorm(g, x, col_lm_f32(g, lp[14]), col_lm_f32(g, lp[15]), c->norm_eps);
             h = col_lm_activation(g, col_lm_linear(g, o, out, h, &lp[10], lp[11]), c->act);
             h = col_lm_linear(g, o, out, h, &lp[12], lp[13]);
             x = col_add(g, x, col_lm_dropout(g, h, c, o));
         } else {
-            x = col_layernorm(g, col_add(g, x, attention(g, x, lp, l, c, o, out)), lp[8], lp[9], c->norm_eps);
+            x = col_layernorm(g, col_add(g, x, attention(g, x, lp, l, c, o, out)), col_lm_f32(g, lp[8]),
+                              col_lm_f32(g, lp[9]), c->norm_eps);
             col_node *h = col_lm_activation(g, col_lm_linear(g, o, out, x, &lp[10], lp[11]), c->act);
             h = col_lm_linear(g, o, out, h, &lp[12], lp[13]);
-            x = col_layernorm(g, col_add(g, x, col_lm_dropout(g, h, c, o)), lp[14], lp[15], c->norm_eps);
+            x = col_layernorm(g, col_add(g, x, col_lm_dropout(g, h, c, o)), col_lm_f32(g, lp[14]),
+                              col_lm_f32(g, lp[15]), c->norm_eps);
         }
         if (o->checkpoint)
             col_checkpoint_end(g);
     }
     if (final_norm(c)) {
-        x = col_layernorm(g, x, p[k], p[k + 1], c->norm_eps);
+        x = col_layernorm(g, x, col_lm_f32(g, p[k]), col_lm_f32(g, p[k + 1]), c->norm_eps);
         k += 2;
     }
-    if (projected(c))
-        x = col_linear(g, x, p[k++], NULL);
+    if (projected(c)) {
+        x = col_linear(g, col_lm_operand(g, x, p[k]), p[k], NULL);
+        k++;
+    }
     col_node *head = c->tie_embeddings ? wte : p[k];
     int64_t flat[2] = {(int64_t)o->batch * o->seq, c->word_embed_proj_dim};
-    return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, head, 0, 1));
+    return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
 }
 
 static const char *const lora_modules[] = {"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2", NULL};

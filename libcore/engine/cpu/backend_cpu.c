@@ -33,6 +33,7 @@ col_status col_cpu_backend_init(col_backend *be, col_err *err)
     ctx->nthreads = backend_threads(ctx->omp_made);
     be->name = "cpu";
     be->ctx = ctx;
+    col_cpu_backend_set_bf16_gemm(be, COL_CPU_BF16_AUTO);
     col_cpu_register_basic(be);
     col_cpu_register_unary(be);
     col_cpu_register_reduce(be);
@@ -68,4 +69,19 @@ int col_cpu_backend_blas_parallel(const col_backend *be)
 {
     const col_cpu_ctx *ctx = be->ctx;
     return ctx ? ctx->blas.parallel : -1;
+}
+
+const char *col_cpu_backend_set_bf16_gemm(col_backend *be, col_cpu_bf16_gemm how)
+{
+    col_cpu_ctx *ctx = be->ctx;
+    if (!ctx)
+        return "";
+    ctx->sbgemm_on = ctx->blas.sbgemm && (how == COL_CPU_BF16_SBGEMM || (how == COL_CPU_BF16_AUTO && col_cpu_has_avx512_bf16()));
+    return col_cpu_backend_bf16_gemm(be);
+}
+
+const char *col_cpu_backend_bf16_gemm(const col_backend *be)
+{
+    const col_cpu_ctx *ctx = be->ctx;
+    return ctx && ctx->sbgemm_on ? "sbgemm" : "f32 tiles";
 }

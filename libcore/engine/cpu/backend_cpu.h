@@ -23,5 +23,13 @@ int col_cpu_backend_threads(const col_backend *be);
  * program's OpenMP threads), COL_BLAS_PTHREAD (1), COL_BLAS_SEQUENTIAL (0),
  * -1 unknown. */
 int col_cpu_backend_blas_parallel(const col_backend *be);
+/* How bf16 matmuls run: COL_CPU_BF16_AUTO (made so) uses OpenBLAS's
+ * cblas_sbgemm when the loaded library has it and the CPU has AVX512_BF16,
+ * else converts tiles to f32 for sgemm (f16 matmuls always do); _TILES always
+ * converts; _SBGEMM uses sbgemm whenever the library has one (benchmarks).
+ * Returns what is in use now: "sbgemm" or "f32 tiles". */
+typedef enum { COL_CPU_BF16_AUTO, COL_CPU_BF16_TILES, COL_CPU_BF16_SBGEMM } col_cpu_bf16_gemm;
+const char *col_cpu_backend_set_bf16_gemm(col_backend *be, col_cpu_bf16_gemm how);
+const char *col_cpu_backend_bf16_gemm(const col_backend *be);
 
 #endif

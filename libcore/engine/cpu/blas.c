@@ -32,6 +32,12 @@ const char *col_blas_preferred_core(void)
 #endif
 }
 
+bool col_cpu_has_avx512_bf16(void)
+{
+    const char *c = col_blas_preferred_core();
+    return c && strcmp(c, "COOPERLAKE") == 0;
+}
+
 /* The OpenMP build of OpenBLAS first: it shares libgomp's threads with our
  * kernels, where the pthread build's threads and OpenMP's spin against each
  * other between calls (measured: block benchmark 0.6-0.8 of the sgemm rate
@@ -99,6 +105,7 @@ col_status col_blas_load(col_blas *b, col_err *err)
         b->handle = NULL;
         return col_err_set(err, COL_EUNSUPPORTED, "the loaded OpenBLAS has no cblas_sgemm or cblas_sgemv");
     }
+    b->sbgemm = (col_sbgemm_fn)dlsym(b->handle, "cblas_sbgemm"); /* optional */
     describe_blas(b);
     return COL_OK;
 }

@@ -17,6 +17,9 @@
 #ifndef COL_BLAS_H
 #define COL_BLAS_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "status.h"
 
 enum { COL_BLAS_ROW_MAJOR = 101, COL_BLAS_NO_TRANS = 111, COL_BLAS_TRANS = 112 };
@@ -30,10 +33,16 @@ typedef void (*col_sgemm_fn)(int order, int transa, int transb, int m, int n, in
 typedef void (*col_sgemv_fn)(int order, int trans, int m, int n, float alpha, const float *a, int lda, const float *x,
                              int incx, float beta, float *y, int incy);
 
+/* cblas_sbgemm: bf16 operands (OpenBLAS's bfloat16 is a uint16_t holding the top half of an f32), f32
+ * accumulation and output; only in OpenBLAS builds made with BUILD_BFLOAT16 */
+typedef void (*col_sbgemm_fn)(int order, int transa, int transb, int m, int n, int k, float alpha,
+                              const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta, float *c, int ldc);
+
 typedef struct {
     void *handle;
     col_sgemm_fn sgemm;
     col_sgemv_fn sgemv;
+    col_sbgemm_fn sbgemm;       /* NULL when the library has none */
     void (*set_threads)(int);   /* openblas_set_num_threads, or NULL */
     int (*get_threads)(void);   /* openblas_get_num_threads, or NULL */
     int parallel;               /* COL_BLAS_SEQUENTIAL / _PTHREAD / _OPENMP (-1 unknown) */
@@ -45,6 +54,9 @@ typedef struct {
 /* The core type to ask for on this CPU (the AVX-512 kernels it supports), or
  * NULL to leave it to OpenBLAS. Looks at the CPU only. */
 const char *col_blas_preferred_core(void);
+/* Whether the CPU has AVX512_BF16 (and the OS saves the AVX-512 state): the
+ * instructions that make OpenBLAS's sbgemm faster than converting to f32. */
+bool col_cpu_has_avx512_bf16(void);
 col_status col_blas_load(col_blas *b, col_err *err);
 void col_blas_unload(col_blas *b);
 

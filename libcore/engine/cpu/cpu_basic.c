@@ -38,6 +38,8 @@ static col_status k_copy(const col_node *n, const col_exec *ex, col_err *err)
 static col_status k_cast(const col_node *n, const col_exec *ex, col_err *err)
 {
     (void)err;
+    if (col_cpu_cast_is_float(n)) /* vector loops (cpu_lowp.c); the same results as the loop below */
+        return col_cpu_cast_float(n, ex);
     const col_tensor *s = &n->src[0]->t;
     col_tensor d = n->t;
     int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s);
@@ -73,6 +75,8 @@ static col_status k_accumulate(const col_node *n, const col_exec *ex, col_err *e
 {
     (void)err;
     const col_tensor *s = &n->src[0]->t;
+    if (n->t.dtype != COL_F32) /* a 16-bit gradient buffer (cpu_lowp.c) */
+        return col_cpu_accumulate_lowp(n, ex);
     float *d = n->t.data;
     int64_t rows = col_rows(s), cols = col_cols(s), cs = col_col_stride(s);
 #pragma omp parallel for schedule(static) if (rows * cols > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
@@ -202,6 +206,8 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
 {
     const col_cpu_ctx *ctx = ex->be->ctx;
     const col_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
+    if (a->dtype != COL_F32)
+        return col_cpu_matmul_lowp(n, ex, err);
     int nd = n->t.ndim;
     int64_t M = n->t.shape[nd - 2], N = n->t.shape[nd - 1], K = a->shape[nd - 1];
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)

@@ -11,6 +11,7 @@ typedef struct {
     col_blas blas;
     int nthreads;  /* threads for kernels and GEMMs, fixed when the backend is made (backend_cpu.c) */
     int omp_made;  /* omp_get_max_threads() then */
+    bool sbgemm_on;/* bf16 matmuls through OpenBLAS's sbgemm (col_cpu_backend_set_bf16_gemm), else f32 tiles */
 } col_cpu_ctx;
 
 /* Threads for a kernel's parallel region or a GEMM: the backend's count; but
@@ -50,6 +51,14 @@ static inline int64_t col_rows(const col_tensor *t)
 
 static inline int64_t col_cols(const col_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
 static inline int64_t col_col_stride(const col_tensor *t) { return t->ndim ? t->stride[t->ndim - 1] : 1; }
+
+/* cpu_lowp.c, for cpu_basic.c's cast and matmul kernels: a cast between two float dtypes, and a matmul
+ * of bf16 or f16 operands */
+bool col_cpu_cast_is_float(const col_node *n);
+col_status col_cpu_cast_float(const col_node *n, const col_exec *ex);
+col_status col_cpu_matmul_lowp(const col_node *n, const col_exec *ex, col_err *err);
+/* an ACCUMULATE into a bf16 or f16 gradient buffer: each element converted to f32, added, rounded back */
+col_status col_cpu_accumulate_lowp(const col_node *n, const col_exec *ex);
 
 /* Each kernel module fills its entries of the table. */
 void col_cpu_register_basic(col_backend *be);     /* cpu_basic.c */

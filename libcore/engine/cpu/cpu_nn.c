@@ -39,11 +39,12 @@ static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *er
     col_status st = check_ids("embedding", ids, V, err);
     if (st != COL_OK)
         return st;
-    const float *wd = w->data;
+    const char *wd = w->data;
+    size_t es = col_dtype_size(w->dtype);
     float *out = n->t.data;
 #pragma omp parallel for schedule(static) if (N * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
-    for (int64_t r = 0; r < N; r++)
-        memcpy(out + r * C, wd + index_at(ids, r) * ws, sizeof(float) * (size_t)C);
+    for (int64_t r = 0; r < N; r++) /* a copy for f32 rows */
+        col_convert(out + r * C, COL_F32, wd + index_at(ids, r) * ws * (int64_t)es, w->dtype, C);
     return COL_OK;
 }
 

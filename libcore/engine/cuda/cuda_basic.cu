@@ -134,6 +134,12 @@ __global__ void k_accumulate_g(float *out, const float *src, cu_td ts, int64_t n
     CU_GRID_LOOP(i, n) out[i] += src[cu_off(ts, i)];
 }
 
+/* a bf16 or f16 gradient buffer (a 16-bit parameter's): converted to f32, added, rounded back, as on the CPU */
+__global__ void k_accumulate_16(void *out, int dt, const float *src, cu_td ts, int64_t n)
+{
+    CU_GRID_LOOP(i, n) store_f64(out, dt, i, (double)((float)load_f64(out, dt, i) + src[cu_off(ts, i)]));
+}
+
 static col_status k_accumulate(const col_node *n, const col_exec *ex, col_err *err)
 {
     const col_cuda_ctx *c = cu_ctx(ex);
@@ -141,8 +147,12 @@ static col_status k_accumulate(const col_node *n, const col_exec *ex, col_err *e
     int64_t num = col_numel(s);
     if (num == 0)
         return COL_OK;
-    CU_LAUNCH(k_accumulate_g, cu_blocks(c, num), CU_THREADS, 0, c->stream)(
-        (float *)n->t.data, (const float *)s->data, cu_td_of(s), num);
+    if (n->t.dtype != COL_F32)
+        CU_LAUNCH(k_accumulate_16, cu_blocks(c, num), CU_THREADS, 0, c->stream)(
+            n->t.data, (int)n->t.dtype, (const float *)s->data, cu_td_of(s), num);
+    else
+        CU_LAUNCH(k_accumulate_g, cu_blocks(c, num), CU_THREADS, 0, c->stream)(
+            (float *)n->t.data, (const float *)s->data, cu_td_of(s), num);
     return cu_launch(err, "accumulate");
 }
 

@@ -63,6 +63,21 @@ __global__ void k_embedding_g(float *__restrict__ out, const float *__restrict__
     }
 }
 
+/* rows of a bf16 (is_bf16) or f16 table, converted to f32 */
+__global__ void k_embedding_16(float *__restrict__ out, const unsigned short *__restrict__ w, int is_bf16, int64_t ws,
+                               const void *ids, int i64, int64_t N, int64_t C, int64_t V)
+{
+    CU_GRID_LOOP(i, N * C) {
+        int64_t r = i / C, c = i % C, id = index_at(ids, i64, r);
+        if (id < 0 || id >= V) { /* a bad id (reported at the sync): zeros */
+            out[i] = 0.0f;
+            continue;
+        }
+        unsigned short h = w[id * ws + c];
+        out[i] = is_bf16 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
+    }
+}
+
 static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *err)
 {
     col_cuda_ctx *c = cu_ctx(ex);
@@ -71,8 +86,13 @@ static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *er
     col_status st = check_ids(c, ids, V, false, 0, err, "embedding");
     if (st != COL_OK || N * C == 0)
         return st;
-    CU_LAUNCH(k_embedding_g, cu_blocks(c, N * C), CU_THREADS, 0, c->stream)(
-        (float *)n->t.data, (const float *)w->data, w->stride[0], ids->data, ids->dtype == COL_I64, N, C, V);
+    if (w->dtype != COL_F32)
+        CU_LAUNCH(k_embedding_16, cu_blocks(c, N * C), CU_THREADS, 0, c->stream)(
+            (float *)n->t.data, (const unsigned short *)w->data, w->dtype == COL_BF16, w->stride[0], ids->data,
+            ids->dtype == COL_I64, N, C, V);
+    else
+        CU_LAUNCH(k_embedding_g, cu_blocks(c, N * C), CU_THREADS, 0, c->stream)(
+            (float *)n->t.data, (const float *)w->data, w->stride[0], ids->data, ids->dtype == COL_I64, N, C, V);
     return cu_launch(err, "embedding");
 }
 
