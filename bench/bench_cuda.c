@@ -464,7 +464,7 @@ static void bench_cross_entropy(void)
         hids[i] = (int32_t)col_rng_below(&r, (uint64_t)V);
     col_graph *g = col_graph_new();
     col_node *x = col_input(g, "logits", COL_F32, 2, (int64_t[]){N, V}), *t = col_input(g, "t", COL_I32, 1, &N);
-    col_cross_entropy(g, x, t, -100);
+    col_mark_output(col_cross_entropy(g, x, t, -100)); /* forward only: the loss is what the plan computes */
     col_node *in[2] = {x, t};
     col_plan *p = NULL;
     col_node *n = planned(g, NULL, COL_OP_CROSS_ENTROPY, &p, in, 2, hids, true);
