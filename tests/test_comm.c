@@ -9,11 +9,13 @@
  * (movement, max/min, integer sums, rank-ordered sums); the transport's own
  * floating-point sums within a bound of the dtype's precision.
  *
- * test_comm --kill R --timeout S runs a loop of all-reduces in which rank R
- * kills itself (SIGKILL) at iteration 20: every other rank prints one line
- * "test_comm rank N: ..." saying why it stops (the library's message, or the
- * signal the launcher sent) and exits non-zero; test_comm.sh checks them.
+ * test_comm --kill R --timeout S [--log DIR] runs a loop of all-reduces in
+ * which rank R kills itself (SIGKILL) at iteration 20: every other rank
+ * prints one line "test_comm rank N: ..." saying why it stops (the library's
+ * message, or the signal the launcher sent), also into DIR/rank-N.log, and
+ * exits non-zero; test_comm.sh checks them.
  */
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -722,17 +724,25 @@ static void test_short_message(col_comm *c)
 
 /* ---- a rank that dies ---- */
 
+static int g_log = -1; /* kill mode: this rank's own record of why it stopped (the launcher may drop output) */
+
+/* line to stdout and to the rank's record */
+static void say(const char *line, size_t n)
+{
+    if (write(STDOUT_FILENO, line, n) < 0 || (g_log >= 0 && write(g_log, line, n) < 0)) {
+    }
+}
+
 static void on_term(int sig)
 {
     char line[160];
     int n = snprintf(line, sizeof line, "test_comm rank %d: stopped by signal %d from the launcher (another rank "
                      "failed)\n", g_rank, sig);
-    if (write(STDOUT_FILENO, line, (size_t)n) < 0) {
-    }
+    say(line, (size_t)n);
     _exit(3);
 }
 
-static int kill_mode(int victim, double timeout)
+static int kill_mode(int victim, double timeout, const char *logdir)
 {
     col_comm *c = NULL;
     col_err e = {0};
@@ -742,6 +752,11 @@ static int kill_mode(int victim, double timeout)
         return 1;
     }
     g_rank = col_comm_rank(c);
+    if (logdir) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/rank-%d.log", logdir, g_rank);
+        g_log = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    }
     signal(SIGTERM, on_term);
     col_comm_set_timeout(c, timeout, &e);
     float x[1000], y[1000];
@@ -754,8 +769,9 @@ static int kill_mode(int victim, double timeout)
             raise(SIGKILL);
         }
         if (col_comm_all_reduce(c, x, y, 1000, COL_F32, COL_RED_SUM, &e) != COL_OK) {
-            printf("test_comm rank %d: stops at iteration %d: %s\n", g_rank, it, e.msg);
-            fflush(stdout);
+            char line[COL_ERR_MSG_MAX + 100];
+            int n = snprintf(line, sizeof line, "test_comm rank %d: stops at iteration %d: %s\n", g_rank, it, e.msg);
+            say(line, (size_t)n);
             return 1; /* no free: the communicator is broken and MPI cannot be finalised */
         }
     }
@@ -766,8 +782,8 @@ static int kill_mode(int victim, double timeout)
 
 int main(int argc, char **argv)
 {
-    if (argc == 5 && strcmp(argv[1], "--kill") == 0 && strcmp(argv[3], "--timeout") == 0)
-        return kill_mode(atoi(argv[2]), atof(argv[4]));
+    if (argc >= 5 && strcmp(argv[1], "--kill") == 0 && strcmp(argv[3], "--timeout") == 0)
+        return kill_mode(atoi(argv[2]), atof(argv[4]), argc == 7 && strcmp(argv[5], "--log") == 0 ? argv[6] : NULL);
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
