@@ -141,6 +141,24 @@ __global__ void k_shfl_exited(int *out)
 
 __global__ void k_nothing(int *out) { out[threadIdx.x] = 0; }
 
+/* every block writes the same word: the last block wins, whichever that is (a race between blocks) */
+__global__ void k_block_race(int *out)
+{
+    if (threadIdx.x == 0)
+        out[0] = (int)blockIdx.x;
+}
+
+/* lanes exchange through shared memory; with_sync: __syncwarp between the write and the read */
+__global__ void k_lane_swap(int *out, int with_sync)
+{
+    __shared__ int sh[32];
+    int l = threadIdx.x & 31;
+    sh[l] = l * 10 + (int)blockIdx.x;
+    if (with_sync)
+        __syncwarp();
+    out[blockIdx.x * 32 + l] = sh[l ^ 1];
+}
+
 /* ---- helpers ---- */
 
 static void *dev(size_t bytes)
@@ -195,6 +213,20 @@ static void test_barrier(void)
     CU_LAUNCH(k_rotate, nb, n, 0, 0)(d, 0);
     TL_OK(launch_failed(cudaErrorLaunchFailure, "depends on the order of the threads"),
           "check mode: a missing __syncthreads is a launch error");
+    CU_LAUNCH(k_lane_swap, nb, 32, 0, 0)(d, 1);
+    cudaError_t e = cudaGetLastError();
+    cudaMemcpy(h, d, sizeof(int) * nb * 32, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int b = 0; b < nb; b++)
+        for (int l = 0; l < 32; l++)
+            bad += h[b * 32 + l] != (l ^ 1) * 10 + b;
+    TL_OK(e == cudaSuccess && bad == 0, "check mode: lanes exchanging through shared memory after __syncwarp (%d wrong)", bad);
+    CU_LAUNCH(k_lane_swap, nb, 32, 0, 0)(d, 0);
+    TL_OK(launch_failed(cudaErrorLaunchFailure, "depends on the order of the threads"),
+          "check mode: the same without __syncwarp is a launch error");
+    CU_LAUNCH(k_block_race, 5, 32, 0, 0)(d);
+    TL_OK(launch_failed(cudaErrorLaunchFailure, "depends on the order of the threads"),
+          "check mode: blocks writing the same word is a launch error");
     cuemu_set_check(0);
     cudaFree(d);
 }
@@ -289,7 +321,7 @@ static void test_dynamic_smem(void)
     CU_LAUNCH(k_reverse, 1, 32, big, 0)(out, in);
     TL_OK(a == cudaSuccess && cudaGetLastError() == cudaSuccess, "... and runs after it");
 
-#if TL_RSS_MEANINGFUL /* under AddressSanitizer the write stops the program: the emulator poisons those bytes */
+#if !defined(__SANITIZE_ADDRESS__) /* under AddressSanitizer the write stops the program: the emulator poisons those bytes */
     cuemu_set_check(1);
     CU_LAUNCH(k_overrun, 1, 32, 64 * sizeof(float), 0)(64);
     TL_OK(launch_failed(cudaErrorLaunchFailure, "past the 256 bytes"),

@@ -648,6 +648,11 @@ cudaError_t check_config(const launch_desc &d)
 
 void launch(const launch_desc &d)
 {
+    if (cur) {
+        fail(cudaErrorNotSupported, "%s (%s:%d): a launch from inside a kernel (dynamic parallelism) is not emulated", d.name,
+             d.file, d.line);
+        return;
+    }
     if (check_config(d) != cudaSuccess)
         return;
     grid_run g;
