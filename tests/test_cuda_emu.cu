@@ -70,6 +70,21 @@ __global__ void k_shuffles(int *out)
     o[8] = __shfl_xor_sync(half, v, 1);
 }
 
+__constant__ int c_scale[4];
+
+/* sm_80's warp reductions, min/max, constant memory */
+__global__ void k_reductions(int *out)
+{
+    int lane = threadIdx.x & 31, v = (lane * 7) % 13 - 6;
+    int *o = out + threadIdx.x * 6;
+    o[0] = __reduce_add_sync(0xffffffffu, v);
+    o[1] = __reduce_min_sync(0xffffffffu, v);
+    o[2] = (int)__reduce_max_sync(0xffffffffu, (unsigned)v); /* as unsigned: -1 is the largest */
+    o[3] = (int)__reduce_or_sync(0xffffffffu, 1u << (lane % 8));
+    o[4] = min(v, 2) + max(lane, 30) * (int)max(1.5f, -2.0f);
+    o[5] = c_scale[lane & 3];
+}
+
 /* dynamic shared memory: a block-wide reversal of its slice of in */
 __global__ void k_reverse(float *out, const float *in)
 {
@@ -292,6 +307,37 @@ static void test_shuffles(void)
                                   "__shfl_xor_sync over two half-warp masks"};
     for (int k = 0; k < 9; k++)
         TL_OK(bad[k] == 0, "%s: every lane of two warps gets CUDA's value (%d wrong)", what[k], bad[k]);
+    cudaFree(d);
+}
+
+static void test_reductions(void)
+{
+    const int n = 64;
+    int *d = (int *)dev(sizeof(int) * n * 6), h[64 * 6], cs[4] = {3, -1, 7, 11};
+    cudaError_t e1 = cudaMemcpyToSymbol(c_scale, cs, sizeof cs);
+    CU_LAUNCH(k_reductions, 1, n, 0, 0)(d);
+    cudaError_t e = cudaGetLastError();
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    int sum = 0, mn = 1 << 30;
+    unsigned umx = 0;
+    for (int l = 0; l < 32; l++) {
+        int v = (l * 7) % 13 - 6;
+        sum += v;
+        mn = v < mn ? v : mn;
+        umx = (unsigned)v > umx ? (unsigned)v : umx;
+    }
+    int bad[6] = {0};
+    for (int t = 0; t < n; t++) {
+        int l = t & 31, v = (l * 7) % 13 - 6;
+        int exp[6] = {sum, mn, (int)umx, 0xff, (v < 2 ? v : 2) + (l > 30 ? l : 30) * 1, cs[l & 3]};
+        for (int k = 0; k < 6; k++)
+            bad[k] += h[t * 6 + k] != exp[k];
+    }
+    TL_OK(e1 == cudaSuccess && e == cudaSuccess && !bad[0] && !bad[1] && !bad[2] && !bad[3],
+          "__reduce_add/min/max/or_sync over two warps, int and unsigned (%d, %d, %d, %d wrong)", bad[0], bad[1], bad[2],
+          bad[3]);
+    TL_OK(bad[4] == 0, "min and max of device code, ints and floats (%d wrong)", bad[4]);
+    TL_OK(bad[5] == 0, "__constant__ memory written by cudaMemcpyToSymbol (%d wrong)", bad[5]);
     cudaFree(d);
 }
 
@@ -617,6 +663,7 @@ int main(void)
     test_barrier();
     test_warp_reduce();
     test_shuffles();
+    test_reductions();
     test_dynamic_smem();
     test_atomics();
     test_coords();

@@ -288,9 +288,11 @@ const char *state_name(const ethread *e)
 
 const char *op_name(int kind)
 {
-    static const char *names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
-                                  "__ballot_sync", "__all_sync", "__any_sync", "__syncwarp"};
-    return kind >= 0 && kind <= W_SYNC ? names[kind] : "warp operation";
+    static const char *names[] = {"__shfl_sync",       "__shfl_up_sync",    "__shfl_down_sync",  "__shfl_xor_sync",
+                                  "__ballot_sync",     "__all_sync",        "__any_sync",        "__syncwarp",
+                                  "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync", "__reduce_and_sync",
+                                  "__reduce_or_sync",  "__reduce_xor_sync"};
+    return kind >= 0 && kind <= W_RXOR ? names[kind] : "warp operation";
 }
 
 /* ---- one block ---- */
@@ -547,6 +549,8 @@ uint64_t warp_op(const char *file, int line, int kind, unsigned mask, uint64_t v
     }
     ethread *base = &w.th[e->warp * 32];
     uint64_t vote = 0;
+    uint32_t red = kind == W_RMIN ? (arg ? 0x7fffffffu : 0xffffffffu) : kind == W_RMAX ? (arg ? 0x80000000u : 0u)
+                   : kind == W_RAND ? 0xffffffffu : 0u;
     for (int l = 0; l < 32; l++) {
         if (!(mask >> l & 1u))
             continue;
@@ -557,6 +561,16 @@ uint64_t warp_op(const char *file, int line, int kind, unsigned mask, uint64_t v
             wait_here(w, e);
         }
         vote |= (uint64_t)(p->val != 0) << l;
+        uint32_t v = (uint32_t)p->val;
+        switch (kind) {
+        case W_RADD: red += v; break;
+        case W_RMIN: red = (arg ? (int32_t)v < (int32_t)red : v < red) ? v : red; break;
+        case W_RMAX: red = (arg ? (int32_t)v > (int32_t)red : v > red) ? v : red; break;
+        case W_RAND: red &= v; break;
+        case W_ROR: red |= v; break;
+        case W_RXOR: red ^= v; break;
+        default: break;
+        }
     }
     for (int l = 0; l < 32; l++) {
         if (!(mask >> l & 1u))
@@ -579,6 +593,7 @@ uint64_t warp_op(const char *file, int line, int kind, unsigned mask, uint64_t v
                  : kind == W_ALL  ? (uint64_t)((vote & mask) == mask)
                  : kind == W_ANY  ? (uint64_t)((vote & mask) != 0)
                  : kind == W_SYNC ? 0
+                 : kind >= W_RADD ? red
                                   : base[src].val;
         if (p != e)
             p->state = T_READY;
