@@ -477,8 +477,9 @@ bool grid_block(grid_run &g, uint64_t b)
         return true;
 #pragma omp critical(cuemu_grid_fail)
     if (b < g.failed_block) {
-        g.failed_block = b;
         snprintf(g.msg, sizeof g.msg, "%s", w.msg);
+#pragma omp atomic write
+        g.failed_block = b;
     }
     return false;
 }
@@ -486,18 +487,14 @@ bool grid_block(grid_run &g, uint64_t b)
 bool run_grid(grid_run &g)
 {
     if (g.parallel && g.blocks > 1 && !omp_in_parallel()) {
-        bool stop = false;
+        /* after a failure only the blocks before it still run: the lowest failing block is always the one reported */
 #pragma omp parallel for schedule(dynamic, 1)
         for (uint64_t b = 0; b < g.blocks; b++) {
-            bool s;
+            uint64_t first;
 #pragma omp atomic read
-            s = stop;
-            if (s)
-                continue;
-            if (!grid_block(g, b)) {
-#pragma omp atomic write
-                stop = true;
-            }
+            first = g.failed_block;
+            if (b < first)
+                grid_block(g, b);
         }
     } else {
         for (uint64_t i = 0; i < g.blocks; i++)
