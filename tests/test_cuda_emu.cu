@@ -70,6 +70,21 @@ __global__ void k_shuffles(int *out)
     o[8] = __shfl_xor_sync(half, v, 1);
 }
 
+__constant__ int c_scale[4];
+
+/* sm_80's warp reductions, min/max, constant memory */
+__global__ void k_reductions(int *out)
+{
+    int lane = threadIdx.x & 31, v = (lane * 7) % 13 - 6;
+    int *o = out + threadIdx.x * 6;
+    o[0] = __reduce_add_sync(0xffffffffu, v);
+    o[1] = __reduce_min_sync(0xffffffffu, v);
+    o[2] = (int)__reduce_max_sync(0xffffffffu, (unsigned)v); /* as unsigned: -1 is the largest */
+    o[3] = (int)__reduce_or_sync(0xffffffffu, 1u << (lane % 8));
+    o[4] = min(v, 2) + max(lane, 30) * (int)max(1.5f, -2.0f);
+    o[5] = c_scale[lane & 3];
+}
+
 /* dynamic shared memory: a block-wide reversal of its slice of in */
 __global__ void k_reverse(float *out, const float *in)
 {
@@ -141,6 +156,24 @@ __global__ void k_shfl_exited(int *out)
 
 __global__ void k_nothing(int *out) { out[threadIdx.x] = 0; }
 
+/* every block writes the same word: the last block wins, whichever that is (a race between blocks) */
+__global__ void k_block_race(int *out)
+{
+    if (threadIdx.x == 0)
+        out[0] = (int)blockIdx.x;
+}
+
+/* lanes exchange through shared memory; with_sync: __syncwarp between the write and the read */
+__global__ void k_lane_swap(int *out, int with_sync)
+{
+    __shared__ int sh[32];
+    int l = threadIdx.x & 31;
+    sh[l] = l * 10 + (int)blockIdx.x;
+    if (with_sync)
+        __syncwarp();
+    out[blockIdx.x * 32 + l] = sh[l ^ 1];
+}
+
 /* ---- helpers ---- */
 
 static void *dev(size_t bytes)
@@ -195,6 +228,20 @@ static void test_barrier(void)
     CU_LAUNCH(k_rotate, nb, n, 0, 0)(d, 0);
     TL_OK(launch_failed(cudaErrorLaunchFailure, "depends on the order of the threads"),
           "check mode: a missing __syncthreads is a launch error");
+    CU_LAUNCH(k_lane_swap, nb, 32, 0, 0)(d, 1);
+    cudaError_t e = cudaGetLastError();
+    cudaMemcpy(h, d, sizeof(int) * nb * 32, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int b = 0; b < nb; b++)
+        for (int l = 0; l < 32; l++)
+            bad += h[b * 32 + l] != (l ^ 1) * 10 + b;
+    TL_OK(e == cudaSuccess && bad == 0, "check mode: lanes exchanging through shared memory after __syncwarp (%d wrong)", bad);
+    CU_LAUNCH(k_lane_swap, nb, 32, 0, 0)(d, 0);
+    TL_OK(launch_failed(cudaErrorLaunchFailure, "depends on the order of the threads"),
+          "check mode: the same without __syncwarp is a launch error");
+    CU_LAUNCH(k_block_race, 5, 32, 0, 0)(d);
+    TL_OK(launch_failed(cudaErrorLaunchFailure, "depends on the order of the threads"),
+          "check mode: blocks writing the same word is a launch error");
     cuemu_set_check(0);
     cudaFree(d);
 }
@@ -263,6 +310,37 @@ static void test_shuffles(void)
     cudaFree(d);
 }
 
+static void test_reductions(void)
+{
+    const int n = 64;
+    int *d = (int *)dev(sizeof(int) * n * 6), h[64 * 6], cs[4] = {3, -1, 7, 11};
+    cudaError_t e1 = cudaMemcpyToSymbol(c_scale, cs, sizeof cs);
+    CU_LAUNCH(k_reductions, 1, n, 0, 0)(d);
+    cudaError_t e = cudaGetLastError();
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    int sum = 0, mn = 1 << 30;
+    unsigned umx = 0;
+    for (int l = 0; l < 32; l++) {
+        int v = (l * 7) % 13 - 6;
+        sum += v;
+        mn = v < mn ? v : mn;
+        umx = (unsigned)v > umx ? (unsigned)v : umx;
+    }
+    int bad[6] = {0};
+    for (int t = 0; t < n; t++) {
+        int l = t & 31, v = (l * 7) % 13 - 6;
+        int exp[6] = {sum, mn, (int)umx, 0xff, (v < 2 ? v : 2) + (l > 30 ? l : 30) * 1, cs[l & 3]};
+        for (int k = 0; k < 6; k++)
+            bad[k] += h[t * 6 + k] != exp[k];
+    }
+    TL_OK(e1 == cudaSuccess && e == cudaSuccess && !bad[0] && !bad[1] && !bad[2] && !bad[3],
+          "__reduce_add/min/max/or_sync over two warps, int and unsigned (%d, %d, %d, %d wrong)", bad[0], bad[1], bad[2],
+          bad[3]);
+    TL_OK(bad[4] == 0, "min and max of device code, ints and floats (%d wrong)", bad[4]);
+    TL_OK(bad[5] == 0, "__constant__ memory written by cudaMemcpyToSymbol (%d wrong)", bad[5]);
+    cudaFree(d);
+}
+
 static void test_dynamic_smem(void)
 {
     const int nb = 2, n = 512;
@@ -289,7 +367,7 @@ static void test_dynamic_smem(void)
     CU_LAUNCH(k_reverse, 1, 32, big, 0)(out, in);
     TL_OK(a == cudaSuccess && cudaGetLastError() == cudaSuccess, "... and runs after it");
 
-#if TL_RSS_MEANINGFUL /* under AddressSanitizer the write stops the program: the emulator poisons those bytes */
+#if !defined(__SANITIZE_ADDRESS__) /* under AddressSanitizer the write stops the program: the emulator poisons those bytes */
     cuemu_set_check(1);
     CU_LAUNCH(k_overrun, 1, 32, 64 * sizeof(float), 0)(64);
     TL_OK(launch_failed(cudaErrorLaunchFailure, "past the 256 bytes"),
@@ -585,6 +663,7 @@ int main(void)
     test_barrier();
     test_warp_reduce();
     test_shuffles();
+    test_reductions();
     test_dynamic_smem();
     test_atomics();
     test_coords();

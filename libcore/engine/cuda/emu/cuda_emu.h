@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <cmath>
 #include <tuple>
 #include <type_traits>
 
@@ -70,7 +71,7 @@ extern __thread const block_state *cur_block;
 /* block barrier; warp barrier (mask); warp data exchange (kinds below) */
 void syncthreads(const char *file, int line);
 void syncwarp(const char *file, int line, unsigned mask = 0xffffffffu);
-enum { W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ALL, W_ANY, W_SYNC };
+enum { W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ALL, W_ANY, W_SYNC, W_RADD, W_RMIN, W_RMAX, W_RAND, W_ROR, W_RXOR };
 uint64_t warp_op(const char *file, int line, int kind, unsigned mask, uint64_t value, int arg, int width);
 
 template <typename T> inline uint64_t to_bits(T v)
@@ -89,6 +90,12 @@ template <typename T> inline T from_bits(uint64_t b)
 template <typename T> inline T shfl(const char *f, int l, int kind, unsigned mask, T v, int arg, int width = 32)
 {
     return from_bits<T>(warp_op(f, l, kind, mask, to_bits(v), arg, width));
+}
+/* __reduce_*_sync (sm_80): over 32-bit ints or unsigneds; arg tells the signedness */
+template <typename T> inline T reduce(const char *f, int l, int kind, unsigned mask, T v)
+{
+    static_assert(std::is_integral<T>::value && sizeof(T) == 4, "__reduce_*_sync takes int or unsigned");
+    return (T)(uint32_t)warp_op(f, l, kind, mask, (uint32_t)v, std::is_signed<T>::value, 32);
 }
 
 /* ---- launches ---- */
@@ -186,7 +193,7 @@ inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void (*
 #define __global__
 #define __device__
 #define __host__
-#define __constant__ const
+#define __constant__
 #define __shared__ thread_local
 #define __launch_bounds__(...)
 #define __forceinline__ inline
@@ -214,6 +221,68 @@ constexpr int warpSize = 32; /* a constant, not a macro: cudaDeviceProp has a fi
 #define __ballot_sync(m, p) ((unsigned)::cuemu::warp_op(__FILE__, __LINE__, ::cuemu::W_BALLOT, m, (p) != 0, 0, 32))
 #define __all_sync(m, p) ((int)::cuemu::warp_op(__FILE__, __LINE__, ::cuemu::W_ALL, m, (p) != 0, 0, 32))
 #define __any_sync(m, p) ((int)::cuemu::warp_op(__FILE__, __LINE__, ::cuemu::W_ANY, m, (p) != 0, 0, 32))
+#undef __reduce_add_sync
+#undef __reduce_min_sync
+#undef __reduce_max_sync
+#undef __reduce_and_sync
+#undef __reduce_or_sync
+#undef __reduce_xor_sync
+#define __reduce_add_sync(m, v) ::cuemu::reduce(__FILE__, __LINE__, ::cuemu::W_RADD, m, v)
+#define __reduce_min_sync(m, v) ::cuemu::reduce(__FILE__, __LINE__, ::cuemu::W_RMIN, m, v)
+#define __reduce_max_sync(m, v) ::cuemu::reduce(__FILE__, __LINE__, ::cuemu::W_RMAX, m, v)
+#define __reduce_and_sync(m, v) ::cuemu::reduce(__FILE__, __LINE__, ::cuemu::W_RAND, m, v)
+#define __reduce_or_sync(m, v) ::cuemu::reduce(__FILE__, __LINE__, ::cuemu::W_ROR, m, v)
+#define __reduce_xor_sync(m, v) ::cuemu::reduce(__FILE__, __LINE__, ::cuemu::W_RXOR, m, v)
+
+/* CUDA's min and max of device code: the usual arithmetic conversions; floats as fminf / fmaxf */
+template <typename A, typename B> inline typename std::common_type<A, B>::type min(A a, B b)
+{
+    typedef typename std::common_type<A, B>::type C;
+    if constexpr (std::is_floating_point<C>::value)
+        return std::fmin((C)a, (C)b);
+    else
+        return (C)a < (C)b ? (C)a : (C)b;
+}
+template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b)
+{
+    typedef typename std::common_type<A, B>::type C;
+    if constexpr (std::is_floating_point<C>::value)
+        return std::fmax((C)a, (C)b);
+    else
+        return (C)a > (C)b ? (C)a : (C)b;
+}
+
+/* __constant__ and __device__ variables are host globals: the symbol copies are memcpy */
+template <typename T>
+inline cudaError_t cudaMemcpyToSymbol(const T &symbol, const void *src, size_t count, size_t offset = 0,
+                                      enum cudaMemcpyKind kind = cudaMemcpyHostToDevice)
+{
+    if (offset + count > sizeof(T) || !src)
+        return cudaErrorInvalidValue;
+    memcpy((char *)&symbol + offset, src, count);
+    return (void)kind, cudaSuccess;
+}
+template <typename T>
+inline cudaError_t cudaMemcpyFromSymbol(void *dst, const T &symbol, size_t count, size_t offset = 0,
+                                        enum cudaMemcpyKind kind = cudaMemcpyDeviceToHost)
+{
+    if (offset + count > sizeof(T) || !dst)
+        return cudaErrorInvalidValue;
+    memcpy(dst, (const char *)&symbol + offset, count);
+    return (void)kind, cudaSuccess;
+}
+template <typename T>
+inline cudaError_t cudaMemcpyToSymbolAsync(const T &symbol, const void *src, size_t count, size_t offset,
+                                           enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return (void)stream, cudaMemcpyToSymbol(symbol, src, count, offset, kind);
+}
+template <typename T>
+inline cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const T &symbol, size_t count, size_t offset,
+                                             enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return (void)stream, cudaMemcpyFromSymbol(dst, symbol, count, offset, kind);
+}
 
 /* ---- atomics (blocks may run on several OS threads) ---- */
 /* the value's type is the pointer's (not deduced from it), as CUDA's overloads convert */

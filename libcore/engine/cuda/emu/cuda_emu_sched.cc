@@ -57,11 +57,10 @@ extern "C" void _ZTH14cuemu_dyn_smem(void) {}
 namespace cuemu {
 namespace {
 
-#ifdef CUEMU_ASAN
-constexpr size_t STACK_BYTES = 512 * 1024; /* instrumented frames and a report's own stack */
-#else
+/* A fiber's stack. The kernels' frames are small (a few KiB, AddressSanitizer's redzones included),
+ * and a sanitizer's report from inside a kernel fits too. Small also because AddressSanitizer clears
+ * the shadow of the whole stack at every swapcontext: 512 KiB made the op tests 6 times slower. */
 constexpr size_t STACK_BYTES = 64 * 1024;
-#endif
 
 enum tstate : uint8_t { T_NEW, T_RUN, T_BAR, T_WARP, T_READY, T_DONE };
 
@@ -289,9 +288,11 @@ const char *state_name(const ethread *e)
 
 const char *op_name(int kind)
 {
-    static const char *names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
-                                  "__ballot_sync", "__all_sync", "__any_sync", "__syncwarp"};
-    return kind >= 0 && kind <= W_SYNC ? names[kind] : "warp operation";
+    static const char *names[] = {"__shfl_sync",       "__shfl_up_sync",    "__shfl_down_sync",  "__shfl_xor_sync",
+                                  "__ballot_sync",     "__all_sync",        "__any_sync",        "__syncwarp",
+                                  "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync", "__reduce_and_sync",
+                                  "__reduce_or_sync",  "__reduce_xor_sync"};
+    return kind >= 0 && kind <= W_RXOR ? names[kind] : "warp operation";
 }
 
 /* ---- one block ---- */
@@ -476,8 +477,9 @@ bool grid_block(grid_run &g, uint64_t b)
         return true;
 #pragma omp critical(cuemu_grid_fail)
     if (b < g.failed_block) {
-        g.failed_block = b;
         snprintf(g.msg, sizeof g.msg, "%s", w.msg);
+#pragma omp atomic write
+        g.failed_block = b;
     }
     return false;
 }
@@ -485,18 +487,14 @@ bool grid_block(grid_run &g, uint64_t b)
 bool run_grid(grid_run &g)
 {
     if (g.parallel && g.blocks > 1 && !omp_in_parallel()) {
-        bool stop = false;
+        /* after a failure only the blocks before it still run: the lowest failing block is always the one reported */
 #pragma omp parallel for schedule(dynamic, 1)
         for (uint64_t b = 0; b < g.blocks; b++) {
-            bool s;
+            uint64_t first;
 #pragma omp atomic read
-            s = stop;
-            if (s)
-                continue;
-            if (!grid_block(g, b)) {
-#pragma omp atomic write
-                stop = true;
-            }
+            first = g.failed_block;
+            if (b < first)
+                grid_block(g, b);
         }
     } else {
         for (uint64_t i = 0; i < g.blocks; i++)
@@ -548,6 +546,8 @@ uint64_t warp_op(const char *file, int line, int kind, unsigned mask, uint64_t v
     }
     ethread *base = &w.th[e->warp * 32];
     uint64_t vote = 0;
+    uint32_t red = kind == W_RMIN ? (arg ? 0x7fffffffu : 0xffffffffu) : kind == W_RMAX ? (arg ? 0x80000000u : 0u)
+                   : kind == W_RAND ? 0xffffffffu : 0u;
     for (int l = 0; l < 32; l++) {
         if (!(mask >> l & 1u))
             continue;
@@ -558,6 +558,16 @@ uint64_t warp_op(const char *file, int line, int kind, unsigned mask, uint64_t v
             wait_here(w, e);
         }
         vote |= (uint64_t)(p->val != 0) << l;
+        uint32_t v = (uint32_t)p->val;
+        switch (kind) {
+        case W_RADD: red += v; break;
+        case W_RMIN: red = (arg ? (int32_t)v < (int32_t)red : v < red) ? v : red; break;
+        case W_RMAX: red = (arg ? (int32_t)v > (int32_t)red : v > red) ? v : red; break;
+        case W_RAND: red &= v; break;
+        case W_ROR: red |= v; break;
+        case W_RXOR: red ^= v; break;
+        default: break;
+        }
     }
     for (int l = 0; l < 32; l++) {
         if (!(mask >> l & 1u))
@@ -580,6 +590,7 @@ uint64_t warp_op(const char *file, int line, int kind, unsigned mask, uint64_t v
                  : kind == W_ALL  ? (uint64_t)((vote & mask) == mask)
                  : kind == W_ANY  ? (uint64_t)((vote & mask) != 0)
                  : kind == W_SYNC ? 0
+                 : kind >= W_RADD ? red
                                   : base[src].val;
         if (p != e)
             p->state = T_READY;
@@ -649,6 +660,11 @@ cudaError_t check_config(const launch_desc &d)
 
 void launch(const launch_desc &d)
 {
+    if (cur) {
+        fail(cudaErrorNotSupported, "%s (%s:%d): a launch from inside a kernel (dynamic parallelism) is not emulated", d.name,
+             d.file, d.line);
+        return;
+    }
     if (check_config(d) != cudaSuccess)
         return;
     grid_run g;
