@@ -932,6 +932,7 @@ int main(void)
     case_embedding(COL_I32, 11, 7, 3, 5);
     case_embedding(COL_I64, 11, 7, 3, 5);
     case_embedding(COL_I32, 37, 130, 3, 1100); /* 3300 rows: 4096 keys, two sort blocks and a merge */
+    case_embedding(COL_I64, 1, 20, 2, 40);     /* one id: a run of 80 rows, 5 x the rows read at once */
     case_mixed(COL_BF16);
     case_mixed(COL_F16);
     case_cross_entropy(COL_I64, 9, 13);
