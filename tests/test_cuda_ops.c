@@ -433,6 +433,7 @@ static void case_reduce_long(void)
     backward_of(&c, col_sum(c.g, x, 7u, 0));                           /* everything: one output */
     backward_of(&c, col_mean(c.g, x, (1u << 1) | (1u << 2), 1));       /* [2]: 22500 each, inner */
     backward_of(&c, col_max(c.g, x, 1u << 1, 0));                      /* [2, 5]: 4500 each, strided by 5 */
+    backward_of(&c, col_max(c.g, x, 7u, 0));                           /* everything */
     col_sum(c.g, col_transpose(c.g, x, 0, 2), (1u << 1) | (1u << 2), 0); /* [5]: 9000 each, strided */
     finish(&c);
 }
