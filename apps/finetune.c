@@ -654,6 +654,9 @@ int main(int argc, char **argv)
     }
     if (r.dev.gpu) /* the GPU runtime's own host memory grows as kernels are first used (memwatch.h) */
         mw_set_runtime(&r.mw, MW_GPU_RUNTIME_ALLOWANCE);
+    /* (a resumed run keeps what its state says; LoRA runs in fp32 only, lm_precision.c) */
+    if (r.dev.gpu && !o->resume[0] && !ft_given(o, "precision") && o->lora_rank == 0)
+        o->precision = FT_GPU_DEFAULT_PRECISION;
     if ((o->resume[0] || !o->eval_only) && (rc = open_out(&r, &err)) != 0) {
         fail(&err);
         cleanup(&r);

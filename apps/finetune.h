@@ -76,6 +76,12 @@ bool ft_runtime_option(const char *name);
 /* The option (without "--") that sets s, named beside a library error that
  * marks s (apperr.h); NULL when no option of colossal-finetune does. */
 const char *ft_flag_of(col_setting s);
+/* The compute precision on a GPU when --precision is not given: bf16 (every GPU the CUDA backend accepts,
+ * compute capability 8.0 and up, has bf16 tensor cores), except with LoRA (fp32 only for now). On an H100 a GPT-2 run in bf16 stayed within
+ * 9e-4 of the CPU's fp32 losses (tools/gpu-check, docs/PERF.md). The CPU's default is fp32 (finetune_opts.c). */
+#define FT_GPU_DEFAULT_PRECISION COL_BF16
+/* whether option name (without "--") was given on the command line */
+bool ft_given(const ft_opts *o, const char *name);
 /* --precision's spelling of a compute dtype: fp32, bf16, fp16. */
 const char *ft_precision_name(col_dtype dt);
 /* Records an option as given (for the run state); false when out of room. */

@@ -91,8 +91,9 @@ void ft_usage(FILE *f)
         "  --grad-clip C          clip the gradient norm at C (default 1; 0 = off)\n"
         "  --dropout P            dropout probability, replacing the model's (0 for exact comparisons)\n"
         "  --checkpointing        recompute activations in backward (less memory, ~30%% more compute)\n"
-        "  --precision P          fp32 (the default on the CPU) | bf16 | fp16: weights and gradients in 16 bits\n"
-        "                         for the matmuls, f32 master weights and optimizer states, f32 activations;\n"
+        "  --precision P          fp32 (the default on the CPU) | bf16 (the default on a GPU) | fp16: weights and\n"
+        "                         gradients in 16 bits for the matmuls, f32 master weights and optimizer\n"
+        "                         states, f32 activations;\n"
         "                         fp16 scales the loss dynamically and skips steps whose gradients overflow;\n"
         "                         the saved model is f32 either way\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
@@ -304,6 +305,14 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     return BAD("unknown option --%s", name);
 }
 
+
+bool ft_given(const ft_opts *o, const char *name)
+{
+    for (int i = 0; i < o->nargs; i++)
+        if (!strcmp(o->arg_name[i], name))
+            return true;
+    return false;
+}
 
 bool ft_remember(ft_opts *o, const char *name, const char *value)
 {

@@ -482,7 +482,7 @@ static void bench_full_sum(void)
     const int64_t n = (int64_t)64 << 20;
     col_graph *g = col_graph_new();
     col_node *x = col_input(g, "x", COL_F32, 1, &n);
-    col_mark_output(col_sum(g, x, 1u, 0)); /* what the plan computes */
+    col_mark_output(col_sum(g, x, 1u, 0));
     col_node *in[1] = {x};
     col_plan *p = NULL;
     col_node *s = planned(g, NULL, COL_OP_SUM, &p, in, 1, NULL, true);
@@ -500,7 +500,7 @@ static void bench_matmul_call(int64_t M, int64_t K, int64_t N)
     col_err err = {0};
     col_graph *g = col_graph_new();
     col_node *a = col_input(g, "a", COL_F32, 2, (int64_t[]){M, K}), *b = col_input(g, "b", COL_F32, 2, (int64_t[]){K, N});
-    col_mark_output(col_matmul(g, a, b)); /* what the plan computes */
+    col_mark_output(col_matmul(g, a, b));
     col_node *in[2] = {a, b};
     col_plan *p = NULL;
     uint64_t h0, m0, h1, m1;

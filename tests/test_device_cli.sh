@@ -46,9 +46,16 @@ grep -q "^memory: peak resident .* (host .* + compute tier .* + overhead .* + gp
     ok "the memory report allows for the GPU runtime's host memory" || notok "memory report: $(grep '^memory' "$tmp/g.out")"
 clean "$tmp/g.err" && ok "every fake device block given back, no memory outside them" || notok "$(cat "$tmp/g.err")"
 
-# ---- the GPU's results are the CPU's, bit for bit: default budget, the smallest budget (chunks move) ----
+# ---- on a GPU the default precision is bf16 (the CPU's is fp32), written to the run state ----
+(cd "$tmp" && "$fg" $run --out dflt --steps 2 && "$ft" $run --out dflt_cpu --steps 2 --device cpu) > /dev/null 2> "$tmp/err"
+tr -d ' \n' < "$tmp/dflt/trainer_state.json" | grep -q '\["precision","bf16"\]' &&
+    tr -d ' \n' < "$tmp/dflt_cpu/trainer_state.json" | grep -q '\["precision","fp32"\]' &&
+    ok "no --precision: bf16 on the GPU, fp32 on the CPU, in the run state" ||
+    notok "default precision: $(head -n 2 "$tmp/err") $(grep -o '"precision"[^]]*' "$tmp/dflt/trainer_state.json")"
+
+# ---- the GPU's results are the CPU's, bit for bit (--precision fp32): default budget, the smallest budget (chunks move) ----
 (cd "$tmp" && "$ft" $run --out cpu --json --device cpu) > "$tmp/cpu.json" 2> "$tmp/err"
-(cd "$tmp" && "$fg" $run --out gpu --json) > "$tmp/gpu.json" 2> "$tmp/gpu.err"
+(cd "$tmp" && "$fg" $run --out gpu --json --precision fp32) > "$tmp/gpu.json" 2> "$tmp/gpu.err"
 if [ "$(losses "$tmp/cpu.json" | wc -l)" -eq 40 ] && [ "$(losses "$tmp/cpu.json")" = "$(losses "$tmp/gpu.json")" ] &&
     [ "$(grep val_loss "$tmp/cpu.json")" = "$(grep val_loss "$tmp/gpu.json")" ] &&
     cmp -s "$tmp/cpu/model.safetensors" "$tmp/gpu/model.safetensors" && clean "$tmp/gpu.err"; then
@@ -58,9 +65,9 @@ else
 fi
 grep -q '"gpu_runtime":268435456,' "$tmp/gpu.json" && ! grep -q gpu_runtime "$tmp/cpu.json" &&
     ok "--json's memory report: gpu_runtime on the GPU only" || notok "gpu_runtime field: $(tail -n 1 "$tmp/gpu.json")"
-(cd "$tmp" && "$fg" $run --out e1 --chunk-size 16K --gpu-mem 8K) > /dev/null 2> "$tmp/err"
+(cd "$tmp" && "$fg" $run --out e1 --precision fp32 --chunk-size 16K --gpu-mem 8K) > /dev/null 2> "$tmp/err"
 least=$(sed -n 's/.*needs at least \([0-9]*\) bytes.*(--gpu-mem)$/\1/p' "$tmp/err")
-(cd "$tmp" && "$fg" $run --out small --json --chunk-size 16K --gpu-mem "$least") > "$tmp/small.json" 2> "$tmp/small.err"
+(cd "$tmp" && "$fg" $run --out small --json --precision fp32 --chunk-size 16K --gpu-mem "$least") > "$tmp/small.json" 2> "$tmp/small.err"
 if [ -n "$least" ] && [ "$(losses "$tmp/small.json")" = "$(losses "$tmp/cpu.json")" ] &&
     cmp -s "$tmp/cpu/model.safetensors" "$tmp/small/model.safetensors" && clean "$tmp/small.err"; then
     ok "through the smallest compute tier on the GPU ($least bytes): the same losses and weights"
@@ -69,7 +76,7 @@ else
 fi
 
 # ---- stopped on the GPU, resumed on the CPU: the run that never stopped ----
-(cd "$tmp" && exec "$fg" $run --out moved --json --save-every 0) > "$tmp/moved.json" 2> /dev/null &
+(cd "$tmp" && exec "$fg" $run --out moved --json --precision fp32 --save-every 0) > "$tmp/moved.json" 2> /dev/null &
 bg=$!
 tries=0
 while [ "$(losses "$tmp/moved.json" | wc -l)" -lt 8 ] && [ $tries -lt 3000 ] && kill -0 $bg 2>/dev/null; do

@@ -126,4 +126,14 @@ const char *col_cuda_backend_device_name(const col_backend *be)
     return be && be->ctx ? ((const col_cuda_ctx *)be->ctx)->name : "";
 }
 
+void *col_cuda_backend_stream(const col_backend *be)
+{
+    return be && be->ctx ? (void *)((const col_cuda_ctx *)be->ctx)->stream : NULL;
+}
+
+int col_cuda_backend_device(const col_backend *be)
+{
+    return be && be->ctx ? ((const col_cuda_ctx *)be->ctx)->device : -1;
+}
+
 } /* extern "C" */

@@ -50,6 +50,12 @@ bool col_cuda_backend_tf32(const col_backend *be);
 void col_cuda_backend_matmul_cache(const col_backend *be, uint64_t *hits, uint64_t *misses);
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
 const char *col_cuda_backend_device_name(const col_backend *be);
+/* The backend's stream (a cudaStream_t; the kernels' queue, COL_QUEUE_COMPUTE)
+ * and device, for code that queues its own work in order with the kernels:
+ * the NCCL collectives (libcore/comm/comm_nccl.h). NULL and -1 for a backend
+ * that is not initialised. */
+void *col_cuda_backend_stream(const col_backend *be);
+int col_cuda_backend_device(const col_backend *be);
 
 /* ---- device memory (cuda_mem.cu; on the backend's device, ordered on its stream) ---- */
 /* *out = bytes of device memory (256-byte aligned); COL_ENOMEM when out of memory. */
