@@ -433,6 +433,7 @@ static void case_reduce_long(void)
     backward_of(&c, col_sum(c.g, x, 7u, 0));                           /* everything: one output */
     backward_of(&c, col_mean(c.g, x, (1u << 1) | (1u << 2), 1));       /* [2]: 22500 each, inner */
     backward_of(&c, col_max(c.g, x, 1u << 1, 0));                      /* [2, 5]: 4500 each, strided by 5 */
+    backward_of(&c, col_max(c.g, x, 7u, 0));                           /* everything */
     col_sum(c.g, col_transpose(c.g, x, 0, 2), (1u << 1) | (1u << 2), 0); /* [5]: 9000 each, strided */
     finish(&c);
 }
@@ -932,6 +933,7 @@ int main(void)
     case_embedding(COL_I32, 11, 7, 3, 5);
     case_embedding(COL_I64, 11, 7, 3, 5);
     case_embedding(COL_I32, 37, 130, 3, 1100); /* 3300 rows: 4096 keys, two sort blocks and a merge */
+    case_embedding(COL_I64, 1, 20, 2, 40);     /* one id: a run of 80 rows, 5 x the rows read at once */
     case_mixed(COL_BF16);
     case_mixed(COL_F16);
     case_cross_entropy(COL_I64, 9, 13);

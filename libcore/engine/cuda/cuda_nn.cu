@@ -162,8 +162,12 @@ __global__ void k_eb_sort_step(unsigned long long *keys, int64_t P, int64_t k, i
     }
 }
 
+#define EB_UNROLL 16 /* rows of a run whose loads a thread has in flight at once */
+
 /* the blocks take the sorted positions i in turn; where a run of equal ids
- * starts, the block's threads (columns) add its rows in order to dw */
+ * starts, the block's threads (columns) add its rows in order to dw. The
+ * rows are read EB_UNROLL at a time, all loads issued before the adds (a
+ * long run is bound by memory latency otherwise); the adds keep row order. */
 __global__ void k_eb_accumulate(float *__restrict__ dw, const float *__restrict__ dy, const unsigned long long *keys,
                                 int64_t r0, int64_t n, int64_t C)
 {
@@ -176,8 +180,22 @@ __global__ void k_eb_accumulate(float *__restrict__ dw, const float *__restrict_
             continue; /* inside a run: its first position's block adds it */
         for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.y * blockDim.x) {
             float acc = dw[id * C + c];
-            for (int64_t j = i; j < n && keys[j] >> 32 == id; j++)
-                acc += dy[(r0 + (int64_t)(keys[j] & 0xffffffffu)) * C + c];
+            for (int64_t j = i;; j += EB_UNROLL) {
+                unsigned long long kk[EB_UNROLL];
+                float v[EB_UNROLL];
+#pragma unroll
+                for (int u = 0; u < EB_UNROLL; u++)
+                    kk[u] = j + u < n ? keys[j + u] : EB_NONE;
+#pragma unroll
+                for (int u = 0; u < EB_UNROLL; u++) /* the run's rows are a prefix (sorted); EB_NONE >> 32 is no id */
+                    v[u] = kk[u] >> 32 == id ? dy[(r0 + (int64_t)(kk[u] & 0xffffffffu)) * C + c] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < EB_UNROLL; u++)
+                    if (kk[u] >> 32 == id)
+                        acc += v[u];
+                if (kk[EB_UNROLL - 1] >> 32 != id)
+                    break;
+            }
             dw[id * C + c] = acc;
         }
     }

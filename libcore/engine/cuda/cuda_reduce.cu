@@ -92,11 +92,25 @@ __global__ void k_red_part_block(double *__restrict__ part, const float *__restr
     for (int64_t q = blockIdx.x; q < nout * P; q += gridDim.x) {
         int64_t o = q / P, p = q % P, r0 = nred * p / P, r1 = nred * (p + 1) / P;
         const float *b = x + cu_off(kept, o);
-        double v = OP == COL_OP_MAX ? -INFINITY : 0.0;
-        for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
+        /* four loads in flight per thread (four running values, joined in a fixed order) */
+        const double init = OP == COL_OP_MAX ? -INFINITY : 0.0;
+        double v = init, w[3] = {init, init, init};
+        int64_t r = r0 + threadIdx.x;
+        const int64_t bd = blockDim.x;
+        for (; r + 3 * bd < r1; r += 4 * bd) {
+            double e0 = b[cu_off(red, r)], e1 = b[cu_off(red, r + bd)], e2 = b[cu_off(red, r + 2 * bd)],
+                   e3 = b[cu_off(red, r + 3 * bd)];
+            v = OP == COL_OP_MAX ? max_nan(v, e0) : v + e0;
+            w[0] = OP == COL_OP_MAX ? max_nan(w[0], e1) : w[0] + e1;
+            w[1] = OP == COL_OP_MAX ? max_nan(w[1], e2) : w[1] + e2;
+            w[2] = OP == COL_OP_MAX ? max_nan(w[2], e3) : w[2] + e3;
+        }
+        for (; r < r1; r += bd) {
             double e = b[cu_off(red, r)];
             v = OP == COL_OP_MAX ? max_nan(v, e) : v + e;
         }
+        for (int k = 0; k < 3; k++)
+            v = OP == COL_OP_MAX ? max_nan(v, w[k]) : v + w[k];
         if (OP == COL_OP_MAX) {
             for (int k = 16; k > 0; k >>= 1)
                 v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, k));
