@@ -157,6 +157,24 @@ static void test_stale_stages(void)
     put(p, ".colossal-manifest", "colossal staging directory 1\n");
     put(p, "model.safetensors.tmpAb12Cd", "half a checkpoint");
     TL_OK(col_outdir_open(dir, 0, &od, &err) == COL_OK && !exists(p), "a stale stage is cleared at open: %s", err.msg);
+    /* a save killed between making its stage and writing the stage's manifest: an empty stage, or one holding only
+     * the manifest's temporary file, holds nothing of anyone's: removed at begin and at open */
+    const char *st0;
+    mkdir(p, 0755);
+    TL_OK(col_outdir_begin(od, &st0, &err) == COL_OK && exists(p) && exists(at("out.partial/.colossal-manifest")),
+          "an empty stage left by a killed save is replaced at the next save: %s", err.msg);
+    col_outdir_abort(od);
+    mkdir(p, 0755);
+    put(p, ".colossal-manifest.tmp", "colossal stag");
+    col_outdir_close(od);
+    TL_OK(col_outdir_open(dir, 0, &od, &err) == COL_OK && !exists(p),
+          "a stage holding only the manifest's temporary file is removed at open: %s", err.msg);
+    mkdir(p, 0755);
+    put(p, ".colossal-manifest.tmp", "colossal stag");
+    put(p, "theirs.txt", "whose?");
+    TL_OK(col_outdir_begin(od, &st0, &err) == COL_EIO && has(p, "theirs.txt", "whose?"),
+          "but one with anything else in it and no manifest is refused and kept: %s", err.msg);
+    rm_rf(p);
     /* one that holds a subdirectory is not all ours: refused, kept */
     mkdir(p, 0755);
     put(p, ".colossal-manifest", "colossal staging directory 1\n");

@@ -258,7 +258,8 @@ col_status col_outdir_recover(col_outdir *od, col_err *err)
             return st;
         }
     }
-    if (entry_kind(od, od->stage_name) && od->stage < 0)
+    /* a stage left by a save that stopped before its manifest was written holds nothing: removed */
+    if (entry_kind(od, od->stage_name) && od->stage < 0 && !od_remove_bare_stage(od->parent, od->stage_name))
         st = od_sweep(od->parent, od->stage_name, od->stage_path, od->name, od->path, err);
     return st;
 }
@@ -281,7 +282,7 @@ col_status col_outdir_begin(col_outdir *od, const char **stage, col_err *err)
     *stage = NULL;
     col_outdir_abort(od);
     col_status st = check_target(od, err);
-    if (st == COL_OK && entry_kind(od, od->stage_name))
+    if (st == COL_OK && entry_kind(od, od->stage_name) && !od_remove_bare_stage(od->parent, od->stage_name))
         st = od_sweep(od->parent, od->stage_name, od->stage_path, od->name, od->path, err);
     if (st != COL_OK)
         return st;

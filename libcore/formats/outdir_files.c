@@ -364,3 +364,29 @@ col_status od_sweep(int parent, const char *name, const char *shown, const char 
     od_manifest_free(&c.m);
     return st;
 }
+
+bool od_remove_bare_stage(int parent, const char *name)
+{
+    int d = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (d < 0)
+        return false;
+    struct stat sb;
+    DIR *dir = fstat(d, &sb) == 0 && sb.st_uid == geteuid() ? fdopendir(d) : NULL;
+    if (!dir) {
+        close(d);
+        return false;
+    }
+    bool bare = true, tmp = false;
+    for (struct dirent *e; bare && (e = readdir(dir));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (!strcmp(e->d_name, OD_MANIFEST_TMP))
+            tmp = true;
+        else
+            bare = false;
+    }
+    bool gone = bare && (!tmp || unlinkat(dirfd(dir), OD_MANIFEST_TMP, 0) == 0) &&
+                unlinkat(parent, name, AT_REMOVEDIR) == 0;
+    closedir(dir);
+    return gone;
+}

@@ -66,5 +66,10 @@ col_status od_open_ours(int parent, const char *name, const char *shown, int *fd
  * does not make colossal's. */
 col_status od_sweep(int parent, const char *name, const char *shown, const char *into, const char *into_shown,
                     col_err *err);
+/* Removes the directory name in parent when it is what a save stopped
+ * between making its stage and writing the stage's manifest leaves: a
+ * directory of this user holding nothing, or only the manifest's temporary
+ * file. True when it removed it; false (nothing touched) otherwise. */
+bool od_remove_bare_stage(int parent, const char *name);
 
 #endif
