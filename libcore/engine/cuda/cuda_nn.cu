@@ -165,8 +165,8 @@ __global__ void k_eb_sort_step(unsigned long long *keys, int64_t P, int64_t k, i
 #define EB_UNROLL 16 /* rows of a run whose loads a thread has in flight at once */
 
 /* the blocks take the sorted positions i in turn; where a run of equal ids
- * starts, the block's threads (columns) add its rows in order to dw. The
- * rows are read EB_UNROLL at a time, all loads issued before the adds (a
+ * starts, the block's threads (columns) add its rows in order to dw. A run
+ * of one row is added at once; longer ones are read EB_UNROLL rows at a time, all loads issued before the adds (a
  * long run is bound by memory latency otherwise); the adds keep row order. */
 __global__ void k_eb_accumulate(float *__restrict__ dw, const float *__restrict__ dy, const unsigned long long *keys,
                                 int64_t r0, int64_t n, int64_t C)
@@ -178,6 +178,12 @@ __global__ void k_eb_accumulate(float *__restrict__ dw, const float *__restrict_
         unsigned long long id = k >> 32;
         if (i > 0 && keys[i - 1] >> 32 == id)
             continue; /* inside a run: its first position's block adds it */
+        if (i + 1 >= n || keys[i + 1] >> 32 != id) { /* a run of one row (most, with many distinct ids): no batch */
+            const float *row = dy + (r0 + (int64_t)(k & 0xffffffffu)) * C;
+            for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.y * blockDim.x)
+                dw[id * C + c] += row[c];
+            continue;
+        }
         for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.y * blockDim.x) {
             float acc = dw[id * C + c];
             for (int64_t j = i;; j += EB_UNROLL) {
