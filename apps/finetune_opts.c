@@ -38,9 +38,9 @@ static const ft_optdef optdefs[] = {
     {"precision", true, false},
 };
 
-/* The compute precision when --precision is not given. On the CPU backend f32: bf16 compute measured slower on
- * the CPUs at hand (docs/PERF.md, "Mixed precision"), which have no AVX512_BF16 and an OpenBLAS without
- * sbgemm, so 16-bit operands are converted to f32 for sgemm. */
+/* The compute precision when --precision is not given. On the CPU backend f32: bf16 measured 5-10% slower per
+ * step (docs/PERF.md, "Mixed precision on the CPU") on a CPU without AVX512_BF16 and an OpenBLAS without
+ * sbgemm, where 16-bit operands are converted back to f32 for sgemm. */
 #define FT_DEFAULT_PRECISION COL_F32
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 

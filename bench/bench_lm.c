@@ -319,6 +319,46 @@ static void bench_train(col_backend *be, const col_blas *blas, int reps)
     col_lm_trainer_free(t);
 }
 
+/* median seconds of one matmul node x [M,K] @ w [K,N] in dtype dt (the operands converted from the same
+ * random values), reps runs after one */
+static double matmul_time(col_backend *be, col_dtype dt, int M, int K, int N, int reps)
+{
+    col_graph *g = col_graph_new();
+    int64_t sx[2] = {M, K}, sw[2] = {K, N};
+    col_node *x = col_input(g, "x", dt, 2, sx), *w = col_input(g, "w", dt, 2, sw);
+    size_t es = col_dtype_size(dt);
+    float *f = malloc(sizeof(float) * (size_t)K * (size_t)(M > N ? M : N));
+    void *xd = malloc(es * (size_t)M * K), *wd = malloc(es * (size_t)K * N);
+    col_fill_uniform(f, (int64_t)M * K, 1, -1, 1);
+    col_convert(xd, dt, f, COL_F32, (int64_t)M * K);
+    col_fill_uniform(f, (int64_t)K * N, 2, -1, 1);
+    col_convert(wd, dt, f, COL_F32, (int64_t)K * N);
+    col_bind(x, xd, NULL);
+    col_bind(w, wd, NULL);
+    col_node *y = col_matmul(g, x, w);
+    col_mark_output(y);
+    col_plan *p = NULL;
+    col_err err = {0};
+    double t[32];
+    if (col_plan_create(g, &p, &err) != COL_OK) {
+        fprintf(stderr, "bench_lm: %s\n", err.msg);
+        exit(1);
+    }
+    for (int k = 0; k <= reps; k++) {
+        double t0 = bench_now();
+        if (col_plan_run(p, be, &err) != COL_OK) {
+            fprintf(stderr, "bench_lm: %s\n", err.msg);
+            exit(1);
+        }
+        if (k)
+            t[k - 1] = bench_now() - t0;
+    }
+    col_plan_free(p);
+    col_graph_free(g);
+    free(f), free(xd), free(wd);
+    return bench_median(t, reps);
+}
+
 /* the training step of bench_train in each compute precision: step, forward + backward and optimizer medians,
  * the ratio to f32; bf16 once more through OpenBLAS's sbgemm when the library has one. The sessions take their
  * steps in turn (one step of each per round), so a machine whose load changes slows them alike. */
@@ -339,6 +379,18 @@ static void bench_precision(col_backend *be, int reps)
                 {COL_F16, COL_CPU_BF16_AUTO, "fp16, f32 tiles"}};
     printf("# precision: bf16 GEMM by default: %s; AVX512_BF16 %s; steps taken in turn\n", col_cpu_backend_bf16_gemm(be),
            col_cpu_has_avx512_bf16() ? "yes" : "no");
+    /* the MLP's first GEMM of this step alone, in each dtype, in turn */
+    double mm[3][32];
+    const col_dtype mdt[3] = {COL_F32, COL_BF16, COL_F16};
+    for (int k = 0; k < reps; k++)
+        for (int d = 0; d < 3; d++)
+            mm[d][k] = matmul_time(be, mdt[d], B * T, 768, 3072, 3);
+    double m32 = bench_median(mm[0], reps);
+    for (int d = 0; d < 3; d++) {
+        double v = bench_median(mm[d], reps);
+        printf("precision matmul %dx768 @ 768x3072, %s (%s): %.2f ms, %.1f GFLOP/s, %.2fx f32\n", B * T,
+               col_dtype_name(mdt[d]), d == 0 ? "sgemm" : d == 1 ? col_cpu_backend_bf16_gemm(be) : "f32 tiles", 1000 * v, 2.0 * B * T * 768 * 3072 / v / 1e9, v / m32);
+    }
     for (int i = 0; i < NC; i++) {
         const char *how = col_cpu_backend_set_bf16_gemm(be, cs[i].gemm);
         if (cs[i].gemm == COL_CPU_BF16_SBGEMM && strcmp(how, "sbgemm") != 0) {
