@@ -117,9 +117,6 @@ bool col_comm_peer_gone(const col_comm_peer *p);
  * peers on a shared machine. */
 void col_comm_backoff(long *pause_ns);
 
-/* Elements of dt to f32 and back (bf16/f16 round to nearest even). */
-void col_comm_to_f32(const void *src, col_dtype dt, float *dst, size_t n);
-void col_comm_from_f32(const float *src, col_dtype dt, void *dst, size_t n);
 /* out[i] = op over j < nparts of parts[j*len + i] (parts in dt), folded in
  * rank order j = 0, 1, ...: floats accumulate in f32 (avg divides by nparts)
  * and round once; integers sum with wrap-around. out may not overlap parts. */

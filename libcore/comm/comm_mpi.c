@@ -190,7 +190,7 @@ static col_status mpi_all_reduce(col_comm *c, col_comm_req *r, const void *send,
         float *s = stage_alloc(q, r->count * sizeof(float), false, err);
         if (!s)
             return err ? err->code : COL_ENOMEM;
-        col_comm_to_f32(send, r->dt, s, r->count);
+        col_convert(s, COL_F32, send, r->dt, (int64_t)r->count);
         q->user = recv;
         q->fin = FIN_FROM_F32;
         return begun(q, MPI_Iallreduce(MPI_IN_PLACE, s, count, MPI_FLOAT, mpi_op(r->red), mc, &q->mr), err);
@@ -225,7 +225,7 @@ static col_status mpi_reduce_scatter(col_comm *c, col_comm_req *r, const void *s
             req_free_stages(q);
             return err ? err->code : COL_ENOMEM;
         }
-        col_comm_to_f32(send, r->dt, s, r->count * n);
+        col_convert(s, COL_F32, send, r->dt, (int64_t)(r->count * n));
         q->fin = FIN_FROM_F32;
         return begun(q, MPI_Ireduce_scatter_block(s, d, count, MPI_FLOAT, mpi_op(r->red), mc, &q->mr), err);
     }
@@ -319,7 +319,7 @@ static col_status finish(mpi_req *q, const MPI_Status *status, bool *done, col_e
         float *res = r->op == COL_COMM_REDUCE_SCATTER ? q->stage2 : q->stage;
         if (r->red == COL_RED_AVG)
             col_comm_div_f32(res, count, n);
-        col_comm_from_f32(res, r->dt, q->user, count);
+        col_convert(q->user, r->dt, res, COL_F32, (int64_t)count);
         break;
     }
     case FIN_COPY:

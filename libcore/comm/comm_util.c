@@ -210,46 +210,6 @@ void col_comm_backoff(long *pause_ns)
 
 /* ---- dtypes and the fold ---- */
 
-void col_comm_to_f32(const void *src, col_dtype dt, float *dst, size_t n)
-{
-    const uint16_t *h = src;
-    switch (dt) {
-    case COL_F32:
-        memmove(dst, src, n * sizeof(float));
-        break;
-    case COL_BF16:
-        for (size_t i = 0; i < n; i++)
-            dst[i] = col_bf16_to_f32(h[i]);
-        break;
-    case COL_F16:
-        for (size_t i = 0; i < n; i++)
-            dst[i] = col_f16_to_f32(h[i]);
-        break;
-    default:
-        break;
-    }
-}
-
-void col_comm_from_f32(const float *src, col_dtype dt, void *dst, size_t n)
-{
-    uint16_t *h = dst;
-    switch (dt) {
-    case COL_F32:
-        memmove(dst, src, n * sizeof(float));
-        break;
-    case COL_BF16:
-        for (size_t i = 0; i < n; i++)
-            h[i] = col_f32_to_bf16(src[i]);
-        break;
-    case COL_F16:
-        for (size_t i = 0; i < n; i++)
-            h[i] = col_f32_to_f16(src[i]);
-        break;
-    default:
-        break;
-    }
-}
-
 void col_comm_div_f32(float *x, size_t n, float d)
 {
     for (size_t i = 0; i < n; i++)
@@ -303,14 +263,14 @@ void col_comm_fold(const void *parts, int nparts, size_t len, col_dtype dt, col_
     size_t es = col_dtype_size(dt);
     for (size_t i0 = 0; i0 < len; i0 += BLOCK) {
         size_t m = len - i0 < BLOCK ? len - i0 : BLOCK;
-        col_comm_to_f32((const char *)parts + i0 * es, dt, acc, m);
+        col_convert(acc, COL_F32, (const char *)parts + i0 * es, dt, (int64_t)m);
         for (int j = 1; j < nparts; j++) {
-            col_comm_to_f32((const char *)parts + ((size_t)j * len + i0) * es, dt, tmp, m);
+            col_convert(tmp, COL_F32, (const char *)parts + ((size_t)j * len + i0) * es, dt, (int64_t)m);
             for (size_t i = 0; i < m; i++)
                 acc[i] = fold_f32(acc[i], tmp[i], op);
         }
         if (op == COL_RED_AVG)
             col_comm_div_f32(acc, m, (float)nparts);
-        col_comm_from_f32(acc, dt, (char *)out + i0 * es, m);
+        col_convert((char *)out + i0 * es, dt, acc, COL_F32, (int64_t)m);
     }
 }
