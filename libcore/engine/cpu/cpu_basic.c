@@ -206,23 +206,23 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
 {
     const col_cpu_ctx *ctx = ex->be->ctx;
     const col_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
-    if (a->dtype != COL_F32)
-        return col_cpu_matmul_lowp(n, ex, err);
     int nd = n->t.ndim;
     int64_t M = n->t.shape[nd - 2], N = n->t.shape[nd - 1], K = a->shape[nd - 1];
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
         return col_err_set(err, COL_EUNSUPPORTED, "matmul: a dimension exceeds 2^31");
-    int ta, tb, lda, ldb;
-    blas_layout(a, &ta, &lda);
-    blas_layout(b, &tb, &ldb);
     int64_t batches = 1;
     for (int d = 0; d < nd - 2; d++)
         batches *= n->t.shape[d];
-    float *c = n->t.data;
+    float *c = n->t.data; /* f32 for every operand dtype */
     if (K == 0) {
         memset(c, 0, sizeof(float) * (size_t)(batches * M * N));
         return COL_OK;
     }
+    if (a->dtype != COL_F32)
+        return col_cpu_matmul_lowp(n, ex, M, N, K, batches, err);
+    int ta, tb, lda, ldb;
+    blas_layout(a, &ta, &lda);
+    blas_layout(b, &tb, &ldb);
     /* OpenBLAS on the backend's threads; on one inside a parallel region (never nested teams) */
     int restore = col_blas_threads_begin(&ctx->blas, omp_in_parallel() ? 1 : col_cpu_threads(ex));
     for (int64_t bi = 0; bi < batches; bi++) {

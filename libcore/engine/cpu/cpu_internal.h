@@ -56,7 +56,10 @@ static inline int64_t col_col_stride(const col_tensor *t) { return t->ndim ? t->
  * of bf16 or f16 operands */
 bool col_cpu_cast_is_float(const col_node *n);
 col_status col_cpu_cast_float(const col_node *n, const col_exec *ex);
-col_status col_cpu_matmul_lowp(const col_node *n, const col_exec *ex, col_err *err);
+/* a MATMUL of bf16 or f16 operands, K > 0 (k_matmul checked the shape: M, N, K < 2^31; batches = the product of
+ * the batch dims) */
+col_status col_cpu_matmul_lowp(const col_node *n, const col_exec *ex, int64_t M, int64_t N, int64_t K, int64_t batches,
+                               col_err *err);
 /* an ACCUMULATE into a bf16 or f16 gradient buffer: each element converted to f32, added, rounded back */
 col_status col_cpu_accumulate_lowp(const col_node *n, const col_exec *ex);
 

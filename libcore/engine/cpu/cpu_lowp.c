@@ -109,22 +109,13 @@ static void gemm_tiles(const col_cpu_ctx *ctx, const col_exec *ex, const col_ten
     }
 }
 
-col_status col_cpu_matmul_lowp(const col_node *n, const col_exec *ex, col_err *err)
+col_status col_cpu_matmul_lowp(const col_node *n, const col_exec *ex, int64_t M, int64_t N, int64_t K, int64_t batches,
+                               col_err *err)
 {
     const col_cpu_ctx *ctx = ex->be->ctx;
     const col_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
     int nd = n->t.ndim;
-    int64_t M = n->t.shape[nd - 2], N = n->t.shape[nd - 1], K = a->shape[nd - 1];
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
-        return col_err_set(err, COL_EUNSUPPORTED, "matmul: a dimension exceeds 2^31");
-    int64_t batches = 1;
-    for (int d = 0; d < nd - 2; d++)
-        batches *= n->t.shape[d];
     float *c = n->t.data;
-    if (K == 0) {
-        memset(c, 0, sizeof(float) * (size_t)(batches * M * N));
-        return COL_OK;
-    }
     bool native = a->dtype == COL_BF16 && ctx->sbgemm_on && ctx->blas.sbgemm;
     if (!native && ex->scratch_bytes < col_matmul_lowp_scratch(M, K, N))
         return col_err_set(err, COL_EINTERNAL, "matmul: %zu bytes of scratch for %s tiles, %zu needed",
