@@ -439,20 +439,9 @@ static double tier_wait(const col_lm_trainer *t)
     return rs.total_wait_s;
 }
 
-col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int32_t *targets,
-                                col_lm_step_info *info, col_err *err)
+col_status lmt_optimize(col_lm_trainer *t, int na, float loss, const lmt_step_clock *clk, col_lm_step_info *info,
+                        col_err *err)
 {
-    float loss = 0;
-    int na = accum(t);
-    double t0 = col_seconds(), w0 = tier_wait(t);
-    mt_zero(t->pool, MT_GRAD);
-    for (int k = 0; k < na; k++) {
-        float l = 0;
-        col_status st = micro_batch(t, ids, targets, k, &l, err);
-        if (st != COL_OK)
-            return st;
-        loss += l / (float)na;
-    }
     double t1 = col_seconds(), w1 = tier_wait(t);
     col_opt_tensor *tr = t->ot + t->train0; /* the trained tensors */
     int ntr = t->nt - t->train0;
@@ -488,14 +477,38 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
         info->grad_norm = norm;
         info->lr = lr;
         info->step = t->step;
-        info->wait_s = w1 - w0;
-        info->compute_s = t1 - t0 - info->wait_s;
+        info->wait_s = w1 - clk->wait0;
+        info->compute_s = t1 - clk->t0 - info->wait_s;
         info->optim_s = col_seconds() - t1;
         info->loss_scale = scale;
         info->skipped = skipped;
         info->skipped_total = t->skipped;
     }
     return COL_OK;
+}
+
+void lmt_clock_start(const col_lm_trainer *t, lmt_step_clock *clk)
+{
+    clk->t0 = col_seconds();
+    clk->wait0 = tier_wait(t);
+}
+
+col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int32_t *targets,
+                                col_lm_step_info *info, col_err *err)
+{
+    float loss = 0;
+    int na = accum(t);
+    lmt_step_clock clk;
+    lmt_clock_start(t, &clk);
+    mt_zero(t->pool, MT_GRAD);
+    for (int k = 0; k < na; k++) {
+        float l = 0;
+        col_status st = micro_batch(t, ids, targets, k, &l, err);
+        if (st != COL_OK)
+            return st;
+        loss += l / (float)na;
+    }
+    return lmt_optimize(t, na, loss, &clk, info, err);
 }
 
 col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,

@@ -87,6 +87,17 @@ struct col_lm_trainer {
 /* the backend's memory table: non-NULL when graphs run in device memory */
 static inline const col_backend_mem *lmt_dev(const col_lm_trainer *t) { return t->be ? t->be->mem : NULL; }
 
+/* lm_trainer.c: the two halves of a step, for drivers that run the micro-batches themselves (the data and
+ * pipeline parallel steps): the clock started before the first micro-batch, then the optimizer part - the
+ * gradients accumulated over na micro-batches averaged, clipped, applied, the step counted, info filled
+ * (loss as given; the compute and wait times measured from the clock). */
+typedef struct {
+    double t0, wait0;
+} lmt_step_clock;
+void lmt_clock_start(const col_lm_trainer *t, lmt_step_clock *clk);
+col_status lmt_optimize(col_lm_trainer *t, int na, float loss, const lmt_step_clock *clk, col_lm_step_info *info,
+                        col_err *err);
+
 /* lm_trainer_tiers.c */
 /* Makes the pool and places every tensor: parameters, then gradients, then
  * states, each kind in first-use order (frozen tensors get no gradient and
