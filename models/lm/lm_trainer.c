@@ -82,11 +82,12 @@ static col_status build_train(col_lm_trainer *t, col_err *err)
                             .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed};
     lora_opts(t, &o);
     col_status st = col_lm_build(t->g, &t->cfg.model, &o, &t->gg, err);
-    if (st == COL_OK && t->dt == COL_F16) { /* d loss = the loss scale, set before each run */
-        t->seed = col_input(t->g, "loss_scale", COL_F32, t->gg.loss->t.ndim, t->gg.loss->t.shape);
-        st = col_graph_backward_seeded(t->g, t->gg.loss, t->seed, err);
-    } else if (st == COL_OK) {
-        st = col_graph_backward(t->g, t->gg.loss, err);
+    /* d loss is an input set before each run: the f16 loss scale times the micro-batch's weight in the step
+     * (1, or its share of the step's counted tokens when several processes split the rows) */
+    if (st == COL_OK) {
+        t->seed = col_input(t->g, "loss_seed", COL_F32, t->gg.loss->t.ndim, t->gg.loss->t.shape);
+        st = t->seed ? col_graph_backward_seeded(t->g, t->gg.loss, t->seed, err)
+                     : col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     }
     if (st == COL_OK)
         st = bind_params(t, &t->gg, true, err);
@@ -404,17 +405,18 @@ static col_status load_batch(col_plan *plan, col_lm_graph *gg, const int32_t *id
 
 static int accum(const col_lm_trainer *t) { return t->cfg.grad_accum > 1 ? t->cfg.grad_accum : 1; }
 
-/* forward+backward of micro-batch k of the step, adding into the gradients */
-static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, int k, float *loss,
-                              col_err *err)
+/* forward+backward of micro-batch k of the step, adding into the gradients weight times those of its mean loss */
+static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, int k, float weight,
+                              float *loss, col_err *err)
 {
     if (!t->plan)
         return col_err_set(err, COL_ESTATE, "this session was created for inference: it cannot train");
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
     col_status st = load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
-    if (st == COL_OK && t->seed)
-        st = col_plan_upload(t->plan, t->seed, &t->scale, sizeof t->scale, err);
+    float seed = t->scale * weight;
+    if (st == COL_OK)
+        st = col_plan_upload(t->plan, t->seed, &seed, sizeof seed, err);
     if (st == COL_OK)
         st = lmt_run(t, t->plan, &t->tier, 0, err);
     if (st == COL_OK && loss)
@@ -426,7 +428,7 @@ col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int
                                  col_err *err)
 {
     mt_zero(t->pool, MT_GRAD);
-    return micro_batch(t, ids, targets, 0, loss, err);
+    return micro_batch(t, ids, targets, 0, 1.0f, loss, err);
 }
 
 /* the compute tier's cumulative wait for transfers, 0 without one */
@@ -503,7 +505,7 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
     mt_zero(t->pool, MT_GRAD);
     for (int k = 0; k < na; k++) {
         float l = 0;
-        col_status st = micro_batch(t, ids, targets, k, &l, err);
+        col_status st = micro_batch(t, ids, targets, k, 1.0f, &l, err);
         if (st != COL_OK)
             return st;
         loss += l / (float)na;

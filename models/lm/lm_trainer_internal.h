@@ -45,7 +45,7 @@ struct col_lm_trainer {
     float scale;        /* the loss scale */
     int64_t good;       /* good steps in a row since the scale last changed */
     int64_t skipped;    /* steps skipped so far */
-    col_node *seed;     /* the training graph's loss-scale input (d loss), NULL unless f16 */
+    col_node *seed;     /* the training graph's d loss input: the f16 loss scale (1 otherwise) times a weight */
     int slots;
     unsigned nvme_kinds;/* bit 1 << mt_kind: kinds placed on the NVMe tier */
     mt_stage *stage;    /* host buffers the optimizer step streams NVMe chunks through */
