@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct {
     mt_kind kind;
@@ -24,6 +25,7 @@ typedef struct {
 
 struct mt_pool {
     size_t chunk_bytes, host_budget;
+    size_t cap_mult;     /* every chunk's capacity is a multiple of it (mt_config.capacity_multiple) */
     mt_chunk *chunks;
     int nchunks, cap;
     int open[MT_NKINDS]; /* chunk taking the next tensor of each kind, -1 for none */
@@ -70,7 +72,7 @@ typedef struct {
     bool open_after; /* fresh: whether the next tensor may join the new chunk (not for an oversize one) */
 } mt_place;
 
-static mt_place place_rule(size_t chunk_bytes, bool open, size_t used, size_t bytes)
+static mt_place place_rule(size_t chunk_bytes, size_t cap_mult, bool open, size_t used, size_t bytes)
 {
     if (open) {
         size_t off = align_up(used);
@@ -78,7 +80,8 @@ static mt_place place_rule(size_t chunk_bytes, bool open, size_t used, size_t by
             return (mt_place){.off = off};
     }
     bool oversize = bytes > chunk_bytes;
-    return (mt_place){.fresh = true, .cap = oversize ? align_up(bytes) : chunk_bytes, .open_after = !oversize};
+    size_t cap = oversize ? (bytes + cap_mult - 1) / cap_mult * cap_mult : chunk_bytes;
+    return (mt_place){.fresh = true, .cap = cap, .open_after = !oversize};
 }
 
 const char *mt_kind_name(mt_kind kind)
@@ -123,7 +126,14 @@ col_status mt_create(const mt_config *cfg, mt_pool **pool, col_err *e)
     mt_pool *p = calloc(1, sizeof *p);
     if (!p)
         return col_err_set(e, COL_ENOMEM, "memtier: out of host memory creating a pool");
-    p->chunk_bytes = align_up(chunk);
+    size_t mult = cfg && cfg->capacity_multiple ? cfg->capacity_multiple : MT_ALIGN;
+    if (mult % MT_ALIGN || mult > chunk) {
+        free(p);
+        return col_err_set(e, COL_EINVAL, "memtier: a capacity multiple of %zu bytes (a multiple of %d up to the chunk "
+                           "size)", mult, MT_ALIGN);
+    }
+    p->cap_mult = mult;
+    p->chunk_bytes = (chunk + mult - 1) / mult * mult;
     p->host_budget = cfg ? cfg->host_budget : 0;
     for (int k = 0; k < MT_NKINDS; k++)
         p->open[k] = -1;
@@ -287,7 +297,7 @@ col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_
     /* the open chunk of this kind (always chunk_bytes: an oversize chunk is never open), if the tensor
      * fits after its last one; else a new chunk */
     int ci = pool->open[kind];
-    mt_place pl = place_rule(pool->chunk_bytes, ci >= 0, ci >= 0 ? pool->chunks[ci].used : 0, bytes);
+    mt_place pl = place_rule(pool->chunk_bytes, pool->cap_mult, ci >= 0, ci >= 0 ? pool->chunks[ci].used : 0, bytes);
     if (pl.fresh) {
         ci = new_chunk(pool, kind, pl.cap, e);
         if (ci < 0)
@@ -365,7 +375,7 @@ col_status mt_chunk_bytes_auto(const size_t *tensor_bytes, int n, size_t max_byt
         size_t w = 0, cap = 0, used = 0;
         bool open = false;
         for (int i = 0; i < n && w < best_waste; i++) {
-            mt_place pl = place_rule(cs, open, used, tensor_bytes[i]);
+            mt_place pl = place_rule(cs, MT_ALIGN, open, used, tensor_bytes[i]);
             if (pl.fresh) {
                 w += cap - used; /* 0 before the first chunk */
                 cap = pl.cap;
@@ -648,4 +658,33 @@ uint64_t mt_nvme_bytes_read(const mt_pool *pool)
     mt_nvme_stats st;
     mt_nvme_stats_get(pool->nv, &st);
     return st.bytes_read;
+}
+
+void mt_seal(mt_pool *pool, mt_kind kind)
+{
+    if (pool && (int)kind >= 0 && kind < MT_NKINDS)
+        pool->open[kind] = -1;
+}
+
+size_t mt_chunk_discard(mt_pool *pool, int chunk, size_t offset, size_t bytes)
+{
+    if (!pool || chunk < 0 || chunk >= pool->nchunks)
+        return 0;
+    mt_chunk *c = &pool->chunks[chunk];
+    if (!c->host || offset >= c->capacity)
+        return 0;
+    if (bytes > c->capacity - offset)
+        bytes = c->capacity - offset;
+    char *lo = (char *)c->host + offset, *hi = lo + bytes;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *plo = (char *)(((uintptr_t)lo + page - 1) / page * page), *phi = (char *)((uintptr_t)hi / page * page);
+    /* whole pages of an own mapping go back to the system (they read as zeros when touched again); the rest is
+     * zeroed in place. Page-locked memory stays: unlocking it would slow every later copy. */
+    if (c->capacity < HOST_MAP_MIN || c->pinned || phi <= plo || madvise(plo, (size_t)(phi - plo), MADV_DONTNEED)) {
+        memset(lo, 0, bytes);
+        return 0;
+    }
+    memset(lo, 0, (size_t)(plo - lo));
+    memset(phi, 0, (size_t)(hi - phi));
+    return (size_t)(phi - plo);
 }

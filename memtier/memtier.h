@@ -63,6 +63,10 @@ typedef struct {
     /* the store's queue depth (mt_nvme_config.queue_depth): 0 = its default; 1..MT_NVME_MAX_QUEUE_DEPTH,
      * anything else makes mt_create fail with COL_EINVAL. Any depth works with the chunk I/O below. */
     int nvme_queue_depth;
+    /* every chunk's capacity is a multiple of this many bytes (a multiple of MT_ALIGN; 0 = MT_ALIGN): the chunk
+     * size is rounded up to it, and so is an oversize tensor's chunk. Data parallel runs split each chunk into
+     * equal pieces, one per process, each MT_ALIGN-aligned: world size * MT_ALIGN. */
+    size_t capacity_multiple;
 } mt_config;
 
 typedef struct mt_pool mt_pool;
@@ -141,6 +145,16 @@ void *mt_addr(const mt_pool *pool, mt_ref ref);
  * for NULL tensor_bytes or chunk_bytes, n <= 0, a zero or huge size. */
 col_status mt_chunk_bytes_auto(const size_t *tensor_bytes, int n, size_t max_bytes, size_t *chunk_bytes,
                                size_t *waste, col_err *e);
+
+/* Closes the kind's open chunk: the next tensor of the kind starts a new chunk (e.g. so that the tensors a
+ * run trains share no chunk with frozen ones). */
+void mt_seal(mt_pool *pool, mt_kind kind);
+/* Zeroes bytes [offset, offset + bytes) of a chunk's host memory (clipped to its capacity) and gives the whole
+ * pages inside that range back to the system when the chunk has a mapping of its own (1 MiB and more) and is not
+ * page-locked: a data parallel process releases the pieces of a chunk other processes own. They read as zeros
+ * and take memory again once written. Returns the bytes given back; nothing happens to a chunk without host
+ * memory. */
+size_t mt_chunk_discard(mt_pool *pool, int chunk, size_t offset, size_t bytes);
 
 /* Zeroes every chunk of a kind (the part holding tensors; e.g. clears the
  * gradients) and marks those chunks dirty. */

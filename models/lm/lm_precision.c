@@ -112,17 +112,20 @@ static col_status grad_norm(col_lm_trainer *t, float inv, int na, double *sum, c
 {
     col_status st = COL_OK;
     for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
+        int64_t off, n = lmt_span(t, i, &off);
+        if (n == 0)
+            continue;
         void *g = NULL;
         st = lmt_get(t, 1, i, false, &g, err);
         if (st == COL_OK && lmt_next_chunk(t, 1, i) < t->nt)
             st = mt_stage_prefetch(t->stage, t->ref[t->nt + lmt_next_chunk(t, 1, i)], 1, err);
         if (st != COL_OK)
             break;
-        col_opt_tensor o = {.g = t->conv, .n = t->ot[i].n};
-        widen(t->conv, g, t->dt, o.n, inv, (float)na);
+        col_opt_tensor o = {.g = t->conv, .n = n};
+        widen(t->conv, (char *)g + off * (int64_t)col_dtype_size(t->dt), t->dt, o.n, inv, (float)na);
         *sum += col_grad_sumsq(&o, 1);
     }
-    return st;
+    return st == COL_OK ? lmt_dp_sum_d(t, *sum, sum, err) : st;
 }
 
 col_status lmt_mixed_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, bool *skipped, col_err *err)
@@ -150,7 +153,11 @@ col_status lmt_mixed_step(col_lm_trainer *t, int na, float lr, float clip, doubl
     }
     int kinds[LMT_KINDS], nk = step_kinds(t, kinds);
     int64_t updates = t->step - t->skipped + 1; /* the optimizer's own count (bias corrections): skipped steps are not */
+    size_t es = col_dtype_size(t->dt);
     for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
+        int64_t off, n = lmt_span(t, i, &off);
+        if (n == 0)
+            continue;
         void *p[LMT_KINDS] = {0};
         for (int k = 0; k < nk && st == COL_OK; k++)
             st = lmt_get(t, kinds[k], i, kinds[k] != 1, &p[kinds[k]], err);
@@ -161,18 +168,17 @@ col_status lmt_mixed_step(col_lm_trainer *t, int na, float lr, float clip, doubl
         }
         if (st != COL_OK)
             break;
-        col_opt_tensor o = {.w = p[LMT_MASTER], .g = t->conv, .m = p[2], .v = p[3], .n = t->ot[i].n,
-                            .decay = t->ot[i].decay};
-        widen(t->conv, p[1], t->dt, o.n, inv, (float)na);
+        col_opt_tensor o = {.w = p[LMT_MASTER], .g = t->conv, .m = p[2], .v = p[3], .n = n, .decay = t->ot[i].decay};
+        widen(t->conv, (char *)p[1] + off * (int64_t)es, t->dt, o.n, inv, (float)na);
         if (clip > 0)
             col_clip_grad_scale(&o, 1, clip, *norm);
         else if (!first_pass)
             sum += col_grad_sumsq(&o, 1);
         st = col_opt_step(&t->cfg.opt, lr, updates, &o, 1, err);
         if (st == COL_OK)
-            narrow(p[0], t->dt, o.w, o.n);
+            narrow((char *)p[0] + off * (int64_t)es, t->dt, o.w, o.n);
     }
-    if (st == COL_OK && !first_pass)
+    if (st == COL_OK && !first_pass && (st = lmt_dp_sum_d(t, sum, &sum, err)) == COL_OK)
         *norm = sqrt(sum);
     if (st == COL_OK)
         st = mt_stage_flush(t->stage, err);

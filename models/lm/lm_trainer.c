@@ -235,7 +235,9 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
             col_lora_specs(&cfg->model, &t->specs[i], cfg->lora.rank, &t->specs[j], &t->specs[j + 1]);
         }
     t->slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
-    st = lmt_alloc(t, err);
+    st = lmt_dp_init(t, err);
+    if (st == COL_OK)
+        st = lmt_alloc(t, err);
     for (int i = 0; i < t->nt && st == COL_OK; i++) {
         const col_param_spec *s = &t->specs[i];
         t->ot[i].n = col_param_numel(s);
@@ -385,6 +387,7 @@ void col_lm_trainer_free(col_lm_trainer *t)
     graph_arrays_free(&t->fgg);
     mt_destroy(t->pool);
     lmt_mixed_free(t);
+    lmt_dp_free(t);
     free(t->lora_of);
     free(t->specs);
     free(t->ot);
@@ -427,6 +430,9 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
 col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
                                  col_err *err)
 {
+    col_status st = lmt_dp_need_params(t, err);
+    if (st != COL_OK)
+        return st;
     mt_zero(t->pool, MT_GRAD);
     return micro_batch(t, ids, targets, 0, 1.0f, loss, err);
 }
@@ -445,6 +451,9 @@ col_status lmt_optimize(col_lm_trainer *t, int na, float loss, const lmt_step_cl
                         col_err *err)
 {
     double t1 = col_seconds(), w1 = tier_wait(t);
+    col_status rs = lmt_dp_reduce_grads(t, err);
+    if (rs != COL_OK)
+        return rs;
     col_opt_tensor *tr = t->ot + t->train0; /* the trained tensors */
     int ntr = t->nt - t->train0;
     float lr = col_lr_at(&t->cfg.lr, t->step);
@@ -456,6 +465,8 @@ col_status lmt_optimize(col_lm_trainer *t, int na, float loss, const lmt_step_cl
         st = lmt_mixed_step(t, na, lr, t->cfg.grad_clip, &norm, &skipped, err);
     } else if (t->nvme_kinds) {
         st = lmt_streamed_step(t, na, lr, t->cfg.grad_clip, &norm, err);
+    } else if (t->dp) {
+        st = lmt_dp_f32_step(t, na, lr, t->cfg.grad_clip, &norm, err);
     } else {
         if (na > 1)
             for (int i = 0; i < ntr; i++)
@@ -471,6 +482,8 @@ col_status lmt_optimize(col_lm_trainer *t, int na, float loss, const lmt_step_cl
     if (st != COL_OK && t->cfg.grad_clip > 0 && !isfinite(norm))
         return col_err_set(err, st, "step %lld: gradient norm is %g (loss %g): training diverged; lower the learning rate",
                            (long long)t->step + 1, norm, loss);
+    if (st == COL_OK)
+        st = lmt_dp_share_params(t, err);
     if (st != COL_OK)
         return st;
     t->step++;
@@ -502,22 +515,40 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
     int na = accum(t);
     lmt_step_clock clk;
     lmt_clock_start(t, &clk);
-    mt_zero(t->pool, MT_GRAD);
-    for (int k = 0; k < na; k++) {
+    float *w = malloc(sizeof *w * (size_t)na);
+    if (!w)
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    t->dp_comm_s = 0;
+    t->dp_bytes = 0;
+    col_status st = lmt_dp_weights(t, targets, na, w, err);
+    if (st == COL_OK)
+        st = lmt_dp_need_params(t, err);
+    if (st == COL_OK)
+        mt_zero(t->pool, MT_GRAD);
+    for (int k = 0; k < na && st == COL_OK; k++) {
         float l = 0;
-        col_status st = micro_batch(t, ids, targets, k, 1.0f, &l, err);
-        if (st != COL_OK)
-            return st;
-        loss += l / (float)na;
+        st = micro_batch(t, ids, targets, k, w[k], &l, err);
+        if (!t->dp)
+            loss += l / (float)na;
+        else if (w[k] > 0) /* this process's part of the mean over every process's rows */
+            loss += w[k] * l;
     }
-    return lmt_optimize(t, na, loss, &clk, info, err);
+    free(w);
+    if (st == COL_OK && t->dp && (st = lmt_dp_sum_f(t, loss, &loss, err)) == COL_OK)
+        loss /= (float)na;
+    return st == COL_OK ? lmt_optimize(t, na, loss, &clk, info, err) : st;
 }
 
 col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
                                const float **logits, col_err *err)
 {
     fwd_pass f;
-    col_status st = forward_pass(t, t->cfg.batch, &f, err);
+    float w = 1;
+    col_status st = lmt_dp_need_params(t, err);
+    if (st == COL_OK)
+        st = lmt_dp_weights(t, targets, 1, &w, err);
+    if (st == COL_OK)
+        st = forward_pass(t, t->cfg.batch, &f, err);
     if (st != COL_OK)
         return st;
     st = load_batch(f.plan, f.gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
@@ -525,6 +556,8 @@ col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int3
         st = lmt_run(t, f.plan, f.tier, 0, err);
     if (st == COL_OK)
         st = get_loss(f.plan, f.gg->loss, loss, err);
+    if (st == COL_OK && t->dp) /* the mean over every process's rows, as the step's loss */
+        st = lmt_dp_sum_f(t, w > 0 ? w * *loss : 0.0f, loss, err);
     if (st == COL_OK && logits)
         st = get_logits(t, f.plan, f.gg->logits, 0, (size_t)t->cfg.batch * (size_t)t->cfg.seq, logits, err);
     return st;
@@ -536,7 +569,9 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
     if (n < 1 || n > t->cfg.seq)
         return col_err_set(err, COL_EINVAL, "sampling: %d context tokens (1..%d)", n, t->cfg.seq);
     fwd_pass f;
-    col_status st = forward_pass(t, 1, &f, err);
+    col_status st = lmt_dp_need_params(t, err);
+    if (st == COL_OK)
+        st = forward_pass(t, 1, &f, err);
     if (st != COL_OK)
         return st;
     int32_t *ids = malloc(sizeof *ids * 2 * (size_t)t->cfg.seq), *tg = ids + t->cfg.seq;
@@ -612,6 +647,22 @@ float *col_lm_trainer_state(col_lm_trainer *t, int i, int slot)
     if (i < 0 || i >= t->nt)
         return NULL;
     return slot == 0 ? t->ot[i].m : slot == 1 ? t->ot[i].v : NULL;
+}
+
+int64_t col_lm_trainer_span(const col_lm_trainer *t, int i, int64_t *off)
+{
+    *off = 0;
+    if (i < t->train0 || i >= t->nt)
+        return 0;
+    return lmt_span(t, i, off);
+}
+
+col_status col_lm_trainer_sync_params(col_lm_trainer *t, col_err *err) { return lmt_dp_need_params(t, err); }
+
+void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *seconds, uint64_t *bytes)
+{
+    *seconds = t->dp ? t->dp_comm_s : 0;
+    *bytes = t->dp ? t->dp_bytes : 0;
 }
 
 int64_t col_lm_trainer_steps(const col_lm_trainer *t) { return t->step; }
@@ -698,6 +749,9 @@ col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n
         return col_err_set(err, COL_EINVAL, "decode: %d more tokens after %lld do not fit the %d-position cache", n,
                            (long long)t->kv_pos, t->kv_len);
     struct dec_graph *d = &t->dec[n == 1 ? 1 : 0];
+    col_status ps = lmt_dp_need_params(t, err);
+    if (ps != COL_OK)
+        return ps;
     if (d->seq != n) {
         col_status st = dec_build(t, d, n, err);
         if (st != COL_OK) {

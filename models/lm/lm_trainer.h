@@ -55,6 +55,20 @@ typedef struct {
     col_dtype compute_dtype;
     float loss_scale;     /* f16: the first loss scale; 0 = 65536 */
     int loss_scale_window;/* f16: good steps before the scale doubles; 0 = 2000 */
+    /* Data parallelism with ZeRO (lm_dp.c): dp, when it has more than one process, is the communicator of the
+     * processes that each run this session on their share of every step's rows (batch is the share: rows per
+     * micro-batch per process). Every process creates the session with the same configuration and calls the
+     * same functions in the same order (they are collective over dp); dp's reduction order is set to rank order.
+     * The trained tensors' chunks are split into dp-size equal pieces; each process owns one piece per chunk and
+     * keeps the optimizer states (and mixed-precision masters) of that piece only. zero: 1 - gradients
+     * all-reduced, each process updates its pieces, parameters all-gathered; 2 - gradients reduce-scattered (each
+     * process receives the sums of its pieces only, the other pieces' memory is given back); 3 - as 2, and
+     * between an optimizer step and the next use of the weights each process holds only its pieces of the
+     * parameters (gathered again, chunk by chunk, when a step, an evaluation or decoding needs them). A step's
+     * micro-batch losses are weighted by their share of the step's counted targets across processes, so the
+     * processes together compute the step one process computes on all the rows. NULL = one process. */
+    struct col_comm *dp;
+    int zero;             /* 1, 2 or 3 (0 = 2) */
 } col_lm_train_config;
 
 /* kinds of tensor memory, for nvme_kinds and host views */
@@ -140,6 +154,17 @@ const float *col_lm_trainer_merged(col_lm_trainer *t, int i, float *scratch);
 /* Runs forward+backward only (no optimizer step), leaving gradients in place. */
 col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
                                  col_err *err);
+
+/* Data parallelism (cfg.dp): the elements [*off, *off + n) of tensor i this process updates, whose optimizer
+ * states (col_lm_trainer_state) and, under mixed precision, master (col_lm_trainer_param) it holds: returns n
+ * (the whole tensor, 0 for a frozen one, with one process). Collective over dp: makes the parameters whole on
+ * every process (ZeRO 3 holds only each process's pieces between a step and the next use; steps, evaluation
+ * and decoding call it themselves). Nothing to do with one process. */
+int64_t col_lm_trainer_span(const col_lm_trainer *t, int i, int64_t *off);
+col_status col_lm_trainer_sync_params(col_lm_trainer *t, col_err *err);
+/* Where the last step's time and traffic went with data parallelism: seconds in the gradient and parameter
+ * exchanges, and the bytes this process handed to them (0 with one process). */
+void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *seconds, uint64_t *bytes);
 
 /* Optimizer state slot (0: first moment / momentum, 1: second moment) of
  * parameter i, or NULL when the optimizer has no such slot. */

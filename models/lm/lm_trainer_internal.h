@@ -82,7 +82,51 @@ struct col_lm_trainer {
     size_t hlog_n;
     int kv_len;
     int64_t kv_pos;
+    /* data parallelism (lm_dp.c): NULL dp for one process */
+    struct col_comm *dp;
+    int dpn, dpr, zero;       /* processes, this one's rank, the ZeRO stage */
+    int64_t *zoff, *zn;       /* per tensor: the elements [zoff, zoff + zn) of a trained tensor this process updates */
+    int ndc;                  /* trained chunk pairs: gradient chunk dgc[j], the parameter chunk dpc[j] with the same layout */
+    int *dgc, *dpc;
+    bool params_partial;      /* ZeRO 3: the parameters hold only this process's pieces */
+    double dp_comm_s;         /* time in the last step's gradient and parameter exchanges */
+    uint64_t dp_bytes;        /* bytes this process handed to those exchanges in the last step */
 };
+
+/* The part of trained tensor i this process updates and keeps optimizer states for: elements [*off, *off + n)
+ * (the whole tensor with one process). */
+static inline int64_t lmt_span(const col_lm_trainer *t, int i, int64_t *off)
+{
+    *off = t->zn ? t->zoff[i] : 0;
+    return t->zn ? t->zn[i] : t->ot[i].n;
+}
+
+/* lm_dp.c - data parallelism. Without a dp communicator every call does nothing and succeeds. */
+/* Checks the configuration and takes the communicator (before lmt_alloc). */
+col_status lmt_dp_init(col_lm_trainer *t, col_err *err);
+/* The capacity every chunk must be a multiple of (0: any). */
+size_t lmt_dp_capacity_multiple(const col_lm_trainer *t);
+/* After the gradients are placed: each trained tensor's span and the chunk pairs. */
+col_status lmt_dp_layout(col_lm_trainer *t, col_err *err);
+void lmt_dp_free(col_lm_trainer *t);
+/* The weights of na micro-batches of rows targets ([na * batch, seq]): their counted targets over the counted
+ * targets of the same micro-batch on every process (1 each with one process). */
+col_status lmt_dp_weights(col_lm_trainer *t, const int32_t *targets, int na, float *w, col_err *err);
+/* The sum over processes of a float (rank order), or of a double's bits (gathered, summed in rank order). */
+col_status lmt_dp_sum_f(col_lm_trainer *t, float local, float *global, col_err *err);
+col_status lmt_dp_sum_d(col_lm_trainer *t, double local, double *global, col_err *err);
+/* Before the optimizer: every gradient chunk summed over the processes (ZeRO 1) or its pieces each to their
+ * owner (2, 3). */
+col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err);
+/* After the optimizer: each process's updated pieces to all (1, 2), or the other pieces given back (3). */
+col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err);
+/* ZeRO 3: the whole parameters again before a graph reads them (nothing when they are whole). */
+col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err);
+/* The f32 in-memory optimizer step over this process's spans (lmt_optimize's f32 path with data parallelism). */
+col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err);
+/* Tensor i's kind-k memory (k >= 2: a state slot or the master) whole on process 0 in buf (n floats): every
+ * process sends its span there. Collective; buf is used on process 0 only. */
+col_status lmt_dp_gather_state(col_lm_trainer *t, int k, int i, float *buf, col_err *err);
 
 /* the backend's memory table: non-NULL when graphs run in device memory */
 static inline const col_backend_mem *lmt_dev(const col_lm_trainer *t) { return t->be ? t->be->mem : NULL; }

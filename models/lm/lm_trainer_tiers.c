@@ -43,10 +43,11 @@ static int session_kinds(const col_lm_trainer *t, int *kinds)
     return nk;
 }
 
-/* bytes of tensor i's kind-k memory */
+/* bytes of tensor i's kind-k memory: its states and master hold its span (data parallel: this process's part) */
 static size_t kind_bytes(const col_lm_trainer *t, int k, int i)
 {
-    return col_dtype_size(lmt_dtype(t, k)) * (size_t)col_param_numel(&t->specs[i]);
+    int64_t off, n = k >= 2 && t->zn ? lmt_span(t, i, &off) : col_param_numel(&t->specs[i]);
+    return col_dtype_size(lmt_dtype(t, k)) * (size_t)n;
 }
 
 static void fmt_mb(size_t b, char *buf, size_t n) { snprintf(buf, n, "%.1f MB", (double)b / 1e6); }
@@ -59,7 +60,9 @@ static col_status alloc_with(col_lm_trainer *t, unsigned kinds, size_t chunk_byt
     t->pool = NULL;
     mt_config mc = {.chunk_bytes = chunk_bytes, .host_budget = c->host_budget, .nvme_dir = kinds ? c->nvme_dir : NULL,
                     .nvme_max = c->nvme_max, .nvme_kinds = kinds, .nvme_faults = c->nvme_faults,
-                    .nvme_queue_depth = c->nvme_queue_depth};
+                    .nvme_queue_depth = c->nvme_queue_depth, .capacity_multiple = lmt_dp_capacity_multiple(t)};
+    lmt_dp_free(t);
+    t->nvme_kinds = kinds;
     col_status st = mt_create(&mc, &t->pool, err);
     if (st != COL_OK)
         return st;
@@ -69,9 +72,15 @@ static col_status alloc_with(col_lm_trainer *t, unsigned kinds, size_t chunk_byt
     col_status first_fail = COL_OK;
     col_err fail_err = {0};
     int has[LMT_KINDS], nk = session_kinds(t, has);
-    for (int q = 0; q < nk; q++)
+    for (int q = 0; q < nk; q++) {
+        if (has[q] == 2 && first_fail == COL_OK && (st = lmt_dp_layout(t, err)) != COL_OK)
+            return st; /* the spans the states are sized by come from the gradients' layout */
         for (int k = has[q], i = k ? t->train0 : 0; i < t->nt; i++) {
+            if (k == 0 && i == t->train0 && i > 0 && t->dp) /* trained parameters laid out as their gradients */
+                mt_seal(t->pool, MT_PARAM);
             size_t bytes = kind_bytes(t, k, i);
+            if (!bytes) /* a span of nothing: no state here */
+                continue;
             /* keep planning after a budget failure so the message names the full need */
             col_status a = mt_alloc(t->pool, kind[k], bytes, &t->ref[k * t->nt + i], &fail_err);
             if (a != COL_OK && a != COL_ENOMEM)
@@ -79,7 +88,9 @@ static col_status alloc_with(col_lm_trainer *t, unsigned kinds, size_t chunk_byt
             if (a == COL_ENOMEM)
                 first_fail = a;
         }
-    t->nvme_kinds = kinds;
+    }
+    if (first_fail == COL_OK && nk < 3 && (st = lmt_dp_layout(t, err)) != COL_OK) /* no states (plain SGD) */
+        return st;
     return first_fail == COL_OK ? COL_OK : col_err_copy(err, &fail_err);
 }
 
@@ -184,9 +195,10 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err)
     col_status st = COL_OK;
     for (int i = 0; i < t->nt && st == COL_OK; i++) {
         /* f32 weights: the parameter itself (a host chunk in place); under mixed precision the master, or the
-         * conversion buffer when there is none (inference), then rounded into the parameter */
+         * conversion buffer when there is none (inference, or a process's master holding only its span), then
+         * rounded into the parameter */
         void *w = t->conv;
-        if (!lmt_mixed(t) || lmt_has(t, LMT_MASTER, i))
+        if (!lmt_mixed(t) || (lmt_has(t, LMT_MASTER, i) && !t->zn))
             st = lmt_get(t, lmt_mixed(t) ? LMT_MASTER : 0, i, true, &w, err);
         if (st != COL_OK)
             break;
@@ -208,8 +220,9 @@ col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *er
     int64_t n = t->ot[i].n;
     void *p = NULL;
     col_status st = COL_OK;
-    if (lmt_has(t, LMT_MASTER, i) && (st = lmt_get(t, LMT_MASTER, i, true, &p, err)) == COL_OK && p != w)
-        memcpy(p, w, sizeof(float) * (size_t)n);
+    int64_t off, sn = lmt_span(t, i, &off);
+    if (lmt_has(t, LMT_MASTER, i) && (st = lmt_get(t, LMT_MASTER, i, true, &p, err)) == COL_OK && p != w + off)
+        memcpy(p, w + off, sizeof(float) * (size_t)sn);
     if (st == COL_OK && (st = lmt_get(t, 0, i, true, &p, err)) == COL_OK) {
         if (lmt_mixed(t))
             col_convert(p, t->dt, w, COL_F32, n);
@@ -269,7 +282,7 @@ int lmt_next_chunk(const col_lm_trainer *t, int k, int i)
 {
     const mt_ref *r = t->ref + (size_t)k * (size_t)t->nt;
     int j = i + 1;
-    while (j < t->nt && r[j].chunk == r[i].chunk)
+    while (j < t->nt && (r[j].chunk == r[i].chunk || r[j].chunk < 0)) /* (-1: no memory of the kind here) */
         j++;
     return j;
 }
@@ -301,15 +314,20 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
     mt_stage_forget(t->stage);
     for (int i = t->train0; clip > 0 && i < t->nt && st == COL_OK; i++) {
         col_opt_tensor o = t->ot[i];
+        int64_t off;
+        if ((o.n = lmt_span(t, i, &off)) == 0)
+            continue;
         void *g = NULL;
         st = mt_stage_get(t->stage, t->ref[t->nt + i], na > 1, &g, err);
         if (st == COL_OK && lmt_next_chunk(t, 1, i) < t->nt)
             st = mt_stage_prefetch(t->stage, t->ref[t->nt + lmt_next_chunk(t, 1, i)], 1, err);
         if (st != COL_OK)
             break;
-        o.g = g;
+        o.g = (float *)g + off;
         average(&o, na, &sum);
     }
+    if (st == COL_OK && clip > 0)
+        st = lmt_dp_sum_d(t, sum, &sum, err);
     if (st == COL_OK && clip > 0)
         st = mt_stage_flush(t->stage, err);
     if (st != COL_OK) {
@@ -324,12 +342,15 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
     int nk = 2 + t->slots;
     for (int i = t->train0; i < t->nt && st == COL_OK; i++) {
         col_opt_tensor o = t->ot[i];
+        int64_t off;
+        if ((o.n = lmt_span(t, i, &off)) == 0)
+            continue;
         for (int k = 0; k < nk && st == COL_OK; k++) {
             void *p = NULL;
             /* the gradient's averaging or scaling here need not reach its chunk: the next step zeroes it */
             st = mt_stage_get(t->stage, t->ref[k * t->nt + i], k != 1, &p, err);
-            if (st == COL_OK) /* an f32 session's step: weights, gradient, state slots */
-                *(k == 0 ? &o.w : k == 1 ? &o.g : k == 2 ? &o.m : &o.v) = p;
+            if (st == COL_OK) /* an f32 session's step: weights, gradient (their span), state slots */
+                *(k == 0 ? &o.w : k == 1 ? &o.g : k == 2 ? &o.m : &o.v) = (float *)p + (k < 2 ? off : 0);
         }
         for (int k = 0; k < nk && st == COL_OK; k++) {
             int j = lmt_next_chunk(t, k, i);
@@ -344,7 +365,7 @@ col_status lmt_streamed_step(col_lm_trainer *t, int na, float lr, float clip, do
             average(&o, na, &sum);
         st = col_opt_step(&t->cfg.opt, lr, t->step + 1, &o, 1, err);
     }
-    if (st == COL_OK && clip <= 0)
+    if (st == COL_OK && clip <= 0 && (st = lmt_dp_sum_d(t, sum, &sum, err)) == COL_OK)
         *norm = sqrt(sum);
     if (st == COL_OK)
         st = mt_stage_flush(t->stage, err);

@@ -1,0 +1,343 @@
+/* lm_dp.c - data parallelism with ZeRO on memtier chunks (lm_trainer.h, dp
+ * and zero).
+ *
+ * Every process of the dp communicator holds the same session; each runs the
+ * graphs on its own rows. The trained tensors' gradient chunks and the
+ * parameter chunks laid out the same way are split into dp-size equal pieces
+ * (chunk capacities are multiples of dp-size * MT_ALIGN, so a piece is
+ * MT_ALIGN-aligned); process r owns piece r of every chunk. A trained tensor
+ * lies in one chunk, so the part of it a process owns is one run of elements,
+ * its span (zoff, zn): the optimizer states and masters are allocated for the
+ * span only, and the optimizer updates the span only.
+ *
+ * A step: the micro-batch losses are weighted by their counted targets over
+ * the step's counted targets on every process (so the sum of the processes'
+ * gradients is the gradient of the mean loss over all rows), the gradient
+ * chunks are summed (ZeRO 1: all-reduce; 2 and 3: reduce-scatter, each piece
+ * to its owner), each process updates its spans with norms summed over the
+ * processes, and the updated pieces are all-gathered (1, 2) or, at ZeRO 3,
+ * kept apart until the next use. Sums run in rank order (COL_ORDER_RANK):
+ * every process gets the same bits, whatever the transport.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm_trainer_internal.h"
+#include "timer.h"
+
+#ifdef COL_WITH_COMM
+#include "comm.h"
+
+enum { TAG_GATHER = 7100 };
+
+col_status lmt_dp_init(col_lm_trainer *t, col_err *err)
+{
+    const col_lm_train_config *c = &t->cfg;
+    t->dp = NULL;
+    if (!c->dp || col_comm_size(c->dp) <= 1 || c->inference)
+        return COL_OK;
+    int zero = c->zero ? c->zero : 2;
+    if (zero < 1 || zero > 3)
+        return col_err_set(err, COL_EINVAL, "data parallel: ZeRO stage %d (1, 2 or 3)", c->zero);
+    if (c->opt.kind == COL_OPT_LAMB || c->opt.kind == COL_OPT_LARS)
+        return col_err_set(err, COL_EUNSUPPORTED, "data parallel: %s's trust ratios need whole-tensor norms, which a "
+                           "split optimizer does not compute yet: use AdamW or SGD with several processes",
+                           col_opt_kind_name(c->opt.kind));
+    t->dp = c->dp;
+    t->dpn = col_comm_size(c->dp);
+    t->dpr = col_comm_rank(c->dp);
+    t->zero = zero;
+    col_comm_set_order(t->dp, COL_ORDER_RANK);
+    return COL_OK;
+}
+
+size_t lmt_dp_capacity_multiple(const col_lm_trainer *t) { return t->dp ? (size_t)t->dpn * MT_ALIGN : 0; }
+
+void lmt_dp_free(col_lm_trainer *t)
+{
+    free(t->zoff);
+    free(t->zn);
+    free(t->dgc);
+    free(t->dpc);
+    t->zoff = t->zn = NULL;
+    t->dgc = t->dpc = NULL;
+    t->ndc = 0;
+}
+
+static size_t capacity(const col_lm_trainer *t, int chunk)
+{
+    mt_chunk_info ci;
+    return mt_chunk_get(t->pool, chunk, &ci, NULL) == COL_OK ? ci.capacity : 0;
+}
+
+/* the elements of trained tensor i that process r owns: [*off, *off + n) */
+static int64_t span_of(const col_lm_trainer *t, int i, int r, int64_t *off)
+{
+    mt_ref g = t->ref[t->nt + i];
+    size_t piece = capacity(t, g.chunk) / (size_t)t->dpn, lo = (size_t)r * piece, hi = lo + piece;
+    size_t a = g.offset > lo ? g.offset : lo, b = g.offset + g.bytes < hi ? g.offset + g.bytes : hi;
+    size_t es = col_dtype_size(t->dt);
+    *off = b > a ? (int64_t)((a - g.offset) / es) : 0;
+    return b > a ? (int64_t)((b - a) / es) : 0;
+}
+
+col_status lmt_dp_layout(col_lm_trainer *t, col_err *err)
+{
+    if (!t->dp)
+        return COL_OK;
+    if (t->nvme_kinds & (COL_LM_PARAMS | COL_LM_GRADS))
+        return col_err_set(err, COL_EUNSUPPORTED, "data parallel: parameters and gradients must stay in host memory "
+                           "(the NVMe tier may hold the optimizer states): raise the host budget");
+    t->zoff = calloc((size_t)t->nt, sizeof *t->zoff);
+    t->zn = calloc((size_t)t->nt, sizeof *t->zn);
+    t->dgc = calloc((size_t)t->nt, sizeof *t->dgc);
+    t->dpc = calloc((size_t)t->nt, sizeof *t->dpc);
+    if (!t->zoff || !t->zn || !t->dgc || !t->dpc)
+        return col_err_set(err, COL_ENOMEM, "data parallel: out of memory");
+    for (int i = t->train0; i < t->nt; i++) {
+        mt_ref g = t->ref[t->nt + i], p = t->ref[i];
+        if (g.chunk < 0 || p.chunk < 0 || g.offset != p.offset || capacity(t, g.chunk) != capacity(t, p.chunk))
+            return col_err_set(err, COL_EINTERNAL, "data parallel: the gradient and parameter chunks of tensor %d "
+                               "are laid out differently", i);
+        t->zn[i] = span_of(t, i, t->dpr, &t->zoff[i]);
+        int j = 0;
+        while (j < t->ndc && t->dgc[j] != g.chunk)
+            j++;
+        if (j == t->ndc) {
+            t->dgc[j] = g.chunk;
+            t->dpc[j] = p.chunk;
+            t->ndc++;
+        } else if (t->dpc[j] != p.chunk) {
+            return col_err_set(err, COL_EINTERNAL, "data parallel: gradient chunk %d pairs with two parameter chunks",
+                               g.chunk);
+        }
+    }
+    return COL_OK;
+}
+
+col_status lmt_dp_weights(col_lm_trainer *t, const int32_t *targets, int na, float *w, col_err *err)
+{
+    if (!t->dp) {
+        for (int k = 0; k < na; k++)
+            w[k] = 1.0f;
+        return COL_OK;
+    }
+    int64_t *cnt = calloc(2 * (size_t)na, sizeof *cnt), *all = cnt + na, n = (int64_t)t->cfg.batch * t->cfg.seq;
+    if (!cnt)
+        return col_err_set(err, COL_ENOMEM, "data parallel: out of memory");
+    for (int k = 0; k < na; k++)
+        for (int64_t j = 0; j < n; j++)
+            cnt[k] += targets[k * n + j] >= 0;
+    col_status st = col_comm_all_reduce(t->dp, cnt, all, (size_t)na, COL_I64, COL_RED_SUM, err);
+    for (int k = 0; k < na && st == COL_OK; k++)
+        w[k] = all[k] ? (float)((double)cnt[k] / (double)all[k]) : 0.0f;
+    free(cnt);
+    return st;
+}
+
+col_status lmt_dp_sum_f(col_lm_trainer *t, float local, float *global, col_err *err)
+{
+    if (!t->dp) {
+        *global = local;
+        return COL_OK;
+    }
+    return col_comm_all_reduce(t->dp, &local, global, 1, COL_F32, COL_RED_SUM, err);
+}
+
+col_status lmt_dp_sum_d(col_lm_trainer *t, double local, double *global, col_err *err)
+{
+    if (!t->dp) {
+        *global = local;
+        return COL_OK;
+    }
+    _Static_assert(sizeof(double) == sizeof(int64_t), "a double travels as the bits of an i64");
+    int64_t *bits = malloc(sizeof *bits * (size_t)t->dpn), mine;
+    if (!bits)
+        return col_err_set(err, COL_ENOMEM, "data parallel: out of memory");
+    memcpy(&mine, &local, sizeof mine);
+    col_status st = col_comm_all_gather(t->dp, &mine, bits, 1, COL_I64, err);
+    double sum = 0;
+    for (int r = 0; r < t->dpn && st == COL_OK; r++) {
+        double d;
+        memcpy(&d, &bits[r], sizeof d);
+        sum += d;
+    }
+    free(bits);
+    *global = sum;
+    return st;
+}
+
+/* the pieces of process r's neighbours in chunk c given back (their contents are another process's) */
+static void discard_others(col_lm_trainer *t, int c)
+{
+    size_t piece = capacity(t, c) / (size_t)t->dpn;
+    mt_chunk_discard(t->pool, c, 0, (size_t)t->dpr * piece);
+    mt_chunk_discard(t->pool, c, (size_t)(t->dpr + 1) * piece, (size_t)(t->dpn - t->dpr - 1) * piece);
+}
+
+/* one collective per chunk pair, all started before any is waited for: op 0 all-reduce, 1 reduce-scatter,
+ * 2 all-gather; on gradient chunks (grads) or parameter chunks */
+static col_status exchange(col_lm_trainer *t, int op, bool grads, col_err *err)
+{
+    col_comm_req **req = calloc((size_t)t->ndc + 1, sizeof *req);
+    if (!req)
+        return col_err_set(err, COL_ENOMEM, "data parallel: out of memory");
+    double t0 = col_seconds();
+    size_t es = col_dtype_size(t->dt);
+    col_status st = COL_OK;
+    int j = 0;
+    for (; j < t->ndc && st == COL_OK; j++) {
+        int c = grads ? t->dgc[j] : t->dpc[j];
+        char *base = mt_chunk_host(t->pool, c);
+        size_t cap = capacity(t, c), piece = cap / (size_t)t->dpn;
+        if (op == 0)
+            st = col_comm_all_reduce_async(t->dp, base, base, cap / es, t->dt, COL_RED_SUM, &req[j], err);
+        else if (op == 1)
+            st = col_comm_reduce_scatter_async(t->dp, base, base + (size_t)t->dpr * piece, piece / es, t->dt,
+                                               COL_RED_SUM, &req[j], err);
+        else
+            st = col_comm_all_gather_async(t->dp, base + (size_t)t->dpr * piece, base, piece / es, t->dt, &req[j],
+                                           err);
+        t->dp_bytes += op == 2 ? piece : cap;
+    }
+    col_err werr = {0};
+    col_status ws = col_comm_wait_all(req, j, &werr);
+    free(req);
+    t->dp_comm_s += col_seconds() - t0;
+    if (st == COL_OK && ws != COL_OK)
+        st = col_err_copy(err, &werr);
+    return st;
+}
+
+col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err)
+{
+    if (!t->dp)
+        return COL_OK;
+    col_status st = exchange(t, t->zero == 1 ? 0 : 1, true, err);
+    for (int j = 0; j < t->ndc && st == COL_OK && t->zero > 1; j++)
+        discard_others(t, t->dgc[j]);
+    return st;
+}
+
+col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err)
+{
+    if (!t->dp)
+        return COL_OK;
+    if (t->zero < 3)
+        return exchange(t, 2, false, err);
+    for (int j = 0; j < t->ndc; j++)
+        discard_others(t, t->dpc[j]);
+    t->params_partial = true;
+    return COL_OK;
+}
+
+col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err)
+{
+    if (!t->dp || !t->params_partial)
+        return COL_OK;
+    col_status st = exchange(t, 2, false, err);
+    if (st == COL_OK)
+        t->params_partial = false;
+    return st;
+}
+
+col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err)
+{
+    col_opt_tensor *s = calloc((size_t)t->nt + 1, sizeof *s);
+    if (!s)
+        return col_err_set(err, COL_ENOMEM, "data parallel: out of memory");
+    int ns = 0;
+    for (int i = t->train0; i < t->nt; i++) {
+        int64_t off, n = lmt_span(t, i, &off);
+        if (n > 0)
+            s[ns++] = (col_opt_tensor){.w = t->ot[i].w + off, .g = t->ot[i].g + off, .m = t->ot[i].m,
+                                       .v = t->ot[i].v, .n = n, .decay = t->ot[i].decay};
+    }
+    if (na > 1)
+        for (int i = 0; i < ns; i++)
+            for (int64_t j = 0; j < s[i].n; j++)
+                s[i].g[j] /= (float)na;
+    double sum = 0;
+    col_status st = lmt_dp_sum_d(t, col_grad_sumsq(s, ns), &sum, err);
+    *norm = sqrt(sum);
+    if (st == COL_OK && clip > 0 && !isfinite(*norm))
+        st = col_err_set(err, COL_EINVAL, "clip_grad_norm: total gradient norm is %g (non-finite gradients)", *norm);
+    if (st == COL_OK && clip > 0)
+        col_clip_grad_scale(s, ns, clip, *norm);
+    if (st == COL_OK)
+        st = col_opt_step(&t->cfg.opt, lr, t->step + 1, s, ns, err);
+    free(s);
+    return st;
+}
+
+col_status lmt_dp_gather_state(col_lm_trainer *t, int k, int i, float *buf, col_err *err)
+{
+    col_status st = COL_OK;
+    for (int r = 0; r < t->dpn && st == COL_OK; r++) {
+        int64_t off, n = span_of(t, i, r, &off);
+        if (n == 0 || (r != t->dpr && t->dpr != 0))
+            continue;
+        void *p = NULL;
+        if (r == t->dpr && (st = lmt_get(t, k, i, false, &p, err)) != COL_OK)
+            break;
+        if (r == 0)
+            memcpy(buf + off, p, sizeof(float) * (size_t)n);
+        else if (t->dpr == 0)
+            st = col_comm_recv(t->dp, buf + off, (size_t)n, COL_F32, r, TAG_GATHER, err);
+        else
+            st = col_comm_send(t->dp, p, (size_t)n, COL_F32, 0, TAG_GATHER, err);
+    }
+    return st;
+}
+
+#else /* a build without MPI: no communicator can exist, so a session is always one process */
+
+col_status lmt_dp_init(col_lm_trainer *t, col_err *err)
+{
+    t->dp = NULL;
+    return t->cfg.dp ? col_err_set(err, COL_EUNSUPPORTED, "data parallel: this build has no MPI") : COL_OK;
+}
+
+size_t lmt_dp_capacity_multiple(const col_lm_trainer *t) { return (void)t, 0; }
+col_status lmt_dp_layout(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
+void lmt_dp_free(col_lm_trainer *t) { (void)t; }
+
+col_status lmt_dp_weights(col_lm_trainer *t, const int32_t *targets, int na, float *w, col_err *err)
+{
+    (void)t, (void)targets, (void)err;
+    for (int k = 0; k < na; k++)
+        w[k] = 1.0f;
+    return COL_OK;
+}
+
+col_status lmt_dp_sum_f(col_lm_trainer *t, float local, float *global, col_err *err)
+{
+    (void)t, (void)err;
+    *global = local;
+    return COL_OK;
+}
+
+col_status lmt_dp_sum_d(col_lm_trainer *t, double local, double *global, col_err *err)
+{
+    (void)t, (void)err;
+    *global = local;
+    return COL_OK;
+}
+
+col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
+col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
+col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
+
+col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err)
+{
+    (void)t, (void)na, (void)lr, (void)clip, (void)norm;
+    return col_err_set(err, COL_EINTERNAL, "data parallel: a step without MPI");
+}
+
+col_status lmt_dp_gather_state(col_lm_trainer *t, int k, int i, float *buf, col_err *err)
+{
+    (void)t, (void)k, (void)i, (void)buf;
+    return col_err_set(err, COL_EINTERNAL, "data parallel: a gather without MPI");
+}
+#endif
