@@ -56,6 +56,9 @@ size_t lmt_dp_capacity_multiple(const col_lm_trainer *t) { return t->dp ? (size_
 
 void lmt_dp_free(col_lm_trainer *t)
 {
+    free(t->dbuf);
+    t->dbuf = NULL;
+    t->dbuf_n = 0;
     free(t->zoff);
     free(t->zn);
     free(t->dgc);
@@ -291,6 +294,32 @@ col_status lmt_dp_gather_state(col_lm_trainer *t, int k, int i, float *buf, col_
     return st;
 }
 
+col_status lmt_dp_buffer(col_lm_trainer *t, int64_t n, float **buf, col_err *err)
+{
+    if (n > t->dbuf_n) {
+        float *p = realloc(t->dbuf, sizeof *p * (size_t)n);
+        if (!p)
+            return col_err_set(err, COL_ENOMEM, "data parallel: no memory for a %.1f MB tensor", (double)n * 4 / 1e6);
+        t->dbuf = p;
+        t->dbuf_n = n;
+    }
+    *buf = t->dbuf;
+    return COL_OK;
+}
+
+col_status lmt_dp_agree(col_lm_trainer *t, col_status st, const char *what, col_err *err)
+{
+    if (!t->dp || col_comm_broken(t->dp, NULL))
+        return st;
+    int mine = st != COL_OK ? t->dpr : t->dpn, first = t->dpn;
+    col_err e = {0};
+    if (col_comm_all_reduce(t->dp, &mine, &first, 1, COL_I32, COL_RED_MIN, &e) != COL_OK)
+        return st != COL_OK ? st : col_err_copy(err, &e);
+    if (st != COL_OK || first == t->dpn)
+        return st;
+    return col_err_set(err, COL_EIO, "%s failed on process %d of %d (its own message says why)", what, first, t->dpn);
+}
+
 #else /* a build without MPI: no communicator can exist, so a session is always one process */
 
 col_status lmt_dp_init(col_lm_trainer *t, col_err *err)
@@ -302,6 +331,18 @@ col_status lmt_dp_init(col_lm_trainer *t, col_err *err)
 size_t lmt_dp_capacity_multiple(const col_lm_trainer *t) { return (void)t, 0; }
 col_status lmt_dp_layout(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
 void lmt_dp_free(col_lm_trainer *t) { (void)t; }
+
+col_status lmt_dp_buffer(col_lm_trainer *t, int64_t n, float **buf, col_err *err)
+{
+    (void)t, (void)n, (void)buf;
+    return col_err_set(err, COL_EINTERNAL, "data parallel: a buffer without MPI");
+}
+
+col_status lmt_dp_agree(col_lm_trainer *t, col_status st, const char *what, col_err *err)
+{
+    (void)t, (void)what, (void)err;
+    return st;
+}
 
 col_status lmt_dp_weights(col_lm_trainer *t, const int32_t *targets, int na, float *w, col_err *err)
 {
