@@ -89,7 +89,11 @@ struct col_lm_trainer {
     int ndc;                  /* trained chunk pairs: gradient chunk dgc[j], the parameter chunk dpc[j] with the same layout */
     int *dgc, *dpc;
     bool params_partial;      /* ZeRO 3: the parameters hold only this process's pieces */
-    double dp_comm_s;         /* time in the last step's gradient and parameter exchanges */
+    double dp_comm_s;         /* time in the last step's gradient and parameter exchanges (with overlap: the
+                                 training graph's run, during which they went on) */
+    double dp_wait_s;         /* with overlap: the part of the last step spent blocked waiting for them */
+    bool dp_last;             /* the training graph's next run is the step's last micro-batch */
+    struct lmt_dp_overlap *ov;/* the overlap's indices and requests (lm_dp.c) */
     float *dbuf;              /* lmt_dp_buffer's memory, dbuf_n floats */
     int64_t dbuf_n;
     uint64_t dp_bytes;        /* bytes this process handed to those exchanges in the last step */
@@ -131,6 +135,11 @@ col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err);
 col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err);
 /* ZeRO 3: the whole parameters again before a graph reads them (nothing when they are whole). */
 col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err);
+/* Runs the training plan (no compute tier) with the exchanges overlapping it: at ZeRO 3 the parameter chunks
+ * gathered just before their first use, and on the step's last micro-batch (last) each gradient chunk's
+ * reduction started once the ops adding into it have run (lmt_dp_reduce_grads then waits for them). */
+col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err);
+void lmt_dp_overlap_free(col_lm_trainer *t);
 /* The f32 in-memory optimizer step over this process's spans (lmt_optimize's f32 path with data parallelism). */
 col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err);
 /* Tensor i's kind-k memory (k >= 2: a state slot or the master) whole on process 0 in buf (n floats): every
