@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_comm.sh - the collectives (libcore/comm) under mpirun: tests/test_comm
-# and tests/test_comm_stats (the traffic counters) with 2, 3 and 4 processes
-# (their TAP lines come from rank 0, renumbered here),
+# and tests/test_comm_stats (the traffic counters) with 2, 3 and 4 processes,
+# tests/test_stats_comm (a rank's statistics for colossal-top) with 3 (their
+# TAP lines come from rank 0, renumbered here),
 # then a rank killed with -9 in the middle of a loop of all-reduces: the job
 # must end well within a few times the survivors' 5-second wait bound, with a
 # message naming the dead rank. Under the launcher's default the launcher
@@ -11,6 +12,7 @@
 set -u
 TEST_COMM=${TEST_COMM:-tests/test_comm}
 TEST_COMM_STATS=${TEST_COMM_STATS:-tests/test_comm_stats}
+TEST_STATS_COMM=${TEST_STATS_COMM:-tests/test_stats_comm}
 MPIRUN=${MPIRUN:-mpirun}
 n=0
 fails=0
@@ -67,6 +69,8 @@ done
 for np in 2 3 4; do
     run_np "$TEST_COMM_STATS" counters "$np" 20
 done
+# a rank of a parallel run in the published statistics (apps/stats_comm)
+run_np "$TEST_STATS_COMM" stats 3 4
 
 # ---- a rank killed with -9 in the middle of the collectives ----
 # kill_run NAME MPIRUN-OPTIONS...: 3 processes, rank 1 dies at iteration 20; the output in $tmp/NAME, each
