@@ -18,14 +18,16 @@
 /* Collective over world (every rank calls it): rank 0 names the run
  * "<host>-<pid>-<epoch seconds>" and broadcasts the name (64 bytes, counted
  * in world's traffic); every rank sets it, its rank in world and world's
- * size in d (mt_stats_set_rank). On error d is unchanged and err says why
- * (a broken communicator: the run cannot go on anyway). */
+ * size in d (mt_stats_set_rank). A rank without statistics (its publisher
+ * could not be made) must still call it, with d NULL: the broadcast needs
+ * every rank. On error d is unchanged and err says why (a broken
+ * communicator: the run cannot go on anyway). */
 col_status app_stats_join_run(mt_stats_data *d, col_comm *world, col_err *err);
 
 /* Sets d's collectives fields (mt_stats_set_comm) to the sum of the
  * counters of the n communicators in comms (NULL entries skipped; list each
  * communicator once: each counts only its own operations, so a split and
- * its parent add up without counting anything twice). */
+ * its parent add up without counting anything twice). d NULL: nothing. */
 void app_stats_set_comm(mt_stats_data *d, const col_comm *const *comms, int n);
 
 #endif

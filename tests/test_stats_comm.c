@@ -102,6 +102,17 @@ int main(int argc, char **argv)
     check(ok, detail, "app_stats_set_comm: the sums of the communicators' counters (NULL skipped): broadcast, "
                       "all-reduce, all-gather, barrier");
 
+    /* a rank without statistics still takes part in the broadcast */
+    col_comm_stats before;
+    col_comm_get_stats(world, &before);
+    st = app_stats_join_run(NULL, world, &e);
+    app_stats_set_comm(NULL, comms, 3);
+    col_comm_get_stats(world, &a);
+    snprintf(detail, sizeof detail, "%s; ops %llu -> %llu", st == COL_OK ? "ok" : e.msg,
+             (unsigned long long)before.ops, (unsigned long long)a.ops);
+    check(st == COL_OK && a.ops == before.ops + 1, detail, "app_stats_join_run without statistics (NULL): still "
+                                                           "the broadcast, on every rank");
+
     /* ---- published: every rank reads every rank's segment ---- */
     mt_stats_pub *pub = NULL;
     st = mt_stats_create("test-stats-comm", &pub, &e);
