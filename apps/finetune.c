@@ -517,6 +517,7 @@ static void publish(run *r, const col_lm_step_info *info, double tok_s, double s
     /* what the trainer did not count (data loading, evaluation, this) goes with compute */
     double other = step_s - info->compute_s - info->wait_s - info->optim_s;
     mt_stats_add_step_times(d, info->compute_s + (other > 0 ? other : 0), info->wait_s, info->optim_s);
+    ft_par_stats_step(&r->par, d);
     mt_stats_publish(r->pub, d);
 }
 
@@ -811,6 +812,7 @@ int main(int argc, char **argv)
     agreed = true;
     if (!ft_par_all_ok(&r.par, true, &err))
         goto out;
+    ft_par_stats_join(&r.par, r.pub ? r.sd : NULL);
     rc = train(&r);
 out:
     if (!agreed && rc != 0 && !o->eval_only)

@@ -11,6 +11,7 @@
 #include "apperr.h"
 #include "device.h"
 #include "memopts.h"
+#include "mt_stats.h"
 #include "dataset.h"
 #include "lm_trainer.h"
 #include "optim.h"
@@ -114,6 +115,10 @@ int ft_par_check(ft_opts *o, const ft_par *p);
 static inline bool ft_par_leader(const ft_par *p) { return p->rank == 0; }
 /* This process's rows of na micro-batches of batch rows of seq tokens, moved to the front of ids and tg. */
 void ft_par_share(const ft_par *p, int batch, int seq, int na, int32_t *ids, int32_t *tg);
+/* colossal-top: this process shown as a rank of the run - joining (collective: every process calls it, d NULL
+ * for one without statistics) and the collectives' traffic before each publish. Nothing for a run of one. */
+void ft_par_stats_join(const ft_par *p, mt_stats_data *d);
+void ft_par_stats_step(const ft_par *p, mt_stats_data *d);
 /* Whether every process succeeded (ok here): false on all when one failed. A process that succeeded gets in
  * why (may be NULL) the reason it is told otherwise: the collective's own error when the others cannot be
  * reached, else that another process failed. */

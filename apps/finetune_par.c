@@ -11,6 +11,7 @@
 
 #ifdef COL_WITH_COMM
 #include "comm.h"
+#include "stats_comm.h"
 
 /* whether a launcher started this process as part of a run (its environment says so) */
 static bool launched(void)
@@ -118,6 +119,21 @@ bool ft_par_all_ok(const ft_par *p, bool ok, col_err *why)
     return all;
 }
 
+void ft_par_stats_join(const ft_par *p, mt_stats_data *d)
+{
+    col_err err = {0};
+    if (p->world && app_stats_join_run(d, p->world, &err) != COL_OK && p->rank == 0)
+        fprintf(stderr, "colossal-finetune: note: colossal-top will not group the run's processes (%s)\n", err.msg);
+}
+
+void ft_par_stats_step(const ft_par *p, mt_stats_data *d)
+{
+    if (!p->world)
+        return;
+    const col_comm *comms[] = {p->world, p->dp};
+    app_stats_set_comm(d, comms, 2);
+}
+
 #else /* a build without MPI: every run is one process */
 
 int ft_par_open(ft_opts *o, ft_par *p)
@@ -133,6 +149,8 @@ int ft_par_open(ft_opts *o, ft_par *p)
 }
 
 void ft_par_close(ft_par *p) { (void)p; }
+void ft_par_stats_join(const ft_par *p, mt_stats_data *d) { (void)p, (void)d; }
+void ft_par_stats_step(const ft_par *p, mt_stats_data *d) { (void)p, (void)d; }
 int ft_par_check(ft_opts *o, const ft_par *p) { return (void)o, (void)p, 0; }
 bool ft_par_all_ok(const ft_par *p, bool ok, col_err *why) { return (void)p, (void)why, ok; }
 #endif

@@ -88,6 +88,7 @@ struct col_comm {
     bool broken;
     col_err broken_err;
     int pending;           /* requests not yet waited for */
+    col_comm_stats stats;  /* this communicator's traffic (comm.h); counted by comm.c alone */
     void *impl;            /* the transport's */
 };
 
