@@ -354,6 +354,7 @@ col_status col_comm_wait(col_comm_req *r, col_err *err)
     long pause_ns = 0;
     bool done = false;
     col_status st;
+    r->in_wait = true;
     while ((st = step(r, &done, err)) == COL_OK && !done) {
         double waited = col_seconds() - start;
         if (waited >= c->timeout_s) {

@@ -47,6 +47,13 @@
  *     The default (COL_ORDER_TRANSPORT) is the transport's own algorithm:
  *     faster, equal on all ranks, but not reproducible against one process.
  *
+ * A rank-ordered all-reduce on MPI takes two collectives (the sums of a
+ * segment each, then an all-gather of them); the second starts inside
+ * col_comm_wait, never col_comm_test, whose outcome depends on timing while
+ * every rank must start its collectives in the same order. col_comm_test
+ * moves such a request's first half along and never reports it done: its
+ * col_comm_wait finishes it.
+ *
  * A communicator is used by one thread at a time. Nothing here prints or
  * exits.
  */

@@ -478,7 +478,8 @@ col_status lmt_dp_gather_state(col_lm_trainer *t, int k, int i, float *buf, col_
         if (n == 0 || (r != t->dpr && t->dpr != 0))
             continue;
         void *p = NULL;
-        if (r == t->dpr && (st = lmt_get(t, k, i, false, &p, err)) != COL_OK)
+        /* (lmt_get, without the call back into lm_trainer_tiers.c) */
+        if (r == t->dpr && (st = mt_stage_get(t->stage, t->ref[k * t->nt + i], false, &p, err)) != COL_OK)
             break;
         if (r == 0)
             memcpy(buf + off, p, sizeof(float) * (size_t)n);
