@@ -29,6 +29,8 @@ typedef struct {
     app_device_kind kind;
     int index;     /* the GPU's number (cuda:N; "cuda" is 0) */
     char text[16]; /* as given ("cuda", "cuda:1"), for messages */
+    int local;     /* this process's rank among a parallel run's processes on its host (0 alone): the automatic
+                      choice and "cuda" take GPU local modulo the GPUs there, one GPU per process */
 } app_device_choice;
 
 /* The lines of --help for --device. */
@@ -59,7 +61,7 @@ typedef struct {
     bool ready;         /* be is made (free it with app_device_close) */
     bool gpu;           /* a GPU: be has device memory (be.mem) */
     int index;          /* the GPU's number */
-    char name[16];      /* "cpu", "cuda:0" */
+    char name[24];      /* "cpu", "cuda:0" */
     char label[360];    /* "cuda:0: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cpu" */
     char desc[400];     /* the label with the GPU's memory ("..., 79.1 GiB"), or "cpu: 2 threads, OpenBLAS Haswell" */
     char note[400];     /* the automatic choice took the CPU although a GPU was seen: why ("" otherwise) */

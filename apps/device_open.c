@@ -53,9 +53,10 @@ int app_device_open(const app_device_choice *c, app_device *d, col_err *err)
         char note[sizeof d->note] = "";
         col_err e = {0};
         if (n > 0) {
-            if (open_gpu(d, 0, &e) == COL_OK)
+            int g = c->local > 0 ? c->local % n : 0;
+            if (open_gpu(d, g, &e) == COL_OK)
                 return 0;
-            snprintf(note, sizeof note, "cuda:0 cannot be used (%.300s): running on the CPU", e.msg);
+            snprintf(note, sizeof note, "cuda:%d cannot be used (%.300s): running on the CPU", g, e.msg);
         }
         int rc = open_cpu(d, err);
         if (rc == 0)
@@ -76,7 +77,8 @@ int app_device_open(const app_device_choice *c, app_device *d, col_err *err)
                     "cuda:0 or --device cpu", c->text, c->index, n, have);
         return 2;
     }
-    col_status st = open_gpu(d, c->index, err);
+    int index = c->local > 0 && strcmp(c->text, "cuda") == 0 ? c->local % n : c->index; /* (no number given) */
+    col_status st = open_gpu(d, index, err);
     if (st == COL_OK)
         return 0;
     if (st == COL_EUNSUPPORTED) {

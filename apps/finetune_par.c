@@ -51,6 +51,7 @@ int ft_par_open(ft_opts *o, ft_par *p)
     }
     p->rank = col_comm_rank(p->world);
     p->size = col_comm_size(p->world);
+    o->device.local = col_comm_local_rank(p->world); /* one GPU per process on a host */
     char msg[300];
     int pp = o->pp ? o->pp : 1, dp = o->dp ? o->dp : p->size / pp;
     if (pp > 1) {

@@ -13,10 +13,14 @@
  * A step: the micro-batch losses are weighted by their counted targets over
  * the step's counted targets on every process (so the sum of the processes'
  * gradients is the gradient of the mean loss over all rows), the gradient
- * chunks are summed (ZeRO 1: all-reduce; 2 and 3: reduce-scatter, each piece
- * to its owner), each process updates its spans with norms summed over the
+ * chunks are reduce-scattered (each piece's sum to its owner, which is all
+ * its optimizer needs; ZeRO 1 keeps the other pieces' memory, 2 and 3 give it
+ * back), each process updates its spans with norms summed over the
  * processes, and the updated pieces are all-gathered (1, 2) or, at ZeRO 3,
- * kept apart until the next use. Sums run in rank order (COL_ORDER_RANK):
+ * kept apart until the next use. Per step and process that moves 2 Psi
+ * (P - 1) / P bytes at every stage (Psi: the chunks' bytes): ZeRO 3 keeps
+ * the gathered parameters through the backward pass instead of gathering
+ * them twice (the paper's 3 Psi), trading that memory for the traffic. Sums run in rank order (COL_ORDER_RANK):
  * every process gets the same bits, whatever the transport.
  */
 #include <math.h>
@@ -193,9 +197,9 @@ static void discard_others(col_lm_trainer *t, int c)
     mt_chunk_discard(t->pool, c, (size_t)(t->dpr + 1) * piece, (size_t)(t->dpn - t->dpr - 1) * piece);
 }
 
-/* one collective per chunk pair, all started before any is waited for: op 0 all-reduce, 1 reduce-scatter,
- * 2 all-gather; on gradient chunks (grads) or parameter chunks */
-static col_status exchange(col_lm_trainer *t, int op, bool grads, col_err *err)
+/* one collective per chunk pair, all started before any is waited for: the gradient chunks reduce-scattered
+ * (grads), or the parameter chunks all-gathered */
+static col_status exchange(col_lm_trainer *t, bool grads, col_err *err)
 {
     col_comm_req **req = calloc((size_t)t->ndc + 1, sizeof *req);
     if (!req)
@@ -208,20 +212,18 @@ static col_status exchange(col_lm_trainer *t, int op, bool grads, col_err *err)
         int c = grads ? t->dgc[j] : t->dpc[j];
         char *base = mt_chunk_host(t->pool, c);
         size_t cap = capacity(t, c), piece = cap / (size_t)t->dpn;
-        if (op == 0)
-            st = col_comm_all_reduce_async(t->dp, base, base, cap / es, t->dt, COL_RED_SUM, &req[j], err);
-        else if (op == 1)
+        if (grads)
             st = col_comm_reduce_scatter_async(t->dp, base, base + (size_t)t->dpr * piece, piece / es, t->dt,
                                                COL_RED_SUM, &req[j], err);
         else
             st = col_comm_all_gather_async(t->dp, base + (size_t)t->dpr * piece, base, piece / es, t->dt, &req[j],
                                            err);
-        t->dp_bytes += op == 2 ? piece : cap;
+        t->dp_bytes += grads ? cap : piece;
     }
     col_err werr = {0};
     col_status ws = col_comm_wait_all(req, j, &werr);
     free(req);
-    t->dp_comm_s += col_seconds() - t0;
+    t->dp_wait_s += col_seconds() - t0; /* all of it blocks the step */
     if (st == COL_OK && ws != COL_OK)
         st = col_err_copy(err, &werr);
     return st;
@@ -231,7 +233,7 @@ col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err)
 {
     if (!t->dp)
         return COL_OK;
-    col_status st = t->ov && t->ov->reducing ? overlap_finish(t, err) : exchange(t, t->zero == 1 ? 0 : 1, true, err);
+    col_status st = t->ov && t->ov->reducing ? overlap_finish(t, err) : exchange(t, true, err);
     for (int j = 0; j < t->ndc && st == COL_OK && t->zero > 1; j++)
         discard_others(t, t->dgc[j]);
     return st;
@@ -325,8 +327,6 @@ static col_status start_reduce(col_lm_trainer *t, int j, col_comm_req **req, col
     char *base = mt_chunk_host(t->pool, c);
     size_t cap = capacity(t, c), piece = cap / (size_t)t->dpn, es = col_dtype_size(t->dt);
     t->dp_bytes += cap;
-    if (t->zero == 1)
-        return col_comm_all_reduce_async(t->dp, base, base, cap / es, t->dt, COL_RED_SUM, req, err);
     return col_comm_reduce_scatter_async(t->dp, base, base + (size_t)t->dpr * piece, piece / es, t->dt, COL_RED_SUM,
                                          req, err);
 }
@@ -368,9 +368,11 @@ static col_status overlap_hook(void *user, const col_plan *p, int i, col_node *n
 
 col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err)
 {
-    bool gather = t->params_partial, reduce = last && !t->cfg.dp_serial;
-    if (!t->dp || (!gather && !reduce))
-        return gather ? lmt_dp_need_params(t, err) : col_plan_run(plan, t->be, err);
+    bool gather = t->params_partial && !t->cfg.dp_serial, reduce = last && !t->cfg.dp_serial;
+    if (!t->dp || (!gather && !reduce)) {
+        col_status ps = lmt_dp_need_params(t, err);
+        return ps == COL_OK ? col_plan_run(plan, t->be, err) : ps;
+    }
     col_status st = overlap_index(t, plan, err);
     if (st != COL_OK)
         return st;
@@ -379,7 +381,6 @@ col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err
     o->wait_s = 0;
     o->reducing = reduce;
     o->gathering = gather;
-    double t0 = col_seconds();
     size_t es = col_dtype_size(t->dt);
     for (int k = 0; k < t->ndc && gather && st == COL_OK; k++) { /* in the order the graph needs them */
         int j = o->p_ord[k], c = t->dpc[j];
@@ -398,7 +399,8 @@ col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err
         }
     t->params_partial = false;
     o->gathering = false;
-    t->dp_comm_s += col_seconds() - t0; /* the run's time: the part of it waiting is o->wait_s */
+    t->dp_wait_s += o->wait_s;
+    o->wait_s = 0;
     return st;
 }
 
@@ -415,7 +417,8 @@ static col_status overlap_finish(col_lm_trainer *t, col_err *err)
             st = st == COL_OK ? w : st;
         }
     o->reducing = false;
-    t->dp_wait_s = o->wait_s;
+    t->dp_wait_s += o->wait_s;
+    o->wait_s = 0;
     return st;
 }
 
@@ -424,7 +427,7 @@ col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err)
     if (!t->dp)
         return COL_OK;
     if (t->zero < 3)
-        return exchange(t, 2, false, err);
+        return exchange(t, false, err);
     for (int j = 0; j < t->ndc; j++)
         discard_others(t, t->dpc[j]);
     t->params_partial = true;
@@ -435,7 +438,7 @@ col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err)
 {
     if (!t->dp || !t->params_partial)
         return COL_OK;
-    col_status st = exchange(t, 2, false, err);
+    col_status st = exchange(t, false, err);
     if (st == COL_OK)
         t->params_partial = false;
     return st;
@@ -564,198 +567,6 @@ col_status lmt_dp_sum_d(col_lm_trainer *t, double local, double *global, col_err
 }
 
 col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
-/* ---- overlap with the training graph (no compute tier: its ops run here one after the other) ----
- * Before the last micro-batch of a step, each gradient chunk's reduction starts as soon as the last op adding
- * into it has run (the hook before each op); at ZeRO 3 every parameter chunk's gather starts before the first
- * op and is waited for just before the first op that reads the chunk. Between ops the hook moves the MPI
- * requests along (col_comm_test), so the transfers run while the graph computes. */
-struct lmt_dp_overlap {
-    const col_plan *plan;       /* the plan the indices below are for */
-    int *g_last, *p_first;      /* per chunk pair: the last op accumulating into its gradient chunk, the first op
-                                   reading its parameter chunk (-1: none) */
-    int *g_ord, *p_ord;         /* pairs by g_last, by p_first */
-    col_comm_req **greq, **preq;
-    int gi, pi;                 /* the next pair in each order to start (reductions) or wait for (gathers) */
-    bool reducing, gathering;
-    double wait_s;              /* time blocked in waits this step */
-};
-
-static int chunk_pair(const col_lm_trainer *t, const void *addr, bool grad)
-{
-    int c;
-    size_t off;
-    if (!addr || !mt_locate(t->pool, addr, &c, &off))
-        return -1;
-    for (int j = 0; j < t->ndc; j++)
-        if ((grad ? t->dgc[j] : t->dpc[j]) == c)
-            return j;
-    return -1;
-}
-
-/* pairs 0..n-1 sorted by key[] (insertion sort: a few hundred chunks at most); -1 keys last */
-static void order_by(int *ord, const int *key, int n)
-{
-    for (int j = 0; j < n; j++) {
-        int v = ord[j] = j, k = j;
-        while (k > 0 && (key[ord[k - 1]] < 0 || (key[v] >= 0 && key[ord[k - 1]] > key[v]))) {
-            ord[k] = ord[k - 1];
-            k--;
-        }
-        ord[k] = v;
-    }
-}
-
-static col_status overlap_index(col_lm_trainer *t, const col_plan *plan, col_err *err)
-{
-    lmt_dp_overlap *o = t->ov;
-    if (o && o->plan == plan)
-        return COL_OK;
-    lmt_dp_overlap_free(t);
-    int n = t->ndc;
-    o = t->ov = calloc(1, sizeof *o);
-    if (o) {
-        o->g_last = malloc(sizeof(int) * 4 * (size_t)(n + 1));
-        o->greq = calloc(2 * (size_t)(n + 1), sizeof *o->greq);
-    }
-    if (!o || !o->g_last || !o->greq)
-        return col_err_set(err, COL_ENOMEM, "data parallel: out of memory");
-    o->p_first = o->g_last + n + 1;
-    o->g_ord = o->p_first + n + 1;
-    o->p_ord = o->g_ord + n + 1;
-    o->preq = o->greq + n + 1;
-    o->plan = plan;
-    for (int j = 0; j < n; j++)
-        o->g_last[j] = o->p_first[j] = -1;
-    for (int i = 0; i < col_plan_length(plan); i++) {
-        col_node *node = col_plan_node(plan, i);
-        if (node->op == COL_OP_ACCUMULATE && node->nsrc > 1) {
-            int j = chunk_pair(t, node->src[1]->grad_data, true);
-            if (j >= 0)
-                o->g_last[j] = i;
-            continue;
-        }
-        for (int s = 0; s < node->nsrc; s++) {
-            col_node *leaf = (node->src[s]->flags & COL_NODE_VIEW) ? node->src[s]->view_base : node->src[s];
-            int j = leaf->op == COL_OP_LEAF ? chunk_pair(t, leaf->bound, false) : -1;
-            if (j >= 0 && o->p_first[j] < 0)
-                o->p_first[j] = i;
-        }
-    }
-    order_by(o->g_ord, o->g_last, n);
-    order_by(o->p_ord, o->p_first, n);
-    return COL_OK;
-}
-
-void lmt_dp_overlap_free(col_lm_trainer *t)
-{
-    if (!t->ov)
-        return;
-    free(t->ov->g_last);
-    free(t->ov->greq);
-    free(t->ov);
-    t->ov = NULL;
-}
-
-static col_status start_reduce(col_lm_trainer *t, int j, col_comm_req **req, col_err *err)
-{
-    int c = t->dgc[j];
-    char *base = mt_chunk_host(t->pool, c);
-    size_t cap = capacity(t, c), piece = cap / (size_t)t->dpn, es = col_dtype_size(t->dt);
-    t->dp_bytes += cap;
-    if (t->zero == 1)
-        return col_comm_all_reduce_async(t->dp, base, base, cap / es, t->dt, COL_RED_SUM, req, err);
-    return col_comm_reduce_scatter_async(t->dp, base, base + (size_t)t->dpr * piece, piece / es, t->dt, COL_RED_SUM,
-                                         req, err);
-}
-
-static col_status timed_wait(col_lm_trainer *t, col_comm_req **req, col_err *err)
-{
-    double t0 = col_seconds();
-    col_status st = col_comm_wait(*req, err);
-    *req = NULL;
-    t->ov->wait_s += col_seconds() - t0;
-    return st;
-}
-
-/* before op i: reductions of the gradient chunks complete before it, waits for the parameter chunks it is the
- * first to read, and a push to the oldest requests in flight */
-static col_status overlap_hook(void *user, const col_plan *p, int i, col_node *n, col_err *err)
-{
-    (void)p, (void)n;
-    col_lm_trainer *t = user;
-    lmt_dp_overlap *o = t->ov;
-    col_status st = COL_OK;
-    while (st == COL_OK && o->gathering && o->pi < t->ndc && o->p_first[o->p_ord[o->pi]] >= 0 &&
-           o->p_first[o->p_ord[o->pi]] <= i)
-        st = timed_wait(t, &o->preq[o->p_ord[o->pi++]], err);
-    while (st == COL_OK && o->reducing && o->gi < t->ndc && o->g_last[o->g_ord[o->gi]] >= 0 &&
-           o->g_last[o->g_ord[o->gi]] < i) {
-        int j = o->g_ord[o->gi++];
-        st = start_reduce(t, j, &o->greq[j], err);
-    }
-    bool done;
-    for (int k = 0; k < t->ndc && st == COL_OK; k++) /* the first request still in flight of each kind */
-        if (o->greq[k] && (st = col_comm_test(o->greq[k], &done, err)) == COL_OK && !done)
-            break;
-    for (int k = o->pi; k < t->ndc && st == COL_OK && o->gathering; k++)
-        if (o->preq[o->p_ord[k]] && (st = col_comm_test(o->preq[o->p_ord[k]], &done, err)) == COL_OK && !done)
-            break;
-    return st;
-}
-
-col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err)
-{
-    bool gather = t->params_partial, reduce = last && !t->cfg.dp_serial;
-    if (!t->dp || (!gather && !reduce))
-        return gather ? lmt_dp_need_params(t, err) : col_plan_run(plan, t->be, err);
-    col_status st = overlap_index(t, plan, err);
-    if (st != COL_OK)
-        return st;
-    lmt_dp_overlap *o = t->ov;
-    o->gi = o->pi = 0;
-    o->wait_s = 0;
-    o->reducing = reduce;
-    o->gathering = gather;
-    double t0 = col_seconds();
-    size_t es = col_dtype_size(t->dt);
-    for (int k = 0; k < t->ndc && gather && st == COL_OK; k++) { /* in the order the graph needs them */
-        int j = o->p_ord[k], c = t->dpc[j];
-        char *base = mt_chunk_host(t->pool, c);
-        size_t piece = capacity(t, c) / (size_t)t->dpn;
-        st = col_comm_all_gather_async(t->dp, base + (size_t)t->dpr * piece, base, piece / es, t->dt, &o->preq[j],
-                                       err);
-        t->dp_bytes += piece;
-    }
-    if (st == COL_OK)
-        st = col_plan_run_hooked(plan, t->be, overlap_hook, t, err);
-    for (int k = 0; k < t->ndc && gather; k++) /* chunks no op read */
-        if (o->preq[k]) {
-            col_status w = timed_wait(t, &o->preq[k], err);
-            st = st == COL_OK ? w : st;
-        }
-    t->params_partial = false;
-    o->gathering = false;
-    t->dp_comm_s += col_seconds() - t0; /* the run's time: the part of it waiting is o->wait_s */
-    return st;
-}
-
-/* the reductions the run left: those of chunks no op accumulated into, then every wait */
-static col_status overlap_finish(col_lm_trainer *t, col_err *err)
-{
-    lmt_dp_overlap *o = t->ov;
-    col_status st = COL_OK;
-    for (; o->gi < t->ndc && st == COL_OK; o->gi++)
-        st = start_reduce(t, o->g_ord[o->gi], &o->greq[o->g_ord[o->gi]], err);
-    for (int k = 0; k < t->ndc; k++)
-        if (o->greq[k]) {
-            col_status w = timed_wait(t, &o->greq[k], err);
-            st = st == COL_OK ? w : st;
-        }
-    o->reducing = false;
-    t->dp_wait_s = o->wait_s;
-    return st;
-}
-
 col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
 col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
 

@@ -61,8 +61,9 @@ typedef struct {
      * same functions in the same order (they are collective over dp); dp's reduction order is set to rank order.
      * The trained tensors' chunks are split into dp-size equal pieces; each process owns one piece per chunk and
      * keeps the optimizer states (and mixed-precision masters) of that piece only. zero: 1 - gradients
-     * all-reduced, each process updates its pieces, parameters all-gathered; 2 - gradients reduce-scattered (each
-     * process receives the sums of its pieces only, the other pieces' memory is given back); 3 - as 2, and
+     * reduce-scattered (each process receives the sums of its pieces, all its optimizer needs), each process
+     * updates its pieces, parameters all-gathered; 2 - as 1, and the other pieces' gradient memory is given back
+     * until the next backward pass; 3 - as 2, and
      * between an optimizer step and the next use of the weights each process holds only its pieces of the
      * parameters (gathered again, chunk by chunk, when a step, an evaluation or decoding needs them). A step's
      * micro-batch losses are weighted by their share of the step's counted targets across processes, so the
@@ -163,10 +164,10 @@ col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int
  * and decoding call it themselves). Nothing to do with one process. */
 int64_t col_lm_trainer_span(const col_lm_trainer *t, int i, int64_t *off);
 col_status col_lm_trainer_sync_params(col_lm_trainer *t, col_err *err);
-/* Where the last step's time and traffic went with data parallelism (0 with one process): the seconds the
- * gradient and parameter exchanges took (when they overlap the training graph, the graph's run is counted
- * whole), the seconds blocked waiting for them while overlapping, and the bytes this process handed to them. */
-void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *seconds, double *blocked, uint64_t *bytes);
+/* The last step's data parallel exchanges (0 with one process): the seconds the step was blocked on them (all
+ * of their time when they run after the backward pass, only the waits when they overlap it), and the bytes this
+ * process handed to them (a reduce-scatter's whole input, an all-gather's piece). */
+void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *blocked, uint64_t *bytes);
 
 /* Optimizer state slot (0: first moment / momentum, 1: second moment) of
  * parameter i, or NULL when the optimizer has no such slot. */

@@ -89,9 +89,7 @@ struct col_lm_trainer {
     int ndc;                  /* trained chunk pairs: gradient chunk dgc[j], the parameter chunk dpc[j] with the same layout */
     int *dgc, *dpc;
     bool params_partial;      /* ZeRO 3: the parameters hold only this process's pieces */
-    double dp_comm_s;         /* time in the last step's gradient and parameter exchanges (with overlap: the
-                                 training graph's run, during which they went on) */
-    double dp_wait_s;         /* with overlap: the part of the last step spent blocked waiting for them */
+    double dp_wait_s;         /* the last step's time blocked on its gradient and parameter exchanges */
     bool dp_last;             /* the training graph's next run is the step's last micro-batch */
     struct lmt_dp_overlap *ov;/* the overlap's indices and requests (lm_dp.c) */
     float *dbuf;              /* lmt_dp_buffer's memory, dbuf_n floats */
