@@ -16,8 +16,9 @@
  * chunks are reduce-scattered (each piece's sum to its owner, which is all
  * its optimizer needs; ZeRO 1 keeps the other pieces' memory, 2 and 3 give it
  * back), each process updates its spans with norms summed over the
- * processes, and the updated pieces are all-gathered (1, 2) or, at ZeRO 3,
- * kept apart until the next use. Per step and process that moves 2 Psi
+ * processes, and the updated pieces are all-gathered when the parameters are
+ * next used (the next step's forward pass, chunk by chunk as it reaches
+ * them; at ZeRO 3 the other pieces' memory is given back meanwhile). Per step and process that moves 2 Psi
  * (P - 1) / P bytes at every stage (Psi: the chunks' bytes): ZeRO 3 keeps
  * the gathered parameters through the backward pass instead of gathering
  * them twice (the paper's 3 Psi), trading that memory for the traffic. Sums run in rank order (COL_ORDER_RANK):
@@ -422,13 +423,15 @@ static col_status overlap_finish(col_lm_trainer *t, col_err *err)
     return st;
 }
 
+/* The other processes' updated pieces are gathered when the parameters are next used: by the next training
+ * run chunk by chunk as its ops reach them (lmt_dp_run), by anything else at once (lmt_dp_need_params). Until
+ * then the other pieces hold the last step's values (ZeRO 1, 2) or nothing (3: given back). */
 col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err)
 {
+    (void)err;
     if (!t->dp)
         return COL_OK;
-    if (t->zero < 3)
-        return exchange(t, false, err);
-    for (int j = 0; j < t->ndc; j++)
+    for (int j = 0; j < t->ndc && t->zero == 3; j++)
         discard_others(t, t->dpc[j]);
     t->params_partial = true;
     return COL_OK;

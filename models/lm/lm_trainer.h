@@ -62,10 +62,11 @@ typedef struct {
      * The trained tensors' chunks are split into dp-size equal pieces; each process owns one piece per chunk and
      * keeps the optimizer states (and mixed-precision masters) of that piece only. zero: 1 - gradients
      * reduce-scattered (each process receives the sums of its pieces, all its optimizer needs), each process
-     * updates its pieces, parameters all-gathered; 2 - as 1, and the other pieces' gradient memory is given back
-     * until the next backward pass; 3 - as 2, and
-     * between an optimizer step and the next use of the weights each process holds only its pieces of the
-     * parameters (gathered again, chunk by chunk, when a step, an evaluation or decoding needs them). A step's
+     * updates its pieces, and the pieces are all-gathered when the weights are next used (the next step's
+     * forward pass gathers each chunk just before its first reader; an evaluation, decoding, saving or
+     * col_lm_trainer_sync_params gathers them all); 2 - as 1, and the other pieces' gradient memory is given
+     * back until the next backward pass; 3 - as 2, and the other pieces' parameter memory is given back until
+     * the gather. A step's
      * micro-batch losses are weighted by their share of the step's counted targets across processes, so the
      * processes together compute the step one process computes on all the rows. NULL = one process. */
     struct col_comm *dp;
@@ -159,9 +160,10 @@ col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int
 
 /* Data parallelism (cfg.dp): the elements [*off, *off + n) of tensor i this process updates, whose optimizer
  * states (col_lm_trainer_state) and, under mixed precision, master (col_lm_trainer_param) it holds: returns n
- * (the whole tensor, 0 for a frozen one, with one process). Collective over dp: makes the parameters whole on
- * every process (ZeRO 3 holds only each process's pieces between a step and the next use; steps, evaluation
- * and decoding call it themselves). Nothing to do with one process. */
+ * (the whole tensor, 0 for a frozen one, with one process). Then, collective over dp: makes the parameters
+ * whole on every process (between a step and the next use of the weights only each process's own pieces are
+ * current; steps, evaluation, decoding and saving do it themselves, so call it before reading the weights
+ * directly). Nothing to do with one process. */
 int64_t col_lm_trainer_span(const col_lm_trainer *t, int i, int64_t *off);
 col_status col_lm_trainer_sync_params(col_lm_trainer *t, col_err *err);
 /* The last step's data parallel exchanges (0 with one process): the seconds the step was blocked on them (all
