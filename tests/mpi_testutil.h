@@ -2,7 +2,9 @@
  * makes the same checks in the same order; a check passes when it passed on
  * every rank (combined with plain MPI, not the library under test), and
  * rank 0 alone prints its TAP line, after the failing ranks' details as
- * comments. Include after testlib.h and <mpi.h>. */
+ * comments. Include after testlib.h and <mpi.h>. A test that counts its
+ * failed checks can wrap it:
+ *     #define check(ok, detail, ...) (g_failed += !tl_mpi_check((ok), (detail), __VA_ARGS__)) */
 #ifndef COL_TESTS_MPI_TESTUTIL_H
 #define COL_TESTS_MPI_TESTUTIL_H
 
@@ -11,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static bool tl_mpi_check(bool ok, const char *detail, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#include "status.h"
+
+static bool tl_mpi_check(bool ok, const char *detail, const char *fmt, ...) __attribute__((format(printf, 3, 4), unused));
 static bool tl_mpi_check(bool ok, const char *detail, const char *fmt, ...)
 {
     int rank = 0, size = 1, mine = ok, all = 0;
@@ -38,6 +42,31 @@ static bool tl_mpi_check(bool ok, const char *detail, const char *fmt, ...)
     if (rank == 0)
         TL_OK(all, "%s", name);
     return all;
+}
+
+/* The first failure of a check over many cases (its detail goes beside the check's line). */
+typedef struct {
+    bool ok;
+    char detail[400];
+} res;
+
+static void fail(res *r, const char *fmt, ...) __attribute__((format(printf, 2, 3), unused));
+static void fail(res *r, const char *fmt, ...)
+{
+    if (!r->ok)
+        return;
+    r->ok = false;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
+    va_end(ap);
+}
+
+static void expect_ok(res *r, col_status st, const col_err *e, const char *what) __attribute__((unused));
+static void expect_ok(res *r, col_status st, const col_err *e, const char *what)
+{
+    if (st != COL_OK)
+        fail(r, "%s: %s (%s)", what, col_status_name(st), e->msg);
 }
 
 #endif

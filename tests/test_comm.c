@@ -30,63 +30,11 @@
 #include "comm.h"
 #include "comm_mpi.h"
 #include "testlib.h"
+#include "mpi_testutil.h"
 
 static int g_rank, g_size, g_failed;
 
-/* one TAP line for a check every rank made: ok when every rank's ok; the
- * details of the ranks that failed go to rank 0 as comments */
-static void check(bool ok, const char *detail, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check(bool ok, const char *detail, const char *fmt, ...)
-{
-    int mine = ok, all = 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    char name[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    if (!all) {
-        enum { D = 400 };
-        char d[D] = "";
-        if (!ok)
-            snprintf(d, sizeof d, "%s", detail && *detail ? detail : "(no detail)");
-        char *alld = g_rank == 0 ? calloc((size_t)g_size, D) : NULL;
-        MPI_Gather(d, D, MPI_CHAR, alld, D, MPI_CHAR, 0, MPI_COMM_WORLD);
-        if (g_rank == 0) {
-            for (int r = 0; r < g_size; r++)
-                if (alld[(size_t)r * D])
-                    printf("# rank %d: %s\n", r, alld + (size_t)r * D);
-            free(alld);
-        }
-        g_failed++;
-    }
-    if (g_rank == 0)
-        TL_OK(all, "%s", name);
-}
-
-/* the first failure of a check over many cases */
-typedef struct {
-    bool ok;
-    char detail[400];
-} res;
-
-static void fail(res *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(res *r, const char *fmt, ...)
-{
-    if (!r->ok)
-        return;
-    r->ok = false;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
-    va_end(ap);
-}
-
-static void expect_ok(res *r, col_status st, const col_err *e, const char *what)
-{
-    if (st != COL_OK)
-        fail(r, "%s: %s (%s)", what, col_status_name(st), e->msg);
-}
+#define check(ok, detail, ...) (g_failed += !tl_mpi_check((ok), (detail), __VA_ARGS__))
 
 /* ---- inputs ---- */
 

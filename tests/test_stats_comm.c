@@ -17,37 +17,11 @@
 
 #include "stats_comm.h"
 #include "testlib.h"
+#include "mpi_testutil.h"
 
 static int g_rank, g_size, g_failed;
 
-static void check(bool ok, const char *detail, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check(bool ok, const char *detail, const char *fmt, ...)
-{
-    int mine = ok, all = 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    char name[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    if (!all) {
-        enum { D = 400 };
-        char d[D] = "";
-        if (!ok)
-            snprintf(d, sizeof d, "%s", detail && *detail ? detail : "(no detail)");
-        char *alld = g_rank == 0 ? calloc((size_t)g_size, D) : NULL;
-        MPI_Gather(d, D, MPI_CHAR, alld, D, MPI_CHAR, 0, MPI_COMM_WORLD);
-        if (g_rank == 0) {
-            for (int r = 0; r < g_size; r++)
-                if (alld[(size_t)r * D])
-                    printf("# rank %d: %s\n", r, alld + (size_t)r * D);
-            free(alld);
-        }
-        g_failed++;
-    }
-    if (g_rank == 0)
-        TL_OK(all, "%s", name);
-}
+#define check(ok, detail, ...) (g_failed += !tl_mpi_check((ok), (detail), __VA_ARGS__))
 
 int main(int argc, char **argv)
 {
