@@ -57,13 +57,21 @@ typedef struct {
     bool quiet_saved;
     col_outdir *od;         /* the output directory, locked for the run (NULL for --eval-only) */
     memwatch mw;            /* peak resident memory per phase, against the budgets' bound */
+    ft_par par;             /* the run's processes (mpirun, srun); one without a launcher */
 } run;
 
 static double now(void) { return col_seconds(); }
 
 /* one line for a failed call: the message, and the option of the setting at fault */
-static int fail(const col_err *e)
+/* With several processes, process 0 speaks for the run; another one only about the others (a timeout, a dead
+ * process), which process 0 may be unable to report. */
+static int fail_on(const ft_par *p, const col_err *e)
 {
+    if (p && !ft_par_leader(p)) {
+        if (e->code == COL_EIO && strstr(e->msg, "comm: "))
+            fprintf(stderr, "colossal-finetune: process %d: %s\n", p->rank, e->msg);
+        return 1;
+    }
     char line[APP_ERR_LINE_MAX];
     fprintf(stderr, "colossal-finetune: %s\n", app_err_line(e, ft_flag_of, line, sizeof line));
     return 1;
@@ -103,22 +111,30 @@ static int open_out(run *r, col_err *err)
 }
 
 /* writes the whole output directory at once (outdir.h) */
+/* With several processes every one takes part (the tensors come to process 0 chunk by chunk); process 0 alone
+ * writes, and all agree on the outcome. */
 static col_status save(run *r, bool final, col_err *err)
 {
-    const char *stage;
+    const char *stage = "";
+    bool leader = ft_par_leader(&r->par);
     /* LoRA: checkpoints keep base + adapter (resumable); the final export may merge */
     unsigned flags = final && r->o.merge_lora ? COL_SAVE_MERGE_LORA : 0;
-    col_status st = col_outdir_begin(r->od, &stage, err);
-    if (st != COL_OK)
-        return st;
+    col_status st = leader ? col_outdir_begin(r->od, &stage, err) : COL_OK;
+    if (!ft_par_all_ok(&r->par, st == COL_OK, err)) {
+        if (st == COL_OK && leader)
+            col_outdir_abort(r->od);
+        return st != COL_OK ? st : err->code;
+    }
     r->state.step = col_lm_trainer_steps(r->tr);
     if ((st = col_lm_trainer_save_model_ex(r->tr, stage, flags, err)) == COL_OK &&
-        (st = col_lm_trainer_save_optimizer(r->tr, stage, err)) == COL_OK &&
+        (st = col_lm_trainer_save_optimizer(r->tr, stage, err)) == COL_OK && leader &&
         (st = col_lm_source_copy_tokenizer(&r->src, stage, err)) == COL_OK &&
         (st = ft_state_write(stage, &r->o, &r->state, err)) == COL_OK)
         st = col_outdir_commit(r->od, err);
-    if (st != COL_OK)
+    if (st != COL_OK && leader)
         col_outdir_abort(r->od); /* a stage that could not be put in place is kept (the message says where) */
+    if (!ft_par_all_ok(&r->par, st == COL_OK, err) && st == COL_OK)
+        st = err->code;
     return st;
 }
 
@@ -196,8 +212,10 @@ static col_status make_trainer(run *r, col_err *err)
     tc.model = r->src.config;
     if (o->dropout >= 0)
         tc.model.dropout = o->dropout;
-    tc.batch = o->batch;
+    tc.batch = o->batch / r->par.dp_size; /* with data parallelism, this process's share of each micro-batch */
     tc.seq = o->seq;
+    tc.dp = r->par.dp;
+    tc.zero = o->zero;
     tc.grad_accum = o->grad_accum;
     tc.opt = ft_opt_config(o);
     if (isnan(o->lr) && (o->optimizer == COL_OPT_ADAMW || o->optimizer == COL_OPT_LAMB))
@@ -263,6 +281,7 @@ static col_status evaluate(run *r, double *loss, int *nb, col_err *err)
     for (int k = 0; k < n; k++) {
         float l;
         col_status st = col_dataset_val_batch(r->ds, k, r->o.batch, r->o.seq, r->ids, r->tg, err);
+        ft_par_share(&r->par, r->o.batch, r->o.seq, 1, r->ids, r->tg);
         if (st == COL_OK)
             st = col_lm_trainer_eval(r->tr, r->ids, r->tg, &l, NULL, err);
         if (st != COL_OK)
@@ -498,6 +517,7 @@ static void publish(run *r, const col_lm_step_info *info, double tok_s, double s
     /* what the trainer did not count (data loading, evaluation, this) goes with compute */
     double other = step_s - info->compute_s - info->wait_s - info->optim_s;
     mt_stats_add_step_times(d, info->compute_s + (other > 0 ? other : 0), info->wait_s, info->optim_s);
+    ft_par_stats_step(&r->par, d);
     mt_stats_publish(r->pub, d);
 }
 
@@ -527,12 +547,13 @@ static int train(run *r)
         col_status st = COL_OK;
         for (int k = 0; k < o->grad_accum && st == COL_OK; k++)
             st = col_dataset_next_batch(r->ds, &bs, o->batch, o->seq, r->ids + k * n, r->tg + k * n, &err);
+        ft_par_share(&r->par, o->batch, o->seq, o->grad_accum, r->ids, r->tg); /* this process's rows */
         col_lm_step_info info;
         if (st == COL_OK)
             st = col_lm_trainer_step(r->tr, r->ids, r->tg, &info, &err);
         if (st != COL_OK) {
             say(r, "%s", "");
-            rc = fail(&err);
+            rc = fail_on(&r->par, &err);
             break;
         }
         r->state.batches = bs;
@@ -550,7 +571,7 @@ static int train(run *r)
             int nb;
             mw_enter(&r->mw, MW_EVAL);
             if (evaluate(r, &vl, &nb, &err) != COL_OK) {
-                rc = fail(&err);
+                rc = fail_on(&r->par, &err);
                 break;
             }
             if (o->json)
@@ -562,7 +583,7 @@ static int train(run *r)
             char *text = NULL;
             mw_enter(&r->mw, MW_EVAL);
             if (sample(r, &text, &err) != COL_OK) {
-                rc = fail(&err);
+                rc = fail_on(&r->par, &err);
                 break;
             }
             if (o->json)
@@ -571,13 +592,22 @@ static int train(run *r)
                 say_sample(r, (long long)s, text);
             free(text);
         }
+        col_err why = {0};
+        if (!ft_par_all_ok(&r->par, !g_interrupted, &why) && !g_interrupted) { /* one process stopped: all stop */
+            if (why.code != COL_EIO || strncmp(why.msg, "comm:", 5) != 0) {
+                g_interrupted = SIGTERM;
+            } else { /* the others are gone: nothing can be saved together */
+                rc = fail_on(&r->par, &why);
+                break;
+            }
+        }
         bool last = s == o->steps || g_interrupted;
         if (last || (o->save_every > 0 && s % o->save_every == 0)) {
             mw_enter(&r->mw, MW_SAVE);
             if (save(r, s == o->steps, &err) != COL_OK) {
                 say(r, "%s", "");
                 col_err_prefix(&err, "saving step %lld", (long long)s);
-                rc = fail(&err);
+                rc = fail_on(&r->par, &err);
                 break;
             }
         }
@@ -591,7 +621,8 @@ static int train(run *r)
     }
     if (rc == 0 && g_interrupted) {
         say(r, "%s", "");
-        fprintf(stderr, "colossal-finetune: interrupted: step %lld saved in %s; continue with --resume %s\n",
+        if (ft_par_leader(&r->par))
+            fprintf(stderr, "colossal-finetune: interrupted: step %lld saved in %s; continue with --resume %s\n",
                 (long long)col_lm_trainer_steps(r->tr), o->out, o->out);
         return 130;
     }
@@ -621,6 +652,7 @@ static void cleanup(run *r)
     col_lm_source_close(&r->src);
     col_sampler_free(&r->sampler);
     app_device_close(&r->dev);
+    ft_par_close(&r->par);
     free(r->ids);
     free(r->tg);
     col_outdir_close(r->od);
@@ -646,9 +678,15 @@ int main(int argc, char **argv)
         ft_free(o);
         return fprintf(stderr, "colossal-finetune: %s\n", msg), 2;
     }
+    /* the run's processes (mpirun, srun) and their layout, before anything is opened */
+    if ((rc = ft_par_open(o, &r.par)) != 0) {
+        cleanup(&r);
+        return rc;
+    }
+    bool leader = ft_par_leader(&r.par), agreed = false;
     /* the device first: a GPU asked for but not usable is refused before anything is written */
     if ((rc = app_device_open(&o->device, &r.dev, &err)) != 0) {
-        fail(&err);
+        fail_on(&r.par, &err);
         cleanup(&r);
         return rc;
     }
@@ -657,18 +695,23 @@ int main(int argc, char **argv)
     /* (a resumed run keeps what its state says; LoRA runs in fp32 only, lm_precision.c) */
     if (r.dev.gpu && !o->resume[0] && !ft_given(o, "precision") && o->lora_rank == 0)
         o->precision = FT_GPU_DEFAULT_PRECISION;
-    if ((o->resume[0] || !o->eval_only) && (rc = open_out(&r, &err)) != 0) {
-        fail(&err);
+    if (leader && (o->resume[0] || !o->eval_only) && (rc = open_out(&r, &err)) != 0) {
+        fail_on(&r.par, &err);
         cleanup(&r);
         return rc;
     }
     if (o->resume[0] && !ft_resume_options(o, &r.state, &err)) {
-        rc = fail(&err) + (err.code == COL_EINVAL);
+        rc = fail_on(&r.par, &err) + (err.code == COL_EINVAL);
+        cleanup(&r);
+        return rc;
+    }
+    if ((rc = ft_par_check(o, &r.par)) != 0) {
         cleanup(&r);
         return rc;
     }
     if (o->resume[0] && r.state.step >= o->steps && !o->eval_only) {
-        printf("%s holds a finished run (%lld of %d steps): nothing to resume\n", o->resume, (long long)r.state.step,
+        if (leader)
+            printf("%s holds a finished run (%lld of %d steps): nothing to resume\n", o->resume, (long long)r.state.step,
                o->steps);
         cleanup(&r);
         return 0;
@@ -678,7 +721,7 @@ int main(int argc, char **argv)
     absolutize(o->tokenizer, sizeof o->tokenizer);
     r.tty = isatty(STDERR_FILENO) && !o->json && !o->quiet;
     rc = 1;
-    if (!o->eval_only && !ft_check_out(o, &err))
+    if (leader && !o->eval_only && !ft_check_out(o, &err))
         goto out;
     if (col_lm_source_open(o->model, o->tokenizer[0] ? o->tokenizer : NULL, false, &r.src, &err) != COL_OK)
         goto out;
@@ -724,7 +767,7 @@ int main(int argc, char **argv)
         }
         if (o->json)
             json_event("step", (double)col_lm_trainer_steps(r.tr), NULL, NULL, "val_loss", vl);
-        else
+        else if (leader)
             printf("validation loss %.6f over %d batches of %d x %d tokens\n", vl, nbat, o->batch, o->seq);
         rc = 0;
         goto out;
@@ -765,12 +808,19 @@ int main(int argc, char **argv)
         o->quiet = true;
         r.tty = false;
     }
+    /* every process ready (a failure before this point meets this agreement at out:) */
+    agreed = true;
+    if (!ft_par_all_ok(&r.par, true, &err))
+        goto out;
+    ft_par_stats_join(&r.par, r.pub ? r.sd : NULL);
     rc = train(&r);
 out:
+    if (!agreed && rc != 0 && !o->eval_only)
+        ft_par_all_ok(&r.par, false, NULL);
     if (r.tr && (rc == 0 || rc == 130) && (o->json || !o->quiet))
         mw_report(&r.mw, r.tr, o->json, stdout); /* peak resident memory against the budgets' bound */
     if (rc == 1 && err.msg[0])
-        fail(&err);
+        fail_on(&r.par, &err);
     cleanup(&r);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "apperr.h"
 #include "device.h"
 #include "memopts.h"
+#include "mt_stats.h"
 #include "dataset.h"
 #include "lm_trainer.h"
 #include "optim.h"
@@ -54,6 +55,9 @@ typedef struct {
     float lora_alpha;
     char lora_targets[256];
     bool merge_lora;
+    /* several processes: 0 = the default (dp = processes / pp, pp 1, micro-batches pp) */
+    int dp, pp, zero, micro_batches;
+    double comm_timeout;         /* seconds */
     /* output */
     bool json, quiet, overwrite, tui;
     /* the options as given (name, value) - what a resumed run replays */
@@ -91,6 +95,34 @@ void ft_free(ft_opts *o);
  * corpus), with the options o was given on top; false with msg (n bytes)
  * when one of them is refused. */
 bool ft_embedded_defaults(ft_opts *o, char *msg, size_t n);
+
+/* ---- finetune_par.c: several processes (mpirun, srun) ---- */
+struct col_comm;
+typedef struct {
+    struct col_comm *world, *dp; /* NULL for a run of one process */
+    int rank, size;              /* in the run */
+    int dp_size, dp_rank;        /* the data parallel group: processes splitting a step's rows */
+} ft_par;
+/* Joins the run when a launcher started this process (MPI's environment), sets o's layout defaults and checks
+ * the layout against the processes: 0, or the exit code after one line on stderr (2 for a bad layout, printed
+ * by process 0 only; 1 otherwise). A process started alone is a run of one (p->world NULL). */
+int ft_par_open(ft_opts *o, ft_par *p);
+void ft_par_close(ft_par *p);
+/* After the run's options are final (--resume replayed): the rows split between the groups (else exit code 2
+ * after one line from process 0), and the other processes made quiet. */
+int ft_par_check(ft_opts *o, const ft_par *p);
+/* whether this process prints and writes files: process 0, or the only one */
+static inline bool ft_par_leader(const ft_par *p) { return p->rank == 0; }
+/* This process's rows of na micro-batches of batch rows of seq tokens, moved to the front of ids and tg. */
+void ft_par_share(const ft_par *p, int batch, int seq, int na, int32_t *ids, int32_t *tg);
+/* colossal-top: this process shown as a rank of the run - joining (collective: every process calls it, d NULL
+ * for one without statistics) and the collectives' traffic before each publish. Nothing for a run of one. */
+void ft_par_stats_join(const ft_par *p, mt_stats_data *d);
+void ft_par_stats_step(const ft_par *p, mt_stats_data *d);
+/* Whether every process succeeded (ok here): false on all when one failed. A process that succeeded gets in
+ * why (may be NULL) the reason it is told otherwise: the collective's own error when the others cannot be
+ * reached, else that another process failed. */
+bool ft_par_all_ok(const ft_par *p, bool ok, col_err *why);
 
 /* ---- finetune_state.c ---- */
 typedef struct {

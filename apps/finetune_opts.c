@@ -36,6 +36,10 @@ static const ft_optdef optdefs[] = {
     {"nvme-queue-depth", true, true}, {"data-max", true, true},  {"ignore-extra-tensors", false, true},
     {"device", true, true},
     {"precision", true, false},
+    /* the process layout: a saved run resumes under another (the files are whole tensors), bit for bit under
+     * the same one */
+    {"dp", true, true},           {"pp", true, true},            {"zero", true, true},
+    {"micro-batches", true, true}, {"comm-timeout", true, true},
 };
 
 /* The compute precision when --precision is not given. On the CPU backend f32: bf16 measured 5-10% slower per
@@ -99,6 +103,13 @@ void ft_usage(FILE *f)
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "                         (by default an error: it often means config.json does not fit the weights)\n"
         "%s%s"
+        "Several processes (started by mpirun or srun: mpirun -np N colossal-finetune MODEL DATA ...):\n"
+        "  --dp D --pp P          D data parallel groups of P pipeline stages, D x P = N (default D = N, P = 1);\n"
+        "                         --batch stays the rows of a whole step, split between the groups\n"
+        "  --zero S               1: optimizer states split between the data parallel processes; 2 (default):\n"
+        "                         gradients too; 3: parameters too, gathered chunk by chunk when needed\n"
+        "  --micro-batches M      pipeline micro-batches per batch (default P)\n"
+        "  --comm-timeout SECS    give up when a process waits this long for the others (default 45)\n"
         "  --lora-rank R          train rank-R LoRA adapters instead of all weights; --lora-alpha A (default R)\n"
         "  --lora-targets LIST    modules to adapt, e.g. q_proj,v_proj (default: the architecture's usual)\n"
         "  --merge-lora           write the adapters merged into model.safetensors\n"
@@ -118,6 +129,8 @@ void ft_defaults(ft_opts *o)
     o->batch = 4;
     o->seq = 0; /* 256, capped at the model's positions */
     o->grad_accum = 1;
+    o->zero = 2;
+    o->comm_timeout = 45;
     o->shuffle = true;
     o->seed = 1337;
     o->val_percent = 5;
@@ -223,6 +236,18 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "steps")) return int_in(v, 1, 100000000, &o->steps) || BAD("--steps must be an integer in 1..1e8 (got '%s')", v);
     if (!strcmp(name, "batch")) return int_in(v, 1, 65536, &o->batch) || BAD("--batch must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "seq")) return int_in(v, 1, 1 << 20, &o->seq) || BAD("--seq must be an integer in 1..1048576 (got '%s')", v);
+    if (!strcmp(name, "dp")) return int_in(v, 1, 65536, &o->dp) || BAD("--dp must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "pp")) return int_in(v, 1, 65536, &o->pp) || BAD("--pp must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "zero")) return int_in(v, 1, 3, &o->zero) || BAD("--zero must be 1, 2 or 3 (got '%s')", v);
+    if (!strcmp(name, "micro-batches"))
+        return int_in(v, 1, 65536, &o->micro_batches) || BAD("--micro-batches must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "comm-timeout")) {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        return (*v && !*end && !errno && x > 0 && x <= 86400 && (o->comm_timeout = x, true)) ||
+               BAD("--comm-timeout must be seconds in (0, 86400] (got '%s')", v);
+    }
     if (!strcmp(name, "grad-accum")) return int_in(v, 1, 65536, &o->grad_accum) || BAD("--grad-accum must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "no-shuffle")) return !(o->shuffle = false);
     if (!strcmp(name, "seed")) {

@@ -4,8 +4,13 @@
  * and the loss. Refreshes every second (-d SECONDS) like top; keys switch
  * views (1 2 3), select a process (j/k, arrows) and quit (q).
  *
- * --json prints one snapshot of all processes for scripts; --once draws
- * one frame as text on stdout. Errors: one line on stderr, exit 1; usage
+ * The ranks of a parallel run (each publishes its own statistics with the
+ * same run id) are shown together under the run's header, one line each,
+ * by rank.
+ *
+ * --json prints one snapshot of all processes for scripts (each with its
+ * run id, rank, world size, device and collectives' traffic, and the runs
+ * with their ranks' pids); --once draws one frame as text on stdout. Errors: one line on stderr, exit 1; usage
  * errors exit 2. */
 #include <errno.h>
 #include <limits.h>
@@ -114,6 +119,7 @@ static int scan(top_proc *procs, const top_proc *prev, int nprev, const pid_filt
         k++;
     }
     free(s);
+    top_procs_group(procs, k);
     return k;
 }
 
@@ -151,6 +157,17 @@ static cJSON *proc_json(const top_proc *p)
     cJSON_AddStringToObject(o, "run", d->run);
     cJSON_AddNumberToObject(o, "start_time", s->start_time);
     cJSON_AddNumberToObject(o, "updated", d->updated);
+    /* a parallel run (run_id "" and world_size 1: a process on its own) and the rank's collectives */
+    bool rank = mt_stats_is_rank(d);
+    cJSON_AddStringToObject(o, "run_id", rank ? d->run_id : "");
+    cJSON_AddNumberToObject(o, "rank", rank ? d->world_rank : 0);
+    cJSON_AddNumberToObject(o, "world_size", rank ? d->world_size : 1);
+    cJSON_AddStringToObject(o, "device", d->device);
+    cJSON *cm = cJSON_AddObjectToObject(o, "comm");
+    cJSON_AddNumberToObject(cm, "sent", (double)d->comm_sent);
+    cJSON_AddNumberToObject(cm, "recv", (double)d->comm_recv);
+    cJSON_AddNumberToObject(cm, "wait", d->comm_wait);
+    cJSON_AddNumberToObject(cm, "ops", (double)d->comm_ops);
     cJSON_AddNumberToObject(o, "step", (double)d->step);
     cJSON_AddNumberToObject(o, "total_steps", (double)d->total_steps);
     cJSON_AddNumberToObject(o, "loss", d->loss);
@@ -214,6 +231,24 @@ static int print_json(const top_proc *procs, int n)
     cJSON *arr = cJSON_AddArrayToObject(root, "processes");
     for (int i = 0; i < n; i++)
         cJSON_AddItemToArray(arr, proc_json(&procs[i]));
+    /* the parallel runs: their ranks' pids by rank (procs come grouped: top_procs_group) */
+    cJSON *runs = cJSON_AddArrayToObject(root, "runs");
+    for (int i = 0; i < n; i++) {
+        const mt_stats_data *d = &procs[i].snap.d;
+        if (!procs[i].ok || !mt_stats_is_rank(d) || (i > 0 && top_same_run(&procs[i - 1], &procs[i])))
+            continue;
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "run_id", d->run_id);
+        cJSON_AddNumberToObject(r, "world_size", d->world_size);
+        cJSON *ranks = cJSON_AddArrayToObject(r, "ranks");
+        for (int j = i; j < n && top_same_run(&procs[j], &procs[i]); j++) {
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddNumberToObject(x, "rank", procs[j].snap.d.world_rank);
+            cJSON_AddNumberToObject(x, "pid", procs[j].pid);
+            cJSON_AddItemToArray(ranks, x);
+        }
+        cJSON_AddItemToArray(runs, r);
+    }
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!s) {

@@ -245,19 +245,130 @@ static int proc_block_rows(const canvas *c, const top_proc *p)
     return c->cols >= 100 ? 5 : 6;
 }
 
+bool top_same_run(const top_proc *a, const top_proc *b)
+{
+    return a->ok && b->ok && mt_stats_is_rank(&a->snap.d) && mt_stats_is_rank(&b->snap.d) &&
+           !strcmp(a->snap.d.run_id, b->snap.d.run_id);
+}
+
+static bool is_rank(const top_proc *p) { return p->ok && mt_stats_is_rank(&p->snap.d); }
+
+/* rows of procs[i] in the overview: a process's block, or a rank's line (after
+ * its run's header and column names when it is the first rank shown, and a
+ * blank line after the last) */
+static int overview_rows(const canvas *c, const top_proc *procs, int n, int i)
+{
+    if (!is_rank(&procs[i]))
+        return proc_block_rows(c, &procs[i]);
+    bool first = i == 0 || !top_same_run(&procs[i - 1], &procs[i]);
+    bool last = i == n - 1 || !top_same_run(&procs[i + 1], &procs[i]);
+    return (first ? 2 : 0) + 1 + (last ? 1 : 0);
+}
+
+/* "48.0M/64.0M", or "1.5G" without a budget */
+static void tier_cell(const mt_stats_data *d, mt_tier t, char *buf, size_t n)
+{
+    char u[16], b[16];
+    top_fmt_bytes((double)d->tier_used[t], u, sizeof u);
+    if (!d->tier_budget[t]) {
+        snprintf(buf, n, "%s", u);
+        return;
+    }
+    top_fmt_bytes((double)d->tier_budget[t], b, sizeof b);
+    snprintf(buf, n, "%s/%s", u, b);
+}
+
+/* the device's short name: up to its first ": " ("cuda:0"), "host" for host memory */
+static void device_short(const mt_stats_data *d, char *buf, size_t n)
+{
+    const char *colon = strstr(d->device, ": ");
+    int len = colon ? (int)(colon - d->device) : (int)strlen(d->device);
+    if (len == 0)
+        snprintf(buf, n, "host");
+    else
+        snprintf(buf, n, "%.*s", len, d->device);
+}
+
+static void fmt_wait(double s, char *buf, size_t n)
+{
+    if (!(s >= 0) || s > 1e9)
+        s = 0;
+    if (s < 60)
+        snprintf(buf, n, "%.1fs", s);
+    else
+        fmt_secs(s, buf, n);
+}
+
+/* The header of a parallel run: its id, program, run name, how many of its
+ * ranks publish, its uptime (rank 0's, else the first shown), then the
+ * column names. procs[i..] are its ranks, in order. Returns the next row. */
+static int draw_run_header(const canvas *c, int y, const top_proc *procs, int n, int i)
+{
+    int k = 0;
+    const top_proc *r0 = &procs[i];
+    for (int j = i; j < n && top_same_run(&procs[j], &procs[i]); j++, k++)
+        if (procs[j].snap.d.world_rank == 0)
+            r0 = &procs[j];
+    const mt_stats_data *d = &r0->snap.d;
+    char up[32];
+    fmt_secs(c->ui->now - r0->snap.start_time, up, sizeof up);
+    int x = put(c, y, 0, A_BOLD, " run %s  %s  %s  ", d->run_id, r0->snap.program, d->run[0] ? d->run : "-");
+    x = put(c, y, x, k < d->world_size ? A_BOLD | pair(c, PAIR_WARN) : A_BOLD, "%d of %d ranks", k, d->world_size);
+    put(c, y, x, A_BOLD, "  up %s", up);
+    put(c, y + 1, 0, A_DIM, " %-7s %4s %-8s %-11s %-11s %-11s %9s %7s %7s %7s %6s", "pid", "rank", "device",
+        "compute", "host", "nvme", "step", "loss", "sent", "recv", "wait");
+    return y + 2;
+}
+
+/* One rank's line: pid, rank, device, the tiers, step, loss, collectives' bytes and wait. */
+static int draw_rank_line(const canvas *c, int y, const top_proc *p, bool selected)
+{
+    const mt_stats_data *d = &p->snap.d;
+    attr_t a = selected ? A_REVERSE | A_BOLD : A_NORMAL;
+    if (selected)
+        put(c, y, 0, a, "%*s", c->cols, "");
+    char dev[MT_STATS_NAME_MAX], t[MT_NTIERS][40], step[48], loss[32], sent[16], recv[16], wait[32];
+    device_short(d, dev, sizeof dev);
+    for (int i = 0; i < MT_NTIERS; i++)
+        tier_cell(d, k_tiers[i], t[i], sizeof t[i]);
+    snprintf(step, sizeof step, "%lld/%lld", (long long)d->step, (long long)d->total_steps);
+    fmt_loss(d, loss, sizeof loss);
+    top_fmt_bytes((double)d->comm_sent, sent, sizeof sent);
+    top_fmt_bytes((double)d->comm_recv, recv, sizeof recv);
+    fmt_wait(d->comm_wait, wait, sizeof wait);
+    int x = put(c, y, 0, a, "%s%-7d %4d %-8.8s %-11s %-11s %-11s %9s %7s %7s %7s %6s", selected ? ">" : " ", p->pid,
+                (int)d->world_rank, dev, t[0], t[1], t[2], step, loss, sent, recv, wait);
+    double quiet = c->ui->now - d->updated;
+    if (d->updated == 0)
+        put(c, y, x + 1, a | pair(c, PAIR_WARN), "(nothing published yet)");
+    else if (quiet > 10 + 5 * c->ui->delay) {
+        char q[32];
+        fmt_secs(quiet, q, sizeof q);
+        put(c, y, x + 1, a | pair(c, PAIR_WARN), "(no update for %s)", q);
+    }
+    return y + 1;
+}
+
 static void draw_overview(const canvas *c, const top_proc *procs, int n)
 {
     int sel = c->ui->selected;
     /* scroll so the selected process is on screen */
     int first = 0, bottom = 2;
     for (int i = 0; i <= sel && i < n; i++)
-        bottom += proc_block_rows(c, &procs[i]);
+        bottom += overview_rows(c, procs, n, i);
     while (first < sel && bottom > c->rows)
-        bottom -= proc_block_rows(c, &procs[first++]);
+        bottom -= overview_rows(c, procs, n, first++);
     int y = 2;
     for (int i = first; i < n && y < c->rows; i++) {
         const top_proc *p = &procs[i];
-        int next = y + proc_block_rows(c, p);
+        int next = y + overview_rows(c, procs, n, i);
+        if (is_rank(p)) {
+            if (i == first || !top_same_run(&procs[i - 1], p))
+                y = draw_run_header(c, y, procs, n, i);
+            draw_rank_line(c, y, p, i == sel);
+            y = next;
+            continue;
+        }
         y = draw_proc_line(c, y, p, i == sel);
         if (p->ok) {
             const mt_stats_data *d = &p->snap.d;
@@ -386,6 +497,17 @@ static void draw_links(const canvas *c, const top_proc *p)
     top_fmt_bytes((double)d->nvme_written, nw, sizeof nw);
     put(c, y++, 1, A_NORMAL, "%-16s %12s", "nvme written", nw);
     y++;
+    if (is_rank(p)) { /* a rank of a parallel run: its collectives, all its communicators together */
+        char sent[16], recv[16], wait[32];
+        top_fmt_bytes((double)d->comm_sent, sent, sizeof sent);
+        top_fmt_bytes((double)d->comm_recv, recv, sizeof recv);
+        fmt_wait(d->comm_wait, wait, sizeof wait);
+        put(c, y++, 1, A_BOLD, "collectives: rank %d of %d, run %s", (int)d->world_rank, (int)d->world_size,
+            d->run_id);
+        put(c, y++, 1, A_NORMAL, "sent %s  received %s  blocked %s  %llu ops", sent, recv, wait,
+            (unsigned long long)d->comm_ops);
+        y++;
+    }
     put(c, y++, 1, A_BOLD, "%-16s %12s %14s", "step time", "last step", "all steps");
     const char *names[3] = {"compute", "waiting", "optimizer"};
     double last[3] = {d->step_compute, d->step_wait, d->step_optim};
@@ -480,6 +602,49 @@ bool top_view_key(top_ui *ui, int key, int n)
     if (ui->selected < 0)
         ui->selected = 0;
     return true;
+}
+
+typedef struct {
+    int group; /* the lowest pid of the process's run (its own pid when on its own) */
+    int rank;  /* in the run; 0 when on its own */
+    int pid;
+    int index;
+} group_key;
+
+static int cmp_group_key(const void *a, const void *b)
+{
+    const group_key *x = a, *y = b;
+    if (x->group != y->group)
+        return x->group < y->group ? -1 : 1;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+void top_procs_group(top_proc *procs, int n)
+{
+    if (n < 2)
+        return;
+    group_key *k = malloc((size_t)n * sizeof *k);
+    top_proc *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!k || !tmp) { /* out of memory: shown in pid order, ungrouped */
+        free(k), free(tmp);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        k[i] = (group_key){procs[i].pid, 0, procs[i].pid, i};
+        if (!is_rank(&procs[i]))
+            continue;
+        k[i].rank = procs[i].snap.d.world_rank;
+        for (int j = 0; j < n; j++)
+            if (procs[j].pid < k[i].group && top_same_run(&procs[i], &procs[j]))
+                k[i].group = procs[j].pid;
+    }
+    qsort(k, (size_t)n, sizeof *k, cmp_group_key);
+    for (int i = 0; i < n; i++)
+        tmp[i] = procs[k[i].index];
+    memcpy(procs, tmp, (size_t)n * sizeof *tmp);
+    free(k), free(tmp);
 }
 
 void top_proc_set(top_proc *p, const mt_stats_snapshot *s, const top_proc *prev)

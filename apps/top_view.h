@@ -3,9 +3,11 @@
  * its own run, so the drawing code exists once.
  *
  * Views (keys 1 2 3, or Tab): 1 overview - per process a bar per tier
- * (used / budget), the step, loss and its sparkline; 2 chunk map of the
- * selected process, coloured by tier; 3 bandwidth per link and the
- * step-time split. Up/Down or j/k select a process, q quits.
+ * (used / budget), the step, loss and its sparkline; the ranks of a
+ * parallel run under one header, a line each (device, tiers, step, loss,
+ * collectives' bytes and wait); 2 chunk map of the selected process,
+ * coloured by tier; 3 bandwidth per link, the step-time split, and a
+ * rank's collectives. Up/Down or j/k select a process, q quits.
  *
  * A program that shows its own run needs three calls:
  *     top_tui *t = top_tui_open("colossal-finetune");   (NULL: not a terminal)
@@ -47,6 +49,13 @@ typedef struct {
 /* Sets p from a fresh snapshot; prev (may be NULL) is the same process's
  * previous state, for the link rates. */
 void top_proc_set(top_proc *p, const mt_stats_snapshot *s, const top_proc *prev);
+
+/* Orders procs for showing: the ranks of a parallel run (mt_stats_is_rank,
+ * the same run id) together, by rank, where the run's lowest pid would be;
+ * every other process keeps its place (the list comes sorted by pid). */
+void top_procs_group(top_proc *procs, int n);
+/* Whether procs[i] and procs[j] are ranks of the same parallel run. */
+bool top_same_run(const top_proc *a, const top_proc *b);
 
 /* After initscr/newterm: colour pairs (when the terminal has colours) and
  * the character set (from the locale, which the caller has set with

@@ -117,6 +117,22 @@ void mt_stats_set_run(mt_stats_data *d, const char *run) { copy_name(d->run, run
 
 void mt_stats_set_device(mt_stats_data *d, const char *device) { copy_name(d->device, device); }
 
+void mt_stats_set_rank(mt_stats_data *d, const char *run_id, int rank, int size)
+{
+    copy_name(d->run_id, run_id);
+    if (size < 1)
+        size = 1;
+    d->world_size = size;
+    d->world_rank = rank < 0 ? 0 : rank >= size ? size - 1 : rank;
+}
+
+void mt_stats_set_comm(mt_stats_data *d, uint64_t sent, uint64_t recv, double wait_s, uint64_t ops)
+{
+    d->comm_sent = sent, d->comm_recv = recv, d->comm_wait = wait_s, d->comm_ops = ops;
+}
+
+bool mt_stats_is_rank(const mt_stats_data *d) { return d->run_id[0] && d->world_size > 1; }
+
 void mt_stats_push_loss(mt_stats_data *d, double loss)
 {
     d->loss_ring[d->nlosses % MT_STATS_LOSS_RING] = (float)loss;
@@ -484,6 +500,7 @@ col_status mt_stats_read_name(const char *name, mt_stats_snapshot *snap, col_err
         return col_err_set(e, COL_ESTATE, "%s: the process kept writing its statistics for 200 ms: try again", name);
     clean_text(snap->d.run, MT_STATS_NAME_MAX);
     clean_text(snap->d.device, MT_STATS_NAME_MAX);
+    clean_text(snap->d.run_id, MT_STATS_NAME_MAX);
     return COL_OK;
 }
 

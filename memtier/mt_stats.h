@@ -31,7 +31,8 @@
 #include "status.h"
 
 #define MT_STATS_MAGIC 0x53544154534c4f43ULL /* the bytes "COLSTATS" (little-endian); any other value: not ours */
-#define MT_STATS_VERSION 2u /* 2: the compute tier's device (name, memory used and total) */
+#define MT_STATS_VERSION 3u /* 2: the compute tier's device (name, memory used and total); 3: the rank of a
+                              parallel run (run id, world rank and size) and its collectives' traffic */
 #define MT_STATS_MAX_CHUNKS 4096 /* the chunk map holds the first this many chunks */
 #define MT_STATS_LOSS_RING 256   /* the last this many losses */
 #define MT_STATS_NAME_MAX 64     /* program and run names, NUL included */
@@ -66,6 +67,14 @@ typedef struct {
     double tokens_per_s;
     double step_compute, step_wait, step_optim;    /* the last step: compute, waiting for transfers, optimizer */
     double total_compute, total_wait, total_optim; /* all steps of this run so far */
+    /* A parallel run (version 3): each rank publishes its own segment with the same run_id. run_id "" (and
+       world_size 0 or 1): a process on its own. mt_stats_set_rank, mt_stats_set_comm. */
+    char run_id[MT_STATS_NAME_MAX];         /* the same on every rank of one run, e.g. rank 0's host, pid and
+                                               start time, broadcast by the app */
+    int32_t world_rank, world_size;         /* this process's rank in the run, and how many ranks it has */
+    uint64_t comm_sent, comm_recv;          /* cumulative bytes of the collectives (col_comm_stats' model) */
+    double comm_wait;                       /* cumulative seconds blocked waiting for the collectives */
+    uint64_t comm_ops;                      /* collective and point-to-point operations completed */
     double updated;                         /* wall-clock time (epoch seconds) of the last publish; set by publish */
     uint32_t nchunks;                       /* true number of chunks (may exceed MT_STATS_MAX_CHUNKS) */
     uint32_t nlosses;                       /* losses pushed so far; the ring holds the last min(nlosses, RING) */
@@ -87,6 +96,15 @@ typedef struct {
 void mt_stats_set_run(mt_stats_data *d, const char *run);
 /* Sets d->device (truncated to fit; NULL or "": the compute tier is host memory). */
 void mt_stats_set_device(mt_stats_data *d, const char *device);
+/* This process is rank `rank` of the `size` ranks of the parallel run run_id
+ * (truncated to fit; every rank must pass the same string). Out-of-range
+ * values are clamped: size at least 1, rank within 0 .. size-1. */
+void mt_stats_set_rank(mt_stats_data *d, const char *run_id, int rank, int size);
+/* The rank's cumulative traffic over the collectives (bytes sent and
+ * received, seconds blocked, operations): call it each step with the sums. */
+void mt_stats_set_comm(mt_stats_data *d, uint64_t sent, uint64_t recv, double wait_s, uint64_t ops);
+/* Whether d is a rank of a parallel run (a run id and more than one rank). */
+bool mt_stats_is_rank(const mt_stats_data *d);
 /* Appends a loss to the ring and sets d->loss. */
 void mt_stats_push_loss(mt_stats_data *d, double loss);
 /* Up to n of the most recent losses, oldest first, into out; returns how many. */
@@ -161,8 +179,8 @@ typedef struct {
  * segments without our magic, or too short to hold a header, are left
  * alone and not listed. */
 col_status mt_stats_list(mt_stats_entry *out, int max, int *n, int *removed, col_err *e);
-/* Copies the segment of pid out consistently; the program, run and device
- * names are made printable (control characters and bytes that are not UTF-8
+/* Copies the segment of pid out consistently; the program, run, run id and
+ * device names are made printable (control characters and bytes that are not UTF-8
  * become '?'). COL_EIO: no such segment (the
  * process ended); COL_EFORMAT: not a colossal segment; COL_EUNSUPPORTED:
  * another format version (the message names both versions); COL_ESTATE:

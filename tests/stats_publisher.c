@@ -3,6 +3,7 @@
  * colossal-top tests know exactly what must appear.
  *
  * usage: stats_publisher [--program NAME] [--run NAME] [--seconds N] [--tui] [--random SEED] [--device]
+ *                        [--rank R --world-size N --run-id ID]
  * Prints "ready PID" once published, republishes the same values every
  * 100 ms (only the update time changes), and removes its segment on
  * SIGTERM/SIGINT or after N seconds (default 20), so a failed test leaves
@@ -25,7 +26,10 @@
  *           (c compute, h host, n nvme, - no memory; upper case dirty)
  *   device  none (the compute tier is host memory); with --device the
  *           compute tier is on "cuda:0: Test GPU (sm_90, 132 SMs)" with
- *           30G of its 80G in use */
+ *           30G of its 80G in use (with --rank R: "cuda:R: Test GPU ...")
+ *   a rank  with --rank R --world-size N --run-id ID: rank R of the N ranks
+ *           of run ID, which sent (R+1) G and received (R+1)/2 G over the
+ *           collectives, blocked 1.5 (R+1) s, in 100 (R+1) operations */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +100,8 @@ int main(int argc, char **argv)
     const char *program = "colossal-finetune", *run = "gpt2-test";
     double seconds = 20;
     bool tui = false, device = false;
+    int rank = -1, world_size = 0;
+    const char *run_id = NULL;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && !strcmp(argv[i], "--program"))
             program = argv[++i];
@@ -107,11 +113,17 @@ int main(int argc, char **argv)
             tui = true;
         else if (!strcmp(argv[i], "--device"))
             device = true;
+        else if (i + 1 < argc && !strcmp(argv[i], "--rank"))
+            rank = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--world-size"))
+            world_size = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--run-id"))
+            run_id = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--random"))
             seed = atoll(argv[++i]);
         else {
             fprintf(stderr, "usage: stats_publisher [--program NAME] [--run NAME] [--seconds N] [--tui] "
-                            "[--random SEED] [--device]\n");
+                            "[--random SEED] [--device] [--rank R --world-size N --run-id ID]\n");
             return 2;
         }
     }
@@ -139,8 +151,15 @@ int main(int argc, char **argv)
     else
         script(d, run);
     if (device) {
-        mt_stats_set_device(d, "cuda:0: Test GPU (sm_90, 132 SMs)");
+        char name[MT_STATS_NAME_MAX];
+        snprintf(name, sizeof name, "cuda:%d: Test GPU (sm_90, 132 SMs)", rank > 0 ? rank : 0);
+        mt_stats_set_device(d, name);
         d->device_used = 30 * GiB, d->device_total = 80 * GiB;
+    }
+    if (rank >= 0 && run_id) {
+        uint64_t k = (uint64_t)rank + 1;
+        mt_stats_set_rank(d, run_id, rank, world_size);
+        mt_stats_set_comm(d, k * GiB, k * GiB / 2, 1.5 * (double)k, 100 * k);
     }
     mt_stats_publish(pub, d);
     if (tui && !(t = top_tui_open("stats_publisher"))) {

@@ -1,6 +1,8 @@
 #!/bin/sh
 # test_comm.sh - the collectives (libcore/comm) under mpirun: tests/test_comm
-# with 2, 3 and 4 processes (its TAP lines come from rank 0, renumbered here),
+# and tests/test_comm_stats (the traffic counters) with 2, 3 and 4 processes,
+# tests/test_stats_comm (a rank's statistics for colossal-top) with 3 (their
+# TAP lines come from rank 0, renumbered here),
 # then a rank killed with -9 in the middle of a loop of all-reduces: the job
 # must end well within a few times the survivors' 5-second wait bound, with a
 # message naming the dead rank. Under the launcher's default the launcher
@@ -9,6 +11,8 @@
 # Skipped without mpirun.
 set -u
 TEST_COMM=${TEST_COMM:-tests/test_comm}
+TEST_COMM_STATS=${TEST_COMM_STATS:-tests/test_comm_stats}
+TEST_STATS_COMM=${TEST_STATS_COMM:-tests/test_stats_comm}
 MPIRUN=${MPIRUN:-mpirun}
 n=0
 fails=0
@@ -34,28 +38,39 @@ if [ -n "${ASAN_OPTIONS:-}" ]; then
     export ASAN_OPTIONS
 fi
 
-# ---- every operation, dtype and size, with 2, 3 and 4 processes ----
-for np in 2 3 4; do
+# ---- every operation, dtype and size, then the traffic counters, with 2, 3 and 4 processes ----
+# run_np PROGRAM LABEL NP MIN: PROGRAM under mpirun -np NP; rank 0's TAP lines renumbered into this script's
+# stream, then one check that mpirun exited 0 and rank 0 reported all of its (at least MIN) checks
+run_np() {
+    prog=$1 label=$2 np=$3 min=$4
+    out="$tmp/$label-out$np" err="$tmp/$label-err$np"
     # shellcheck disable=SC2086
-    timeout 300 "$MPIRUN" $flags -np $np "$TEST_COMM" > "$tmp/out$np" 2> "$tmp/err$np"
+    timeout 300 "$MPIRUN" $flags -np "$np" "$prog" > "$out" 2> "$err"
     rc=$?
-    # rank 0's TAP lines, renumbered into this script's stream
     while IFS= read -r line; do
         case "$line" in
-        "ok "*) ok "np=$np: ${line#ok * - }" ;;
-        "not ok "*) notok "np=$np: ${line#not ok * - }" ;;
+        "ok "*) ok "$label np=$np: ${line#ok * - }" ;;
+        "not ok "*) notok "$label np=$np: ${line#not ok * - }" ;;
         "#"*) echo "$line" ;;
         esac
-    done < "$tmp/out$np"
-    planned=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$tmp/out$np")
-    ran=$(grep -cE '^(not )?ok ' "$tmp/out$np")
-    [ "$rc" -eq 0 ] && [ -n "$planned" ] && [ "$planned" -eq "$ran" ] && [ "$ran" -gt 50 ]
-    check $? "np=$np: mpirun exits 0 and rank 0 reported all $planned checks"
+    done < "$out"
+    planned=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$out")
+    ran=$(grep -cE '^(not )?ok ' "$out")
+    [ "$rc" -eq 0 ] && [ -n "$planned" ] && [ "$planned" -eq "$ran" ] && [ "$ran" -ge "$min" ]
+    check $? "$label np=$np: mpirun exits 0 and rank 0 reported all $planned checks"
     if [ "$rc" -ne 0 ] || [ -z "$planned" ]; then
-        echo "# mpirun -np $np exited $rc; its stderr:"
-        sed 's/^/#   /' "$tmp/err$np" | head -30
+        echo "# mpirun -np $np $prog exited $rc; its stderr:"
+        sed 's/^/#   /' "$err" | head -30
     fi
+}
+for np in 2 3 4; do
+    run_np "$TEST_COMM" comm "$np" 51
 done
+for np in 2 3 4; do
+    run_np "$TEST_COMM_STATS" counters "$np" 20
+done
+# a rank of a parallel run in the published statistics (apps/stats_comm)
+run_np "$TEST_STATS_COMM" stats 3 4
 
 # ---- a rank killed with -9 in the middle of the collectives ----
 # kill_run NAME MPIRUN-OPTIONS...: 3 processes, rank 1 dies at iteration 20; the output in $tmp/NAME, each

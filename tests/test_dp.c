@@ -24,6 +24,7 @@
 #include <mpi.h>
 
 #include "backend_cpu.h"
+#include "checkpoint.h"
 #include "comm.h"
 #include "hf_config.h"
 #include "lm_trainer.h"
@@ -224,6 +225,147 @@ static void run_case(const dp_case *k)
     }
 }
 
+/* a whole file in memory (NULL on failure) */
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)len + 1)) && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    *n = buf ? (size_t)len : 0;
+    return buf;
+}
+
+/* a safetensors file's header (the 8-byte length and the JSON: names, dtypes, shapes, offsets) */
+static size_t header_len(const char *buf, size_t n)
+{
+    uint64_t h = 0;
+    if (n < 8)
+        return 0;
+    memcpy(&h, buf, 8);
+    return h <= n - 8 ? 8 + (size_t)h : 0;
+}
+
+static bool same_header(const char *a, size_t na, const char *b, size_t nb)
+{
+    size_t ha = header_len(a, na), hb = header_len(b, nb);
+    return ha && ha == hb && na == nb && memcmp(a, b, ha) == 0;
+}
+
+static bool run_steps(col_lm_trainer *t, int from, int to, bool mine, float *loss, col_err *err)
+{
+    int32_t ids[B * T], tg[B * T], mi[B * T], mt[B * T];
+    for (int s = from; s < to; s++) {
+        col_lm_step_info info;
+        batch(s, 1, ids, tg);
+        share(1, ids, mi);
+        share(1, tg, mt);
+        if (col_lm_trainer_step(t, mine ? mi : ids, mine ? mt : tg, &info, err) != COL_OK)
+            return false;
+        loss[s] = info.loss;
+    }
+    return true;
+}
+
+/* ZeRO 3 saves one Hugging Face directory and one optimizer file, as one process would: the same tensors in
+ * the same layout, holding the run's own weights; a run resumed from them with the same layout continues
+ * bit for bit, and one process can resume from them too. */
+static void test_checkpoint(void)
+{
+    enum { HALF = 4, ALL = 8 };
+    dp_case k = {.name = "save", .zero = 3, .opt = COL_OPT_ADAMW};
+    char dir[2][64] = {"/tmp/col_dp_save_XXXXXX", "/tmp/col_dp_one_XXXXXX"}, detail[800] = "";
+    if (rank == 0 && (!mkdtemp(dir[0]) || !mkdtemp(dir[1])))
+        snprintf(detail, sizeof detail, "mkdtemp failed");
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    col_lm_train_config dc = config(&k, B / size, world, NULL), rc = config(&k, B, NULL, NULL);
+    col_lm_trainer *dp = NULL, *ref = NULL, *again = NULL, *one = NULL;
+    col_err err = {0};
+    float l_dp[ALL], l_ref[ALL], l_again[ALL], l_one[ALL];
+    bool ok = !detail[0] && col_lm_trainer_create(&dc, &be, &dp, &err) == COL_OK &&
+              col_lm_trainer_create(&rc, &be, &ref, &err) == COL_OK && run_steps(dp, 0, HALF, true, l_dp, &err) &&
+              run_steps(ref, 0, HALF, false, l_ref, &err) && col_lm_trainer_save_model(dp, dir[0], &err) == COL_OK &&
+              col_lm_trainer_save_optimizer(dp, dir[0], &err) == COL_OK;
+    if (ok && rank == 0)
+        ok = col_lm_trainer_save_model(ref, dir[1], &err) == COL_OK &&
+             col_lm_trainer_save_optimizer(ref, dir[1], &err) == COL_OK;
+    ok = tl_mpi_check(ok, err.msg, "ZeRO 3, %d processes: %d steps, then the model and optimizer state saved", size,
+                      HALF);
+    /* the files: one process's layout, the run's own weights */
+    if (rank == 0 && ok) {
+        const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+        for (int f = 0; f < 2; f++) {
+            char pa[128], pb[128];
+            size_t na, nb;
+            snprintf(pa, sizeof pa, "%s/%s", dir[0], files[f]);
+            snprintf(pb, sizeof pb, "%s/%s", dir[1], files[f]);
+            char *a = slurp(pa, &na), *b = slurp(pb, &nb);
+            if (!a || !b || !same_header(a, na, b, nb))
+                ok = false, snprintf(detail, sizeof detail, "%s: layout differs from one process's", files[f]);
+            free(a), free(b);
+        }
+    }
+    ok = tl_mpi_check(ok, detail, "ZeRO 3, %d processes: model.safetensors and optimizer.safetensors have one "
+                      "process's tensors and layout", size);
+    /* what the model file holds: the run's weights, bit for bit */
+    col_ckpt *ck = NULL;
+    if (ok && (ok = col_lm_trainer_sync_params(dp, &err) == COL_OK) && rank == 0) {
+        col_lm_trainer *chk = NULL;
+        ok = col_lm_trainer_create(&rc, &be, &chk, &err) == COL_OK && col_ckpt_open(dir[0], &ck, &err) == COL_OK &&
+             col_lm_trainer_load(chk, ck, &err) == COL_OK;
+        for (int i = 0; ok && i < col_lm_trainer_n_params(dp); i++) {
+            const col_param_spec *sp;
+            const float *w = col_lm_trainer_param(dp, i, &sp);
+            ok = memcmp(w, col_lm_trainer_param(chk, i, NULL), sizeof(float) * (size_t)col_param_numel(sp)) == 0;
+            if (!ok)
+                snprintf(err.msg, sizeof err.msg, "%s differs", sp->name);
+        }
+        col_ckpt_close(ck);
+        ck = NULL;
+        col_lm_trainer_free(chk);
+    }
+    ok = tl_mpi_check(ok, err.msg, "ZeRO 3, %d processes: the saved model holds the run's weights bit for bit", size);
+    /* resumed with the same layout: the run that never stopped, bit for bit */
+    bool resumed = ok && col_lm_trainer_create(&dc, &be, &again, &err) == COL_OK &&
+                   col_ckpt_open(dir[0], &ck, &err) == COL_OK && col_lm_trainer_load(again, ck, &err) == COL_OK &&
+                   col_lm_trainer_load_optimizer(again, dir[0], &err) == COL_OK;
+    col_ckpt_close(ck);
+    ck = NULL;
+    resumed = resumed && run_steps(dp, HALF, ALL, true, l_dp, &err) && run_steps(again, HALF, ALL, true, l_again, &err);
+    resumed = tl_mpi_check(resumed && memcmp(l_dp + HALF, l_again + HALF, sizeof(float) * (ALL - HALF)) == 0, err.msg,
+                 "ZeRO 3, %d processes: resumed from the saved directory, steps %d..%d give bitwise the same losses "
+                 "(%.7f ...)", size, HALF + 1, ALL, resumed ? l_again[ALL - 1] : 0.0);
+    /* one process resumes from the data parallel run's files */
+    bool single = resumed && col_lm_trainer_create(&rc, &be, &one, &err) == COL_OK &&
+                  col_ckpt_open(dir[0], &ck, &err) == COL_OK && col_lm_trainer_load(one, ck, &err) == COL_OK &&
+                  col_lm_trainer_load_optimizer(one, dir[0], &err) == COL_OK &&
+                  run_steps(one, HALF, ALL, false, l_one, &err);
+    col_ckpt_close(ck);
+    double worst = 0;
+    for (int s = HALF; single && s < ALL; s++)
+        worst = fmax(worst, rel(l_one[s], l_dp[s]));
+    tl_mpi_check(single && worst <= 1e-5, err.msg, "one process resumes from the %d-process run's files: steps %d..%d "
+                 "within 1e-05 of the run's (worst %.2e)", size, HALF + 1, ALL, worst);
+    col_lm_trainer_free(dp);
+    col_lm_trainer_free(ref);
+    col_lm_trainer_free(again);
+    col_lm_trainer_free(one);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+        for (int d = 0; d < 2; d++) {
+            char cmd[128];
+            snprintf(cmd, sizeof cmd, "rm -rf %s", dir[d]);
+            if (system(cmd) != 0)
+                TL_NOTE("could not remove %s", dir[d]);
+        }
+}
+
 static void test_refused(void)
 {
     dp_case k = {.name = "lamb", .zero = 2, .opt = COL_OPT_LAMB};
@@ -267,6 +409,7 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i]);
+    test_checkpoint();
     test_refused();
     col_cpu_backend_free(&be);
     col_comm_free(world);

@@ -122,6 +122,15 @@ static void test_helpers(void)
     TL_OK(seq, "the loss ring keeps the last %d losses, oldest first (got %d)", MT_STATS_LOSS_RING, n);
     n = mt_stats_recent_losses(d, got, 3);
     TL_OK(n == 3 && got[0] == 1297.0f && got[2] == 1299.0f && d->loss == 1299.0, "the 3 most recent losses");
+    TL_OK(!mt_stats_is_rank(d), "a zeroed struct is a process on its own");
+    mt_stats_set_rank(d, "run-a", 1, 1);
+    TL_OK(!mt_stats_is_rank(d) && d->world_rank == 0, "a run of one rank is a process on its own");
+    mt_stats_set_rank(d, "", 1, 4);
+    TL_OK(!mt_stats_is_rank(d), "ranks without a run id are processes on their own");
+    mt_stats_set_rank(d, "run-a", 7, 4);
+    TL_OK(mt_stats_is_rank(d) && d->world_rank == 3 && d->world_size == 4, "a rank past the size is clamped");
+    mt_stats_set_rank(d, "run-a", -2, 0);
+    TL_OK(d->world_rank == 0 && d->world_size == 1, "a negative rank and size are clamped to 0 of 1");
     memset(d, 0, sizeof *d);
     mt_stats_push_loss(d, 2.5);
     TL_OK(mt_stats_recent_losses(d, got, 10) == 1 && got[0] == 2.5f, "a ring with one loss gives one");
@@ -226,6 +235,8 @@ static void test_publish_read(void)
     mt_stats_add_step_times(d, 0.5, 0.25, 0.125);
     for (int i = 0; i < 20; i++)
         mt_stats_push_loss(d, 5.0 - 0.1 * i);
+    mt_stats_set_rank(d, "node1-4711-1700000000", 2, 3);
+    mt_stats_set_comm(d, 5000000000ull, 6000000000ull, 12.5, 321);
     d->nchunks = 9000;
     for (int i = 0; i < MT_STATS_MAX_CHUNKS; i++)
         d->chunk_map[i] = mt_stats_chunk_code((mt_tier)(i % 3), (mt_kind)((i / 3) % 3), i & 8, i & 16);
@@ -238,6 +249,9 @@ static void test_publish_read(void)
     TL_OK(s->start_time >= t0 - 1 && s->start_time <= wall() + 1, "read: start time is now");
     TL_OK(s->d.updated >= t0 - 1 && s->d.updated <= wall() + 1 && d->updated == 0,
           "publish stamps the copy, not the caller's struct");
+    TL_OK(!strcmp(s->d.run_id, "node1-4711-1700000000") && s->d.world_rank == 2 && s->d.world_size == 3 &&
+          s->d.comm_sent == 5000000000ull && s->d.comm_recv == 6000000000ull && s->d.comm_wait == 12.5 &&
+          s->d.comm_ops == 321 && mt_stats_is_rank(&s->d), "read: the run id, rank, size and collectives' traffic");
     s->d.updated = 0;
     TL_OK(!memcmp(&s->d, d, sizeof *d), "read: every published byte comes back");
     mt_stats_snapshot *own = calloc(1, sizeof *own);
@@ -261,6 +275,12 @@ static void test_publish_read(void)
     st = mt_stats_read(me, s, &e);
     TL_OK(st == COL_OK && !strncmp(s->d.device, "cuda:0: ?[2Jgpu?yy", 18) &&
           strlen(s->d.device) == MT_STATS_NAME_MAX - 1, "so is the device's name: %s", s->d.device);
+
+    memset(d->run_id, '\x1b', sizeof d->run_id); /* escapes, and no NUL */
+    mt_stats_publish(pub, d);
+    st = mt_stats_read(me, s, &e);
+    TL_OK(st == COL_OK && strspn(s->d.run_id, "?") == MT_STATS_NAME_MAX - 1 && !s->d.run_id[MT_STATS_NAME_MAX - 1],
+          "so is the run id: %.20s...", s->d.run_id);
 
     mt_stats_destroy(pub);
     TL_OK(!shm_exists(me) && !listed(me, NULL, NULL), "destroy removes the segment");
@@ -471,6 +491,12 @@ static void test_stale(void)
     snprintf(mine, sizeof mine, "reads version %u", MT_STATS_VERSION);
     TL_OK(st == COL_EUNSUPPORTED && strstr(e.msg, "version 99") && strstr(e.msg, mine),
           "reading it is refused clearly: %s", e.msg);
+    remove_segment((int)live);
+    /* the previous version (a program of an older build still running): the same */
+    write_segment((int)live, MT_STATS_MAGIC, MT_STATS_VERSION - 1, 8192);
+    TL_OK(listed((int)live, &state, &version) && state == MT_STATS_BAD_VERSION && version == MT_STATS_VERSION - 1 &&
+          mt_stats_read((int)live, s, &e) == COL_EUNSUPPORTED, "a segment of the previous version %u is listed and "
+          "refused as another version: %s", MT_STATS_VERSION - 1, e.msg);
     end_child(live, wfd);
     listed((int)live, NULL, NULL);
     TL_OK(!shm_exists(live), "once its process is gone, the other-version segment (our magic) is removed");

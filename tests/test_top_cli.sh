@@ -49,7 +49,7 @@ G=1073741824
 ok $? "--json exits 0"
 # our object, cut out of the array (other colossal processes may be running)
 sed 's/.*{"pid":'"$A"',/{"pid":'"$A"',/; s/\("flags":"[^"]*"}}\).*/\1/' "$tmp/json" >"$tmp/obj"
-grep -q '^{"format_version":2,"processes":\[{"pid":'"$A"',"program":"top-test-pub","run":"gpt2-test",' "$tmp/json"
+grep -q '^{"format_version":3,"processes":\[{"pid":'"$A"',"program":"top-test-pub","run":"gpt2-test",' "$tmp/json"
 ok $? "--json: one object with an array; pid, program and run name"
 want='"step":120,"total_steps":600,"loss":2.5,"tokens_per_s":1234.5,'
 want=$want'"tiers":{"compute":{"used":'$((48 * M))',"budget":'$((64 * M))'},"host":{"used":'$((12 * M))
@@ -71,7 +71,7 @@ ok $? "--json: the chunk map (tier, kind, dirty / in use)"
 "$TOP" --json | grep -q '"pid":'"$B"',"program":"top-test-pub","run":"second-run"'
 ok $? "--json without -p lists the other publisher too"
 out=$("$TOP" --json -p 1)
-[ "$out" = '{"format_version":2,"processes":[]}' ]
+[ "$out" = '{"format_version":3,"processes":[],"runs":[]}' ]
 ok $? "--json with no matching process: an empty array"
 
 # ---- --once: one frame as text ----
@@ -110,7 +110,7 @@ D=$pub_pid
 "$TOP" --json -p "$D" >"$tmp/gj"
 want='"tiers":{"compute":{"used":'$((48 * M))',"budget":'$((64 * M))',"device":"cuda:0: Test GPU (sm_90, 132 SMs)",'
 want=$want'"device_used":'$((30 * G))',"device_total":'$((80 * G))'},"host":'
-grep -qF "$want" "$tmp/gj" && ! grep -q '"device' "$tmp/obj"
+grep -qF "$want" "$tmp/gj" && ! grep -q '"device_used' "$tmp/obj"
 ok $? "--json: a GPU's name, memory used and total with the compute tier (none for a host compute tier)"
 COLUMNS=100 LINES=20 LC_ALL=C "$TOP" --once -p "$D" >"$tmp/gonce"
 grep -q '^    compute \[|*  *\] 48\.0M/64\.0M  cuda:0 30\.0G/80\.0G ' "$tmp/gonce" &&
@@ -118,6 +118,67 @@ grep -q '^    compute \[|*  *\] 48\.0M/64\.0M  cuda:0 30\.0G/80\.0G ' "$tmp/gonc
       "$(grep '^    host    \[' "$tmp/gonce" | cut -d']' -f1 | wc -c)" ]
 ok $? "--once: the compute bar names the GPU and its memory used/total; the bars stay aligned"
 kill "$D" 2>/dev/null
+
+# ---- a parallel run: 3 ranks publishing with one run id, started out of rank order ----
+# (each rank's values from the script in stats_publisher.c: sent (R+1) G, received (R+1)/2 G, blocked
+# 1.5 (R+1) s, 100 (R+1) ops; rank 2 on a GPU "cuda:2")
+RID=top-test-run-$$
+start_pub "$tmp/r2.out" --program par-pub --run gpt2-par --rank 2 --world-size 3 --run-id "$RID" --device
+R2=$pub_pid
+start_pub "$tmp/r0.out" --program par-pub --run gpt2-par --rank 0 --world-size 3 --run-id "$RID"
+R0=$pub_pid
+start_pub "$tmp/r1.out" --program par-pub --run gpt2-par --rank 1 --world-size 3 --run-id "$RID"
+R1=$pub_pid
+"$TOP" --json -p "$R0,$R1,$R2,$A" >"$tmp/pj"
+ok $? "--json with a 3-rank run and a process on its own exits 0"
+# the processes: the run's ranks together, by rank
+got=$(grep -o '"pid":[0-9]*,"program":"[^"]*"' "$tmp/pj" | sed 's/"pid":\([0-9]*\).*/\1/' | tr '\n' ' ')
+# the run goes where its lowest pid would be (rank 2's, unless pids wrapped around)
+low=$R0
+[ "$R1" -lt "$low" ] && low=$R1
+[ "$R2" -lt "$low" ] && low=$R2
+if [ "$A" -lt "$low" ]; then want="$A $R0 $R1 $R2 "; else want="$R0 $R1 $R2 $A "; fi
+[ "$got" = "$want" ]
+ok $? "--json: the ranks listed together in rank order, where the run's lowest pid goes (got $got; want $want)"
+bad=0
+for r in 0 1 2; do
+    eval pid=\$R$r
+    dev='"device":""'
+    [ $r -eq 2 ] && dev='"device":"cuda:2: Test GPU (sm_90, 132 SMs)"'
+    want='{"pid":'$pid',"program":"par-pub","run":"gpt2-par",'
+    grep -qF "$want" "$tmp/pj" || bad=1
+    want='"run_id":"'$RID'","rank":'$r',"world_size":3,'$dev',"comm":{"sent":'$(((r + 1) * G))',"recv":'$(((r + 1) * G / 2))
+    want=$want',"wait":'$(awk "BEGIN{print 1.5 * ($r + 1)}")',"ops":'$((100 * (r + 1)))'},"step":120,"total_steps":600,"loss":2.5,'
+    grep -qF "$want" "$tmp/pj" || { bad=1; echo "# missing: $want"; }
+done
+ok $bad "--json: each rank's run id, rank, world size, device and collectives (bytes, wait, ops)"
+grep -qF '"runs":[{"run_id":"'"$RID"'","world_size":3,"ranks":[{"rank":0,"pid":'"$R0"'},{"rank":1,"pid":'"$R1"'},{"rank":2,"pid":'"$R2"'}]}]}' "$tmp/pj"
+ok $? "--json: the run with its 3 ranks' pids by rank"
+grep -qF '{"pid":'"$A"',"program":"top-test-pub","run":"gpt2-test","start_time":' "$tmp/pj" &&
+    grep -qF '"run_id":"","rank":0,"world_size":1,"device":"","comm":{"sent":0,"recv":0,"wait":0,"ops":0},"step":120' "$tmp/pj"
+ok $? "--json: a process on its own has no run id, rank 0 of 1, no traffic"
+COLUMNS=100 LINES=24 LC_ALL=C "$TOP" --once -p "$R0,$R1,$R2,$A" >"$tmp/ponce"
+ok $? "--once with the run exits 0"
+# the frame's lines: A's block (first when older), the run's header and column names, its ranks 0 1 2
+hdr=$(grep -n "^ run $RID  par-pub  gpt2-par  3 of 3 ranks  up " "$tmp/ponce" | cut -d: -f1)
+l0=$(grep -n "^ $R0  *0 host  *48\.0M/64\.0M 12\.0M/64\.0M 1\.5G  *120/600  2\.5000  *1\.0G  *512\.0M  *1\.5s$" "$tmp/ponce" | cut -d: -f1)
+l1=$(grep -n "^ $R1  *1 host  *48\.0M/64\.0M 12\.0M/64\.0M 1\.5G  *120/600  2\.5000  *2\.0G  *1\.0G  *3\.0s$" "$tmp/ponce" | cut -d: -f1)
+l2=$(grep -n "^ $R2  *2 cuda:2  *48\.0M/64\.0M 12\.0M/64\.0M 1\.5G  *120/600  2\.5000  *3\.0G  *1\.5G  *4\.5s$" "$tmp/ponce" | cut -d: -f1)
+la=$(grep -n "^>$A  *top-test-pub  *gpt2-test  *step 120/600" "$tmp/ponce" | cut -d: -f1)
+[ -n "$hdr" ] && [ -n "$l0" ] && [ -n "$l1" ] && [ -n "$l2" ] && [ -n "$la" ] &&
+    { [ "$la" -lt "$hdr" ] || [ "$A" -gt "$low" ]; } &&
+    [ "$l0" -eq $((hdr + 2)) ] && [ "$l1" -eq $((hdr + 3)) ] && [ "$l2" -eq $((hdr + 4)) ] &&
+    sed -n "$((hdr + 1))p" "$tmp/ponce" | grep -q '^ pid  *rank device  *compute  *host  *nvme  *step  *loss  *sent  *recv  *wait$'
+ok $? "--once: the process on its own as before, then the run's header, column names and one line per rank by rank"
+[ $? -eq 0 ] || sed 's/^/# /' "$tmp/ponce"
+COLUMNS=100 LINES=24 LC_ALL=C "$TOP" --once -p "$R0,$R2" | grep -q "^ run $RID  par-pub  gpt2-par  2 of 3 ranks"
+ok $? "--once: a run with a rank not shown says 2 of 3 ranks"
+COLUMNS=80 LINES=30 LC_ALL=C "$TOP" --once --view 3 -p "$R1" >"$tmp/ponce3"
+grep -q "^ collectives: rank 1 of 3, run $RID$" "$tmp/ponce3" &&
+    grep -q '^ sent 2\.0G  received 1\.0G  blocked 3\.0s  200 ops$' "$tmp/ponce3" &&
+    ! grep -q collectives "$tmp/once3"
+ok $? "--once --view 3: a rank's collectives (none for a process on its own)"
+kill "$R0" "$R1" "$R2" 2>/dev/null
 
 # ---- untrusted contents: random bytes in every field must not crash any view ----
 bad=0

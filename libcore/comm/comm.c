@@ -298,6 +298,53 @@ col_status col_comm_test(col_comm_req *r, bool *done, col_err *err)
     return st;
 }
 
+/* ---- traffic counters ---- */
+
+void col_comm_get_stats(const col_comm *c, col_comm_stats *s)
+{
+    *s = c ? c->stats : (col_comm_stats){0};
+}
+
+void col_comm_stats_add(col_comm_stats *sum, const col_comm_stats *s)
+{
+    sum->bytes_sent += s->bytes_sent;
+    sum->bytes_recv += s->bytes_recv;
+    sum->wait_s += s->wait_s;
+    sum->ops += s->ops;
+}
+
+/* floor(b * k / p) without overflow for any b (k < 2p) */
+static uint64_t share(uint64_t b, uint64_t k, uint64_t p)
+{
+    return b / p * k + b % p * k / p;
+}
+
+/* the bytes r moved on this rank by the model of comm.h */
+static void count_traffic(col_comm_stats *s, const col_comm_req *r)
+{
+    const col_comm *c = r->comm;
+    uint64_t p = (uint64_t)c->size, b = (uint64_t)r->count * col_dtype_size(r->dt), sent = 0, recv = 0;
+    switch (r->op) {
+    case COL_COMM_ALL_REDUCE: sent = recv = p > 1 ? share(b, 2 * (p - 1), p) : 0; break;
+    case COL_COMM_REDUCE_SCATTER:
+    case COL_COMM_ALL_GATHER:
+    case COL_COMM_ALL_TO_ALL: sent = recv = (p - 1) * b; break;
+    case COL_COMM_BROADCAST:
+        if (p > 1) {
+            int last = (r->peer + c->size - 1) % c->size; /* the end of the chain root, root+1, ... */
+            sent = c->rank == last ? 0 : b;
+            recv = c->rank == r->peer ? 0 : b;
+        }
+        break;
+    case COL_COMM_SEND: sent = b; break;
+    case COL_COMM_RECV: recv = b; break;
+    default: break;
+    }
+    s->bytes_sent += sent;
+    s->bytes_recv += recv;
+    s->ops++;
+}
+
 col_status col_comm_wait(col_comm_req *r, col_err *err)
 {
     if (!r)
@@ -307,6 +354,7 @@ col_status col_comm_wait(col_comm_req *r, col_err *err)
     long pause_ns = 0;
     bool done = false;
     col_status st;
+    r->in_wait = true;
     while ((st = step(r, &done, err)) == COL_OK && !done) {
         double waited = col_seconds() - start;
         if (waited >= c->timeout_s) {
@@ -320,6 +368,9 @@ col_status col_comm_wait(col_comm_req *r, col_err *err)
         }
         col_comm_backoff(&pause_ns);
     }
+    c->stats.wait_s += col_seconds() - start;
+    if (st == COL_OK)
+        count_traffic(&c->stats, r);
     c->t->release(r, st == COL_OK);
     c->pending--;
     free(r);

@@ -47,6 +47,13 @@
  *     The default (COL_ORDER_TRANSPORT) is the transport's own algorithm:
  *     faster, equal on all ranks, but not reproducible against one process.
  *
+ * A rank-ordered all-reduce on MPI takes two collectives (the sums of a
+ * segment each, then an all-gather of them); the second starts inside
+ * col_comm_wait, never col_comm_test, whose outcome depends on timing while
+ * every rank must start its collectives in the same order. col_comm_test
+ * moves such a request's first half along and never reports it done: its
+ * col_comm_wait finishes it.
+ *
  * A communicator is used by one thread at a time. Nothing here prints or
  * exits.
  */
@@ -55,6 +62,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status.h"
 #include "tensor.h"
@@ -110,6 +118,42 @@ col_status col_comm_set_timeout(col_comm *c, double seconds, col_err *err);
 double col_comm_timeout(const col_comm *c);
 void col_comm_set_order(col_comm *c, col_reduce_order order);
 col_reduce_order col_comm_order(const col_comm *c);
+
+/* ---- traffic counters ----
+ * Each communicator counts its own operations (a communicator split from c
+ * starts at zero and counts apart from c; col_comm_stats_add sums several).
+ * An operation is counted when col_comm_wait (or the blocking form) ends it
+ * successfully; one that fails adds no bytes and no op, but its wait time.
+ *
+ * Bytes are this rank's, by a model of bandwidth-optimal algorithms, not
+ * measured on the wire. With P = size, n = count and s = the dtype's size
+ * in bytes (B = n*s), per rank and per operation:
+ *   all-reduce      sent = recv = floor(2(P-1) * B / P)   (a ring: reduce-scatter, then all-gather)
+ *   reduce-scatter  sent = recv = (P-1) * B   (count is one block: (P-1)/P of the P*n elements of send)
+ *   all-gather      sent = recv = (P-1) * B   (count is one block: (P-1)/P of the P*n elements of recv)
+ *   all-to-all      sent = recv = (P-1) * B   (the block for this rank itself stays here)
+ *   broadcast       a pipelined chain from the root: root -> root+1 -> ... (mod P):
+ *                   sent = B except for the last rank of the chain (rank (root+P-1) mod P): 0;
+ *                   recv = B except for the root: 0
+ *   send            sent = B, recv = 0 (exact); recv: sent = 0, recv = B (exact)
+ *   barrier         0 bytes
+ * A communicator of one rank counts 0 bytes for every collective. The model
+ * counts elements in the caller's dtype. What the transports really move may
+ * differ: MPI chooses its own algorithms (e.g. a tree broadcast, or
+ * recursive doubling for a small all-reduce) and reduces bf16/f16 in f32
+ * (twice the bytes) unless the order is COL_ORDER_RANK, whose all-reduce
+ * (exchange shares, fold, all-gather the sums) and reduce-scatter move what
+ * the model says; NCCL's rings and chains are the model's algorithms. */
+typedef struct {
+    uint64_t bytes_sent, bytes_recv; /* by the model above */
+    double wait_s;                   /* seconds blocked in col_comm_wait, which every blocking operation calls */
+    uint64_t ops;                    /* operations completed */
+} col_comm_stats;
+
+/* c's counters so far (all zero for NULL). */
+void col_comm_get_stats(const col_comm *c, col_comm_stats *s);
+/* sum += s, field by field. */
+void col_comm_stats_add(col_comm_stats *sum, const col_comm_stats *s);
 
 /* ---- collectives (counts in elements; buffers of the transport's memory) ---- */
 /* recv[i] = op over ranks of send[i], i < count, on every rank. send == recv

@@ -48,6 +48,9 @@ struct col_comm_req {
     int tag;
     bool failed;         /* the transport reported an error: err holds it */
     bool done;           /* completed (results in place) */
+    bool in_wait;        /* col_comm_wait is ending it: a transport may start a second collective of the request
+                            only then (col_comm_test's outcome depends on timing, and every rank must start its
+                            collectives in the same order) */
     col_err err;
 };
 
@@ -88,6 +91,7 @@ struct col_comm {
     bool broken;
     col_err broken_err;
     int pending;           /* requests not yet waited for */
+    col_comm_stats stats;  /* this communicator's traffic (comm.h); counted by comm.c alone */
     void *impl;            /* the transport's */
 };
 

@@ -333,6 +333,11 @@ static col_status finish(mpi_req *q, const MPI_Status *status, bool *done, col_e
     case FIN_FOLD_GATHER: {
         if (q->phase == 1)
             break;
+        if (!r->in_wait) { /* the second collective starts in col_comm_wait only (comm_internal.h): MPI_Test of
+                              the finished first one's null request says done again then */
+            *done = false;
+            break;
+        }
         int *len = q->ints, *off = len + c->size;
         int mine = len[c->rank];
         col_comm_fold(q->stage, c->size, (size_t)mine, r->dt, r->red, q->stage2);

@@ -47,6 +47,10 @@ static col_status no_view(const col_lm_trainer *t, const char *what, col_err *er
                    : COL_OK;
 }
 
+static col_status save_model(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err);
+static col_status save_optimizer(col_lm_trainer *t, const char *dir, col_err *err);
+static col_status load_optimizer(col_lm_trainer *t, const char *dir, col_err *err);
+
 /* One file of tensors, written as the stage reaches them: item j of the file is kind kind[j] of tensor
  * idx[j], visited in the order given (chunk order), the merged weight when merge[j]. */
 typedef struct {
@@ -102,38 +106,58 @@ static col_status merged(col_lm_trainer *t, int i, float *scratch, const float *
     return st;
 }
 
-/* writes the file of plan p: each tensor from its chunk (the next chunk read ahead while it is written) */
+/* writes the file of plan p: each tensor from its chunk (the next chunk read ahead while it is written). With
+ * data parallelism every process runs the plan (collective): states and masters come whole to process 0 from
+ * the processes holding their spans, and process 0 alone writes; a write error there keeps it in the gathers
+ * so that the others finish. */
 static col_status write_plan(col_lm_trainer *t, const st_plan *p, const char *const *meta, col_err *err)
 {
-    size_t most = 0; /* the largest merged weight: one buffer for them all */
+    bool writer = lmt_dp_writer(t);
+    size_t most = 0, gather = 0; /* the largest merged weight, the largest gathered tensor */
     for (int j = 0; j < p->n; j++) {
         size_t b = sizeof(float) * (size_t)col_param_numel(&t->specs[p->idx[j]]);
         most = p->merge[j] && b > most ? b : most;
+        gather = t->dp && p->kind[j] >= 2 && b > gather ? b : gather;
     }
-    float *scratch = most ? malloc(most) : NULL;
+    float *scratch = most ? malloc(most) : NULL, *gbuf = NULL;
     if (most && !scratch)
         return col_err_set(err, COL_ENOMEM, "saving %s: no memory to merge the adapters (%zu bytes)", p->path, most);
+    col_status cs = gather ? lmt_dp_buffer(t, gather / sizeof(float), &gbuf, err) : COL_OK;
     col_st_writer *w = NULL;
-    col_status st = col_st_writer_begin(p->path, p->out, p->n, meta, &w, err);
-    for (int j = 0; j < p->n && st == COL_OK; j++) {
+    col_err werr = {0};
+    col_status st = writer && cs == COL_OK ? col_st_writer_begin(p->path, p->out, p->n, meta, &w, &werr) : COL_OK;
+    for (int j = 0; j < p->n && cs == COL_OK && (st == COL_OK || t->dp); j++) {
         int i = p->idx[j], k = p->kind[j];
         const float *d = NULL;
         void *v = NULL;
-        if (p->merge[j])
-            st = merged(t, i, scratch, &d, err);
-        else if ((st = lmt_get(t, k, i, false, &v, err)) == COL_OK && lmt_dtype(t, k) != COL_F32) {
+        if (t->dp && k >= 2) {
+            cs = lmt_dp_gather_state(t, k, i, gbuf, err);
+            d = gbuf;
+            if (cs != COL_OK || !writer || st != COL_OK)
+                continue;
+        } else if (!writer || st != COL_OK) {
+            continue;
+        } else if (p->merge[j]) {
+            st = merged(t, i, scratch, &d, &werr);
+        } else if ((st = lmt_get(t, k, i, false, &v, &werr)) == COL_OK && lmt_dtype(t, k) != COL_F32) {
             col_convert(t->conv, COL_F32, v, lmt_dtype(t, k), t->ot[i].n); /* 16-bit weights, no master */
             d = t->conv;
         } else {
             d = v;
         }
+        if (st == COL_OK && !(t->dp && k >= 2))
+            st = lmt_read_ahead(t, k, i, p->merge[j] ? 3 : 1, &werr);
         if (st == COL_OK)
-            st = lmt_read_ahead(t, k, i, p->merge[j] ? 3 : 1, err);
-        if (st == COL_OK)
-            st = col_st_writer_put(w, j, 0, d, sizeof(float) * (size_t)col_param_numel(&t->specs[i]), err);
+            st = col_st_writer_put(w, j, 0, d, sizeof(float) * (size_t)col_param_numel(&t->specs[i]), &werr);
     }
     free(scratch);
     lmt_stage_end(t, false, NULL);
+    if (st == COL_OK && cs != COL_OK)
+        st = cs;
+    else if (st != COL_OK)
+        col_err_copy(err, &werr);
+    if (!writer)
+        return st;
     if (st != COL_OK) {
         col_st_writer_end(w, false, NULL);
         return st;
@@ -179,17 +203,28 @@ col_status col_lm_trainer_save_model(col_lm_trainer *t, const char *dir, col_err
     return col_lm_trainer_save_model_ex(t, dir, 0, err);
 }
 
+/* With data parallelism the saving and loading functions are collective and their outcome is agreed: a
+ * failure on one process fails the call on every process. */
 col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
 {
+    col_status st = save_model(t, dir, flags, err);
+    return lmt_dp_agree(t, st, "saving the model", err);
+}
+
+static col_status save_model(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
+{
+    bool writer = lmt_dp_writer(t);
     col_status st = no_view(t, "saving the model", err);
     if (st == COL_OK)
+        st = lmt_dp_need_params(t, err);
+    if (st == COL_OK && writer)
         st = ensure_dir(dir, err);
     if (st != COL_OK)
         return st;
     char *json = NULL;
-    st = col_hf_config_json(&col_lm_trainer_config(t)->model, &json, err);
+    st = writer ? col_hf_config_json(&col_lm_trainer_config(t)->model, &json, err) : COL_OK;
     char path[4096];
-    if (st == COL_OK) {
+    if (st == COL_OK && writer) {
         snprintf(path, sizeof path, "%s/config.json", dir);
         st = col_write_file_atomic(path, json, strlen(json), err);
     }
@@ -201,13 +236,13 @@ col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsi
     if (st == COL_OK)
         st = plan_new(&p, np, path, err);
     for (int i = 0; i < np && st == COL_OK; i++) /* spec order is chunk order; the f32 masters under mixed precision */
-        plan_add(&p, t, lmt_has(t, LMT_MASTER, i) ? LMT_MASTER : 0, i, "", merge && t->lora_of[i] >= 0);
+        plan_add(&p, t, lmt_has_master(t, i) ? LMT_MASTER : 0, i, "", merge && t->lora_of[i] >= 0);
     if (st == COL_OK) {
         static const char *const meta[] = {"format", "pt", NULL};
         st = write_plan(t, &p, meta, err);
     }
     plan_free(&p);
-    if (st == COL_OK && lora_on(t) && !merge)
+    if (st == COL_OK && lora_on(t) && !merge && writer) /* the adapters are parameters: whole on process 0 */
         st = save_adapter(t, dir, err);
     return st;
 }
@@ -216,10 +251,16 @@ col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsi
  * each, then slot 1, as the state chunks were allocated. */
 col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
 {
+    col_status st = save_optimizer(t, dir, err);
+    return lmt_dp_agree(t, st, "saving the optimizer state", err);
+}
+
+static col_status save_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
+{
     if (col_lm_trainer_config(t)->inference)
         return col_err_set(err, COL_ESTATE, "an inference session has no optimizer state to save");
     col_status st = no_view(t, "saving the optimizer state", err);
-    if (st == COL_OK)
+    if (st == COL_OK && lmt_dp_writer(t))
         st = ensure_dir(dir, err);
     if (st != COL_OK)
         return st;
@@ -228,8 +269,8 @@ col_status col_lm_trainer_save_optimizer(col_lm_trainer *t, const char *dir, col
     st_plan p;
     st = plan_new(&p, 2 * t->nt, path, err);
     for (int slot = 0; slot < 2 && st == COL_OK; slot++)
-        for (int i = 0; i < t->nt; i++)
-            if (lmt_has(t, 2 + slot, i))
+        for (int i = t->train0; i < t->nt; i++)
+            if (slot < t->slots) /* (not lmt_has: a process may hold no span of a tensor, but they all save it) */
                 plan_add(&p, t, 2 + slot, i, slot ? "exp_avg_sq." : "exp_avg.", false);
     snprintf(steps, sizeof steps, "%" PRId64, col_lm_trainer_steps(t));
     snprintf(seed, sizeof seed, "%" PRIu64, col_lm_trainer_config(t)->seed);
@@ -257,9 +298,15 @@ static col_status load_items(col_lm_trainer *t, int n, const int *kind, const in
     for (int j = 0; j < n && st == COL_OK; j++) {
         const col_param_spec *s = &t->specs[idx[j]];
         void *d = NULL;
+        int64_t off, n = lmt_span(t, idx[j], &off);
+        float *whole = NULL; /* a state of which this process holds a span: read whole, then its span kept */
+        if (kind[j] >= 2 && t->zn && (st = lmt_dp_buffer(t, col_param_numel(s), &whole, err)) != COL_OK)
+            break;
         if ((st = lmt_get(t, kind[j], idx[j], true, &d, err)) == COL_OK &&
-            (st = col_ckpt_read_f32(x[j], s->ndim, s->shape, d, err)) == COL_OK)
+            (st = col_ckpt_read_f32(x[j], s->ndim, s->shape, whole ? whole : d, err)) == COL_OK)
             st = lmt_read_ahead(t, kind[j], idx[j], 1, err);
+        if (st == COL_OK && whole)
+            memcpy(d, whole + off, sizeof(float) * (size_t)n);
     }
     col_status st2 = lmt_stage_end(t, st == COL_OK, st == COL_OK ? err : NULL);
     return st != COL_OK ? st : st2;
@@ -315,6 +362,12 @@ static col_status load_scaler(col_lm_trainer *t, const col_st_file *f, const cha
 }
 
 col_status col_lm_trainer_load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
+{
+    col_status st = load_optimizer(t, dir, err);
+    return lmt_dp_agree(t, st, "loading the optimizer state", err);
+}
+
+static col_status load_optimizer(col_lm_trainer *t, const char *dir, col_err *err)
 {
     col_status st = no_view(t, "loading the optimizer state", err);
     if (st != COL_OK)

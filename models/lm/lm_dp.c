@@ -56,6 +56,10 @@ size_t lmt_dp_capacity_multiple(const col_lm_trainer *t) { return t->dp ? (size_
 
 void lmt_dp_free(col_lm_trainer *t)
 {
+    lmt_dp_overlap_free(t);
+    free(t->dbuf);
+    t->dbuf = NULL;
+    t->dbuf_n = 0;
     free(t->zoff);
     free(t->zn);
     free(t->dgc);
@@ -168,6 +172,19 @@ col_status lmt_dp_sum_d(col_lm_trainer *t, double local, double *global, col_err
     return st;
 }
 
+typedef struct lmt_dp_overlap lmt_dp_overlap;
+struct lmt_dp_overlap {
+    const col_plan *plan;       /* the plan the indices below are for */
+    int *g_last, *p_first;      /* per chunk pair: the last op accumulating into its gradient chunk, the first op
+                                   reading its parameter chunk (-1: none) */
+    int *g_ord, *p_ord;         /* pairs by g_last, by p_first */
+    col_comm_req **greq, **preq;
+    int gi, pi;                 /* the next pair in each order to start (reductions) or wait for (gathers) */
+    bool reducing, gathering;
+    double wait_s;              /* time blocked in waits this step */
+};
+static col_status overlap_finish(col_lm_trainer *t, col_err *err);
+
 /* the pieces of process r's neighbours in chunk c given back (their contents are another process's) */
 static void discard_others(col_lm_trainer *t, int c)
 {
@@ -214,9 +231,191 @@ col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err)
 {
     if (!t->dp)
         return COL_OK;
-    col_status st = exchange(t, t->zero == 1 ? 0 : 1, true, err);
+    col_status st = t->ov && t->ov->reducing ? overlap_finish(t, err) : exchange(t, t->zero == 1 ? 0 : 1, true, err);
     for (int j = 0; j < t->ndc && st == COL_OK && t->zero > 1; j++)
         discard_others(t, t->dgc[j]);
+    return st;
+}
+
+/* ---- overlap with the training graph (no compute tier: its ops run here one after the other) ----
+ * Before the last micro-batch of a step, each gradient chunk's reduction starts as soon as the last op adding
+ * into it has run (the hook before each op); at ZeRO 3 every parameter chunk's gather starts before the first
+ * op and is waited for just before the first op that reads the chunk. Between ops the hook moves the MPI
+ * requests along (col_comm_test), so the transfers run while the graph computes. */
+
+static int chunk_pair(const col_lm_trainer *t, const void *addr, bool grad)
+{
+    int c;
+    size_t off;
+    if (!addr || !mt_locate(t->pool, addr, &c, &off))
+        return -1;
+    for (int j = 0; j < t->ndc; j++)
+        if ((grad ? t->dgc[j] : t->dpc[j]) == c)
+            return j;
+    return -1;
+}
+
+/* pairs 0..n-1 sorted by key[] (insertion sort: a few hundred chunks at most); -1 keys last */
+static void order_by(int *ord, const int *key, int n)
+{
+    for (int j = 0; j < n; j++) {
+        int v = ord[j] = j, k = j;
+        while (k > 0 && (key[ord[k - 1]] < 0 || (key[v] >= 0 && key[ord[k - 1]] > key[v]))) {
+            ord[k] = ord[k - 1];
+            k--;
+        }
+        ord[k] = v;
+    }
+}
+
+static col_status overlap_index(col_lm_trainer *t, const col_plan *plan, col_err *err)
+{
+    lmt_dp_overlap *o = t->ov;
+    if (o && o->plan == plan)
+        return COL_OK;
+    lmt_dp_overlap_free(t);
+    int n = t->ndc;
+    o = t->ov = calloc(1, sizeof *o);
+    if (o) {
+        o->g_last = malloc(sizeof(int) * 4 * (size_t)(n + 1));
+        o->greq = calloc(2 * (size_t)(n + 1), sizeof *o->greq);
+    }
+    if (!o || !o->g_last || !o->greq)
+        return col_err_set(err, COL_ENOMEM, "data parallel: out of memory");
+    o->p_first = o->g_last + n + 1;
+    o->g_ord = o->p_first + n + 1;
+    o->p_ord = o->g_ord + n + 1;
+    o->preq = o->greq + n + 1;
+    o->plan = plan;
+    for (int j = 0; j < n; j++)
+        o->g_last[j] = o->p_first[j] = -1;
+    for (int i = 0; i < col_plan_length(plan); i++) {
+        col_node *node = col_plan_node(plan, i);
+        if (node->op == COL_OP_ACCUMULATE && node->nsrc > 1) {
+            int j = chunk_pair(t, node->src[1]->grad_data, true);
+            if (j >= 0)
+                o->g_last[j] = i;
+            continue;
+        }
+        for (int s = 0; s < node->nsrc; s++) {
+            col_node *leaf = (node->src[s]->flags & COL_NODE_VIEW) ? node->src[s]->view_base : node->src[s];
+            int j = leaf->op == COL_OP_LEAF ? chunk_pair(t, leaf->bound, false) : -1;
+            if (j >= 0 && o->p_first[j] < 0)
+                o->p_first[j] = i;
+        }
+    }
+    order_by(o->g_ord, o->g_last, n);
+    order_by(o->p_ord, o->p_first, n);
+    return COL_OK;
+}
+
+void lmt_dp_overlap_free(col_lm_trainer *t)
+{
+    if (!t->ov)
+        return;
+    free(t->ov->g_last);
+    free(t->ov->greq);
+    free(t->ov);
+    t->ov = NULL;
+}
+
+static col_status start_reduce(col_lm_trainer *t, int j, col_comm_req **req, col_err *err)
+{
+    int c = t->dgc[j];
+    char *base = mt_chunk_host(t->pool, c);
+    size_t cap = capacity(t, c), piece = cap / (size_t)t->dpn, es = col_dtype_size(t->dt);
+    t->dp_bytes += cap;
+    if (t->zero == 1)
+        return col_comm_all_reduce_async(t->dp, base, base, cap / es, t->dt, COL_RED_SUM, req, err);
+    return col_comm_reduce_scatter_async(t->dp, base, base + (size_t)t->dpr * piece, piece / es, t->dt, COL_RED_SUM,
+                                         req, err);
+}
+
+static col_status timed_wait(col_lm_trainer *t, col_comm_req **req, col_err *err)
+{
+    double t0 = col_seconds();
+    col_status st = col_comm_wait(*req, err);
+    *req = NULL;
+    t->ov->wait_s += col_seconds() - t0;
+    return st;
+}
+
+/* before op i: reductions of the gradient chunks complete before it, waits for the parameter chunks it is the
+ * first to read, and a push to the oldest requests in flight */
+static col_status overlap_hook(void *user, const col_plan *p, int i, col_node *n, col_err *err)
+{
+    (void)p, (void)n;
+    col_lm_trainer *t = user;
+    lmt_dp_overlap *o = t->ov;
+    col_status st = COL_OK;
+    while (st == COL_OK && o->gathering && o->pi < t->ndc && o->p_first[o->p_ord[o->pi]] >= 0 &&
+           o->p_first[o->p_ord[o->pi]] <= i)
+        st = timed_wait(t, &o->preq[o->p_ord[o->pi++]], err);
+    while (st == COL_OK && o->reducing && o->gi < t->ndc && o->g_last[o->g_ord[o->gi]] >= 0 &&
+           o->g_last[o->g_ord[o->gi]] < i) {
+        int j = o->g_ord[o->gi++];
+        st = start_reduce(t, j, &o->greq[j], err);
+    }
+    bool done;
+    for (int k = 0; k < t->ndc && st == COL_OK; k++) /* the first request still in flight of each kind */
+        if (o->greq[k] && (st = col_comm_test(o->greq[k], &done, err)) == COL_OK && !done)
+            break;
+    for (int k = o->pi; k < t->ndc && st == COL_OK && o->gathering; k++)
+        if (o->preq[o->p_ord[k]] && (st = col_comm_test(o->preq[o->p_ord[k]], &done, err)) == COL_OK && !done)
+            break;
+    return st;
+}
+
+col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err)
+{
+    bool gather = t->params_partial, reduce = last && !t->cfg.dp_serial;
+    if (!t->dp || (!gather && !reduce))
+        return gather ? lmt_dp_need_params(t, err) : col_plan_run(plan, t->be, err);
+    col_status st = overlap_index(t, plan, err);
+    if (st != COL_OK)
+        return st;
+    lmt_dp_overlap *o = t->ov;
+    o->gi = o->pi = 0;
+    o->wait_s = 0;
+    o->reducing = reduce;
+    o->gathering = gather;
+    double t0 = col_seconds();
+    size_t es = col_dtype_size(t->dt);
+    for (int k = 0; k < t->ndc && gather && st == COL_OK; k++) { /* in the order the graph needs them */
+        int j = o->p_ord[k], c = t->dpc[j];
+        char *base = mt_chunk_host(t->pool, c);
+        size_t piece = capacity(t, c) / (size_t)t->dpn;
+        st = col_comm_all_gather_async(t->dp, base + (size_t)t->dpr * piece, base, piece / es, t->dt, &o->preq[j],
+                                       err);
+        t->dp_bytes += piece;
+    }
+    if (st == COL_OK)
+        st = col_plan_run_hooked(plan, t->be, overlap_hook, t, err);
+    for (int k = 0; k < t->ndc && gather; k++) /* chunks no op read */
+        if (o->preq[k]) {
+            col_status w = timed_wait(t, &o->preq[k], err);
+            st = st == COL_OK ? w : st;
+        }
+    t->params_partial = false;
+    o->gathering = false;
+    t->dp_comm_s += col_seconds() - t0; /* the run's time: the part of it waiting is o->wait_s */
+    return st;
+}
+
+/* the reductions the run left: those of chunks no op accumulated into, then every wait */
+static col_status overlap_finish(col_lm_trainer *t, col_err *err)
+{
+    lmt_dp_overlap *o = t->ov;
+    col_status st = COL_OK;
+    for (; o->gi < t->ndc && st == COL_OK; o->gi++)
+        st = start_reduce(t, o->g_ord[o->gi], &o->greq[o->g_ord[o->gi]], err);
+    for (int k = 0; k < t->ndc; k++)
+        if (o->greq[k]) {
+            col_status w = timed_wait(t, &o->greq[k], err);
+            st = st == COL_OK ? w : st;
+        }
+    o->reducing = false;
+    t->dp_wait_s = o->wait_s;
     return st;
 }
 
@@ -279,7 +478,8 @@ col_status lmt_dp_gather_state(col_lm_trainer *t, int k, int i, float *buf, col_
         if (n == 0 || (r != t->dpr && t->dpr != 0))
             continue;
         void *p = NULL;
-        if (r == t->dpr && (st = lmt_get(t, k, i, false, &p, err)) != COL_OK)
+        /* (lmt_get, without the call back into lm_trainer_tiers.c) */
+        if (r == t->dpr && (st = mt_stage_get(t->stage, t->ref[k * t->nt + i], false, &p, err)) != COL_OK)
             break;
         if (r == 0)
             memcpy(buf + off, p, sizeof(float) * (size_t)n);
@@ -289,6 +489,32 @@ col_status lmt_dp_gather_state(col_lm_trainer *t, int k, int i, float *buf, col_
             st = col_comm_send(t->dp, p, (size_t)n, COL_F32, 0, TAG_GATHER, err);
     }
     return st;
+}
+
+col_status lmt_dp_buffer(col_lm_trainer *t, int64_t n, float **buf, col_err *err)
+{
+    if (n > t->dbuf_n) {
+        float *p = realloc(t->dbuf, sizeof *p * (size_t)n);
+        if (!p)
+            return col_err_set(err, COL_ENOMEM, "data parallel: no memory for a %.1f MB tensor", (double)n * 4 / 1e6);
+        t->dbuf = p;
+        t->dbuf_n = n;
+    }
+    *buf = t->dbuf;
+    return COL_OK;
+}
+
+col_status lmt_dp_agree(col_lm_trainer *t, col_status st, const char *what, col_err *err)
+{
+    if (!t->dp || col_comm_broken(t->dp, NULL))
+        return st;
+    int mine = st != COL_OK ? t->dpr : t->dpn, first = t->dpn;
+    col_err e = {0};
+    if (col_comm_all_reduce(t->dp, &mine, &first, 1, COL_I32, COL_RED_MIN, &e) != COL_OK)
+        return st != COL_OK ? st : col_err_copy(err, &e);
+    if (st != COL_OK || first == t->dpn)
+        return st;
+    return col_err_set(err, COL_EIO, "%s failed on process %d of %d (its own message says why)", what, first, t->dpn);
 }
 
 #else /* a build without MPI: no communicator can exist, so a session is always one process */
@@ -302,6 +528,18 @@ col_status lmt_dp_init(col_lm_trainer *t, col_err *err)
 size_t lmt_dp_capacity_multiple(const col_lm_trainer *t) { return (void)t, 0; }
 col_status lmt_dp_layout(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
 void lmt_dp_free(col_lm_trainer *t) { (void)t; }
+
+col_status lmt_dp_buffer(col_lm_trainer *t, int64_t n, float **buf, col_err *err)
+{
+    (void)t, (void)n, (void)buf;
+    return col_err_set(err, COL_EINTERNAL, "data parallel: a buffer without MPI");
+}
+
+col_status lmt_dp_agree(col_lm_trainer *t, col_status st, const char *what, col_err *err)
+{
+    (void)t, (void)what, (void)err;
+    return st;
+}
 
 col_status lmt_dp_weights(col_lm_trainer *t, const int32_t *targets, int na, float *w, col_err *err)
 {
@@ -326,6 +564,198 @@ col_status lmt_dp_sum_d(col_lm_trainer *t, double local, double *global, col_err
 }
 
 col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
+/* ---- overlap with the training graph (no compute tier: its ops run here one after the other) ----
+ * Before the last micro-batch of a step, each gradient chunk's reduction starts as soon as the last op adding
+ * into it has run (the hook before each op); at ZeRO 3 every parameter chunk's gather starts before the first
+ * op and is waited for just before the first op that reads the chunk. Between ops the hook moves the MPI
+ * requests along (col_comm_test), so the transfers run while the graph computes. */
+struct lmt_dp_overlap {
+    const col_plan *plan;       /* the plan the indices below are for */
+    int *g_last, *p_first;      /* per chunk pair: the last op accumulating into its gradient chunk, the first op
+                                   reading its parameter chunk (-1: none) */
+    int *g_ord, *p_ord;         /* pairs by g_last, by p_first */
+    col_comm_req **greq, **preq;
+    int gi, pi;                 /* the next pair in each order to start (reductions) or wait for (gathers) */
+    bool reducing, gathering;
+    double wait_s;              /* time blocked in waits this step */
+};
+
+static int chunk_pair(const col_lm_trainer *t, const void *addr, bool grad)
+{
+    int c;
+    size_t off;
+    if (!addr || !mt_locate(t->pool, addr, &c, &off))
+        return -1;
+    for (int j = 0; j < t->ndc; j++)
+        if ((grad ? t->dgc[j] : t->dpc[j]) == c)
+            return j;
+    return -1;
+}
+
+/* pairs 0..n-1 sorted by key[] (insertion sort: a few hundred chunks at most); -1 keys last */
+static void order_by(int *ord, const int *key, int n)
+{
+    for (int j = 0; j < n; j++) {
+        int v = ord[j] = j, k = j;
+        while (k > 0 && (key[ord[k - 1]] < 0 || (key[v] >= 0 && key[ord[k - 1]] > key[v]))) {
+            ord[k] = ord[k - 1];
+            k--;
+        }
+        ord[k] = v;
+    }
+}
+
+static col_status overlap_index(col_lm_trainer *t, const col_plan *plan, col_err *err)
+{
+    lmt_dp_overlap *o = t->ov;
+    if (o && o->plan == plan)
+        return COL_OK;
+    lmt_dp_overlap_free(t);
+    int n = t->ndc;
+    o = t->ov = calloc(1, sizeof *o);
+    if (o) {
+        o->g_last = malloc(sizeof(int) * 4 * (size_t)(n + 1));
+        o->greq = calloc(2 * (size_t)(n + 1), sizeof *o->greq);
+    }
+    if (!o || !o->g_last || !o->greq)
+        return col_err_set(err, COL_ENOMEM, "data parallel: out of memory");
+    o->p_first = o->g_last + n + 1;
+    o->g_ord = o->p_first + n + 1;
+    o->p_ord = o->g_ord + n + 1;
+    o->preq = o->greq + n + 1;
+    o->plan = plan;
+    for (int j = 0; j < n; j++)
+        o->g_last[j] = o->p_first[j] = -1;
+    for (int i = 0; i < col_plan_length(plan); i++) {
+        col_node *node = col_plan_node(plan, i);
+        if (node->op == COL_OP_ACCUMULATE && node->nsrc > 1) {
+            int j = chunk_pair(t, node->src[1]->grad_data, true);
+            if (j >= 0)
+                o->g_last[j] = i;
+            continue;
+        }
+        for (int s = 0; s < node->nsrc; s++) {
+            col_node *leaf = (node->src[s]->flags & COL_NODE_VIEW) ? node->src[s]->view_base : node->src[s];
+            int j = leaf->op == COL_OP_LEAF ? chunk_pair(t, leaf->bound, false) : -1;
+            if (j >= 0 && o->p_first[j] < 0)
+                o->p_first[j] = i;
+        }
+    }
+    order_by(o->g_ord, o->g_last, n);
+    order_by(o->p_ord, o->p_first, n);
+    return COL_OK;
+}
+
+void lmt_dp_overlap_free(col_lm_trainer *t)
+{
+    if (!t->ov)
+        return;
+    free(t->ov->g_last);
+    free(t->ov->greq);
+    free(t->ov);
+    t->ov = NULL;
+}
+
+static col_status start_reduce(col_lm_trainer *t, int j, col_comm_req **req, col_err *err)
+{
+    int c = t->dgc[j];
+    char *base = mt_chunk_host(t->pool, c);
+    size_t cap = capacity(t, c), piece = cap / (size_t)t->dpn, es = col_dtype_size(t->dt);
+    t->dp_bytes += cap;
+    if (t->zero == 1)
+        return col_comm_all_reduce_async(t->dp, base, base, cap / es, t->dt, COL_RED_SUM, req, err);
+    return col_comm_reduce_scatter_async(t->dp, base, base + (size_t)t->dpr * piece, piece / es, t->dt, COL_RED_SUM,
+                                         req, err);
+}
+
+static col_status timed_wait(col_lm_trainer *t, col_comm_req **req, col_err *err)
+{
+    double t0 = col_seconds();
+    col_status st = col_comm_wait(*req, err);
+    *req = NULL;
+    t->ov->wait_s += col_seconds() - t0;
+    return st;
+}
+
+/* before op i: reductions of the gradient chunks complete before it, waits for the parameter chunks it is the
+ * first to read, and a push to the oldest requests in flight */
+static col_status overlap_hook(void *user, const col_plan *p, int i, col_node *n, col_err *err)
+{
+    (void)p, (void)n;
+    col_lm_trainer *t = user;
+    lmt_dp_overlap *o = t->ov;
+    col_status st = COL_OK;
+    while (st == COL_OK && o->gathering && o->pi < t->ndc && o->p_first[o->p_ord[o->pi]] >= 0 &&
+           o->p_first[o->p_ord[o->pi]] <= i)
+        st = timed_wait(t, &o->preq[o->p_ord[o->pi++]], err);
+    while (st == COL_OK && o->reducing && o->gi < t->ndc && o->g_last[o->g_ord[o->gi]] >= 0 &&
+           o->g_last[o->g_ord[o->gi]] < i) {
+        int j = o->g_ord[o->gi++];
+        st = start_reduce(t, j, &o->greq[j], err);
+    }
+    bool done;
+    for (int k = 0; k < t->ndc && st == COL_OK; k++) /* the first request still in flight of each kind */
+        if (o->greq[k] && (st = col_comm_test(o->greq[k], &done, err)) == COL_OK && !done)
+            break;
+    for (int k = o->pi; k < t->ndc && st == COL_OK && o->gathering; k++)
+        if (o->preq[o->p_ord[k]] && (st = col_comm_test(o->preq[o->p_ord[k]], &done, err)) == COL_OK && !done)
+            break;
+    return st;
+}
+
+col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err)
+{
+    bool gather = t->params_partial, reduce = last && !t->cfg.dp_serial;
+    if (!t->dp || (!gather && !reduce))
+        return gather ? lmt_dp_need_params(t, err) : col_plan_run(plan, t->be, err);
+    col_status st = overlap_index(t, plan, err);
+    if (st != COL_OK)
+        return st;
+    lmt_dp_overlap *o = t->ov;
+    o->gi = o->pi = 0;
+    o->wait_s = 0;
+    o->reducing = reduce;
+    o->gathering = gather;
+    double t0 = col_seconds();
+    size_t es = col_dtype_size(t->dt);
+    for (int k = 0; k < t->ndc && gather && st == COL_OK; k++) { /* in the order the graph needs them */
+        int j = o->p_ord[k], c = t->dpc[j];
+        char *base = mt_chunk_host(t->pool, c);
+        size_t piece = capacity(t, c) / (size_t)t->dpn;
+        st = col_comm_all_gather_async(t->dp, base + (size_t)t->dpr * piece, base, piece / es, t->dt, &o->preq[j],
+                                       err);
+        t->dp_bytes += piece;
+    }
+    if (st == COL_OK)
+        st = col_plan_run_hooked(plan, t->be, overlap_hook, t, err);
+    for (int k = 0; k < t->ndc && gather; k++) /* chunks no op read */
+        if (o->preq[k]) {
+            col_status w = timed_wait(t, &o->preq[k], err);
+            st = st == COL_OK ? w : st;
+        }
+    t->params_partial = false;
+    o->gathering = false;
+    t->dp_comm_s += col_seconds() - t0; /* the run's time: the part of it waiting is o->wait_s */
+    return st;
+}
+
+/* the reductions the run left: those of chunks no op accumulated into, then every wait */
+static col_status overlap_finish(col_lm_trainer *t, col_err *err)
+{
+    lmt_dp_overlap *o = t->ov;
+    col_status st = COL_OK;
+    for (; o->gi < t->ndc && st == COL_OK; o->gi++)
+        st = start_reduce(t, o->g_ord[o->gi], &o->greq[o->g_ord[o->gi]], err);
+    for (int k = 0; k < t->ndc; k++)
+        if (o->greq[k]) {
+            col_status w = timed_wait(t, &o->greq[k], err);
+            st = st == COL_OK ? w : st;
+        }
+    o->reducing = false;
+    t->dp_wait_s = o->wait_s;
+    return st;
+}
+
 col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
 col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
 
@@ -340,4 +770,12 @@ col_status lmt_dp_gather_state(col_lm_trainer *t, int k, int i, float *buf, col_
     (void)t, (void)k, (void)i, (void)buf;
     return col_err_set(err, COL_EINTERNAL, "data parallel: a gather without MPI");
 }
+
+col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err)
+{
+    (void)last;
+    return col_plan_run(plan, t->be, err);
+}
+
+void lmt_dp_overlap_free(col_lm_trainer *t) { (void)t; }
 #endif

@@ -138,7 +138,7 @@ static col_status copy_params(col_lm_trainer *t, const col_ckpt_tensor **src, co
          * then rounded into the parameter */
         void *w = t->conv;
         bool mixed = lmt_mixed(t);
-        if (!mixed || lmt_has(t, LMT_MASTER, i))
+        if (!mixed || (lmt_has(t, LMT_MASTER, i) && !t->zn)) /* (a span of a master: through the buffer) */
             st = lmt_get(t, mixed ? LMT_MASTER : 0, i, true, &w, err);
         if (st == COL_OK && (st = col_ckpt_read_f32(src[i], s->ndim, s->shape, w, err)) == COL_OK)
             note_nonfinite(rep, s->name, count_nonfinite(w, col_param_numel(s)));

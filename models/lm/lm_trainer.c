@@ -553,16 +553,16 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
     float *w = malloc(sizeof *w * (size_t)na);
     if (!w)
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
-    t->dp_comm_s = 0;
+    t->dp_comm_s = t->dp_wait_s = 0;
     t->dp_bytes = 0;
     col_status st = lmt_dp_weights(t, targets, na, w, err);
-    if (st == COL_OK)
-        st = lmt_dp_need_params(t, err);
     if (st == COL_OK)
         mt_zero(t->pool, MT_GRAD);
     for (int k = 0; k < na && st == COL_OK; k++) {
         float l = 0;
+        t->dp_last = k == na - 1; /* the gradient exchange overlaps the last micro-batch's backward pass */
         st = micro_batch(t, ids, targets, k, w[k], &l, err);
+        t->dp_last = false;
         if (!t->dp)
             loss += l / (float)na;
         else if (w[k] > 0) /* this process's part of the mean over every process's rows */
@@ -696,9 +696,10 @@ int64_t col_lm_trainer_span(const col_lm_trainer *t, int i, int64_t *off)
 
 col_status col_lm_trainer_sync_params(col_lm_trainer *t, col_err *err) { return lmt_dp_need_params(t, err); }
 
-void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *seconds, uint64_t *bytes)
+void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *seconds, double *blocked, uint64_t *bytes)
 {
     *seconds = t->dp ? t->dp_comm_s : 0;
+    *blocked = t->dp ? t->dp_wait_s : 0;
     *bytes = t->dp ? t->dp_bytes : 0;
 }
 

@@ -69,6 +69,7 @@ typedef struct {
      * processes together compute the step one process computes on all the rows. NULL = one process. */
     struct col_comm *dp;
     int zero;             /* 1, 2 or 3 (0 = 2) */
+    bool dp_serial;       /* benchmarks: the gradient exchange after the backward pass instead of during it */
     /* Pipeline parallelism (lm_pipeline.h): a session of the layers [layer_lo, layer_hi) only (0/0: the whole
      * model), a stage of the model holding only the parameters that stage uses (col_lm_stage_params; tensor i
      * is the model's parameter col_lm_trainer_global_index(t, i), initialised as the whole model's). Its
@@ -172,9 +173,10 @@ col_status col_lm_trainer_grads(col_lm_trainer *t, const int32_t *ids, const int
  * and decoding call it themselves). Nothing to do with one process. */
 int64_t col_lm_trainer_span(const col_lm_trainer *t, int i, int64_t *off);
 col_status col_lm_trainer_sync_params(col_lm_trainer *t, col_err *err);
-/* Where the last step's time and traffic went with data parallelism: seconds in the gradient and parameter
- * exchanges, and the bytes this process handed to them (0 with one process). */
-void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *seconds, uint64_t *bytes);
+/* Where the last step's time and traffic went with data parallelism (0 with one process): the seconds the
+ * gradient and parameter exchanges took (when they overlap the training graph, the graph's run is counted
+ * whole), the seconds blocked waiting for them while overlapping, and the bytes this process handed to them. */
+void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *seconds, double *blocked, uint64_t *bytes);
 
 /* Optimizer state slot (0: first moment / momentum, 1: second moment) of
  * parameter i, or NULL when the optimizer has no such slot. */

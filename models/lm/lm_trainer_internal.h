@@ -89,7 +89,13 @@ struct col_lm_trainer {
     int ndc;                  /* trained chunk pairs: gradient chunk dgc[j], the parameter chunk dpc[j] with the same layout */
     int *dgc, *dpc;
     bool params_partial;      /* ZeRO 3: the parameters hold only this process's pieces */
-    double dp_comm_s;         /* time in the last step's gradient and parameter exchanges */
+    double dp_comm_s;         /* time in the last step's gradient and parameter exchanges (with overlap: the
+                                 training graph's run, during which they went on) */
+    double dp_wait_s;         /* with overlap: the part of the last step spent blocked waiting for them */
+    bool dp_last;             /* the training graph's next run is the step's last micro-batch */
+    struct lmt_dp_overlap *ov;/* the overlap's indices and requests (lm_dp.c) */
+    float *dbuf;              /* lmt_dp_buffer's memory, dbuf_n floats */
+    int64_t dbuf_n;
     uint64_t dp_bytes;        /* bytes this process handed to those exchanges in the last step */
     /* a pipeline stage (cfg.layer_lo/hi): per base tensor, its index in the whole model's specs; NULL for the
      * whole model. Graph arrays hold every parameter of the whole model (a stage's others stay NULL). */
@@ -110,6 +116,13 @@ static inline int64_t lmt_span(const col_lm_trainer *t, int i, int64_t *off)
 }
 
 /* lm_dp.c - data parallelism. Without a dp communicator every call does nothing and succeeds. */
+/* whether this process writes the session's files: process 0 of dp, or the only one */
+static inline bool lmt_dp_writer(const col_lm_trainer *t) { return !t->dp || t->dpr == 0; }
+/* A buffer of n floats the session keeps (grown as needed) for whole tensors of which a process holds spans. */
+col_status lmt_dp_buffer(col_lm_trainer *t, int64_t n, float **buf, col_err *err);
+/* The outcome of a collective call agreed by every process: st when all succeeded, else a failure on each
+ * (the failing process keeps its own message; the others' names the first process that failed and what). */
+col_status lmt_dp_agree(col_lm_trainer *t, col_status st, const char *what, col_err *err);
 /* Checks the configuration and takes the communicator (before lmt_alloc). */
 col_status lmt_dp_init(col_lm_trainer *t, col_err *err);
 /* The capacity every chunk must be a multiple of (0: any). */
@@ -130,6 +143,11 @@ col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err);
 col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err);
 /* ZeRO 3: the whole parameters again before a graph reads them (nothing when they are whole). */
 col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err);
+/* Runs the training plan (no compute tier) with the exchanges overlapping it: at ZeRO 3 the parameter chunks
+ * gathered just before their first use, and on the step's last micro-batch (last) each gradient chunk's
+ * reduction started once the ops adding into it have run (lmt_dp_reduce_grads then waits for them). */
+col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err);
+void lmt_dp_overlap_free(col_lm_trainer *t);
 /* The f32 in-memory optimizer step over this process's spans (lmt_optimize's f32 path with data parallelism). */
 col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err);
 /* Tensor i's kind-k memory (k >= 2: a state slot or the master) whole on process 0 in buf (n floats): every
@@ -199,6 +217,11 @@ col_status lmt_stage_end(col_lm_trainer *t, bool write_back, col_err *err);
 /* lm_precision.c */
 /* whether the session computes in a 16-bit dtype (mixed precision) */
 static inline bool lmt_mixed(const col_lm_trainer *t) { return t->dt != COL_F32; }
+/* whether trained tensor i has an f32 master (mixed precision), whichever process holds its span */
+static inline bool lmt_has_master(const col_lm_trainer *t, int i)
+{
+    return lmt_mixed(t) && i >= t->train0 && !t->cfg.inference;
+}
 /* the dtype of kind-k memory: the compute dtype for parameters and gradients, f32 for states and masters */
 static inline col_dtype lmt_dtype(const col_lm_trainer *t, int k) { return k <= 1 ? t->dt : COL_F32; }
 /* Sets up mixed precision after the tensors are placed: the conversion buffer, the loss scale. */

@@ -244,6 +244,11 @@ static mt_resident *anchor(col_lm_trainer *t, const lmt_tier *tier)
 
 col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t reserve, col_err *err)
 {
+    if (t->dp && !t->cfg.compute_budget && plan == t->plan) /* the exchanges overlap the training graph */
+        return lmt_dp_run(t, plan, t->dp_last, err);
+    col_status ps = lmt_dp_need_params(t, err); /* ZeRO 3: whole parameters for any other run */
+    if (ps != COL_OK)
+        return ps;
     if (!t->cfg.compute_budget)
         return col_plan_run(plan, t->be, err);
     if (!tier->res) {
