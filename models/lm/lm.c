@@ -42,13 +42,6 @@ void col_lm_init_param(const col_lm_config *c, const col_param_spec *s, int inde
     }
 }
 
-void col_lm_layer_range(const col_lm_config *c, int layer_lo, int layer_hi, int *lo, int *hi)
-{
-    bool whole = layer_lo == 0 && layer_hi == 0;
-    *lo = whole ? 0 : layer_lo;
-    *hi = whole ? c->n_layer : layer_hi;
-}
-
 col_status col_lm_check_stage(const col_lm_config *c, int layer_lo, int layer_hi, col_err *err)
 {
     if ((layer_lo == 0 && layer_hi == 0) || (layer_lo >= 0 && layer_lo < layer_hi && layer_hi <= c->n_layer))

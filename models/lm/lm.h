@@ -109,8 +109,14 @@ typedef struct {
 } col_lm_graph;
 
 /* Pipeline stages. The layer range [*lo, *hi) that opts' layer_lo/layer_hi
- * mean (0/0: the whole model). */
-void col_lm_layer_range(const col_lm_config *c, int layer_lo, int layer_hi, int *lo, int *hi);
+ * mean (0/0: the whole model). Inline: the families call it, and lm.c calls
+ * the families. */
+static inline void col_lm_layer_range(const col_lm_config *c, int layer_lo, int layer_hi, int *lo, int *hi)
+{
+    bool whole = layer_lo == 0 && layer_hi == 0;
+    *lo = whole ? 0 : layer_lo;
+    *hi = whole ? c->n_layer : layer_hi;
+}
 /* Checks a stage's layer range: 0 <= lo < hi <= n_layer, or 0/0. */
 col_status col_lm_check_stage(const col_lm_config *c, int layer_lo, int layer_hi, col_err *err);
 /* The full model's parameters a stage uses, as indices into col_lm_param_specs, in the stage's first-use
