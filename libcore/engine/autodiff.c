@@ -109,7 +109,8 @@ col_status col_graph_backward_seeded(col_graph *g, col_node *loss, col_node *see
         return col_err_set(err, g->err.code, "%s", g->err.msg);
     if (!loss)
         return col_err_set(err, COL_EINVAL, "backward: no loss node");
-    if (col_numel(&loss->t) != 1 || loss->t.dtype != COL_F32)
+    /* with a seed, any f32 node: a pipeline stage's output, seeded by the gradient the next stage sent back */
+    if ((!seed && col_numel(&loss->t) != 1) || loss->t.dtype != COL_F32)
         return col_err_set(err, COL_ESHAPE, "backward: the loss must be an f32 scalar (got %lld elements of %s)",
                            (long long)col_numel(&loss->t), col_dtype_name(loss->t.dtype));
     if (g->cur_segment)

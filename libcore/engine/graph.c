@@ -192,6 +192,9 @@ col_node *col_graph_rng_counter(col_graph *g)
 
 void col_graph_set_rng_counter(col_graph *g, int64_t value) { g->rng_counter_value = value; }
 
+uint64_t col_graph_dropout_offset(const col_graph *g) { return g->dropout_streams; }
+void col_graph_set_dropout_offset(col_graph *g, uint64_t offset) { g->dropout_streams = offset; }
+
 void col_checkpoint_begin(col_graph *g)
 {
     if (!g || g->err.code != COL_OK)

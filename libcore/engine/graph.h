@@ -110,6 +110,12 @@ bool col_check(col_graph *g, bool cond, col_status code, const char *fmt, ...)
  * dropout uses its seed unchanged. The node is created on first use. */
 col_node *col_graph_rng_counter(col_graph *g);
 void col_graph_set_rng_counter(col_graph *g, int64_t value);
+/* Each dropout of a graph draws from its own range of Philox stream positions,
+ * taken in creation order (the next one starts at this offset). A graph
+ * holding a part of a model (a pipeline stage) starts at the offset the
+ * whole model's graph has there, so that its masks are that graph's. */
+uint64_t col_graph_dropout_offset(const col_graph *g);
+void col_graph_set_dropout_offset(col_graph *g, uint64_t offset);
 
 /* ---- checkpointing ---- */
 /* Nodes created between begin and end are freed after the forward pass and
@@ -123,7 +129,10 @@ void col_checkpoint_end(col_graph *g);
  * Inputs with COL_NODE_NEEDS_GRAD get n->grad (marked as outputs). */
 col_status col_graph_backward(col_graph *g, col_node *loss, col_err *err);
 /* The same with d loss = seed (an f32 node of the loss's shape, e.g. an input
- * the caller sets before each run: a loss scale), instead of 1. */
+ * the caller sets before each run: a loss scale), instead of 1. With a seed
+ * the "loss" may be any f32 node: the seed is then the gradient of whatever
+ * follows it (a pipeline stage's output, seeded with what the next stage
+ * sends back). */
 col_status col_graph_backward_seeded(col_graph *g, col_node *loss, col_node *seed, col_err *err);
 /* Used by backward builders: adds `d` to the gradient of `x`. */
 void col_accum_grad(col_graph *g, col_node *x, col_node *d);

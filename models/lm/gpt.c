@@ -15,6 +15,9 @@ static int gpt2_param_count(const col_lm_config *c)
     return 2 + PER_LAYER * c->n_layer + 2 + (c->tie_embeddings ? 0 : 1);
 }
 
+static int gpt2_embed_params(const col_lm_config *c) { (void)c; return 2; }
+static int gpt2_layer_params(const col_lm_config *c) { (void)c; return PER_LAYER; }
+
 static void gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
 {
     int64_t C = c->hidden, F = c->ffn;
@@ -73,10 +76,15 @@ static col_node *gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm
 {
     col_node **p = out->params;
     int64_t BT = (int64_t)o->batch * o->seq, C = c->hidden;
-    col_node *tok = col_embedding(g, p[0], out->ids);                   /* [B, T, C] */
-    col_node *pos = col_embedding(g, p[1], col_lm_positions(g, o, out)); /* [T, C] */
-    col_node *x = col_lm_dropout(g, col_add(g, tok, pos), c, o);
-    for (int l = 0; l < c->n_layer; l++) {
+    int lo, hi;
+    col_lm_layer_range(c, o->layer_lo, o->layer_hi, &lo, &hi);
+    col_node *x = out->hidden_in;
+    if (lo == 0) {
+        col_node *tok = col_embedding(g, p[0], out->ids);                   /* [B, T, C] */
+        col_node *pos = col_embedding(g, p[1], col_lm_positions(g, o, out)); /* [T, C] */
+        x = col_lm_dropout(g, col_add(g, tok, pos), c, o);
+    }
+    for (int l = lo; l < hi; l++) {
         col_node **lp = p + 2 + PER_LAYER * l;
         if (o->checkpoint)
             col_checkpoint_begin(g);
@@ -88,6 +96,8 @@ static col_node *gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm
         if (o->checkpoint)
             col_checkpoint_end(g);
     }
+    if (hi < c->n_layer)
+        return x;
     int k = 2 + PER_LAYER * c->n_layer;
     x = col_layernorm(g, x, col_lm_f32(g, p[k]), col_lm_f32(g, p[k + 1]), c->norm_eps);
     col_node *head = c->tie_embeddings ? p[0] : p[k + 2]; /* tied: x @ wte^T */
@@ -113,5 +123,7 @@ const col_lm_family col_gpt2_family = {
     .unused_ok = unused_ok,
     .param_count = gpt2_param_count,
     .param_specs = gpt2_param_specs,
+    .embed_params = gpt2_embed_params,
+    .layer_params = gpt2_layer_params,
     .forward = gpt2_forward,
 };

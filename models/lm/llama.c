@@ -17,6 +17,8 @@ static int llama_param_count(const col_lm_config *c)
     return 1 + per_layer(c) * c->n_layer + 1 + (c->tie_embeddings ? 0 : 1);
 }
 
+static int llama_embed_params(const col_lm_config *c) { (void)c; return 1; }
+
 static void llama_param_specs(const col_lm_config *c, col_param_spec *s)
 {
     int64_t C = c->hidden, Hq = (int64_t)c->n_head * c->head_dim, Hkv = (int64_t)c->n_kv_head * c->head_dim,
@@ -58,10 +60,12 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
 {
     col_node **p = out->params;
     int64_t H = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
-    col_node *x = col_embedding(g, p[0], out->ids); /* [B, T, C] */
+    int lo, hi;
+    col_lm_layer_range(c, o->layer_lo, o->layer_hi, &lo, &hi);
+    col_node *x = lo == 0 ? col_embedding(g, p[0], out->ids) : out->hidden_in; /* [B, T, C] */
     col_node *pos = col_lm_positions(g, o, out);
-    int k = 1;
-    for (int l = 0; l < c->n_layer; l++) {
+    int k = 1 + per_layer(c) * lo;
+    for (int l = lo; l < hi; l++) {
         col_node **lp = p + k;
         int i = 0;
         /* weights as pointers into out->params (col_lm_linear finds their adapters by position) */
@@ -88,6 +92,8 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
         if (o->checkpoint)
             col_checkpoint_end(g);
     }
+    if (hi < c->n_layer)
+        return x;
     x = col_rmsnorm(g, x, col_lm_f32(g, p[k++]), c->norm_eps);
     col_node *head = c->tie_embeddings ? p[0] : p[k];
     int64_t flat[2] = {(int64_t)o->batch * o->seq, c->hidden};
@@ -112,5 +118,7 @@ const col_lm_family col_llama_family = {
     .unused_ok = unused_ok,
     .param_count = llama_param_count,
     .param_specs = llama_param_specs,
+    .embed_params = llama_embed_params,
+    .layer_params = per_layer,
     .forward = llama_forward,
 };

@@ -42,6 +42,67 @@ void col_lm_init_param(const col_lm_config *c, const col_param_spec *s, int inde
     }
 }
 
+col_status col_lm_check_stage(const col_lm_config *c, int layer_lo, int layer_hi, col_err *err)
+{
+    if ((layer_lo == 0 && layer_hi == 0) || (layer_lo >= 0 && layer_lo < layer_hi && layer_hi <= c->n_layer))
+        return COL_OK;
+    return col_err_set(err, COL_EINVAL, "%s: a pipeline stage of layers [%d, %d) is not a non-empty range of the "
+                       "model's %d layers", col_arch_name(c->arch), layer_lo, layer_hi, c->n_layer);
+}
+
+bool col_lm_stage_shares_tied(const col_lm_config *c, int layer_lo, int layer_hi)
+{
+    int lo, hi;
+    col_lm_layer_range(c, layer_lo, layer_hi, &lo, &hi);
+    return c->tie_embeddings && lo > 0 && hi == c->n_layer;
+}
+
+int col_lm_stage_params(const col_lm_config *c, int layer_lo, int layer_hi, int *idx)
+{
+    const col_lm_family *f = col_lm_family_of(c->arch);
+    if (!f || col_lm_check_stage(c, layer_lo, layer_hi, NULL) != COL_OK)
+        return 0;
+    int lo, hi, n = 0;
+    col_lm_layer_range(c, layer_lo, layer_hi, &lo, &hi);
+    int pre = f->embed_params(c), per = f->layer_params(c), all = f->param_count(c);
+    int first = lo == 0 ? 0 : pre + per * lo, last = hi == c->n_layer ? all : pre + per * hi;
+    for (int i = first; i < last; i++, n++)
+        if (idx)
+            idx[n] = i;
+    if (col_lm_stage_shares_tied(c, layer_lo, layer_hi)) { /* the head's weight, used last */
+        if (idx)
+            idx[n] = COL_LM_TIED_PARAM;
+        n++;
+    }
+    return n;
+}
+
+/* The dropout stream offset the whole model's graph has at layer lo: that of a graph of layers [0, lo) (a
+ * throwaway build; it allocates no tensor memory). */
+static col_status dropout_offset_at(const col_lm_config *c, const col_lm_build_opts *o, int lo, uint64_t *off,
+                                    col_err *err)
+{
+    *off = 0;
+    if (lo == 0 || !o->training || c->dropout <= 0)
+        return COL_OK;
+    col_graph *g = col_graph_new();
+    col_node **params = calloc((size_t)col_lm_param_count(c), sizeof *params);
+    col_status st = g && params ? COL_OK : col_err_set(err, COL_ENOMEM, "model: out of memory");
+    col_lm_build_opts po = *o;
+    po.with_loss = false;
+    po.checkpoint = false;
+    po.layer_lo = 0;
+    po.layer_hi = lo;
+    col_lm_graph pg = {.params = params};
+    if (st == COL_OK)
+        st = col_lm_build(g, c, &po, &pg, err);
+    if (st == COL_OK)
+        *off = col_graph_dropout_offset(g);
+    free(params);
+    col_graph_free(g);
+    return st;
+}
+
 col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out,
                         col_err *err)
 {
@@ -60,14 +121,34 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
     if (o->dtype != COL_F32 && o->dtype != COL_BF16 && o->dtype != COL_F16)
         return col_err_set(err, COL_EINVAL, "%s: weights of %s (f32, bf16 or f16)", col_arch_name(c->arch),
                            col_dtype_name(o->dtype));
+    if ((st = col_lm_check_stage(c, o->layer_lo, o->layer_hi, err)) != COL_OK)
+        return st;
+    int lo, hi;
+    col_lm_layer_range(c, o->layer_lo, o->layer_hi, &lo, &hi);
+    bool partial = lo > 0 || hi < c->n_layer;
+    if (partial && (o->cache_len || o->lora_of))
+        return col_err_set(err, COL_EUNSUPPORTED, "%s: a pipeline stage (layers [%d, %d)) takes no key/value cache "
+                           "and no LoRA adapters", col_arch_name(c->arch), lo, hi);
+    uint64_t drop_off = 0;
+    if (partial && (st = dropout_offset_at(c, o, lo, &drop_off, err)) != COL_OK)
+        return st;
     int np = col_lm_param_count(c);
     col_param_spec *specs = calloc((size_t)np, sizeof *specs);
-    if (!specs)
+    int *used = calloc((size_t)np, sizeof *used);
+    if (!specs || !used) {
+        free(specs), free(used);
         return col_err_set(err, COL_ENOMEM, "model: out of memory");
+    }
     col_lm_param_specs(c, specs);
+    int nu = col_lm_stage_params(c, o->layer_lo, o->layer_hi, used);
     for (int i = 0; i < np; i++)
+        out->params[i] = NULL;
+    for (int u = 0; u < nu; u++) { /* in the stage's first-use order */
+        int i = used[u];
         out->params[i] = o->lora_of ? col_input(g, specs[i].name, o->dtype, specs[i].ndim, specs[i].shape)
                                     : col_param(g, specs[i].name, o->dtype, specs[i].ndim, specs[i].shape);
+    }
+    free(used);
     /* adapters after the base leaves, in adapter order (lora_of numbers them in spec order) */
     for (int i = 0; o->lora_of && i < np; i++) {
         int j = o->lora_of[i];
@@ -88,9 +169,18 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         out->lora[2 * j + 1] = col_param(g, n, o->dtype, 2, sb);
     }
     free(specs);
-    int64_t bt[2] = {o->batch, o->seq};
-    out->ids = col_input(g, "ids", COL_I32, 2, bt);
-    out->targets = o->with_loss ? col_input(g, "targets", COL_I32, 2, bt) : NULL;
+    int64_t bt[2] = {o->batch, o->seq}, bth[3] = {o->batch, o->seq, c->hidden};
+    bool last = hi == c->n_layer;
+    out->ids = lo == 0 ? col_input(g, "ids", COL_I32, 2, bt) : NULL;
+    out->targets = o->with_loss && last ? col_input(g, "targets", COL_I32, 2, bt) : NULL;
+    out->hidden_in = NULL;
+    out->hidden_out = NULL;
+    if (lo > 0) {
+        out->hidden_in = col_input(g, "hidden_in", COL_F32, 3, bth);
+        if (out->hidden_in) /* before its users are built: the flag flows to them */
+            out->hidden_in->flags |= COL_NODE_NEEDS_GRAD;
+    }
+    col_graph_set_dropout_offset(g, drop_off);
     out->start = NULL;
     if (o->cache_len) {
         int64_t one[1] = {1};
@@ -99,7 +189,14 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         for (int l = 0; l < 2 * c->n_layer; l++)
             out->cache[l] = col_input(g, l % 2 ? "v_cache" : "k_cache", COL_F32, 4, cs);
     }
-    col_node *logits2 = family->forward(g, c, o, out); /* [B*T, V] */
+    col_node *logits2 = family->forward(g, c, o, out); /* [B*T, V]; a stage before the last: [B, T, C] */
+    out->logits = out->loss = NULL;
+    if (!last) {
+        out->hidden_out = logits2;
+        if (col_graph_status(g) != COL_OK)
+            return col_err_set(err, col_graph_status(g), "%s: %s", col_arch_name(c->arch), col_graph_error(g)->msg);
+        return COL_OK;
+    }
     int64_t lshape[3] = {o->batch, o->seq, c->vocab_size};
     out->logits = col_reshape(g, logits2, 3, lshape);
     out->loss = NULL;

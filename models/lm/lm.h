@@ -83,6 +83,14 @@ typedef struct {
      * matmuls take 16-bit weights as they are and their inputs cast to them (f32 accumulation), the other
      * uses of a weight (norms, biases) cast it to f32, and activations, softmax, norms and the loss stay f32 */
     col_dtype dtype;
+    /* Pipeline stages: the layers [layer_lo, layer_hi) only (0/0: the whole model). A stage with layer_lo 0
+     * starts from the token ids (embeddings); a later one from out->hidden_in, the previous stage's hidden
+     * states [batch, seq, hidden] (an f32 input a gradient flows to). A stage with layer_hi = n_layer ends
+     * with the final norm, the head, the logits and (with_loss) the loss; an earlier one at out->hidden_out,
+     * its hidden states (no logits, no loss). Only the stage's parameters (col_lm_stage_params) are made:
+     * the other entries of out->params stay NULL. Its dropouts draw the masks the whole model's graph
+     * draws for those layers. No key/value cache, no LoRA. */
+    int layer_lo, layer_hi;
 } col_lm_build_opts;
 
 typedef struct {
@@ -96,7 +104,32 @@ typedef struct {
     col_node **cache;
     col_node *start;
     col_node **lora;        /* with opts.lora_of: 2 per adapter, A then B (caller-provided array) */
+    col_node *hidden_in;    /* a stage after the first: input [batch, seq, hidden] f32; NULL otherwise (ids then) */
+    col_node *hidden_out;   /* a stage before the last: its output [batch, seq, hidden]; NULL otherwise */
 } col_lm_graph;
+
+/* Pipeline stages. The layer range [*lo, *hi) that opts' layer_lo/layer_hi
+ * mean (0/0: the whole model). Inline: the families call it, and lm.c calls
+ * the families. */
+static inline void col_lm_layer_range(const col_lm_config *c, int layer_lo, int layer_hi, int *lo, int *hi)
+{
+    bool whole = layer_lo == 0 && layer_hi == 0;
+    *lo = whole ? 0 : layer_lo;
+    *hi = whole ? c->n_layer : layer_hi;
+}
+/* Checks a stage's layer range: 0 <= lo < hi <= n_layer, or 0/0. */
+col_status col_lm_check_stage(const col_lm_config *c, int layer_lo, int layer_hi, col_err *err);
+/* The full model's parameters a stage uses, as indices into col_lm_param_specs, in the stage's first-use
+ * order: the embeddings (the first stage), its layers, the final norm and head (the last stage). With tied
+ * embeddings the last stage also holds the input embedding (index COL_LM_TIED_PARAM, used last, by the head):
+ * then the first and the last stage both hold it and their gradients must be summed before every optimizer
+ * step. Writes them into idx (when not NULL; room for col_lm_param_count) and returns how many; 0 for a
+ * range col_lm_check_stage refuses. */
+int col_lm_stage_params(const col_lm_config *c, int layer_lo, int layer_hi, int *idx);
+enum { COL_LM_TIED_PARAM = 0 }; /* every family's input embedding is its first parameter */
+/* Whether a stage holds a copy of the tied embedding that another stage holds as well (a last stage that is
+ * not also the first, with tied embeddings). */
+bool col_lm_stage_shares_tied(const col_lm_config *c, int layer_lo, int layer_hi);
 
 col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out,
                         col_err *err);

@@ -27,8 +27,15 @@ typedef struct {
     int (*param_count)(const col_lm_config *c);
     /* the parameters with Hugging Face names and shapes, in first-use order of the forward graph */
     void (*param_specs)(const col_lm_config *c, col_param_spec *specs);
+    /* how param_specs lays the layers out: embed_params specs before the first layer (the embeddings and what
+     * follows them), then layer_params specs per layer; the rest (final norm, head) after the last layer */
+    int (*embed_params)(const col_lm_config *c);
+    int (*layer_params)(const col_lm_config *c);
     /* builds the model from out->ids (and out->cache / out->start with a key/value cache) to the
-     * logits [batch * seq, vocab]; out->params holds the parameter leaves in spec order */
+     * logits [batch * seq, vocab]; out->params holds the parameter leaves in spec order. For a pipeline
+     * stage (col_lm_layer_range of o's layer_lo/layer_hi) it starts at out->hidden_in unless the range
+     * starts at layer 0, and returns the hidden states [batch, seq, hidden] unless it ends at the last
+     * layer; it reads only the stage's parameters (col_lm_stage_params). */
     col_node *(*forward)(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out);
 } col_lm_family;
 

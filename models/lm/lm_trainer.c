@@ -17,7 +17,7 @@ _Static_assert(COL_LM_PARAMS == 1u << MT_PARAM && COL_LM_GRADS == 1u << MT_GRAD 
 static col_status bind_params(col_lm_trainer *t, col_lm_graph *gg, bool grads, col_err *err)
 {
     for (int i = 0; i < t->nt; i++) {
-        col_node *n = i < t->np ? gg->params[i] : gg->lora[i - t->np];
+        col_node *n = i < t->np ? gg->params[lmt_global(t, i)] : gg->lora[i - t->np];
         col_status st = col_bind(n, lmt_bind_addr(t, 0, i), err);
         if (st == COL_OK && grads && i >= t->train0)
             st = col_bind_grad(n, lmt_bind_addr(t, 1, i), err);
@@ -52,7 +52,7 @@ static col_status share_memory(col_lm_trainer *t, col_plan *plan, col_err *err)
 /* the graph arrays of a build: parameter and adapter leaves */
 static bool graph_arrays(col_lm_trainer *t, col_lm_graph *gg)
 {
-    gg->params = calloc((size_t)t->np, sizeof(col_node *));
+    gg->params = calloc((size_t)col_lm_param_count(&t->cfg.model), sizeof(col_node *)); /* a stage's too */
     gg->lora = calloc((size_t)(t->nt - t->np) + 1, sizeof(col_node *));
     return gg->params && gg->lora;
 }
@@ -79,14 +79,17 @@ static col_status build_train(col_lm_trainer *t, col_err *err)
     if (!t->g || !graph_arrays(t, &t->gg))
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     col_lm_build_opts o = {.batch = t->cfg.batch, .seq = t->cfg.seq, .with_loss = true, .training = true,
-                            .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed};
+                            .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed,
+                            .layer_lo = t->cfg.layer_lo, .layer_hi = t->cfg.layer_hi};
     lora_opts(t, &o);
     col_status st = col_lm_build(t->g, &t->cfg.model, &o, &t->gg, err);
     /* d loss is an input set before each run: the f16 loss scale times the micro-batch's weight in the step
-     * (1, or its share of the step's counted tokens when several processes split the rows) */
+     * (1, or its share of the step's counted tokens when several processes split the rows); a pipeline stage
+     * before the last is seeded with the gradient of its hidden states the next stage sends back */
     if (st == COL_OK) {
-        t->seed = col_input(t->g, "loss_seed", COL_F32, t->gg.loss->t.ndim, t->gg.loss->t.shape);
-        st = t->seed ? col_graph_backward_seeded(t->g, t->gg.loss, t->seed, err)
+        col_node *out = t->gg.loss ? t->gg.loss : t->gg.hidden_out;
+        t->seed = col_input(t->g, "loss_seed", COL_F32, out->t.ndim, out->t.shape);
+        st = t->seed ? col_graph_backward_seeded(t->g, out, t->seed, err)
                      : col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     }
     if (st == COL_OK)
@@ -141,8 +144,17 @@ typedef struct {
     lmt_tier *tier;
 } fwd_pass;
 
+/* the message of what a pipeline stage's session cannot do alone */
+static col_status stage_refuses(const col_lm_trainer *t, const char *what, col_err *err)
+{
+    return col_err_set(err, COL_ESTATE, "%s: this session holds the pipeline stage of layers [%d, %d) only: run it "
+                       "through the pipeline (lm_pipeline.h)", what, t->cfg.layer_lo, t->cfg.layer_hi);
+}
+
 static col_status forward_pass(col_lm_trainer *t, int batch, fwd_pass *f, col_err *err)
 {
+    if (lmt_partial(t))
+        return stage_refuses(t, "evaluation", err);
     if (t->g && batch == t->cfg.batch) {
         if (!t->eplan) {
             col_node *outs[2] = {t->gg.loss, t->gg.logits};
@@ -174,6 +186,12 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         return st;
     if ((st = col_opt_validate(&cfg->opt, err)) != COL_OK || (st = col_lr_validate(&cfg->lr, err)) != COL_OK)
         return st;
+    if ((st = col_lm_check_stage(&cfg->model, cfg->layer_lo, cfg->layer_hi, err)) != COL_OK)
+        return st;
+    bool partial = !(cfg->layer_lo == 0 && (cfg->layer_hi == 0 || cfg->layer_hi == cfg->model.n_layer));
+    if (partial && (cfg->lora.rank > 0 || cfg->compute_dtype != COL_F32 || cfg->inference))
+        return col_err_set(err, COL_EUNSUPPORTED, "a pipeline stage session (layers [%d, %d)) trains in f32 without "
+                           "LoRA", cfg->layer_lo, cfg->layer_hi);
     if (cfg->grad_accum < 0 || cfg->grad_accum > 65536)
         return col_err_set(err, COL_EINVAL, "gradient accumulation of %d micro-batches (1..65536)", cfg->grad_accum);
     if (be && be->mem && !cfg->compute_budget)
@@ -210,6 +228,20 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         free(base), free(lora_of);
         col_lm_trainer_free(t);
         return st;
+    }
+    if (partial) { /* the stage's specs, in its first-use order */
+        t->gidx = malloc(sizeof *t->gidx * (size_t)t->np);
+        col_param_spec *sel = malloc(sizeof *sel * (size_t)t->np);
+        if (!t->gidx || !sel) {
+            free(base), free(lora_of), free(sel);
+            col_lm_trainer_free(t);
+            return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+        }
+        t->np = col_lm_stage_params(&cfg->model, cfg->layer_lo, cfg->layer_hi, t->gidx);
+        for (int i = 0; i < t->np; i++)
+            sel[i] = base[t->gidx[i]];
+        memcpy(base, sel, sizeof *sel * (size_t)t->np);
+        free(sel);
     }
     t->nt = t->np + 2 * na;
     t->train0 = na ? t->np : 0;
@@ -389,6 +421,7 @@ void col_lm_trainer_free(col_lm_trainer *t)
     lmt_mixed_free(t);
     lmt_dp_free(t);
     free(t->lora_of);
+    free(t->gidx);
     free(t->specs);
     free(t->ot);
     free(t->w16);
@@ -414,6 +447,8 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
 {
     if (!t->plan)
         return col_err_set(err, COL_ESTATE, "this session was created for inference: it cannot train");
+    if (lmt_partial(t))
+        return stage_refuses(t, "training step", err);
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
     col_status st = load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
@@ -593,6 +628,8 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
 
 int col_lm_trainer_n_params(const col_lm_trainer *t) { return t->nt; }
 
+int col_lm_trainer_global_index(const col_lm_trainer *t, int i) { return i >= 0 && i < t->np ? lmt_global(t, i) : -1; }
+
 int64_t col_lm_trainer_param_count(const col_lm_trainer *t)
 {
     int64_t n = 0;
@@ -722,6 +759,8 @@ static col_status dec_build(col_lm_trainer *t, struct dec_graph *d, int seq, col
 col_status col_lm_trainer_decode_reset(col_lm_trainer *t, int max_len, col_err *err)
 {
     const col_lm_config *c = &t->cfg.model;
+    if (lmt_partial(t))
+        return stage_refuses(t, "decoding", err);
     if (max_len < 1 || max_len > c->max_positions)
         return col_err_set(err, COL_EINVAL, "decode: %d positions requested; the model has %d", max_len,
                            c->max_positions);

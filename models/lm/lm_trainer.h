@@ -72,6 +72,13 @@ typedef struct {
     struct col_comm *dp;
     int zero;             /* 1, 2 or 3 (0 = 2) */
     bool dp_serial;       /* benchmarks: the gradient exchange after the backward pass instead of during it */
+    /* Pipeline parallelism (lm_pipeline.h): a session of the layers [layer_lo, layer_hi) only (0/0: the whole
+     * model), a stage of the model holding only the parameters that stage uses (col_lm_stage_params; tensor i
+     * is the model's parameter col_lm_trainer_global_index(t, i), initialised as the whole model's). Its
+     * training graph starts from the previous stage's hidden states unless layer_lo is 0, and ends at its own
+     * hidden states (its backward seeded with their gradient) unless layer_hi is n_layer. Such a session is
+     * driven by lm_pipeline.c: col_lm_trainer_step, _grads, _eval and decoding refuse it. f32, no LoRA. */
+    int layer_lo, layer_hi;
 } col_lm_train_config;
 
 /* kinds of tensor memory, for nvme_kinds and host views */
@@ -132,6 +139,9 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
  * adapters are: the base tensors have no gradient and no optimizer state
  * (col_lm_trainer_grad / _state return NULL for them). */
 int col_lm_trainer_n_params(const col_lm_trainer *t);            /* tensors, adapters included */
+/* The index of base tensor i in the whole model's parameter specs (col_lm_param_specs): i itself unless the
+ * session is a pipeline stage (cfg.layer_lo/hi); -1 for an adapter or an i out of range. */
+int col_lm_trainer_global_index(const col_lm_trainer *t, int i);
 int64_t col_lm_trainer_param_count(const col_lm_trainer *t);     /* elements of all tensors */
 int64_t col_lm_trainer_trainable_count(const col_lm_trainer *t); /* elements that are trained */
 size_t col_lm_trainer_arena_bytes(const col_lm_trainer *t);      /* training activation arena */

@@ -95,7 +95,15 @@ struct col_lm_trainer {
     float *dbuf;              /* lmt_dp_buffer's memory, dbuf_n floats */
     int64_t dbuf_n;
     uint64_t dp_bytes;        /* bytes this process handed to those exchanges in the last step */
+    /* a pipeline stage (cfg.layer_lo/hi): per base tensor, its index in the whole model's specs; NULL for the
+     * whole model. Graph arrays hold every parameter of the whole model (a stage's others stay NULL). */
+    int *gidx;
 };
+
+/* base tensor i's index in the whole model's parameter specs */
+static inline int lmt_global(const col_lm_trainer *t, int i) { return t->gidx && i < t->np ? t->gidx[i] : i; }
+/* whether the session holds a part of the model only (a pipeline stage) */
+static inline bool lmt_partial(const col_lm_trainer *t) { return t->gidx != NULL; }
 
 /* The part of trained tensor i this process updates and keeps optimizer states for: elements [*off, *off + n)
  * (the whole tensor with one process). */

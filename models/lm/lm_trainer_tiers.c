@@ -203,7 +203,7 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err)
         if (st != COL_OK)
             break;
         if (i < t->np)
-            col_lm_init_param(&t->cfg.model, &t->specs[i], i, w, t->cfg.seed);
+            col_lm_init_param(&t->cfg.model, &t->specs[i], lmt_global(t, i), w, t->cfg.seed);
         else
             col_lora_init(&t->specs[i], (i - t->np) % 2 == 0, i, w, t->cfg.seed);
         if (lmt_mixed(t))

@@ -17,6 +17,9 @@ static int opt_param_count(const col_lm_config *c)
     return 2 + (projected(c) ? 2 : 0) + PER_LAYER * c->n_layer + (final_norm(c) ? 2 : 0) + (c->tie_embeddings ? 0 : 1);
 }
 
+static int opt_embed_params(const col_lm_config *c) { return 2 + (projected(c) ? 1 : 0); }
+static int opt_layer_params(const col_lm_config *c) { (void)c; return PER_LAYER; }
+
 /* order: embeddings, project_in, layers, final norm, project_out, lm_head */
 static void opt_param_specs(const col_lm_config *c, col_param_spec *s)
 {
@@ -69,14 +72,20 @@ static col_node *attention(col_graph *g, col_node *x, col_node **lp, int l, cons
 static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
 {
     col_node **p = out->params;
+    int lo, hi;
+    col_lm_layer_range(c, o->layer_lo, o->layer_hi, &lo, &hi);
     int k = 0;
     col_node *wte = p[k++], *wpe = p[k++], *proj_in = projected(c) ? p[k++] : NULL;
-    col_node *x = col_embedding(g, wte, out->ids); /* [B, T, E] */
-    if (proj_in)
-        x = col_linear(g, col_lm_operand(g, x, proj_in), proj_in, NULL);
-    col_node *pos = col_arange(g, o->cache_len ? out->start : NULL, o->seq, POS_OFFSET);
-    x = col_lm_dropout(g, col_add(g, x, col_embedding(g, wpe, pos)), c, o);
-    for (int l = 0; l < c->n_layer; l++, k += PER_LAYER) {
+    col_node *x = out->hidden_in;
+    if (lo == 0) {
+        x = col_embedding(g, wte, out->ids); /* [B, T, E] */
+        if (proj_in)
+            x = col_linear(g, col_lm_operand(g, x, proj_in), proj_in, NULL);
+        col_node *pos = col_arange(g, o->cache_len ? out->start : NULL, o->seq, POS_OFFSET);
+        x = col_lm_dropout(g, col_add(g, x, col_embedding(g, wpe, pos)), c, o);
+    }
+    k += PER_LAYER * lo;
+    for (int l = lo; l < hi; l++, k += PER_LAYER) {
         col_node **lp = p + k;
         if (o->checkpoint)
             col_checkpoint_begin(g);
@@ -98,6 +107,8 @@ static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_
         if (o->checkpoint)
             col_checkpoint_end(g);
     }
+    if (hi < c->n_layer)
+        return x;
     if (final_norm(c)) {
         x = col_layernorm(g, x, col_lm_f32(g, p[k]), col_lm_f32(g, p[k + 1]), c->norm_eps);
         k += 2;
@@ -125,5 +136,7 @@ const col_lm_family col_opt_family = {
     .unused_ok = unused_ok,
     .param_count = opt_param_count,
     .param_specs = opt_param_specs,
+    .embed_params = opt_embed_params,
+    .layer_params = opt_layer_params,
     .forward = opt_forward,
 };
