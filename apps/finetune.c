@@ -25,6 +25,7 @@
 #include "mt_resident.h"
 #include "mt_stats.h"
 #include "outdir.h"
+#include "lm_pipeline.h"
 #include "procsetup.h"
 #include "sampling.h"
 #include "top_view.h"
@@ -37,28 +38,7 @@
 static volatile sig_atomic_t g_interrupted;
 static void on_signal(int sig) { g_interrupted = sig; }
 
-typedef struct {
-    ft_opts o;
-    ft_state state;
-    col_lm_source src;
-    col_dataset *ds;
-    col_lm_trainer *tr;
-    app_device dev;         /* --device: the backend the graphs run on */
-    int32_t *ids, *tg;      /* [grad_accum * batch * seq] */
-    col_sampler sampler;
-    bool tty;               /* progress on a terminal: one live line */
-    double t0;
-    int64_t start_step;     /* where this process started (for the ETA) */
-    mt_stats_pub *pub;      /* statistics for colossal-top (NULL when shared memory is unavailable) */
-    uint64_t nvme_written;  /* bytes written to the NVMe tier before this step */
-    mt_stats_data *sd;
-    mt_stats_snapshot *snap;
-    top_tui *tui;           /* --tui */
-    bool quiet_saved;
-    col_outdir *od;         /* the output directory, locked for the run (NULL for --eval-only) */
-    memwatch mw;            /* peak resident memory per phase, against the budgets' bound */
-    ft_par par;             /* the run's processes (mpirun, srun); one without a launcher */
-} run;
+typedef ft_run run; /* (finetune.h) */
 
 static double now(void) { return col_seconds(); }
 
@@ -126,8 +106,11 @@ static col_status save(run *r, bool final, col_err *err)
         return st != COL_OK ? st : err->code;
     }
     r->state.step = col_lm_trainer_steps(r->tr);
-    if ((st = col_lm_trainer_save_model_ex(r->tr, stage, flags, err)) == COL_OK &&
-        (st = col_lm_trainer_save_optimizer(r->tr, stage, err)) == COL_OK && leader &&
+    if (r->pipe)
+        st = col_lm_pipeline_save(r->pipe, stage, true, err);
+    else if ((st = col_lm_trainer_save_model_ex(r->tr, stage, flags, err)) == COL_OK)
+        st = col_lm_trainer_save_optimizer(r->tr, stage, err);
+    if (st == COL_OK && leader &&
         (st = col_lm_source_copy_tokenizer(&r->src, stage, err)) == COL_OK &&
         (st = ft_state_write(stage, &r->o, &r->state, err)) == COL_OK)
         st = col_outdir_commit(r->od, err);
@@ -189,84 +172,6 @@ static col_status open_data(run *r, col_err *err)
     r->state.data_tokens = col_dataset_n_tokens(r->ds);
     r->state.data_hash = col_dataset_hash(r->ds);
     return COL_OK;
-}
-
-/* the optimizer kind's defaults with the options given on top */
-static col_opt_config ft_opt_config(const ft_opts *o)
-{
-    col_opt_config c = col_opt_defaults(o->optimizer);
-    if (!isnan(o->lr)) c.lr = o->lr;
-    if (!isnan(o->beta1)) c.beta1 = o->beta1;
-    if (!isnan(o->beta2)) c.beta2 = o->beta2;
-    if (!isnan(o->eps)) c.eps = o->eps;
-    if (!isnan(o->weight_decay)) c.weight_decay = o->weight_decay;
-    if (!isnan(o->momentum)) c.momentum = o->momentum;
-    c.nesterov = o->nesterov;
-    return c;
-}
-
-static col_status make_trainer(run *r, col_err *err)
-{
-    const ft_opts *o = &r->o;
-    col_lm_train_config tc = {0};
-    tc.model = r->src.config;
-    if (o->dropout >= 0)
-        tc.model.dropout = o->dropout;
-    tc.batch = o->batch / r->par.dp_size; /* with data parallelism, this process's share of each micro-batch */
-    tc.seq = o->seq;
-    tc.dp = r->par.dp;
-    tc.zero = o->zero;
-    tc.grad_accum = o->grad_accum;
-    tc.opt = ft_opt_config(o);
-    if (isnan(o->lr) && (o->optimizer == COL_OPT_ADAMW || o->optimizer == COL_OPT_LAMB))
-        tc.opt.lr = r->src.weights ? 1e-4f : 1e-3f;
-    int64_t warm = o->warmup >= 0 ? o->warmup : o->steps / 20;
-    if (o->schedule != COL_LR_CONSTANT && warm >= o->steps)
-        warm = o->steps - 1;
-    tc.lr = (col_lr_sched){.kind = o->schedule, .lr_max = tc.opt.lr, .lr_min = tc.opt.lr * o->min_lr_ratio,
-                           .warmup_steps = warm, .total_steps = o->steps};
-    tc.grad_clip = o->grad_clip;
-    tc.checkpoint = o->checkpointing;
-    tc.compute_dtype = o->precision;
-    tc.seed = o->seed;
-    mem_opts_apply(&o->mem, &tc);
-    tc.inference = o->eval_only;
-    tc.lora.rank = o->lora_rank;
-    tc.lora.alpha = o->lora_alpha;
-    snprintf(tc.lora.targets, sizeof tc.lora.targets, "%s", o->lora_targets);
-    if (r->src.has_adapter) { /* MODEL is a LoRA output: go on training its adapter */
-        if (o->lora_rank && o->lora_rank != r->src.lora.rank)
-            return col_err_set(err, COL_EINVAL, "%s holds a rank %d LoRA adapter: train it with --lora-rank %d, or "
-                               "export a merged model (--merge-lora) and fine-tune that", r->src.dir,
-                               r->src.lora.rank, r->src.lora.rank);
-        tc.lora = r->src.lora;
-    }
-    col_status st = col_lm_trainer_create(&tc, &r->dev.be, &r->tr, err);
-    if (st != COL_OK)
-        return st;
-    if (o->resume[0]) {
-        col_ckpt *ck = NULL;
-        char path[4200];
-        snprintf(path, sizeof path, "%s/model.safetensors", o->resume);
-        if ((st = col_ckpt_open(path, &ck, err)) == COL_OK && (st = col_lm_trainer_load(r->tr, ck, err)) == COL_OK &&
-            (tc.lora.rank == 0 || (st = col_lm_trainer_load_adapter(r->tr, o->resume, err)) == COL_OK))
-            st = col_lm_trainer_load_optimizer(r->tr, o->resume, err);
-        col_ckpt_close(ck);
-        if (st == COL_OK && col_lm_trainer_steps(r->tr) != r->state.step)
-            st = col_err_set(err, COL_EFORMAT, "%s: the optimizer state is at step %lld but the run state at %lld: the "
-                             "directory is inconsistent", o->resume, (long long)col_lm_trainer_steps(r->tr),
-                             (long long)r->state.step);
-    } else if (r->src.weights) {
-        col_lm_load_report rep;
-        st = col_lm_trainer_load_ex(r->tr, r->src.weights, o->ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, &rep, err);
-        if (st != COL_OK)
-            col_err_prefix(err, "%s", r->src.dir);
-        else
-            app_load_warnings(stderr, "colossal-finetune", &rep);
-        if (st == COL_OK && r->src.has_adapter)
-            st = col_lm_trainer_load_adapter(r->tr, r->src.dir, err);
-    }
-    return st;
 }
 
 /* mean loss over the first eval_batches validation batches; NAN when the
@@ -526,8 +431,10 @@ static int train(run *r)
     ft_opts *o = &r->o;
     col_err err = {0};
     int eval_every = o->eval_every > 0 ? o->eval_every : (o->steps >= 10 ? o->steps / 10 : 1);
-    bool can_eval = col_dataset_n_val_batches(r->ds, o->batch, o->seq) > 0;
-    if (!can_eval && o->val_percent > 0)
+    bool can_eval = col_dataset_n_val_batches(r->ds, o->batch, o->seq) > 0 && !r->pipe;
+    if (r->pipe && (o->eval_every > 0 || o->sample_every > 0 || o->val_percent > 0))
+        say(r, "note: a pipelined run (--pp) does not evaluate or sample yet: training only");
+    else if (!can_eval && o->val_percent > 0)
         say(r, "note: the validation split is shorter than one batch of %d x %d tokens: no evaluation", o->batch, o->seq);
     col_batch_state bs = o->resume[0] ? r->state.batches
                                       : col_batch_state_init(o->shuffle ? COL_BATCH_SHUFFLED : COL_BATCH_SEQUENTIAL,
@@ -550,7 +457,8 @@ static int train(run *r)
         ft_par_share(&r->par, o->batch, o->seq, o->grad_accum, r->ids, r->tg); /* this process's rows */
         col_lm_step_info info;
         if (st == COL_OK)
-            st = col_lm_trainer_step(r->tr, r->ids, r->tg, &info, &err);
+            st = r->pipe ? col_lm_pipeline_step(r->pipe, r->ids, r->tg, &info, &err)
+                         : col_lm_trainer_step(r->tr, r->ids, r->tg, &info, &err);
         if (st != COL_OK) {
             say(r, "%s", "");
             rc = fail_on(&r->par, &err);
@@ -579,7 +487,7 @@ static int train(run *r)
             else
                 say(r, "step %lld: validation loss %.4f (%d batches)", (long long)s, vl, nb);
         }
-        if (o->sample_every > 0 && (s % o->sample_every == 0 || s == o->steps) && r->src.tok) {
+        if (o->sample_every > 0 && (s % o->sample_every == 0 || s == o->steps) && r->src.tok && !r->pipe) {
             char *text = NULL;
             mw_enter(&r->mw, MW_EVAL);
             if (sample(r, &text, &err) != COL_OK) {
@@ -647,7 +555,10 @@ static void cleanup(run *r)
     mt_stats_destroy(r->pub);
     free(r->sd);
     free(r->snap);
-    col_lm_trainer_free(r->tr);
+    if (r->pipe)
+        col_lm_pipeline_free(r->pipe); /* its stage sessions, r->tr among them */
+    else
+        col_lm_trainer_free(r->tr);
     col_dataset_free(r->ds);
     col_lm_source_close(&r->src);
     col_sampler_free(&r->sampler);
@@ -725,6 +636,11 @@ int main(int argc, char **argv)
         goto out;
     if (col_lm_source_open(o->model, o->tokenizer[0] ? o->tokenizer : NULL, false, &r.src, &err) != COL_OK)
         goto out;
+    if ((rc = ft_par_check_layers(o, &r.par, r.src.config.n_layer)) != 0) {
+        cleanup(&r);
+        return rc;
+    }
+    rc = 1;
     if (o->seq == 0)
         o->seq = r.src.config.max_positions < 256 ? r.src.config.max_positions : 256;
     if (o->seq > r.src.config.max_positions) {
@@ -751,7 +667,7 @@ int main(int argc, char **argv)
     if (app_device_default_budget(&r.dev, &o->mem.gpu_mem, budget_line, sizeof budget_line, &err) != 0)
         goto out;
     mw_enter(&r.mw, MW_LOAD);
-    if (make_trainer(&r, &err) != COL_OK ||
+    if (ft_make_session(&r, &err) != COL_OK ||
         col_sampler_init(&r.sampler, r.src.config.vocab_size, &err) != COL_OK)
         goto out;
     if (o->eval_only) {
@@ -774,10 +690,24 @@ int main(int argc, char **argv)
     }
     if (!o->quiet && !o->json) {
         const col_lm_config *c = &r.src.config;
+        double total = (double)col_lm_trainer_param_count(r.tr), trained = (double)col_lm_trainer_trainable_count(r.tr);
+        if (r.pipe) { /* r.tr holds one stage: count the whole model */
+            col_param_spec *sp = calloc((size_t)col_lm_param_count(c), sizeof *sp);
+            total = 0;
+            if (sp) {
+                col_lm_param_specs(c, sp);
+                for (int i = 0; i < col_lm_param_count(c); i++)
+                    total += (double)col_param_numel(&sp[i]);
+            }
+            free(sp);
+            trained = total;
+        }
         say(&r, "model: %s (%s, %d layers, width %d, %.2fM parameters, %.2fM trained%s)", o->model,
-            col_arch_name(c->arch), c->n_layer, c->hidden, (double)col_lm_trainer_param_count(r.tr) / 1e6,
-            (double)col_lm_trainer_trainable_count(r.tr) / 1e6,
+            col_arch_name(c->arch), c->n_layer, c->hidden, total / 1e6, trained / 1e6,
             o->lora_rank ? " by LoRA" : r.src.weights || o->resume[0] ? "" : ", from scratch");
+        if (r.par.size > 1)
+            say(&r, "%d processes: %d data parallel (ZeRO %d) x %d pipeline stages (%d micro-batches)", r.par.size,
+                r.par.dp_size, o->zero, r.par.pp_size, o->micro_batches);
         say(&r, "data: %s: %zu tokens, %zu for training; batch %d x %d%s, %s", o->data, col_dataset_n_tokens(r.ds),
             col_dataset_n_train(r.ds), o->batch, o->seq, o->grad_accum > 1 ? " with accumulation" : "",
             o->shuffle ? "shuffled" : "in order");

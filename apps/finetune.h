@@ -11,6 +11,9 @@
 #include "apperr.h"
 #include "device.h"
 #include "memopts.h"
+#include "memwatch.h"
+#include "lm_source.h"
+#include "sampling.h"
 #include "mt_stats.h"
 #include "dataset.h"
 #include "lm_trainer.h"
@@ -100,17 +103,21 @@ bool ft_embedded_defaults(ft_opts *o, char *msg, size_t n);
 struct col_comm;
 typedef struct {
     struct col_comm *world, *dp; /* NULL for a run of one process */
+    struct col_comm *pipe;       /* the pipeline group (NULL without --pp) */
     int rank, size;              /* in the run */
     int dp_size, dp_rank;        /* the data parallel group: processes splitting a step's rows */
+    int pp_size;                 /* pipeline stages (1 without --pp) */
 } ft_par;
-/* Joins the run when a launcher started this process (MPI's environment), sets o's layout defaults and checks
- * the layout against the processes: 0, or the exit code after one line on stderr (2 for a bad layout, printed
- * by process 0 only; 1 otherwise). A process started alone is a run of one (p->world NULL). */
+/* Joins the run when a launcher started this process (MPI's environment): 0, or 1 after one line on stderr. A
+ * process started alone is a run of one (p->world NULL). */
 int ft_par_open(ft_opts *o, ft_par *p);
 void ft_par_close(ft_par *p);
-/* After the run's options are final (--resume replayed): the rows split between the groups (else exit code 2
- * after one line from process 0), and the other processes made quiet. */
-int ft_par_check(ft_opts *o, const ft_par *p);
+/* After the run's options are final (--resume replayed): the layout (--dp, --pp: D x P processes, the groups
+ * split), the rows split between the groups and the micro-batches - else exit code 2 after one line from process
+ * 0 (1 for a failure to split) - and the other processes made quiet. */
+int ft_par_check(ft_opts *o, ft_par *p);
+/* Once the model is known: its n_layer layers hold the pipeline's stages (else exit code 2 as above). */
+int ft_par_check_layers(const ft_opts *o, const ft_par *p, int n_layer);
 /* whether this process prints and writes files: process 0, or the only one */
 static inline bool ft_par_leader(const ft_par *p) { return p->rank == 0; }
 /* This process's rows of na micro-batches of batch rows of seq tokens, moved to the front of ids and tg. */
@@ -147,5 +154,36 @@ col_status ft_state_parse(const char *text, size_t len, const char *path, ft_opt
  * earlier colossal-finetune output (then only with --resume or --overwrite;
  * the user's own files in it are kept, outdir.h). */
 bool ft_check_out(const ft_opts *o, col_err *err);
+
+/* ---- finetune.c and finetune_session.c: a run ---- */
+struct col_lm_pipeline;
+typedef struct {
+    ft_opts o;
+    ft_state state;
+    col_lm_source src;
+    col_dataset *ds;
+    col_lm_trainer *tr;     /* the session; with --pp this process's first stage session (pipe owns it) */
+    struct col_lm_pipeline *pipe;  /* --pp: this process's stages of the pipeline */
+    app_device dev;         /* --device: the backend the graphs run on */
+    int32_t *ids, *tg;      /* [grad_accum * batch * seq] */
+    col_sampler sampler;
+    bool tty;               /* progress on a terminal: one live line */
+    double t0;
+    int64_t start_step;     /* where this process started (for the ETA) */
+    mt_stats_pub *pub;      /* statistics for colossal-top (NULL when shared memory is unavailable) */
+    uint64_t nvme_written;  /* bytes written to the NVMe tier before this step */
+    mt_stats_data *sd;
+    mt_stats_snapshot *snap;
+    struct top_tui *tui;           /* --tui */
+    bool quiet_saved;
+    struct col_outdir *od;         /* the output directory, locked for the run (NULL for --eval-only) */
+    memwatch mw;            /* peak resident memory per phase, against the budgets' bound */
+    ft_par par;             /* the run's processes (mpirun, srun); one without a launcher */
+} ft_run;
+
+/* The training session of the run (finetune_session.c): the options as a trainer configuration, the session
+ * made (with --pp this process's stages of a pipeline) and filled from MODEL's weights or the run resumed. */
+col_status ft_make_session(ft_run *r, col_err *err);
+
 
 #endif

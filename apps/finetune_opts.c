@@ -36,10 +36,10 @@ static const ft_optdef optdefs[] = {
     {"nvme-queue-depth", true, true}, {"data-max", true, true},  {"ignore-extra-tensors", false, true},
     {"device", true, true},
     {"precision", true, false},
-    /* the process layout: a saved run resumes under another (the files are whole tensors), bit for bit under
-     * the same one */
-    {"dp", true, true},           {"pp", true, true},            {"zero", true, true},
-    {"micro-batches", true, true}, {"comm-timeout", true, true},
+    /* the process layout, replayed by --resume (which continues bit for bit under the same layout): the files
+     * hold whole tensors whatever the layout, so another run may start from them as MODEL under any other */
+    {"dp", true, false},          {"pp", true, false},           {"zero", true, false},
+    {"micro-batches", true, false}, {"comm-timeout", true, true},
 };
 
 /* The compute precision when --precision is not given. On the CPU backend f32: bf16 measured 5-10% slower per

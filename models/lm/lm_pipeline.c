@@ -532,6 +532,15 @@ col_status col_lm_pipeline_step(col_lm_pipeline *p, const int32_t *ids, const in
 #ifdef COL_WITH_COMM
 int col_lm_pipeline_n_stages(const col_lm_pipeline *p) { return p ? p->v : 0; }
 
+void col_lm_pipeline_layout(const col_lm_pipeline *p, struct col_comm **pipe, int *P, int *rank, int *S, int *d)
+{
+    *pipe = p->pipe;
+    *P = p->P;
+    *rank = p->rank;
+    *S = p->S;
+    *d = p->dp ? col_comm_rank(p->dp) : 0;
+}
+
 col_lm_trainer *col_lm_pipeline_stage(col_lm_pipeline *p, int s, int *virtual_stage, int *layer_lo, int *layer_hi)
 {
     if (!p || s < 0 || s >= p->v)
@@ -546,6 +555,14 @@ col_lm_trainer *col_lm_pipeline_stage(col_lm_pipeline *p, int s, int *virtual_st
 }
 #else
 int col_lm_pipeline_n_stages(const col_lm_pipeline *p) { return (void)p, 0; }
+
+void col_lm_pipeline_layout(const col_lm_pipeline *p, struct col_comm **pipe, int *P, int *rank, int *S, int *d)
+{
+    (void)p;
+    *pipe = NULL;
+    *P = *S = 1;
+    *rank = *d = 0;
+}
 
 col_lm_trainer *col_lm_pipeline_stage(col_lm_pipeline *p, int s, int *virtual_stage, int *layer_lo, int *layer_hi)
 {

@@ -98,4 +98,21 @@ col_status col_lm_pipeline_step(col_lm_pipeline *p, const int32_t *ids, const in
 int col_lm_pipeline_n_stages(const col_lm_pipeline *p);
 col_lm_trainer *col_lm_pipeline_stage(col_lm_pipeline *p, int s, int *virtual_stage, int *layer_lo, int *layer_hi);
 
+/* The layout: the pipeline communicator, its size P and this process's rank in it, the S virtual stages, and
+ * d, this process's pipeline (its rank in the data parallel group; 0 without one). */
+void col_lm_pipeline_layout(const col_lm_pipeline *p, struct col_comm **pipe, int *P, int *rank, int *S, int *d);
+
+/* ---- saving and resuming (lm_pipeline_ckpt.c) ----
+ * Collective over every process of the run. Writes dir/config.json, dir/model.safetensors and (optimizer)
+ * dir/optimizer.safetensors as one process of the same model would (the tensors in spec order, the same names,
+ * shapes and metadata): world process 0 (the first pipeline's rank 0) writes, the other stages send it their
+ * tensors one at a time, a data parallel group first gathering its spans of a state. A failure on process 0
+ * (a full disk) leaves the others finishing normally: agree on the outcome afterwards. */
+col_status col_lm_pipeline_save(col_lm_pipeline *p, const char *dir, bool optimizer, col_err *err);
+/* Every stage session takes its tensors from weights (a whole model's checkpoint, by name) and, with optimizer,
+ * its states and step count from dir/optimizer.safetensors. Collective over the data parallel groups. */
+struct col_ckpt;
+col_status col_lm_pipeline_load(col_lm_pipeline *p, const char *dir, const struct col_ckpt *weights, bool optimizer,
+                                col_err *err);
+
 #endif
