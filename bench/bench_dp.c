@@ -1,8 +1,9 @@
 /* bench_dp - data parallel steps with ZeRO 1/2/3 under mpirun: the bytes
  * each process moves per step against the formula, and how much of the
- * exchange the backward pass hides.
+ * exchange the backward pass hides; with "pp", the pipeline's bubble.
  *
- * Run: mpirun -np P bench/bench_dp [steps]   (P >= 2; rank 0 prints)
+ * Run: mpirun -np P bench/bench_dp [steps]      (P >= 2; rank 0 prints)
+ *      mpirun -np P bench/bench_dp pp [steps]   (P pipeline stages)
  *
  * A GPT-2-shaped model (vocab 8192, width 256, 4 layers, 128 positions:
  * about 5.3M parameters, Psi = 21 MB in f32) trains on random tokens, each
@@ -30,6 +31,7 @@
 #include "backend_cpu.h"
 #include "comm.h"
 #include "hf_config.h"
+#include "lm_pipeline.h"
 #include "lm_trainer.h"
 #include "rng.h"
 #include "timer.h"
@@ -106,10 +108,70 @@ static int run(col_comm *dp, const col_backend *be, int zero, bool serial, int s
     return rc;
 }
 
+/* The pipeline's bubble: P stages (two layers each), a fixed 16 rows per step cut
+ * into M micro-batches. A 1F1B step's time is about (M + P - 1) micro-batch slots of which M are work: the
+ * bubble fraction (P - 1) / (M + P - 1). Measured: the step time T(M) against T(M) for the largest M scaled by
+ * the formula, T_pred(M) = T_work * (M + P - 1) / M with T_work from the largest M. */
+static int bench_pp(col_comm *world, const col_backend *be, int steps)
+{
+    int rank = col_comm_rank(world), P = col_comm_size(world);
+    enum { ROWS_PP = 16 };
+    static const int ms[] = {1, 2, 4, 8, 16};
+    double t[5] = {0};
+    for (int q = 0; q < 5; q++) {
+        col_lm_pipeline_config pc = {
+            .train = {.model = col_gpt2_config(V, SEQ, 256, 2 * P, 4), .batch = ROWS_PP, .seq = SEQ,
+                      .opt = col_opt_defaults(COL_OPT_ADAMW), .lr = {.kind = COL_LR_CONSTANT, .lr_max = 1e-3f},
+                      .seed = 3},
+            .pipe = world, .micro_batches = ms[q]};
+        pc.train.model.dropout = 0;
+        col_lm_pipeline *pl = NULL;
+        col_err err = {0};
+        if (col_lm_pipeline_create(&pc, be, &pl, &err) != COL_OK) {
+            fprintf(stderr, "bench_dp: %s\n", err.msg);
+            return 1;
+        }
+        int32_t *ids = malloc(sizeof(int32_t) * ROWS_PP * SEQ), *tg = malloc(sizeof(int32_t) * ROWS_PP * SEQ);
+        col_rng r;
+        col_rng_init(&r, 7);
+        double *st = calloc((size_t)steps, sizeof *st);
+        int rc = 0;
+        for (int s = 0; s < steps + 1 && !rc; s++) {
+            for (int i = 0; i < ROWS_PP * SEQ; i++)
+                ids[i] = (int32_t)col_rng_below(&r, V), tg[i] = (int32_t)col_rng_below(&r, V);
+            double t0 = col_seconds();
+            rc = col_lm_pipeline_step(pl, ids, tg, NULL, &err) != COL_OK;
+            if (s > 0)
+                st[s - 1] = col_seconds() - t0;
+        }
+        if (rc)
+            fprintf(stderr, "bench_dp: %s\n", err.msg);
+        t[q] = rc ? 0 : median(st, steps);
+        free(st), free(ids), free(tg);
+        col_lm_pipeline_free(pl);
+        if (rc)
+            return 1;
+    }
+    if (rank == 0) {
+        double work = t[4] * 16.0 / (16 + P - 1);
+        printf("bench_dp pp: %d stages (GPT-2 shape, %d layers, width 256), %d rows of %d tokens per step, 1F1B, "
+               "medians of %d steps\n%-4s %10s %10s %12s %14s\n", P, 2 * P, ROWS_PP, SEQ, steps, "M", "step ms",
+               "bubble", "pred ms", "measured/pred");
+        for (int q = 0; q < 5; q++) {
+            double bubble = (double)(P - 1) / (ms[q] + P - 1), pred = work * (ms[q] + P - 1) / ms[q];
+            printf("%-4d %10.1f %9.0f%% %12.1f %14.2f\n", ms[q], t[q] * 1e3, 100 * bubble, pred * 1e3, t[q] / pred);
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    bool pp = argc > 1 && strcmp(argv[1], "pp") == 0;
+    if (pp)
+        argc--, argv++;
     int steps = argc > 1 ? atoi(argv[1]) : 8;
     if (steps < 3 || steps > 1000)
         steps = 8;
@@ -120,6 +182,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_dp: %s\n", err.msg);
         MPI_Finalize();
         return 1;
+    }
+    if (pp) {
+        int rc = bench_pp(world, &be, steps);
+        col_cpu_backend_free(&be);
+        col_comm_free(world);
+        MPI_Finalize();
+        return rc;
     }
     int rank = col_comm_rank(world), size = col_comm_size(world);
     col_lm_config mc = col_gpt2_config(V, SEQ, 256, 4, 4);
