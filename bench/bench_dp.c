@@ -2,7 +2,7 @@
  * each process moves per step against the formula, and how much of the
  * exchange the backward pass hides; with "pp", the pipeline's bubble.
  *
- * Run: mpirun -np P bench/bench_dp [steps]      (P >= 2; rank 0 prints)
+ * Run: mpirun -np P bench/bench_dp [steps [width layers]]   (P >= 2; rank 0 prints)
  *      mpirun -np P bench/bench_dp pp [steps]   (P pipeline stages)
  *
  * A GPT-2-shaped model (vocab 8192, width 256, 4 layers, 128 positions:
@@ -54,11 +54,13 @@ typedef struct {
     double step, blocked, bytes;
 } result;
 
+static int g_width = 256, g_layers = 4; /* the model's shape (argv) */
+
 static int run(col_comm *dp, const col_backend *be, int zero, bool serial, int steps, result *out)
 {
     int rank = col_comm_rank(dp), size = col_comm_size(dp);
     col_lm_train_config c = {
-        .model = col_gpt2_config(V, SEQ, 256, 4, 4),
+        .model = col_gpt2_config(V, SEQ, g_width, g_layers, 4),
         .batch = ROWS, .seq = SEQ,
         .opt = col_opt_defaults(COL_OPT_ADAMW),
         .lr = {.kind = COL_LR_CONSTANT, .lr_max = 1e-3f},
@@ -173,6 +175,12 @@ int main(int argc, char **argv)
     if (pp)
         argc--, argv++;
     int steps = argc > 1 ? atoi(argv[1]) : 8;
+    if (argc > 3) {
+        g_width = atoi(argv[2]);
+        g_layers = atoi(argv[3]);
+        if (g_width < 64 || g_width > 4096 || g_width % 4 || g_layers < 1 || g_layers > 64)
+            g_width = 256, g_layers = 4;
+    }
     if (steps < 3 || steps > 1000)
         steps = 8;
     col_comm *world = NULL;
@@ -191,7 +199,7 @@ int main(int argc, char **argv)
         return rc;
     }
     int rank = col_comm_rank(world), size = col_comm_size(world);
-    col_lm_config mc = col_gpt2_config(V, SEQ, 256, 4, 4);
+    col_lm_config mc = col_gpt2_config(V, SEQ, g_width, g_layers, 4);
     col_param_spec *sp = calloc((size_t)col_lm_param_count(&mc), sizeof *sp);
     col_lm_param_specs(&mc, sp);
     double psi = 0;
@@ -200,9 +208,9 @@ int main(int argc, char **argv)
     free(sp);
     double formula = 2 * psi * (size - 1) / size;
     if (rank == 0)
-        printf("bench_dp: %d processes, GPT-2 shape (vocab %d, width 256, 4 layers), %d x %d tokens each, Psi %.1f MB, "
+        printf("bench_dp: %d processes, GPT-2 shape (vocab %d, width %d, %d layers), %d x %d tokens each, Psi %.1f MB, "
                "medians of %d steps\n%-6s %-8s %10s %12s %10s %12s %8s\n",
-               size, V, ROWS, SEQ, psi / 1e6, steps, "ZeRO", "exchange", "step ms", "sent MB", "/formula",
+               size, V, g_width, g_layers, ROWS, SEQ, psi / 1e6, steps, "ZeRO", "exchange", "step ms", "sent MB", "/formula",
                "blocked ms", "hidden");
     int rc = 0;
     for (int zero = 1; zero <= 3 && !rc; zero++) {
