@@ -91,6 +91,8 @@ static int open_out(run *r, col_err *err)
 }
 
 /* writes the whole output directory at once (outdir.h) */
+enum { SAVE_TIMEOUT_S = 3600 };
+
 /* With several processes every one takes part (the tensors come to process 0 chunk by chunk); process 0 alone
  * writes, and all agree on the outcome. */
 static col_status save(run *r, bool final, col_err *err)
@@ -106,6 +108,9 @@ static col_status save(run *r, bool final, col_err *err)
         return st != COL_OK ? st : err->code;
     }
     r->state.step = col_lm_trainer_steps(r->tr);
+    /* the others wait while process 0 writes: not bounded by --comm-timeout (a large model takes minutes), but
+     * still bounded: a process that dies during a save ends the others within the hour */
+    ft_par_set_timeout(&r->par, r->o.comm_timeout > SAVE_TIMEOUT_S ? r->o.comm_timeout : SAVE_TIMEOUT_S);
     if (r->pipe)
         st = col_lm_pipeline_save(r->pipe, stage, true, err);
     else if ((st = col_lm_trainer_save_model_ex(r->tr, stage, flags, err)) == COL_OK)
@@ -118,6 +123,7 @@ static col_status save(run *r, bool final, col_err *err)
         col_outdir_abort(r->od); /* a stage that could not be put in place is kept (the message says where) */
     if (!ft_par_all_ok(&r->par, st == COL_OK, err) && st == COL_OK)
         st = err->code;
+    ft_par_set_timeout(&r->par, r->o.comm_timeout);
     return st;
 }
 

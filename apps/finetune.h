@@ -126,6 +126,9 @@ void ft_par_share(const ft_par *p, int batch, int seq, int na, int32_t *ids, int
  * for one without statistics) and the collectives' traffic before each publish. Nothing for a run of one. */
 void ft_par_stats_join(const ft_par *p, mt_stats_data *d);
 void ft_par_stats_step(const ft_par *p, mt_stats_data *d);
+/* The bound of every wait on the run's communicators (seconds): raised while process 0 writes a save the others
+ * wait for, which may take minutes for a large model. */
+void ft_par_set_timeout(const ft_par *p, double seconds);
 /* Whether every process succeeded (ok here): false on all when one failed. A process that succeeded gets in
  * why (may be NULL) the reason it is told otherwise: the collective's own error when the others cannot be
  * reached, else that another process failed. */

@@ -147,6 +147,14 @@ void ft_par_close(ft_par *p)
     p->dp = p->world = NULL;
 }
 
+void ft_par_set_timeout(const ft_par *p, double seconds)
+{
+    struct col_comm *all[] = {p->world, p->dp, p->pipe};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            col_comm_set_timeout(all[i], seconds, NULL);
+}
+
 bool ft_par_all_ok(const ft_par *p, bool ok, col_err *why)
 {
     if (!p->world)
@@ -189,6 +197,7 @@ int ft_par_open(ft_opts *o, ft_par *p)
 }
 
 void ft_par_close(ft_par *p) { (void)p; }
+void ft_par_set_timeout(const ft_par *p, double seconds) { (void)p, (void)seconds; }
 void ft_par_stats_join(const ft_par *p, mt_stats_data *d) { (void)p, (void)d; }
 void ft_par_stats_step(const ft_par *p, mt_stats_data *d) { (void)p, (void)d; }
 int ft_par_check(ft_opts *o, ft_par *p)

@@ -123,7 +123,7 @@ if [ -n "$flags" ]; then
         n=$((n + 1)); echo "ok $n # SKIP this mpirun has no --enable-recovery"
     else
         for r in 0 2; do
-            grep -q "^test_comm rank $r: stops at iteration 20: comm: all-reduce (sum) of 1000 f32 on 3 ranks: not complete after waiting 5\.[0-9] s; \(.*, \)*rank 1 (pid [0-9]* on [^)]*)[^;]* ha[sv]e* exited" "$tmp/recovery.d/rank-$r.log" &&
+            grep -q "^test_comm rank $r: stops at iteration 20: comm: all-reduce (sum) of 1000 f32 on 3 ranks: not complete after waiting [0-9]\.[0-9] s; \(.*, \)*rank 1 (pid [0-9]* on [^)]*)[^;]* ha[sv]e* exited" "$tmp/recovery.d/rank-$r.log" &&
                 grep -q "exit-status $r 1" "$tmp/recovery"
             check $? "killed rank, launcher keeps the job: rank $r stops at its 5 s bound naming rank 1 as exited, status 1"
         done

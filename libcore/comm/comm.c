@@ -345,6 +345,8 @@ static void count_traffic(col_comm_stats *s, const col_comm_req *r)
     s->ops++;
 }
 
+enum { DEAD_CHECK_S = 1 }; /* how often a long wait looks for peers on this host that have exited */
+
 col_status col_comm_wait(col_comm_req *r, col_err *err)
 {
     if (!r)
@@ -355,9 +357,15 @@ col_status col_comm_wait(col_comm_req *r, col_err *err)
     bool done = false;
     col_status st;
     r->in_wait = true;
+    double checked = 0;
     while ((st = step(r, &done, err)) == COL_OK && !done) {
         double waited = col_seconds() - start;
-        if (waited >= c->timeout_s) {
+        bool gone = false; /* a peer on this host that has exited: no use waiting for the bound */
+        if (waited - checked >= DEAD_CHECK_S) {
+            checked = waited;
+            gone = col_comm_peers_gone(r);
+        }
+        if (waited >= c->timeout_s || gone) {
             char who[COL_ERR_MSG_MAX];
             col_err detail;
             col_comm_suspects(r, who, sizeof who);

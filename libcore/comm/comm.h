@@ -21,8 +21,9 @@
  *
  * Waits are bounded. col_comm_wait (and every blocking operation) gives up
  * after the communicator's timeout (60 s unless col_comm_set_timeout says
- * otherwise) with COL_EIO and a message that names the operation and, where
- * it can tell, the rank that is missing: "comm: all-reduce of 1000 f32 on 4
+ * otherwise), or as soon as it sees (once a second) that a rank it waits on
+ * runs on this host and has exited, with COL_EIO and a message that names
+ * the operation and, where it can tell, the rank that is missing: "comm: all-reduce of 1000 f32 on 4
  * ranks: no progress for 60.0 s; rank 2 (pid 4711 on node1) has exited". A
  * transport error (a connection lost to a dead peer) is COL_EIO with the
  * transport's message. After a timeout or a transport error the

@@ -112,6 +112,9 @@ void col_comm_describe(const col_comm_req *r, char *buf, size_t n);
 /* What this host can tell of the ranks r waits for: "rank 2 (pid 4711 on node1)
  * has exited", "every rank on this host is still running; ..." */
 void col_comm_suspects(const col_comm_req *r, char *buf, size_t n);
+/* Whether a rank r waits on (its peer, or any rank of a collective) runs on this host and has exited: then the
+ * wait cannot end, and col_comm_wait gives up at once instead of at the timeout. */
+bool col_comm_peers_gone(const col_comm_req *r);
 /* Whether the process of peer p, on this host, has ended (false when it runs
  * or runs elsewhere). */
 bool col_comm_peer_gone(const col_comm_peer *p);

@@ -157,6 +157,17 @@ static void append(char *buf, size_t n, size_t *len, const char *fmt, ...)
         *len = (size_t)k < n - *len ? *len + (size_t)k : n;
 }
 
+bool col_comm_peers_gone(const col_comm_req *r)
+{
+    const col_comm *c = r->comm;
+    if (r->op == COL_COMM_SEND || r->op == COL_COMM_RECV)
+        return r->peer >= 0 && r->peer < c->size && col_comm_peer_gone(&c->peers[r->peer]);
+    for (int q = 0; q < c->size; q++)
+        if (q != c->rank && col_comm_peer_gone(&c->peers[q]))
+            return true;
+    return false;
+}
+
 void col_comm_suspects(const col_comm_req *r, char *buf, size_t n)
 {
     const col_comm *c = r->comm;
