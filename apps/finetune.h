@@ -59,7 +59,7 @@ typedef struct {
     char lora_targets[256];
     bool merge_lora;
     /* several processes: 0 = the default (dp = processes / pp, pp 1, micro-batches pp) */
-    int dp, pp, zero, micro_batches;
+    int dp, pp, zero, micro_batches, virtual_stages;
     double comm_timeout;         /* seconds */
     /* output */
     bool json, quiet, overwrite, tui;

@@ -39,7 +39,7 @@ static const ft_optdef optdefs[] = {
     /* the process layout, replayed by --resume (which continues bit for bit under the same layout): the files
      * hold whole tensors whatever the layout, so another run may start from them as MODEL under any other */
     {"dp", true, false},          {"pp", true, false},           {"zero", true, false},
-    {"micro-batches", true, false}, {"comm-timeout", true, true},
+    {"micro-batches", true, false}, {"comm-timeout", true, true}, {"virtual-stages", true, false},
 };
 
 /* The compute precision when --precision is not given. On the CPU backend f32: bf16 measured 5-10% slower per
@@ -109,6 +109,8 @@ void ft_usage(FILE *f)
         "  --zero S               1: optimizer states split between the data parallel processes; 2 (default):\n"
         "                         gradients too; 3: parameters too, gathered chunk by chunk when needed\n"
         "  --micro-batches M      pipeline micro-batches per batch (default P)\n"
+        "  --virtual-stages V     V stages per process, taken in turn (the interleaved schedule: a smaller bubble\n"
+        "                         for more messages; M a multiple of P); default 1\n"
         "  --comm-timeout SECS    give up when a process waits this long for the others (default 45)\n"
         "  --lora-rank R          train rank-R LoRA adapters instead of all weights; --lora-alpha A (default R)\n"
         "  --lora-targets LIST    modules to adapt, e.g. q_proj,v_proj (default: the architecture's usual)\n"
@@ -239,6 +241,8 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "dp")) return int_in(v, 1, 65536, &o->dp) || BAD("--dp must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "pp")) return int_in(v, 1, 65536, &o->pp) || BAD("--pp must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "zero")) return int_in(v, 1, 3, &o->zero) || BAD("--zero must be 1, 2 or 3 (got '%s')", v);
+    if (!strcmp(name, "virtual-stages"))
+        return int_in(v, 1, 64, &o->virtual_stages) || BAD("--virtual-stages must be an integer in 1..64 (got '%s')", v);
     if (!strcmp(name, "micro-batches"))
         return int_in(v, 1, 65536, &o->micro_batches) || BAD("--micro-batches must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "comm-timeout")) {

@@ -94,7 +94,10 @@ static int layout(ft_opts *o, ft_par *p)
 int ft_par_check_layers(const ft_opts *o, const ft_par *p, int n_layer)
 {
     col_err err = {0};
-    if (p->pp_size > 1 && col_pp_check(n_layer, p->pp_size, 1, o->micro_batches, &err) != COL_OK) {
+    int v = o->virtual_stages > 1 ? o->virtual_stages : 1;
+    if (p->pp_size == 1 && v > 1)
+        return bad_layout(p, "--virtual-stages needs a pipeline (--pp 2 or more)");
+    if (p->pp_size > 1 && col_pp_check(n_layer, p->pp_size, v, o->micro_batches, &err) != COL_OK) {
         char msg[COL_ERR_MSG_MAX + 16];
         snprintf(msg, sizeof msg, "--pp %d: %s", p->pp_size, err.msg);
         return bad_layout(p, msg);

@@ -28,7 +28,8 @@ static col_status make_pipeline(ft_run *r, col_lm_train_config *tc, col_err *err
 {
     const ft_opts *o = &r->o;
     tc->grad_accum = 0; /* the pipeline's micro-batches are its accumulation */
-    col_lm_pipeline_config pc = {.train = *tc, .pipe = r->par.pipe, .micro_batches = o->micro_batches};
+    col_lm_pipeline_config pc = {.train = *tc, .pipe = r->par.pipe, .micro_batches = o->micro_batches,
+                                  .virtual_stages = o->virtual_stages};
     col_status st = col_lm_pipeline_create(&pc, &r->dev.be, &r->pipe, err);
     if (st != COL_OK)
         return st;
