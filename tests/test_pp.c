@@ -116,7 +116,7 @@ static void run_case(const pp_case *k)
     col_comm *pipe = NULL, *dp = NULL;
     bool ok = col_comm_split(world, d, p, &pipe, &err) == COL_OK &&
               (D == 1 || col_comm_split(world, p, d, &dp, &err) == COL_OK);
-    float clip = D > 1 ? 0.0f : 1.0f;
+    float clip = 1.0f; /* the whole model's norm: over the stages, and over the data parallel spans */
     col_lm_train_config rc = config(k, drop ? mb : rows, drop ? k->M : 1, NULL, clip);
     col_lm_pipeline_config pc = {.train = config(k, BP, 0, dp, clip), .pipe = pipe, .micro_batches = k->M,
                                  .virtual_stages = k->v};

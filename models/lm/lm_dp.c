@@ -232,8 +232,9 @@ static col_status exchange(col_lm_trainer *t, bool grads, col_err *err)
 
 col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err)
 {
-    if (!t->dp)
+    if (!t->dp || t->dp_reduced)
         return COL_OK;
+    t->dp_reduced = true;
     col_status st = t->ov && t->ov->reducing ? overlap_finish(t, err) : exchange(t, true, err);
     for (int j = 0; j < t->ndc && st == COL_OK && t->zero > 1; j++)
         discard_others(t, t->dgc[j]);
@@ -447,6 +448,17 @@ col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err)
     return st;
 }
 
+col_status lmt_dp_grad_sumsq(col_lm_trainer *t, int skip, double *sum, col_err *err)
+{
+    double local = 0;
+    for (int i = t->train0; i < t->nt; i++) {
+        int64_t off, n = lmt_span(t, i, &off);
+        if (n > 0 && i != skip)
+            local += col_grad_sumsq(&(col_opt_tensor){.g = t->ot[i].g + off, .n = n}, 1);
+    }
+    return lmt_dp_sum_d(t, local, sum, err);
+}
+
 col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err)
 {
     col_opt_tensor *s = calloc((size_t)t->nt + 1, sizeof *s);
@@ -464,8 +476,11 @@ col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, doub
             for (int64_t j = 0; j < s[i].n; j++)
                 s[i].g[j] /= (float)na;
     double sum = 0;
-    col_status st = lmt_dp_sum_d(t, col_grad_sumsq(s, ns), &sum, err);
-    *norm = sqrt(sum);
+    col_status st = COL_OK;
+    if (t->norm_given >= 0) /* the driver's norm over all of the model (its other stages too) */
+        *norm = t->norm_given;
+    else if ((st = lmt_dp_sum_d(t, col_grad_sumsq(s, ns), &sum, err)) == COL_OK)
+        *norm = sqrt(sum);
     if (st == COL_OK && clip > 0 && !isfinite(*norm))
         st = col_err_set(err, COL_EINVAL, "clip_grad_norm: total gradient norm is %g (non-finite gradients)", *norm);
     if (st == COL_OK && clip > 0)
@@ -570,8 +585,26 @@ col_status lmt_dp_sum_d(col_lm_trainer *t, double local, double *global, col_err
 }
 
 col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
+
+col_status lmt_dp_grad_sumsq(col_lm_trainer *t, int skip, double *sum, col_err *err)
+{
+    (void)t, (void)skip, (void)err;
+    *sum = 0;
+    return COL_OK;
+}
 col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
 col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
+
+col_status lmt_dp_grad_sumsq(col_lm_trainer *t, int skip, double *sum, col_err *err)
+{
+    double local = 0;
+    for (int i = t->train0; i < t->nt; i++) {
+        int64_t off, n = lmt_span(t, i, &off);
+        if (n > 0 && i != skip)
+            local += col_grad_sumsq(&(col_opt_tensor){.g = t->ot[i].g + off, .n = n}, 1);
+    }
+    return lmt_dp_sum_d(t, local, sum, err);
+}
 
 col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err)
 {

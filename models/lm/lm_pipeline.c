@@ -294,28 +294,27 @@ static col_status global_norm(col_lm_pipeline *p, double *norm, col_err *err)
     return st;
 }
 
-/* With data parallelism, the whole model's norm from the stages' (each over its reduced gradients): their
- * squares summed over the pipeline, less the tied embedding's second copy (its reduced spans on the last
- * stage, summed over the dp group) */
-static col_status dp_norm(col_lm_pipeline *p, double sq, double *norm, col_err *err)
+/* With data parallelism: every local stage's gradients reduced over its dp group, then the whole model's norm
+ * from their spans (each stage's squares summed over its dp group, then over the pipeline; the last stage's copy
+ * of a tied embedding left out), the same on every process */
+static col_status dp_reduced_norm(col_lm_pipeline *p, double *norm, col_err *err)
 {
     col_status st = COL_OK;
-    pp_stage *last = &p->st[p->v - 1];
-    col_lm_trainer *t = last->t;
-    if (last->last && col_lm_stage_shares_tied(&t->cfg.model, t->cfg.layer_lo, t->cfg.layer_hi)) {
-        int i = local_of(last, COL_LM_TIED_PARAM);
-        int64_t off, n = i >= 0 ? lmt_span(t, i, &off) : 0;
-        double local = 0, all = 0;
-        for (int64_t e = 0; e < n; e++)
-            local += (double)t->ot[i].g[off + e] * t->ot[i].g[off + e];
-        st = lmt_dp_sum_d(t, local, &all, err);
-        sq -= all;
+    double mine = 0;
+    for (int s = 0; s < p->v && st == COL_OK; s++) {
+        col_lm_trainer *t = p->st[s].t;
+        int skip = p->st[s].last && col_lm_stage_shares_tied(&t->cfg.model, t->cfg.layer_lo, t->cfg.layer_hi)
+                       ? local_of(&p->st[s], COL_LM_TIED_PARAM)
+                       : -1;
+        double sq = 0;
+        if ((st = lmt_dp_reduce_grads(t, err)) == COL_OK && (st = lmt_dp_grad_sumsq(t, skip, &sq, err)) == COL_OK)
+            mine += sq;
     }
     double *each = malloc(sizeof(double) * (size_t)p->P);
     if (!each)
         return col_err_set(err, COL_ENOMEM, "pipeline: out of memory");
-    if (st == COL_OK)
-        st = col_comm_all_gather(p->pipe, &sq, each, 1, COL_I64, err);
+    if (st == COL_OK) /* doubles travel as the bits of an i64, added in rank order */
+        st = col_comm_all_gather(p->pipe, &mine, each, 1, COL_I64, err);
     double sum = 0;
     for (int r = 0; st == COL_OK && r < p->P; r++)
         sum += each[r];
@@ -374,9 +373,6 @@ col_status col_lm_pipeline_create(const col_lm_pipeline_config *cfg, const col_b
     if (tc->compute_budget || tc->nvme_dir || tc->inference)
         return col_err_set(err, COL_EUNSUPPORTED, "pipeline: a compute tier, the NVMe tier and inference sessions "
                            "are not supported in a pipeline yet");
-    if (tc->dp && col_comm_size(tc->dp) > 1 && tc->grad_clip > 0)
-        return col_err_set(err, COL_EUNSUPPORTED, "pipeline with data parallelism: gradient clipping is not supported "
-                           "yet (set the clip to 0)");
     col_lm_pipeline *p = calloc(1, sizeof *p);
     if (!p)
         return col_err_set(err, COL_ENOMEM, "pipeline: out of memory");
@@ -485,21 +481,25 @@ col_status col_lm_pipeline_step(col_lm_pipeline *p, const int32_t *ids, const in
     if (st == COL_OK && !p->dp && clip > 0 && !isfinite(norm))
         st = col_err_set(err, COL_EINVAL, "step %lld: gradient norm is %g (loss %g): training diverged; lower the "
                          "learning rate", (long long)p->st[0].t->step + 1, norm, loss);
-    double dp_sq = 0; /* with data parallelism: the stages' norms (after the reduction), squared */
+    if (st == COL_OK && p->dp) /* the gradients reduced first: the norm is the reduced gradients' */
+        st = dp_reduced_norm(p, &norm, err);
+    if (st == COL_OK && p->dp && clip > 0 && !isfinite(norm))
+        st = col_err_set(err, COL_EINVAL, "step %lld: gradient norm is %g (loss %g): training diverged; lower the "
+                         "learning rate", (long long)p->st[0].t->step + 1, norm, loss);
     for (int s = 0; s < p->v && st == COL_OK; s++) {
         col_lm_trainer *t = p->st[s].t;
         if (!p->dp && clip > 0) /* clipped by the whole model's norm, then stepped unclipped */
             col_clip_grad_scale(t->ot + t->train0, t->nt - t->train0, clip, norm);
+        /* with data parallelism each process clips its spans by the whole model's norm inside the step */
         t->cfg.grad_clip = p->dp ? clip : 0;
+        t->norm_given = p->dp ? norm : -1;
         col_lm_step_info si = {0};
         st = lmt_optimize(t, 1, loss, &clk, &si, err);
         t->cfg.grad_clip = clip;
-        dp_sq += si.grad_norm * si.grad_norm;
+        t->norm_given = -1;
         if (info)
             *info = si;
     }
-    if (st == COL_OK && p->dp)
-        st = dp_norm(p, dp_sq, &norm, err);
     if (st == COL_OK && info)
         info->grad_norm = norm;
     return st;

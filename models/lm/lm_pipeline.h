@@ -39,8 +39,10 @@
  * Data parallelism over pipelines: world rank r = d * P + p; the pipeline
  * communicator is the processes with the same d (col_comm_split(world, d, p)),
  * train.dp those with the same p (col_comm_split(world, p, d)); each pipeline
- * gets its own rows. Gradient clipping is refused with data parallelism (the
- * norm would be taken before the data parallel reduction).
+ * gets its own rows. With data parallelism every stage's gradients are
+ * reduced first; the norm is then summed from each process's spans of them
+ * (over the dp group, then the pipeline) and each process clips its spans by
+ * it inside the step.
  *
  * Not supported in a stage session: LoRA, mixed precision, a compute tier, the
  * NVMe tier, evaluation and decoding (a pipelined run's evaluation is not

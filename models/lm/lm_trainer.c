@@ -266,6 +266,7 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
             int j = t->np + 2 * t->lora_of[i];
             col_lora_specs(&cfg->model, &t->specs[i], cfg->lora.rank, &t->specs[j], &t->specs[j + 1]);
         }
+    t->norm_given = -1;
     t->slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
     st = lmt_dp_init(t, err);
     if (st == COL_OK)
@@ -517,6 +518,7 @@ col_status lmt_optimize(col_lm_trainer *t, int na, float loss, const lmt_step_cl
     if (st != COL_OK && t->cfg.grad_clip > 0 && !isfinite(norm))
         return col_err_set(err, st, "step %lld: gradient norm is %g (loss %g): training diverged; lower the learning rate",
                            (long long)t->step + 1, norm, loss);
+    t->dp_reduced = false;
     if (st == COL_OK)
         st = lmt_dp_share_params(t, err);
     if (st != COL_OK)

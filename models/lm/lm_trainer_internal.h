@@ -91,6 +91,10 @@ struct col_lm_trainer {
     bool params_partial;      /* ZeRO 3: the parameters hold only this process's pieces */
     double dp_wait_s;         /* the last step's time blocked on its gradient and parameter exchanges */
     bool dp_last;             /* the training graph's next run is the step's last micro-batch */
+    bool dp_reduced;          /* this step's gradients are reduced already (a driver called lmt_dp_reduce_grads) */
+    double norm_given;        /* >= 0: the step's global gradient norm, worked out by a driver over more than this
+                                 session (a pipeline's stages): the step clips by it instead of its own (the f32
+                                 in-memory data parallel step only: what a pipeline's stages run) */
     struct lmt_dp_overlap *ov;/* the overlap's indices and requests (lm_dp.c) */
     float *dbuf;              /* lmt_dp_buffer's memory, dbuf_n floats */
     int64_t dbuf_n;
@@ -134,9 +138,12 @@ col_status lmt_dp_weights(col_lm_trainer *t, const int32_t *targets, int na, flo
 /* The sum over processes of a float (rank order), or of a double's bits (gathered, summed in rank order). */
 col_status lmt_dp_sum_f(col_lm_trainer *t, float local, float *global, col_err *err);
 col_status lmt_dp_sum_d(col_lm_trainer *t, double local, double *global, col_err *err);
-/* Before the optimizer: every gradient chunk summed over the processes (ZeRO 1) or its pieces each to their
- * owner (2, 3). */
+/* Before the optimizer: each gradient chunk's pieces summed over the processes, each to its owner (once a step:
+ * a driver may call it before lmt_optimize, which then does not again). */
 col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err);
+/* The sum of squares of this process's spans of the reduced gradients, over the dp group, leaving out tensor
+ * `skip` (-1: none): a driver's piece of a global norm. Collective over dp. */
+col_status lmt_dp_grad_sumsq(col_lm_trainer *t, int skip, double *sum, col_err *err);
 /* After the optimizer: each process's updated pieces to all (1, 2), or the other pieces given back (3). */
 col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err);
 /* ZeRO 3: the whole parameters again before a graph reads them (nothing when they are whole). */
