@@ -243,8 +243,9 @@ col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err)
 
 /* ---- overlap with the training graph (no compute tier: its ops run here one after the other) ----
  * Before the last micro-batch of a step, each gradient chunk's reduction starts as soon as the last op adding
- * into it has run (the hook before each op); at ZeRO 3 every parameter chunk's gather starts before the first
- * op and is waited for just before the first op that reads the chunk. Between ops the hook moves the MPI
+ * into it has run (the hook before each op); when the last step left the parameters in pieces (every stage:
+ * lmt_dp_share_params), every parameter chunk's gather starts before the first op and is waited for just before
+ * the first op that reads the chunk. Between ops the hook moves the MPI
  * requests along (col_comm_test), so the transfers run while the graph computes. */
 
 static int chunk_pair(const col_lm_trainer *t, const void *addr, bool grad)
