@@ -66,12 +66,12 @@ typedef struct {
      * forward pass gathers each chunk just before its first reader; an evaluation, decoding, saving or
      * col_lm_trainer_sync_params gathers them all); 2 - as 1, and the other pieces' gradient memory is given
      * back until the next backward pass; 3 - as 2, and the other pieces' parameter memory is given back until
-     * the gather. A step's
-     * micro-batch losses are weighted by their share of the step's counted targets across processes, so the
-     * processes together compute the step one process computes on all the rows. NULL = one process. */
+     * the gather. A step's micro-batch losses are weighted by their share of the step's counted targets across
+     * processes, so the processes together compute the step one process computes on all the rows. LAMB and
+     * LARS are refused (their trust ratios need whole-tensor norms). NULL = one process. */
     struct col_comm *dp;
     int zero;             /* 1, 2 or 3 (0 = 2) */
-    bool dp_serial;       /* benchmarks: the gradient exchange after the backward pass instead of during it */
+    bool dp_serial;       /* benchmarks: the exchanges before and after the training graph instead of during it */
     /* Pipeline parallelism (lm_pipeline.h): a session of the layers [layer_lo, layer_hi) only (0/0: the whole
      * model), a stage of the model holding only the parameters that stage uses (col_lm_stage_params; tensor i
      * is the model's parameter col_lm_trainer_global_index(t, i), initialised as the whole model's). Its
