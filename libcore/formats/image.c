@@ -142,8 +142,9 @@ static int png_set_transforms(png_structp png, png_infop info, int want)
     if (trns) {
         if (want == 4)
             png_set_tRNS_to_alpha(png);
-        else
+        else if (ct != PNG_COLOR_TYPE_PALETTE)
             alpha = false; /* the transparent colour is simply not turned into alpha */
+        /* (libpng's palette expansion brings the palette's alpha with it: stripped below) */
     }
     if (png_get_bit_depth(png, info) == 16)
         png_set_scale_16(png);
