@@ -449,17 +449,6 @@ col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err)
     return st;
 }
 
-col_status lmt_dp_grad_sumsq(col_lm_trainer *t, int skip, double *sum, col_err *err)
-{
-    double local = 0;
-    for (int i = t->train0; i < t->nt; i++) {
-        int64_t off, n = lmt_span(t, i, &off);
-        if (n > 0 && i != skip)
-            local += col_grad_sumsq(&(col_opt_tensor){.g = t->ot[i].g + off, .n = n}, 1);
-    }
-    return lmt_dp_sum_d(t, local, sum, err);
-}
-
 col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err)
 {
     col_opt_tensor *s = calloc((size_t)t->nt + 1, sizeof *s);
@@ -587,25 +576,8 @@ col_status lmt_dp_sum_d(col_lm_trainer *t, double local, double *global, col_err
 
 col_status lmt_dp_reduce_grads(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
 
-col_status lmt_dp_grad_sumsq(col_lm_trainer *t, int skip, double *sum, col_err *err)
-{
-    (void)t, (void)skip, (void)err;
-    *sum = 0;
-    return COL_OK;
-}
 col_status lmt_dp_share_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
 col_status lmt_dp_need_params(col_lm_trainer *t, col_err *err) { return (void)t, (void)err, COL_OK; }
-
-col_status lmt_dp_grad_sumsq(col_lm_trainer *t, int skip, double *sum, col_err *err)
-{
-    double local = 0;
-    for (int i = t->train0; i < t->nt; i++) {
-        int64_t off, n = lmt_span(t, i, &off);
-        if (n > 0 && i != skip)
-            local += col_grad_sumsq(&(col_opt_tensor){.g = t->ot[i].g + off, .n = n}, 1);
-    }
-    return lmt_dp_sum_d(t, local, sum, err);
-}
 
 col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, double *norm, col_err *err)
 {
@@ -627,3 +599,15 @@ col_status lmt_dp_run(col_lm_trainer *t, col_plan *plan, bool last, col_err *err
 
 void lmt_dp_overlap_free(col_lm_trainer *t) { (void)t; }
 #endif
+
+/* (both builds: without MPI the sum over processes is the process's own) */
+col_status lmt_dp_grad_sumsq(col_lm_trainer *t, int skip, double *sum, col_err *err)
+{
+    double local = 0;
+    for (int i = t->train0; i < t->nt; i++) {
+        int64_t off, n = lmt_span(t, i, &off);
+        if (n > 0 && i != skip)
+            local += col_grad_sumsq(&(col_opt_tensor){.g = t->ot[i].g + off, .n = n}, 1);
+    }
+    return lmt_dp_sum_d(t, local, sum, err);
+}
