@@ -49,14 +49,15 @@ check() {
 }
 
 B=libcore/base E=libcore/engine C=libcore/engine/cpu G=libcore/engine/cuda F=libcore/formats T=libcore/text
-K=libcore/comm M=memtier L=models/lm A=apps
-check base "$LAYER_base" "$B" "$E $C $G $F $T $K $M $L $A"
-check engine "$LAYER_engine" "$B $E" "$C $G $F $T $K $M $L $A"
-check engine/cpu "$LAYER_cpu" "$B $E $C" "$G $F $T $K $M $L $A"
-check formats "$LAYER_formats" "$B $E $F" "$C $G $T $K $M $L $A"
-check text "$LAYER_text" "$B $E $F $T" "$C $G $K $M $L $A"
-check comm "$LAYER_comm" "$B $E $K" "$C $G $F $T $M $L $A"
-check memtier "$LAYER_memtier" "$B $E $M" "$C $G $F $T $K $L $A"
-check models "$LAYER_models" "$B $E $F $T $M $L" "$C $G $K $A"
+K=libcore/comm M=memtier L=models/lm D=models/diffusion A=apps
+check base "$LAYER_base" "$B" "$E $C $G $F $T $K $M $L $D $A"
+check engine "$LAYER_engine" "$B $E" "$C $G $F $T $K $M $L $D $A"
+check engine/cpu "$LAYER_cpu" "$B $E $C" "$G $F $T $K $M $L $D $A"
+check formats "$LAYER_formats" "$B $E $F" "$C $G $T $K $M $L $D $A"
+check text "$LAYER_text" "$B $E $F $T" "$C $G $K $M $L $D $A"
+check comm "$LAYER_comm" "$B $E $K" "$C $G $F $T $M $L $D $A"
+check memtier "$LAYER_memtier" "$B $E $M" "$C $G $F $T $K $L $D $A"
+check models "$LAYER_models" "$B $E $F $T $M $L" "$C $G $K $D $A"
+check diffusion "$LAYER_diffusion" "$B $E $F $T $M $D" "$C $G $K $L $A"
 echo "1..$n"
 [ "$fails" -eq 0 ]

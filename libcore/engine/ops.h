@@ -169,4 +169,23 @@ struct col_node *col_matmul(struct col_graph *g, struct col_node *a, struct col_
 /* x [..., in] @ w[out, in]^T (+ bias[out]): Hugging Face nn.Linear layout */
 struct col_node *col_linear(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *bias);
 
+/* ---- images, NCHW (issue 15; torch.nn.functional semantics) ---- */
+typedef struct {
+    int stride_h, stride_w;               /* >= 1 */
+    int pad_top, pad_bottom, pad_left, pad_right;   /* zero padding, >= 0 */
+} col_conv2d_cfg;
+/* x [B,Cin,H,W] cross-correlated with w [Cout,Cin,kh,kw] (+ bias [Cout] or NULL):
+ * [B,Cout,Ho,Wo], Ho = (H + pad_top + pad_bottom - kh) / stride_h + 1 (F.conv2d) */
+struct col_node *col_conv2d_ex(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *bias,
+                               const col_conv2d_cfg *cfg);
+/* the same with one stride and the same padding on every side */
+struct col_node *col_conv2d(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *bias,
+                            int stride, int pad);
+/* torch.nn.GroupNorm: x [B,C,...] normalised over each group of C/groups channels and the
+ * remaining dims (biased variance, eps inside the square root), then * w[c] + b[c] (w, b [C] or NULL) */
+struct col_node *col_group_norm(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *b,
+                                int groups, float eps);
+/* nearest-neighbour upsampling [B,C,H,W] -> [B,C,scale*H,scale*W] (F.interpolate(mode="nearest")) */
+struct col_node *col_upsample_nearest(struct col_graph *g, struct col_node *x, int scale);
+
 #endif

@@ -1,0 +1,146 @@
+/* dm_builder.c - parameters of a diffusion component, named as diffusers names them. */
+#include "dm_builder.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+void dm_builder_init(dm_builder *b, col_graph *g, bool trainable, col_dtype dtype)
+{
+    memset(b, 0, sizeof *b);
+    b->g = g;
+    b->trainable = trainable;
+    b->dtype = dtype;
+    b->status = COL_OK;
+}
+
+void dm_builder_free(dm_builder *b)
+{
+    if (!b) return;
+    for (int i = 0; i < b->n; i++) free(b->params[i].owned);
+    free(b->params);
+    b->params = NULL;
+    b->n = b->cap = 0;
+}
+
+col_node *dm_fail(dm_builder *b, col_status st, const char *fmt, ...)
+{
+    if (b->status == COL_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        col_err_vset(&b->err, st, fmt, ap);
+        va_end(ap);
+        b->status = st;
+    }
+    return NULL;
+}
+
+col_status dm_builder_status(const dm_builder *b, col_err *err)
+{
+    if (b->status != COL_OK) return col_err_copy(err, &b->err);
+    if (b->g && col_graph_status(b->g) != COL_OK) return col_err_copy(err, col_graph_error(b->g));
+    return COL_OK;
+}
+
+void dm_push(dm_builder *b, const char *fmt, ...)
+{
+    size_t len = strlen(b->prefix);
+    if (b->depth == (int)(sizeof b->scope_len / sizeof b->scope_len[0])) {
+        dm_fail(b, COL_EINTERNAL, "parameter name scopes nested too deep at '%s'", b->prefix);
+        return;
+    }
+    b->scope_len[b->depth++] = (int)len;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->prefix + len, sizeof b->prefix - len, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= sizeof b->prefix - len) {
+        b->prefix[len] = '\0';
+        dm_fail(b, COL_EINVAL, "parameter name prefix too long after '%s'", b->prefix);
+    }
+}
+
+void dm_pop(dm_builder *b)
+{
+    if (b->depth == 0) {
+        dm_fail(b, COL_EINTERNAL, "parameter name scope popped more often than pushed");
+        return;
+    }
+    b->prefix[b->scope_len[--b->depth]] = '\0';
+}
+
+int dm_find(const dm_builder *b, const char *name)
+{
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->params[i].name, name) == 0) return i;
+    return -1;
+}
+
+col_node *dm_weight(dm_builder *b, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    if (b->status != COL_OK) return NULL;
+    if (ndim < 1 || ndim > 4) return dm_fail(b, COL_EINVAL, "weight with %d dimensions", ndim);
+    char name[DM_NAME_MAX];
+    size_t len = strlen(b->prefix);
+    memcpy(name, b->prefix, len);
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(name + len, sizeof name - len, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= sizeof name - len) return dm_fail(b, COL_EINVAL, "parameter name too long: %s...", b->prefix);
+    int j = dm_find(b, name);
+    if (j >= 0) {
+        dm_param *p = &b->params[j];
+        bool same = p->ndim == ndim;
+        for (int d = 0; same && d < ndim; d++) same = p->shape[d] == shape[d];
+        if (!same) return dm_fail(b, COL_ESHAPE, "%s is asked for with two shapes", name);
+        return p->node;
+    }
+    if (b->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 64;
+        dm_param *np = realloc(b->params, (size_t)cap * sizeof *np);
+        if (!np) return dm_fail(b, COL_ENOMEM, "no memory for the parameter list");
+        b->params = np;
+        b->cap = cap;
+    }
+    /* the node's own name is short: keep its tail, the full name lives here */
+    const char *tail = name;
+    size_t nl = strlen(name);
+    if (nl > 40) tail = name + nl - 40;
+    col_node *n = b->trainable ? col_param(b->g, tail, b->dtype, ndim, shape)
+                               : col_input(b->g, tail, b->dtype, ndim, shape);
+    if (!n) return NULL;
+    dm_param *p = &b->params[b->n++];
+    memset(p, 0, sizeof *p);
+    memcpy(p->name, name, nl + 1);
+    p->ndim = ndim;
+    for (int d = 0; d < ndim; d++) p->shape[d] = shape[d];
+    p->node = n;
+    return n;
+}
+
+col_status dm_bind_checkpoint(dm_builder *b, const col_ckpt *c, col_err *err)
+{
+    col_status st = dm_builder_status(b, err);
+    if (st != COL_OK) return st;
+    if (b->dtype != COL_F32) return col_err_set(err, COL_EUNSUPPORTED, "binding checkpoint weights: f32 only");
+    for (int i = 0; i < b->n; i++) {
+        dm_param *p = &b->params[i];
+        const col_ckpt_tensor *t = col_ckpt_find(c, p->name);
+        if (!t) return col_err_set(err, COL_EFORMAT, "the checkpoint has no tensor %s", p->name);
+        int64_t numel = 1;
+        for (int d = 0; d < p->ndim; d++) numel *= p->shape[d];
+        if (!p->owned) {
+            p->owned = malloc((size_t)numel * sizeof(float));
+            if (!p->owned) return col_err_set(err, COL_ENOMEM, "no memory for %s", p->name);
+        }
+        st = col_ckpt_read_f32(t, p->ndim, p->shape, p->owned, err);
+        if (st != COL_OK) return st;
+        st = col_bind(p->node, p->owned, err);
+        if (st != COL_OK) return st;
+    }
+    return COL_OK;
+}

@@ -1,0 +1,75 @@
+/* dm_builder.h - the parameters of a diffusion component (CLIP text encoder,
+ * UNet, VAE), created while its graph is built.
+ *
+ * A component's build function asks for each weight by its diffusers /
+ * transformers name as it needs it (dm_weight); the builder creates the leaf
+ * on the graph and remembers the full name, so the list of parameters and
+ * the graph come from the same code, in first-use order. Whoever runs the
+ * graph binds memory to each leaf by name afterwards (dm_bind_checkpoint for
+ * tests and simple runs; the memtier session for the programs).
+ *
+ * Builders record the first error (a bad shape, no memory) and return NULL
+ * from then on, like the graph's op builders; dm_builder_status reports it.
+ */
+#ifndef COL_DM_BUILDER_H
+#define COL_DM_BUILDER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "checkpoint.h"
+#include "graph.h"
+#include "status.h"
+
+#define DM_NAME_MAX 160
+
+typedef struct {
+    char name[DM_NAME_MAX];      /* e.g. "down_blocks.0.attentions.0.proj_in.weight" */
+    int ndim;
+    int64_t shape[4];
+    col_node *node;              /* the leaf on the builder's graph */
+    void *owned;                 /* memory dm_bind_checkpoint allocated for it */
+} dm_param;
+
+typedef struct {
+    col_graph *g;
+    bool trainable;              /* leaves are col_param (they get gradients) rather than col_input */
+    col_dtype dtype;             /* the weights' dtype on the graph (COL_F32) */
+    char prefix[DM_NAME_MAX];    /* prepended to every name (e.g. "text_model." or ""), see dm_push/dm_pop */
+    int depth;                   /* scopes pushed */
+    int scope_len[16];           /* the prefix's length before each push */
+    dm_param *params;
+    int n, cap;
+    col_status status;
+    col_err err;
+} dm_builder;
+
+/* A builder on graph g; free with dm_builder_free (the graph stays the caller's). */
+void dm_builder_init(dm_builder *b, col_graph *g, bool trainable, col_dtype dtype);
+void dm_builder_free(dm_builder *b);
+
+/* Records an error (the first one wins) and returns NULL. */
+col_node *dm_fail(dm_builder *b, col_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The first error of the builder or of its graph. */
+col_status dm_builder_status(const dm_builder *b, col_err *err);
+
+/* Name scopes: dm_push(b, "down_blocks.%d.", i) appends to the prefix, dm_pop
+ * removes what the matching push added. */
+void dm_push(dm_builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dm_pop(dm_builder *b);
+
+/* The weight prefix+name of the given shape: a new leaf, or the same one when
+ * the name was asked for before (its shape must agree). */
+col_node *dm_weight(dm_builder *b, int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Index of a parameter by full name, or -1. */
+int dm_find(const dm_builder *b, const char *name);
+
+/* Binds every parameter to a fresh host buffer filled from checkpoint c by
+ * name (any stored float dtype, converted to f32; the builder's dtype must be
+ * COL_F32). The buffers are freed by dm_builder_free. A missing tensor is
+ * COL_EFORMAT and a shape that differs COL_ESHAPE, naming the tensor. */
+col_status dm_bind_checkpoint(dm_builder *b, const col_ckpt *c, col_err *err);
+
+#endif
