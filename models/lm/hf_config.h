@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "hf_cache.h"
 #include "lm.h"
 
 /* Parses config.json text (model_type gpt2, opt or llama). */
@@ -30,11 +31,5 @@ col_status col_lm_preset(const char *name, col_lm_config *out, col_err *err);
 /* A GPT-2 config from its five sizes (dropout 0, eps 1e-5, 4x MLP). */
 col_lm_config col_gpt2_config(int vocab, int positions, int hidden, int layers, int heads);
 
-/* Resolves MODEL: an existing directory; or a hub id "org/name" found in the
- * Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, or ~/.cache/huggingface/hub:
- * models--org--name/snapshots/<refs/main or the only snapshot>). Writes the
- * directory into dir (size n). No network access: when the model is not in
- * the cache the message says where it looked and how to download it. */
-col_status col_hf_resolve(const char *model, char *dir, size_t n, col_err *err);
 
 #endif
