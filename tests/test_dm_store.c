@@ -117,6 +117,16 @@ static void test_builder(const char *path)
     TL_OK(dm_builder_status(&b, &err) == COL_EINTERNAL, "a pop without a push is reported: %s", err.msg);
     dm_builder_free(&b);
     col_graph_free(g);
+    /* a source with a prefix reads a component inside a bigger file */
+    dm_source src;
+    dm_ckpt_source sc;
+    dm_source_ckpt(&src, &sc, c, "blocks.0.");
+    float w[HID * IN];
+    TL_OK(src.has(&src, "proj.weight") && !src.has(&src, "out.weight"), "a prefixed source finds its own names only");
+    TL_OK(src.read(&src, "proj.weight", 2, (int64_t[]){HID, IN}, w, &err) == COL_OK && memcmp(w, W1, sizeof w) == 0,
+          "and reads them: %s", err.msg);
+    TL_OK(src.read(&src, "proj.bias", 1, (int64_t[]){HID + 1}, w, &err) == COL_ESHAPE && strstr(err.msg, "proj.bias"),
+          "a shape that differs is named: %s", err.msg);
     col_ckpt_close(c);
 }
 
@@ -128,7 +138,10 @@ static bool run_store(dm_store *s, col_ckpt *c, int batch, const float *xs, floa
     dm_builder_init(&b, g, false, COL_F32);
     col_node *x, *y = build(&b, batch, &x);
     dm_exec *e = NULL;
-    bool ok = dm_store_bind(s, &b, c, err) == COL_OK && dm_exec_create(s, g, &y, 1, &e, err) == COL_OK &&
+    dm_source src;
+    dm_ckpt_source sc;
+    dm_source_ckpt(&src, &sc, c, NULL);
+    bool ok = dm_store_bind(s, &b, c ? &src : NULL, err) == COL_OK && dm_exec_create(s, g, &y, 1, &e, err) == COL_OK &&
               dm_exec_upload(e, x, xs, sizeof(float) * (size_t)batch * IN, err) == COL_OK &&
               dm_exec_run(e, err) == COL_OK && dm_exec_download(e, y, out, sizeof(float) * (size_t)batch * OUT, err) == COL_OK;
     dm_exec_free(e);

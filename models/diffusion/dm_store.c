@@ -85,12 +85,10 @@ static int64_t numel(int ndim, const int64_t *shape)
     return n;
 }
 
-static col_status add(dm_store *s, const dm_param *p, const col_ckpt *c, col_err *err)
+static col_status add(dm_store *s, const dm_param *p, const dm_source *src, col_err *err)
 {
-    const col_ckpt_tensor *t = c ? col_ckpt_find(c, p->name) : NULL;
-    if (!t) return col_err_set(err, COL_EFORMAT, "the weights have no tensor %s", p->name);
-    col_status st = col_ckpt_check_f32(t, p->ndim, p->shape, err);
-    if (st != COL_OK) return st;
+    if (!src || !src->has(src, p->name)) return col_err_set(err, COL_EFORMAT, "the weights have no tensor %s", p->name);
+    col_status st;
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 256;
         dm_entry *ne = realloc(s->e, (size_t)cap * sizeof *ne);
@@ -108,14 +106,14 @@ static col_status add(dm_store *s, const dm_param *p, const col_ckpt *c, col_err
     if (st != COL_OK) return st;
     float *dst = mt_ptr(s->pool, e->ref);
     if (!dst) return col_err_set(err, COL_EINTERNAL, "diffusion store: %s has no host memory", p->name);
-    st = col_ckpt_read_f32(t, p->ndim, p->shape, dst, err);
+    st = src->read(src, p->name, p->ndim, p->shape, dst, err);
     if (st != COL_OK) return st;
     s->n++;
     s->bytes += bytes;
     return COL_OK;
 }
 
-col_status dm_store_bind(dm_store *s, dm_builder *b, const col_ckpt *c, col_err *err)
+col_status dm_store_bind(dm_store *s, dm_builder *b, const dm_source *src, col_err *err)
 {
     col_status st = dm_builder_status(b, err);
     if (st != COL_OK) return st;
@@ -124,7 +122,7 @@ col_status dm_store_bind(dm_store *s, dm_builder *b, const col_ckpt *c, col_err 
         const dm_param *p = &b->params[i];
         int j = find(s, p->name);
         if (j < 0) {
-            if ((st = add(s, p, c, err)) != COL_OK) return st;
+            if ((st = add(s, p, src, err)) != COL_OK) return st;
             j = s->n - 1;
         } else if (s->e[j].ndim != p->ndim || numel(p->ndim, p->shape) != numel(s->e[j].ndim, s->e[j].shape) ||
                    memcmp(s->e[j].shape, p->shape, (size_t)p->ndim * sizeof(int64_t)) != 0) {

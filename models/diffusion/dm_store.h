@@ -23,6 +23,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "dm_builder.h"
+#include "dm_source.h"
 #include "memtier.h"
 #include "plan.h"
 
@@ -43,10 +44,10 @@ mt_pool *dm_store_pool(dm_store *s);
 
 /* Binds every parameter of b: a name the store holds (from an earlier graph)
  * gets that memory (its shape must agree), a new one a place in the pool
- * filled from c by name (any stored float dtype, converted to f32). c may be
- * NULL when every name is held already. The message names the tensor that is
- * missing or has another shape, or the host budget that is too small. */
-col_status dm_store_bind(dm_store *s, dm_builder *b, const col_ckpt *c, col_err *err);
+ * filled from src by name (f32). src may be NULL when every name is held
+ * already. The message names the tensor that is missing or has another
+ * shape, or the host budget that is too small. */
+col_status dm_store_bind(dm_store *s, dm_builder *b, const dm_source *src, col_err *err);
 /* Bytes of weights the store holds, and how many tensors. */
 size_t dm_store_bytes(const dm_store *s);
 int dm_store_count(const dm_store *s);
