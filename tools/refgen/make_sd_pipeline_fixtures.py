@@ -35,7 +35,8 @@ import diffusers
 import transformers
 from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler,
                        EulerAncestralDiscreteScheduler, EulerDiscreteScheduler, LCMScheduler, PNDMScheduler,
-                       StableDiffusionImg2ImgPipeline, StableDiffusionPipeline, UNet2DConditionModel)
+                       StableDiffusionImg2ImgPipeline, StableDiffusionInpaintPipeline, StableDiffusionPipeline,
+                       UNet2DConditionModel)
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
 SEED = 20261124
@@ -140,6 +141,36 @@ def build(out):
     return StableDiffusionPipeline.from_pretrained(model_dir, safety_checker=None, requires_safety_checker=False)
 
 
+def build_inpaint(pipe, out):
+    """The same text encoder and VAE with a 9-channel UNet (latents, mask, masked image latents)."""
+    gen = torch.Generator().manual_seed(SEED + 99)
+    unet = UNet2DConditionModel(sample_size=SIZE // 2, in_channels=9, out_channels=4, layers_per_block=1,
+                                block_out_channels=(8, 16), down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=16,
+                                attention_head_dim=2, norm_num_groups=4).eval()
+    perturb(unet, gen)
+    with torch.no_grad():
+        unet.conv_out.weight.mul_(0.1)
+        unet.conv_out.bias.mul_(0.1)
+    comps = dict(pipe.components)
+    comps["unet"] = unet
+    inp = StableDiffusionInpaintPipeline(**comps)
+    model_dir = os.path.join(out, "inpaint")
+    inp.save_pretrained(model_dir, safe_serialization=True)
+    for f in ("scheduler/scheduler_config.json", "tokenizer/vocab.json", "tokenizer/merges.txt"):
+        shutil.copy(os.path.join(out, "model", f), os.path.join(model_dir, f))
+    inp = StableDiffusionInpaintPipeline.from_pretrained(model_dir, safety_checker=None, requires_safety_checker=False)
+    inp.set_progress_bar_config(disable=True)
+    from PIL import Image
+    mask = np.zeros((SIZE, SIZE), np.uint8)
+    mask[SIZE // 4: 3 * SIZE // 4, SIZE // 2:] = 255
+    Image.fromarray(mask).save(os.path.join(out, "mask.png"))
+    lat = inp(prompt=PROMPTS[1][0], negative_prompt=PROMPTS[1][1], image=Image.open(os.path.join(out, "init.png")),
+              mask_image=Image.open(os.path.join(out, "mask.png")), num_inference_steps=STEPS, guidance_scale=CFG,
+              height=SIZE, width=SIZE, generator=torch.Generator().manual_seed(SEED + 7), output_type="latent").images
+    return lat.contiguous()
+
+
 def run_all(pipe, out):
     pipe.set_progress_bar_config(disable=True)
     with open(os.path.join(out, "model", "scheduler", "scheduler_config.json")) as f:
@@ -182,6 +213,9 @@ def run_all(pipe, out):
               num_inference_steps=STEPS, guidance_scale=CFG, generator=torch.Generator().manual_seed(SEED + 5),
               output_type="latent").images
     ref["img2img.latents"] = img.contiguous()
+    ref["inpaint.latents"] = build_inpaint(pipe, out)
+    meta["inpaint"] = {"scheduler": "pndm", "seed": SEED + 7, "prompt": PROMPTS[1][0], "negative": PROMPTS[1][1],
+                       "strength": 1.0}
     meta["img2img"] = {"scheduler": "ddim", "strength": 0.6, "seed": SEED + 5, "prompt": PROMPTS[0][0]}
     meta["noguide"] = {"scheduler": "euler", "seed": SEED, "prompt": PROMPTS[0][0]}
     meta["batch2"] = {"scheduler": "pndm", "seed": SEED + 1}
