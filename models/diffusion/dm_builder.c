@@ -79,24 +79,30 @@ int dm_find(const dm_builder *b, const char *name)
     return -1;
 }
 
-col_node *dm_weight(dm_builder *b, int ndim, const int64_t *shape, const char *fmt, ...)
+/* prefix + formatted name into name (DM_NAME_MAX); false after recording the error */
+static bool full_name(dm_builder *b, char *name, const char *fmt, va_list ap)
 {
-    if (b->status != COL_OK) return NULL;
-    if (ndim < 1 || ndim > 4) return dm_fail(b, COL_EINVAL, "weight with %d dimensions", ndim);
-    char name[DM_NAME_MAX];
     size_t len = strlen(b->prefix);
     memcpy(name, b->prefix, len);
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(name + len, sizeof name - len, fmt, ap);
-    va_end(ap);
-    if (k < 0 || (size_t)k >= sizeof name - len) return dm_fail(b, COL_EINVAL, "parameter name too long: %s...", b->prefix);
+    int k = vsnprintf(name + len, DM_NAME_MAX - len, fmt, ap);
+    if (k < 0 || (size_t)k >= DM_NAME_MAX - len) {
+        name[len] = '\0';
+        dm_fail(b, COL_EINVAL, "parameter name too long: %s...", b->prefix);
+        return false;
+    }
+    return true;
+}
+
+static col_node *weight_named(dm_builder *b, bool trainable, int ndim, const int64_t *shape, const char *name)
+{
+    if (ndim < 1 || ndim > 4) return dm_fail(b, COL_EINVAL, "weight with %d dimensions", ndim);
     int j = dm_find(b, name);
     if (j >= 0) {
         dm_param *p = &b->params[j];
         bool same = p->ndim == ndim;
         for (int d = 0; same && d < ndim; d++) same = p->shape[d] == shape[d];
         if (!same) return dm_fail(b, COL_ESHAPE, "%s is asked for with two shapes", name);
+        if (p->trainable != trainable) return dm_fail(b, COL_EINVAL, "%s is asked for as trainable and as frozen", name);
         return p->node;
     }
     if (b->n == b->cap) {
@@ -110,8 +116,7 @@ col_node *dm_weight(dm_builder *b, int ndim, const int64_t *shape, const char *f
     const char *tail = name;
     size_t nl = strlen(name);
     if (nl > 40) tail = name + nl - 40;
-    col_node *n = b->trainable ? col_param(b->g, tail, b->dtype, ndim, shape)
-                               : col_input(b->g, tail, b->dtype, ndim, shape);
+    col_node *n = trainable ? col_param(b->g, tail, b->dtype, ndim, shape) : col_input(b->g, tail, b->dtype, ndim, shape);
     if (!n) return NULL;
     dm_param *p = &b->params[b->n++];
     memset(p, 0, sizeof *p);
@@ -119,7 +124,74 @@ col_node *dm_weight(dm_builder *b, int ndim, const int64_t *shape, const char *f
     p->ndim = ndim;
     for (int d = 0; d < ndim; d++) p->shape[d] = shape[d];
     p->node = n;
+    p->trainable = trainable;
     return n;
+}
+
+col_node *dm_weight(dm_builder *b, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    if (b->status != COL_OK) return NULL;
+    char name[DM_NAME_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = full_name(b, name, fmt, ap);
+    va_end(ap);
+    return ok ? weight_named(b, b->trainable, ndim, shape, name) : NULL;
+}
+
+col_node *dm_weight_kind(dm_builder *b, bool trainable, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    if (b->status != COL_OK) return NULL;
+    char name[DM_NAME_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = full_name(b, name, fmt, ap);
+    va_end(ap);
+    return ok ? weight_named(b, trainable, ndim, shape, name) : NULL;
+}
+
+bool dm_lora_targets(const dm_lora_spec *spec, const char *module)
+{
+    if (!spec || spec->rank <= 0 || !spec->targets) return false;
+    size_t ml = strlen(module);
+    for (const char *const *t = spec->targets; *t; t++) {
+        size_t tl = strlen(*t);
+        if (tl == 0 || tl > ml) continue;
+        if (strcmp(module + ml - tl, *t) == 0 && (tl == ml || module[ml - tl - 1] == '.')) return true;
+    }
+    return false;
+}
+
+col_node *dm_linear(dm_builder *b, col_node *x, int64_t out, int64_t in, bool bias, const char *fmt, ...)
+{
+    if (b->status != COL_OK) return NULL;
+    char module[DM_NAME_MAX], name[DM_NAME_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = full_name(b, module, fmt, ap);
+    va_end(ap);
+    if (!ok) return NULL;
+    size_t ml = strlen(module);
+    if (ml + 20 >= DM_NAME_MAX) return dm_fail(b, COL_EINVAL, "parameter name too long: %s", module);
+    int64_t ws[2] = {out, in};
+    snprintf(name, sizeof name, "%s.weight", module);
+    col_node *w = weight_named(b, b->trainable, 2, ws, name);
+    col_node *bs = NULL;
+    if (bias) {
+        snprintf(name, sizeof name, "%s.bias", module);
+        bs = weight_named(b, b->trainable, 1, &out, name);
+    }
+    col_node *y = col_linear(b->g, x, w, bs);
+    if (!dm_lora_targets(b->lora, module) || !y) return y;
+    int64_t r = b->lora->rank, as[2] = {r, in}, bsh[2] = {out, r};
+    snprintf(name, sizeof name, "%s.lora_A.weight", module);
+    col_node *a = weight_named(b, true, 2, as, name);
+    snprintf(name, sizeof name, "%s.lora_B.weight", module);
+    col_node *bb = weight_named(b, true, 2, bsh, name);
+    col_node *d = col_linear(b->g, col_linear(b->g, x, a, NULL), bb, NULL);
+    float scale = b->lora->alpha / (float)b->lora->rank;
+    if (scale != 1.0f) d = col_scale(b->g, d, scale, 0.0f);
+    return col_add(b->g, y, d);
 }
 
 col_status dm_bind_checkpoint(dm_builder *b, const col_ckpt *c, col_err *err)

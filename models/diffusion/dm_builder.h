@@ -28,8 +28,23 @@ typedef struct {
     int ndim;
     int64_t shape[4];
     col_node *node;              /* the leaf on the builder's graph */
+    bool trainable;              /* a col_param leaf (gets a gradient), else a col_input */
     void *owned;                 /* memory dm_bind_checkpoint allocated for it */
 } dm_param;
+
+/* LoRA adapters on a component's linear projections, as PEFT's
+ * LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets) adds them:
+ * dm_linear of a module whose full name is a target or ends with "." and a
+ * target (e.g. "to_q" matches "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q")
+ * computes base(x) + lora_B(lora_A(x)) * (alpha / rank), with lora_A
+ * [rank, in] and lora_B [out, rank] trainable parameters named
+ * MODULE.lora_A.weight and MODULE.lora_B.weight (PEFT's names without the
+ * adapter name), the base weights as the builder's trainable flag says. */
+typedef struct {
+    int rank;                    /* 0: no adapters */
+    float alpha;                 /* the scale is alpha / rank */
+    const char *const *targets;  /* NULL-terminated module names */
+} dm_lora_spec;
 
 typedef struct {
     col_graph *g;
@@ -38,6 +53,7 @@ typedef struct {
     char prefix[DM_NAME_MAX];    /* prepended to every name (e.g. "text_model." or ""), see dm_push/dm_pop */
     int depth;                   /* scopes pushed */
     int scope_len[16];           /* the prefix's length before each push */
+    const dm_lora_spec *lora;    /* NULL: dm_linear adds no adapters */
     dm_param *params;
     int n, cap;
     col_status status;
@@ -62,6 +78,21 @@ void dm_pop(dm_builder *b);
  * the name was asked for before (its shape must agree). */
 col_node *dm_weight(dm_builder *b, int ndim, const int64_t *shape, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* The same with the leaf's kind chosen here rather than by b->trainable
+ * (a frozen base beside trainable adapters). */
+col_node *dm_weight_kind(dm_builder *b, bool trainable, int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* nn.Linear named prefix+module: x [..., in] @ MODULE.weight [out, in]^T
+ * (+ MODULE.bias [out] when bias), with LoRA adapters when b->lora targets
+ * the module (see dm_lora_spec). Components build every projection an
+ * adapter may target through this. */
+col_node *dm_linear(dm_builder *b, col_node *x, int64_t out, int64_t in, bool bias, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Whether module name (full, e.g. "mid_block.attentions.0.transformer_blocks.0.attn2.to_out.0") is a target of
+ * spec. */
+bool dm_lora_targets(const dm_lora_spec *spec, const char *module);
 
 /* Index of a parameter by full name, or -1. */
 int dm_find(const dm_builder *b, const char *name);
