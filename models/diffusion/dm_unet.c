@@ -198,6 +198,23 @@ static bool check_inputs(dm_builder *b, const dm_unet_config *c, col_node *sampl
                 c->cross_attention_dim);
         return false;
     }
+    /* the sizes down the UNet: each level's must come back from the next by 2x nearest upsampling
+     * (cut by one where odd), which holds for padding 1 (ceil(h/2)) but not for padding 0 */
+    for (int a = 2; a <= 3; a++) {
+        int64_t h = s->shape[a];
+        for (int i = 0; i + 1 < c->n_blocks; i++) {
+            int64_t next = c->downsample_padding ? (h - 1) / 2 + 1 : (h >= 2 ? (h - 2) / 2 + 1 : 0);
+            if (next < 1 || (2 * next != h && 2 * next - 1 != h)) {
+                dm_fail(b, COL_EUNSUPPORTED,
+                        "UNet: a %lldx%lld latent: with downsample_padding %d, size %lld goes down to %lld, which "
+                        "2x nearest upsampling does not bring back (use sizes divisible by %d)",
+                        (long long)s->shape[2], (long long)s->shape[3], c->downsample_padding, (long long)h,
+                        (long long)next, 1 << (c->n_blocks - 1));
+                return false;
+            }
+            h = next;
+        }
+    }
     return true;
 }
 

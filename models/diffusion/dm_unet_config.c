@@ -73,9 +73,12 @@ static col_status get_ints(const cJSON *o, const char *key, int lo, int hi, int 
         return COL_OK;
     }
     int k = cJSON_IsArray(x) ? cJSON_GetArraySize(x) : -1;
-    if (k < 1 || k > DM_UNET_MAX_BLOCKS || (*n >= 0 && k != *n))
-        return col_err_set(err, COL_EFORMAT, "%s: \"%s\" must be %s list of %s integers", name, key,
-                           *n >= 0 ? "an integer or a" : "a", *n >= 0 ? "one integer per block:" : "1 to 8");
+    if (*n >= 0 && k != *n)
+        return col_err_set(err, COL_EFORMAT, "%s: \"%s\" must be an integer or a list of %d integers (one per block)",
+                           name, key, *n);
+    if (k < 1 || k > DM_UNET_MAX_BLOCKS)
+        return col_err_set(err, COL_EFORMAT, "%s: \"%s\" must be a list of 1 to %d integers", name, key,
+                           DM_UNET_MAX_BLOCKS);
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, x)

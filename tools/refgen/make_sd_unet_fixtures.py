@@ -6,7 +6,7 @@ here), saves each with save_pretrained (config.json + diffusion_pytorch_model.sa
 as in a Stable Diffusion repository's unet/ folder) and writes what diffusers computes
 with them in float32: the timestep projection and the predicted noise for a batch of
 two with different timesteps, on a square and on a non-square latent; for one model
-also the MSE loss against a target and every parameter's gradient.
+also the MSE loss against a target and every parameter's gradient (computed in float64).
 
     tools/refgen/.venv/bin/python tools/refgen/make_sd_unet_fixtures.py --out tests/fixtures/sd_unet
 
@@ -20,6 +20,7 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
 import argparse
+import copy
 import hashlib
 import json
 import struct
@@ -124,13 +125,15 @@ def generate(out, name, k):
         ref[f"out.{case}"] = y.contiguous()
         print(f"{name}.{case}: latent {h}x{w}, out std {y.std().item():.3f}")
         if grads:
+            # in float64, so that the reference gradients are exact to f32 precision (small
+            # bias gradients are sums with much cancellation)
             target = torch.randn(y.shape, generator=gen)
-            model.zero_grad()
-            loss = F.mse_loss(model(sample, t, context).sample, target)
+            m64 = copy.deepcopy(model).double()
+            loss = F.mse_loss(m64(sample.double(), t, context.double()).sample, target.double())
             loss.backward()
             ref[f"target.{case}"] = target
             ref[f"loss.{case}"] = loss.detach().reshape(1)
-            for pn, p in model.named_parameters():
+            for pn, p in m64.named_parameters():
                 ref[f"grad.{pn}"] = p.grad.detach().clone().contiguous()
     save_file_canonical({k: v.float().contiguous() for k, v in ref.items()}, os.path.join(out, f"{name}_ref.safetensors"))
     nparam = sum(p.numel() for p in model.parameters())
