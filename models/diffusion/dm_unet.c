@@ -18,13 +18,10 @@ typedef struct {
 
 /* ---- layers: weights named under the builder's current prefix ---- */
 
+/* through dm_linear: LoRA adapters on the projections the builder's spec targets (to_q, to_k, ...) */
 static col_node *linear(unet *u, col_node *x, int64_t in, int64_t out, bool bias, const char *name)
 {
-    col_node *w = dm_weight(u->b, 2, (int64_t[]){out, in}, "%s.weight", name);
-    col_node *bb = bias ? dm_weight(u->b, 1, &out, "%s.bias", name) : NULL;
-    if (!w || (bias && !bb))
-        return NULL;
-    return col_linear(u->g, x, w, bb);
+    return dm_linear(u->b, x, out, in, bias, "%s", name);
 }
 
 static col_node *conv(unet *u, col_node *x, int64_t cin, int64_t cout, int k, int stride, int pad, const char *name)
