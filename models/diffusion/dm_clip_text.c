@@ -126,7 +126,9 @@ static col_node *layer_norm(dm_builder *b, const dm_clip_text_config *c, col_nod
     char w[64], bb[64];
     snprintf(w, sizeof w, "%s.weight", name);
     snprintf(bb, sizeof bb, "%s.bias", name);
-    return col_layernorm(b->g, x, vec(b, c->hidden, w), vec(b, c->hidden, bb), c->ln_eps);
+    col_node *wn = vec(b, c->hidden, w); /* weight, then bias: parameters in a fixed order */
+    col_node *bn = vec(b, c->hidden, bb);
+    return col_layernorm(b->g, x, wn, bn, c->ln_eps);
 }
 
 static col_node *activation(col_graph *g, dm_clip_act act, col_node *x)

@@ -21,8 +21,10 @@ Outputs (tests/fixtures/sd_textvae/ by default):
                 a: block_out_channels [8,16], 1 layer per block, 4 groups;
                 b: [4,8,8], 2 layers per block, 2 groups, quant_conv biases that push
                    some logvar channels past the clamp [-30, 20];
-                c: [8,8], 1 layer, 2 groups, 1 latent channel... see VAES below:
-                   no mid-block attention, no quant_conv / post_quant_conv
+                c: [8,8], 1 layer, 2 groups, no mid-block attention, no quant_conv /
+                   post_quant_conv, a shift factor
+                b's file names the attention's projections query/key/value/proj_attn as
+                older diffusers files do (the script checks diffusers loads it the same)
   vae_*_ref.safetensors
                 enc.x [2,3,16,16] -> enc.mean, enc.logvar (latent_dist, clamped),
                 enc.noise, enc.sample (latent_dist.sample(generator) = mean + std*noise);
@@ -59,7 +61,7 @@ CLIPS = {
 VAES = {
     "vae_a": dict(block_out_channels=[8, 16], layers_per_block=1, norm_num_groups=4, sample_size=16),
     "vae_b": dict(block_out_channels=[4, 8, 8], layers_per_block=2, norm_num_groups=2, sample_size=32,
-                  clamp=True),
+                  clamp=True, legacy=True),
     "vae_c": dict(block_out_channels=[8, 8], layers_per_block=1, norm_num_groups=2, sample_size=16,
                   mid_block_add_attention=False, use_quant_conv=False, use_post_quant_conv=False,
                   scaling_factor=0.3611, shift_factor=0.1159, force_upcast=False),
@@ -124,6 +126,7 @@ def make_clip(out, name, spec):
 def make_vae(out, name, spec):
     spec = dict(spec)
     clamp = spec.pop("clamp", False)
+    legacy = spec.pop("legacy", False)
     n = len(spec["block_out_channels"])
     kw = dict(in_channels=3, out_channels=3, latent_channels=4, down_block_types=["DownEncoderBlock2D"] * n,
               up_block_types=["UpDecoderBlock2D"] * n)
@@ -138,6 +141,16 @@ def make_vae(out, name, spec):
     d = os.path.join(out, name)
     shutil.rmtree(d, ignore_errors=True)
     m.save_pretrained(d)
+    if legacy:   # the attention's old names, which diffusers still converts on load
+        st = os.path.join(d, "diffusion_pytorch_model.safetensors")
+        old = {"to_q": "query", "to_k": "key", "to_v": "value", "to_out.0": "proj_attn"}
+        sd = {}
+        for k, v in load_file(st).items():
+            for new, was in old.items():
+                k = k.replace(".attentions.0.%s." % new, ".attentions.0.%s." % was)
+            sd[k] = v
+        assert "encoder.mid_block.attentions.0.query.weight" in sd
+        save_file(sd, st, metadata={"format": "pt"})
     m2 = AutoencoderKL.from_pretrained(d).eval()
     for (k, a), (k2, b) in zip(sorted(m.state_dict().items()), sorted(m2.state_dict().items())):
         assert k == k2 and torch.equal(a, b), k
