@@ -334,6 +334,73 @@ static void test_foreign_files(unsigned flags, const char *how)
     rm_rf(dir);
 }
 
+/* a save laid out in folders (a diffusers model: unet/, vae/, ...): colossal's as a whole, with the user's entries
+ * inside a folder kept there */
+static col_status save_folders(col_outdir *od, const char *unet, bool with_vae, col_err *err)
+{
+    const char *stage;
+    char sub[600];
+    col_status st = col_outdir_begin(od, &stage, err);
+    if (st == COL_OK) {
+        put(stage, "model_index.json", "{}");
+        if ((st = col_outdir_mkdir(od, "unet", sub, sizeof sub, err)) == COL_OK)
+            put(sub, "weights", unet);
+    }
+    if (st == COL_OK && with_vae && (st = col_outdir_mkdir(od, "vae", sub, sizeof sub, err)) == COL_OK)
+        put(sub, "weights", "vae");
+    return st == COL_OK ? col_outdir_commit(od, err) : st;
+}
+
+static void test_folders(unsigned flags, const char *how)
+{
+    col_err err = {0};
+    col_outdir *od = NULL;
+    ROOTED(dir, "folders");
+    char sub[600];
+    TL_OK(col_outdir_open(dir, flags, &od, &err) == COL_OK && save_folders(od, "1", true, &err) == COL_OK,
+          "%s: a save with folders: %s", how, err.msg);
+    TL_OK(has(at("folders/unet"), "weights", "1") && has(at("folders/vae"), "weights", "vae") &&
+              strstr(get(dir, ".colossal-manifest"), "\nunet\n") &&
+              strstr(get(at("folders/unet"), ".colossal-manifest"), "colossal output directory 1\nweights\n"),
+          "%s: the folders are listed, each with its own manifest", how);
+    put(at("folders/unet"), "notes.txt", "mine");
+    put(at("folders/vae"), "notes.txt", "mine too");
+    TL_OK(save_folders(od, "2", true, &err) == COL_OK && has(at("folders/unet"), "weights", "2") &&
+              has(at("folders/unet"), "notes.txt", "mine") && has(at("folders/vae"), "notes.txt", "mine too") &&
+              !strstr(get(at("folders/unet"), ".colossal-manifest"), "notes"),
+          "%s: a user's files inside the folders move into the new save's: %s", how, err.msg);
+    TL_OK(save_folders(od, "3", false, &err) == COL_OK && has(at("folders/unet"), "weights", "3") &&
+              !exists(at("folders/vae/weights")) && has(at("folders/vae"), "notes.txt", "mine too") &&
+              !exists(at("folders/vae/.colossal-manifest")) && !strstr(get(dir, ".colossal-manifest"), "vae"),
+          "%s: a folder the new save lacks keeps the user's file, no longer colossal's: %s", how, err.msg);
+    TL_OK(save_folders(od, "4", true, &err) == COL_EIO && strstr(err.msg, "vae") && has(at("folders/unet"), "weights", "3"),
+          "%s: the user's folder of a name the save writes stops the commit: %s", how, err.msg);
+    rm_rf(at("folders/vae"));
+    /* an aborted save and a stale stage with folders are cleared */
+    const char *stage;
+    TL_OK(col_outdir_begin(od, &stage, &err) == COL_OK && col_outdir_mkdir(od, "unet", sub, sizeof sub, &err) == COL_OK,
+          "%s: a stage with a folder: %s", how, err.msg);
+    put(sub, "weights", "half");
+    TL_OK(col_outdir_mkdir(od, "../x", sub, sizeof sub, &err) == COL_EINVAL && col_outdir_mkdir(od, "unet", sub,
+          sizeof sub, &err) == COL_EIO, "%s: bad or repeated folder names are refused", how);
+    col_outdir_abort(od);
+    TL_OK(!exists(at("folders.partial")) && has(at("folders/unet"), "weights", "3"), "%s: abort clears it", how);
+    TL_OK(col_outdir_begin(od, &stage, &err) == COL_OK && col_outdir_mkdir(od, "unet", sub, sizeof sub, &err) == COL_OK,
+          "%s: another stage with a folder", how);
+    put(sub, "weights", "half");
+    col_outdir_close(od); /* closing aborts too; make a stale one by hand */
+    mkdir(at("folders.partial"), 0755);
+    put(at("folders.partial"), ".colossal-manifest", "colossal staging directory 1\n");
+    mkdir(at("folders.partial/unet"), 0755);
+    put(at("folders.partial/unet"), ".colossal-manifest", "colossal staging directory 1\n");
+    put(at("folders.partial/unet"), "weights", "stale");
+    TL_OK(col_outdir_open(dir, flags, &od, &err) == COL_OK && !exists(at("folders.partial")) &&
+              has(at("folders/unet"), "weights", "3") && has(at("folders/unet"), "notes.txt", "mine"),
+          "%s: a stale stage with folders is cleared at open: %s", how, err.msg);
+    col_outdir_close(od);
+    rm_rf(dir);
+}
+
 /* an output of an earlier colossal (no manifest): only the names the new
  * save writes again are colossal's */
 static void test_legacy_output(void)
@@ -496,6 +563,8 @@ int main(void)
     test_paths();
     test_foreign_files(0, "exchange");
     test_foreign_files(COL_OUTDIR_TWO_RENAMES, "two renames");
+    test_folders(0, "exchange");
+    test_folders(COL_OUTDIR_TWO_RENAMES, "two renames");
     test_legacy_output();
     test_crash_recovery();
     test_lock();

@@ -306,6 +306,26 @@ col_status col_outdir_begin(col_outdir *od, const char **stage, col_err *err)
     return COL_OK;
 }
 
+col_status col_outdir_mkdir(col_outdir *od, const char *name, char *path, size_t n, col_err *err)
+{
+    if (od->stage < 0)
+        return col_err_set(err, COL_ESTATE, "%s: a folder made without a begun save", od->path);
+    if (!name[0] || strchr(name, '/') || strchr(name, '\n') || !strcmp(name, ".") || !strcmp(name, "..") ||
+        od_is_manifest_file(name) || strlen(name) > NAME_MAX)
+        return col_err_set(err, COL_EINVAL, "'%s' cannot name a folder of a save", name);
+    int k = snprintf(path, n, "%s/%s", od->stage_path, name);
+    if (k < 0 || (size_t)k >= n)
+        return col_err_set(err, COL_EINVAL, "%s/%s: the path is too long", od->stage_path, name);
+    if (mkdirat(od->stage, name, 0755) != 0)
+        return col_err_set(err, COL_EIO, "cannot make %s: %s", path, strerror(errno));
+    int fd = openat(od->stage, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    col_status st = fd < 0 ? col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno))
+                           : od_manifest_write(fd, path, true, NULL, err);
+    if (fd >= 0)
+        close(fd);
+    return st;
+}
+
 void col_outdir_abort(col_outdir *od)
 {
     if (od->stage < 0)
@@ -318,7 +338,43 @@ void col_outdir_abort(col_outdir *od)
 
 static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* the stage's manifest lists its files, and all of it is on disk; *saved
+/* a folder of the stage (col_outdir_mkdir) sealed: its manifest lists its files, all on disk */
+static col_status seal_folder(col_outdir *od, const char *name, col_err *err)
+{
+    char shown[sizeof od->stage_path + NAME_MAX + 2];
+    snprintf(shown, sizeof shown, "%s/%s", od->stage_path, name);
+    int fd;
+    od_manifest m;
+    col_status st = od_open_ours(od->stage, name, shown, &fd, &m, err);
+    if (st != COL_OK)
+        return col_err_set(err, COL_EINTERNAL, "%s is a folder col_outdir_mkdir did not make", shown);
+    od_manifest_free(&m);
+    od_list all, files = {0};
+    st = od_list_dir(fd, shown, &all, err);
+    for (size_t i = 0; st == COL_OK && i < all.n; i++) {
+        struct stat sb;
+        const char *e = all.names[i];
+        if (od_is_manifest_file(e))
+            continue;
+        if (fstatat(fd, e, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) || strchr(e, '\n'))
+            st = col_err_set(err, COL_EINTERNAL, "%s/%s is not a plain file: a save's folders hold only files", shown,
+                             e);
+        else
+            st = od_list_add(&files, e, err);
+    }
+    od_list_free(&all);
+    if (st == COL_OK && files.n > 1)
+        qsort(files.names, files.n, sizeof *files.names, by_name);
+    if (st == COL_OK)
+        st = od_manifest_write(fd, shown, false, &files, err);
+    if (st == COL_OK)
+        st = od_sync_dir(fd, shown, err);
+    od_list_free(&files);
+    close(fd);
+    return st;
+}
+
+/* the stage's manifest lists its files and folders, and all of it is on disk; *saved
  * gets the names */
 static col_status seal_stage(col_outdir *od, od_list *saved, col_err *err)
 {
@@ -331,10 +387,13 @@ static col_status seal_stage(col_outdir *od, od_list *saved, col_err *err)
         const char *e = all.names[i];
         if (od_is_manifest_file(e))
             continue;
-        if (fstatat(od->stage, e, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) || strchr(e, '\n'))
-            st = col_err_set(err, COL_EINTERNAL, "%s/%s is not a plain file: a save writes only files",
-                             od->stage_path, e);
-        else
+        bool ok = fstatat(od->stage, e, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !strchr(e, '\n');
+        if (ok && S_ISDIR(sb.st_mode))
+            st = seal_folder(od, e, err);
+        else if (!ok || !S_ISREG(sb.st_mode))
+            st = col_err_set(err, COL_EINTERNAL, "%s/%s is not a plain file: a save writes only files (and "
+                             "folders made by col_outdir_mkdir)", od->stage_path, e);
+        if (st == COL_OK)
             st = od_list_add(saved, e, err);
     }
     od_list_free(&all);
@@ -354,7 +413,26 @@ static col_status seal_stage(col_outdir *od, od_list *saved, col_err *err)
  * wrote it) gets one listing the names the new save writes again; an entry
  * that is not colossal's but has the name of a saved file would be in the
  * way, and stops the commit. */
-static col_status find_foreign(col_outdir *od, int out, const od_list *saved, od_list *foreign, col_err *err)
+/* the entries of OUT's folder e (colossal's, open as fd with manifest m) that are not colossal's, as "e/name" */
+static col_status folder_foreign(int fd, const char *e, const char *shown, const od_manifest *m, od_list *nested,
+                                 col_err *err)
+{
+    od_list have = {0};
+    col_status st = od_list_dir(fd, shown, &have, err);
+    for (size_t i = 0; st == COL_OK && i < have.n; i++) {
+        const char *x = have.names[i];
+        if (od_is_manifest_file(x) || od_manifest_lists(m, x))
+            continue;
+        char rel[2 * NAME_MAX + 2];
+        snprintf(rel, sizeof rel, "%s/%s", e, x);
+        st = od_list_add(nested, rel, err);
+    }
+    od_list_free(&have);
+    return st;
+}
+
+static col_status find_foreign(col_outdir *od, int out, const od_list *saved, od_list *foreign, od_list *nested,
+                               col_err *err)
 {
     od_manifest m;
     od_list have = {0}, adopt = {0};
@@ -366,6 +444,19 @@ static col_status find_foreign(col_outdir *od, int out, const od_list *saved, od
         const char *e = have.names[i];
         struct stat sb;
         bool is_file = fstatat(out, e, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode);
+        bool is_dir = fstatat(out, e, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode);
+        if (!adopting && is_dir && od_manifest_lists(&m, e)) { /* a folder of the last save */
+            char shown[OD_PATH_MAX + NAME_MAX + 2];
+            snprintf(shown, sizeof shown, "%s/%s", od->path, e);
+            int fd;
+            od_manifest fm;
+            if ((st = od_open_ours(out, e, shown, &fd, &fm, err)) == COL_OK) {
+                st = folder_foreign(fd, e, shown, &fm, nested, err);
+                close(fd);
+                od_manifest_free(&fm);
+            }
+            continue;
+        }
         if (od_is_manifest_file(e) || (!adopting && od_manifest_lists(&m, e)))
             continue;
         if (!od_list_has(saved, e))
@@ -456,27 +547,62 @@ static col_status swap(col_outdir *od, const char **old_name, const char **old_p
     return two_renames(od, err);
 }
 
+/* the stage's folder for each "folder/name" of nested: the save's own, or, where the save has no folder of that
+ * name, a plain one (not colossal's) made to hold them */
+static col_status folders_for(col_outdir *od, const od_list *nested, col_err *err)
+{
+    for (size_t i = 0; i < nested->n; i++) {
+        char dir[NAME_MAX + 1];
+        const char *slash = strchr(nested->names[i], '/');
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - nested->names[i]), nested->names[i]);
+        struct stat sb;
+        if (fstatat(od->stage, dir, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode))
+            continue;
+        if (mkdirat(od->stage, dir, 0755) != 0)
+            return col_err_set(err, COL_EIO, "cannot make %s/%s for the entries of %s/%s that are not colossal's: %s",
+                               od->stage_path, dir, od->path, dir, strerror(errno));
+    }
+    return COL_OK;
+}
+
 /* the stage takes OUT's place, with the entries of the old OUT that are not
- * colossal's moved into it first; then the old contents are cleared */
+ * colossal's moved into it first (those inside its folders into the same
+ * folders); then the old contents are cleared */
 static col_status replace(col_outdir *od, const od_list *saved, col_err *err)
 {
     if (!entry_kind(od, od->name))
         return commit_first(od, err);
-    od_list foreign = {0};
+    od_list foreign = {0}, nested = {0};
     const char *old_name, *old_path;
     int out = -1;
+    bool moved = false, nmoved = false;
     col_status st = check_target(od, err);
     if (st == COL_OK && (out = openat(od->parent, od->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         st = col_err_set(err, COL_EIO, "cannot open %s: %s", od->path, strerror(errno));
     if (st == COL_OK)
-        st = find_foreign(od, out, saved, &foreign, err);
+        st = find_foreign(od, out, saved, &foreign, &nested, err);
     if (st == COL_OK)
-        st = move_entries(&foreign, out, od->path, od->stage, od->stage_path, err);
-    if (st == COL_OK && (st = swap(od, &old_name, &old_path, err)) != COL_OK) {
+        st = folders_for(od, &nested, err);
+    if (st == COL_OK && (st = move_entries(&nested, out, od->path, od->stage, od->stage_path, err)) == COL_OK)
+        nmoved = true;
+    if (st == COL_OK && (st = move_entries(&foreign, out, od->path, od->stage, od->stage_path, err)) == COL_OK)
+        moved = true;
+    if (st == COL_OK)
+        st = swap(od, &old_name, &old_path, err);
+    if (st != COL_OK) { /* put them back */
         col_err ignored;
-        (void)move_entries(&foreign, od->stage, od->stage_path, out, od->path, &ignored); /* put them back */
+        if (moved)
+            (void)move_entries(&foreign, od->stage, od->stage_path, out, od->path, &ignored);
+        if (nmoved)
+            (void)move_entries(&nested, od->stage, od->stage_path, out, od->path, &ignored);
+        for (size_t i = 0; i < nested.n; i++) { /* the folders made for them, now empty (the save's own are not) */
+            char dir[NAME_MAX + 1];
+            snprintf(dir, sizeof dir, "%.*s", (int)(strchr(nested.names[i], '/') - nested.names[i]), nested.names[i]);
+            unlinkat(od->stage, dir, AT_REMOVEDIR);
+        }
     }
     od_list_free(&foreign);
+    od_list_free(&nested);
     if (out >= 0)
         close(out);
     if (st != COL_OK && !strstr(err->msg, od->stage_path))

@@ -37,6 +37,7 @@
 #define COL_OUTDIR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "status.h"
 
@@ -68,6 +69,14 @@ col_status col_outdir_recover(col_outdir *od, col_err *err);
 /* Creates the staging directory (clearing a stale one as recover does) and
  * sets *stage to its path, where the writers put the save's files. */
 col_status col_outdir_begin(col_outdir *od, const char **stage, col_err *err);
+/* Creates the subdirectory name (a plain name: no '/', not "." or "..") in
+ * the begun save's stage, for a save laid out in folders (a diffusers model:
+ * unet/, vae/, ...); *path (n bytes) receives its path. It may hold plain
+ * files only. At the commit it gets a manifest of its own listing them and
+ * is listed in OUT's: it is colossal's as a whole, and entries a user adds
+ * inside it are kept as in OUT itself (moved into the next save's folder of
+ * that name, which is created for them when that save has none). */
+col_status col_outdir_mkdir(col_outdir *od, const char *name, char *path, size_t n, col_err *err);
 /* Seals the stage (its manifest lists its files, fsynced) and makes it OUT,
  * moving the entries of the old OUT that are not colossal's into it, then
  * clears the old contents. On failure before the replacement the previous

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,9 +298,31 @@ col_status od_move_entry(int from, const char *e, const char *shown, int into_fd
 
 typedef struct {
     int parent, fd, into_fd;
+    int into_parent;        /* the directory holding into (-1: none: foreign entries cannot go anywhere) */
+    int depth;              /* 0 for OUT's level, 1 inside one of its subdirectories */
     const char *shown, *into, *into_shown;
     od_manifest m;
 } sweep_ctx;
+
+static col_status sweep_at(int parent, const char *name, const char *shown, int into_parent, const char *into,
+                           const char *into_shown, int depth, col_err *err);
+
+/* whether the directory e of dirfd holds a manifest (a subdirectory colossal made) */
+static bool has_manifest(int dirfd, const char *e)
+{
+    char p[NAME_MAX + sizeof OD_MANIFEST + 2];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", e, OD_MANIFEST);
+    return strlen(e) <= NAME_MAX && fstatat(dirfd, p, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* the directory foreign entries go into, opened on first use */
+static bool open_into(sweep_ctx *c)
+{
+    if (c->into_fd < 0 && c->into_parent >= 0)
+        c->into_fd = openat(c->into_parent, c->into, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    return c->into_fd >= 0;
+}
 
 /* one entry of a directory being cleared: unlinked if it is colossal's,
  * else moved into OUT */
@@ -309,7 +332,16 @@ static col_status sweep_entry(sweep_ctx *c, const char *e, col_err *err)
     if (fstatat(c->fd, e, &sb, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? COL_OK : col_err_set(err, COL_EIO, "cannot read %s/%s: %s", c->shown, e,
                                                       strerror(errno));
-    bool ours = od_is_manifest_file(e) || (c->m.staging ? S_ISREG(sb.st_mode) : od_manifest_lists(&c->m, e));
+    /* a subdirectory colossal made (one level below OUT) has a manifest of its own: in a stage every such
+     * directory is colossal's, in a sealed save those the manifest lists */
+    bool sub = S_ISDIR(sb.st_mode) && c->depth == 0 && has_manifest(c->fd, e);
+    bool ours = od_is_manifest_file(e) || (c->m.staging ? S_ISREG(sb.st_mode) || sub : od_manifest_lists(&c->m, e));
+    if (ours && sub) { /* cleared the same way; what is not colossal's in it goes into into's subdirectory e */
+        char shown[4200], into_shown[4200];
+        snprintf(shown, sizeof shown, "%s/%s", c->shown, e);
+        snprintf(into_shown, sizeof into_shown, "%s/%s", c->into_shown, e);
+        return sweep_at(c->fd, e, shown, open_into(c) ? c->into_fd : -1, e, into_shown, c->depth + 1, err);
+    }
     if (ours && S_ISDIR(sb.st_mode))
         return col_err_set(err, COL_EIO, "%s/%s is a directory where colossal wrote a file: move it away", c->shown,
                            e);
@@ -319,8 +351,7 @@ static col_status sweep_entry(sweep_ctx *c, const char *e, col_err *err)
                    : col_err_set(err, COL_EIO, "cannot remove %s/%s: %s", c->shown, e, strerror(errno));
     if (c->m.staging)
         return col_err_set(err, COL_EIO, "%s holds %s, which colossal did not write: move it away", c->shown, e);
-    if (c->into_fd < 0 && (c->into_fd = openat(c->parent, c->into, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                               O_CLOEXEC)) < 0)
+    if (!open_into(c))
         return col_err_set(err, COL_EIO, "%s holds %s, which is not colossal's, and it cannot go into %s (%s): move "
                            "it away", c->shown, e, c->into_shown, strerror(errno));
     return od_move_entry(c->fd, e, c->shown, c->into_fd, c->into_shown, err);
@@ -344,7 +375,14 @@ static col_status sweep_pass(sweep_ctx *c, col_err *err)
 col_status od_sweep(int parent, const char *name, const char *shown, const char *into, const char *into_shown,
                     col_err *err)
 {
-    sweep_ctx c = {.parent = parent, .into_fd = -1, .shown = shown, .into = into, .into_shown = into_shown};
+    return sweep_at(parent, name, shown, parent, into, into_shown, 0, err);
+}
+
+static col_status sweep_at(int parent, const char *name, const char *shown, int into_parent, const char *into,
+                           const char *into_shown, int depth, col_err *err)
+{
+    sweep_ctx c = {.parent = parent, .into_fd = -1, .into_parent = into_parent, .depth = depth, .shown = shown,
+                   .into = into, .into_shown = into_shown};
     col_status st = od_open_ours(parent, name, shown, &c.fd, &c.m, err);
     bool gone = false;
     /* another pass when an entry appeared meanwhile (rmdir: not empty) */

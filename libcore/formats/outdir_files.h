@@ -64,6 +64,10 @@ col_status od_open_ours(int parent, const char *name, const char *shown, int *fd
  * files are unlinked, every other entry is moved into the directory into
  * (also in parent), and it is removed. Nothing is unlinked that the manifest
  * does not make colossal's. */
+/* A subdirectory colossal made in it (one level down, with a manifest of
+ * its own, listed by the parent's manifest or inside a stage) is cleared
+ * the same way, what is not colossal's in it going into into's
+ * subdirectory of that name. */
 col_status od_sweep(int parent, const char *name, const char *shown, const char *into, const char *into_shown,
                     col_err *err);
 /* Removes the directory name in parent when it is what a save stopped
