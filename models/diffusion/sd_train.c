@@ -217,7 +217,7 @@ static col_status build_frozen(sd_trainer *s, col_err *err)
     dm_builder_init(&s->tb, s->tg, false, COL_F32);
     s->ids = col_input(s->tg, "ids", COL_I32, 2, (int64_t[]){s->B, s->text_len});
     dm_clip_text_out to;
-    if ((st = dm_clip_text_build(&s->tb, &s->tcfg, s->ids, 0, &to, err)) != COL_OK) return st;
+    if ((st = dm_clip_text_build(&s->tb, &s->tcfg, s->ids, 0, &to)) != COL_OK) return dm_builder_status(&s->tb, err);
     s->ehs_node = to.last_hidden;
     dm_ckpt_source tsc;
     dm_source tsrc;
