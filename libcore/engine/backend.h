@@ -120,6 +120,19 @@ typedef struct {
 col_lowp_tiles col_matmul_lowp_tiles(int64_t M, int64_t K, int64_t N);
 /* bytes of scratch for those tiles: each one 64-byte aligned */
 size_t col_matmul_lowp_scratch(int64_t M, int64_t K, int64_t N);
+/* The geometry of a CONV2D, CONV2D_BWD_DATA or CONV2D_BWD_FILTER node, read from its shapes and params
+ * (ops_image.c), for every backend's kernels. Output pixel (oy, ox) reads input pixel
+ * (oy * sh - pt + ky, ox * sw - pl + kx) for kernel tap (ky, kx), zero outside [0,H) x [0,W). */
+typedef struct {
+    int64_t B, Cin, H, W, Cout, kh, kw, Ho, Wo;
+    int64_t sh, sw, pt, pl;     /* strides; top and left padding */
+    int64_t K, N;               /* GEMM sizes: K = Cin*kh*kw (w as [Cout, K]), N = Ho*Wo pixels per image */
+    bool direct;                /* 1x1, stride 1, no padding: x [Cin, H*W] is the GEMM operand itself */
+} col_conv2d_geom;
+col_conv2d_geom col_conv2d_geom_of(const col_node *n);
+/* The host kernels' im2col tile: columns (output pixels of one image) per tile of K rows, from the shape
+ * only; 0 for a direct convolution (no tile). The builders ask for K * tile floats of scratch. */
+int64_t col_conv2d_tile(const col_conv2d_geom *g);
 /* Splits x into the dims a reduction keeps (in output order) and the dims
  * it reduces (bits of axes), shapes and strides, for every backend's
  * reduction kernels. */

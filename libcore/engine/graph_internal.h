@@ -5,7 +5,8 @@
  *                     checkpointing's recomputation clones
  *   *_bwd.c           backward builders, one file per op family (ops_basic_bwd.c ... views_bwd.c)
  *   grad.c            gradient accumulation (col_accum_grad, col_reduce_to)
- *   ops_*.c, views.c  forward builders (ops_norm.c uses ops_basic.c; every family uses views.c)
+ *   ops_*.c, views.c  forward builders (ops_norm.c uses ops_basic.c; ops_image.c uses ops_norm.c and
+ *                     ops_basic.c; every family uses views.c)
  *   graph.c           nodes, leaves, builder checks
  *   ops.c             op names, the elementwise op set
  * tools/dep_cycles.py (tests/test_dep_cycles.sh) keeps the file-level calls free of cycles. */
@@ -49,6 +50,10 @@ col_node *col_attention_operand(col_graph *g, col_node *x);
 enum { COL_ATTENTION_TILE = 64, COL_ATTENTION_PAD = 16 };
 size_t col_attention_scratch_per_thread(int64_t head_dim, bool backward);
 
+/* A CONV2D_BWD_DATA (sources dy, w) or CONV2D_BWD_FILTER (sources x, dy) node of
+ * the CONV2D node fwd, with its params and scratch (ops_image.c). */
+col_node *col_conv2d_bwd_node(col_graph *g, col_op op, const col_node *fwd, col_node *a, col_node *b);
+
 /* ---- backward ---- */
 
 /* Backward builder: given node n and the gradient dout of its output, adds
@@ -81,5 +86,7 @@ void col_bwd_rope(col_graph *g, col_node *n, col_node *d);
 void col_bwd_cross_entropy(col_graph *g, col_node *n, col_node *d);
 /* ops_attention_bwd.c */
 void col_bwd_attention(col_graph *g, col_node *n, col_node *d);
+/* ops_image_bwd.c */
+void col_bwd_conv2d(col_graph *g, col_node *n, col_node *d);
 
 #endif

@@ -72,6 +72,12 @@ typedef enum {
     COL_OP_ARANGE,         /* i32 [n]: start + i[0] + k, start = src0 (i64 [1]) if given, else 0 */
     COL_OP_KV_WRITE,       /* src0 = cache leaf [B,H,S,D], src1 = new [B,H,T,D], src2 = start (i64 [1]):
                               cache[:, :, start:start+T] = new; the output is the cache itself */
+    /* images, NCHW (issue 15): i[0..1] = stride h, w; i[2..3] = top, left zero padding (bottom and right
+       follow from the shapes); i[4] = has bias. col_conv2d_geom_of (backend.h) reads all of it */
+    COL_OP_CONV2D,         /* src0 = x [B,Cin,H,W], src1 = w [Cout,Cin,kh,kw], src2 = bias [Cout] if i[4];
+                              out [B,Cout,Ho,Wo]; scratch: one im2col tile (col_conv2d_tile) */
+    COL_OP_CONV2D_BWD_DATA,   /* src0 = dy [B,Cout,Ho,Wo], src1 = w; out dx [B,Cin,H,W] (col2im of w^T dy) */
+    COL_OP_CONV2D_BWD_FILTER, /* src0 = x, src1 = dy; out dw [Cout,Cin,kh,kw], summed over the batch */
 
     COL_OP_COUNT
 } col_op;

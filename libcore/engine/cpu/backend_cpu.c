@@ -40,6 +40,7 @@ col_status col_cpu_backend_init(col_backend *be, col_err *err)
     col_cpu_register_norm(be);
     col_cpu_register_nn(be);
     col_cpu_register_attention(be);
+    col_cpu_register_image(be);
     return COL_OK;
 }
 

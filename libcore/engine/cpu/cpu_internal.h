@@ -70,5 +70,6 @@ void col_cpu_register_reduce(col_backend *be);    /* cpu_reduce.c */
 void col_cpu_register_norm(col_backend *be);      /* cpu_norm.c */
 void col_cpu_register_nn(col_backend *be);        /* cpu_nn.c */
 void col_cpu_register_attention(col_backend *be); /* cpu_attention.c */
+void col_cpu_register_image(col_backend *be);     /* cpu_image.c */
 
 #endif
