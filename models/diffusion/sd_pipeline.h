@@ -48,6 +48,7 @@ typedef struct {
     const col_image *init;           /* img2img / inpainting: the source image (RGB, width x height) */
     float strength;                  /* with init: 0 < strength <= 1 */
     const col_image *mask;           /* inpainting: 1 channel, width x height, white = repaint */
+    float *latents;                  /* not NULL: receives the final latents [batch, C, h, w] (before the VAE) */
     /* called before the first step (i = 0) and after each step (i = 1..n); a non-OK return stops the run */
     col_status (*progress)(void *user, int i, int n, col_err *err);
     void *user;
