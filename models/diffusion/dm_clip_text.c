@@ -1,0 +1,205 @@
+/* dm_clip_text.c - the CLIP text encoder (transformers CLIPTextModel) as a graph. */
+#include "dm_clip_text.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dm_json.h"
+#include "ops.h"
+
+dm_clip_text_config dm_clip_text_defaults(void)
+{
+    return (dm_clip_text_config){.vocab_size = 49408, .hidden = 512, .intermediate = 2048, .heads = 8, .layers = 12,
+                                 .max_positions = 77, .act = DM_CLIP_QUICK_GELU, .ln_eps = 1e-5f,
+                                 .projection_dim = 512};
+}
+
+col_status dm_clip_text_check_config(const dm_clip_text_config *c, col_err *err)
+{
+    if (c->vocab_size <= 0 || c->hidden <= 0 || c->intermediate <= 0 || c->heads <= 0 || c->layers <= 0 ||
+        c->max_positions <= 0)
+        return col_err_set(err, COL_EINVAL,
+                           "CLIP text config: vocabulary, hidden size, MLP width, heads, layers and positions must all "
+                           "be positive");
+    if (c->hidden % c->heads != 0)
+        return col_err_set(err, COL_EINVAL, "CLIP text config: hidden size %d is not a multiple of %d heads", c->hidden,
+                           c->heads);
+    if (!(c->ln_eps > 0))
+        return col_err_set(err, COL_EINVAL, "CLIP text config: layer_norm_eps must be positive");
+    return COL_OK;
+}
+
+#define TRY(call)                  \
+    do {                           \
+        col_status st_ = (call);   \
+        if (st_ != COL_OK) {       \
+            dm_json_free(root);    \
+            return st_;            \
+        }                          \
+    } while (0)
+
+static col_status parse_root(cJSON *root, const char *name, dm_clip_text_config *out, col_err *err)
+{
+    dm_clip_text_config c = dm_clip_text_defaults();
+    const char *type = NULL, *act = NULL;
+    const int BIG = 1 << 24;
+    TRY(dm_json_string(root, "model_type", &type, name, err));
+    if (type && strcmp(type, "clip_text_model") != 0) {
+        col_status st = col_err_set(err, COL_EUNSUPPORTED,
+                                    "%s: model_type \"%s\" is not a CLIP text encoder (clip_text_model)", name, type);
+        dm_json_free(root);
+        return st;
+    }
+    TRY(dm_json_int(root, "vocab_size", 1, BIG, &c.vocab_size, name, err));
+    TRY(dm_json_int(root, "hidden_size", 1, 65536, &c.hidden, name, err));
+    TRY(dm_json_int(root, "intermediate_size", 1, 1 << 20, &c.intermediate, name, err));
+    TRY(dm_json_int(root, "num_attention_heads", 1, 4096, &c.heads, name, err));
+    TRY(dm_json_int(root, "num_hidden_layers", 1, 1024, &c.layers, name, err));
+    TRY(dm_json_int(root, "max_position_embeddings", 1, 1 << 20, &c.max_positions, name, err));
+    TRY(dm_json_int(root, "projection_dim", 1, 65536, &c.projection_dim, name, err));
+    TRY(dm_json_float(root, "layer_norm_eps", 1e-30, 1, &c.ln_eps, name, err));
+    TRY(dm_json_string(root, "hidden_act", &act, name, err));
+    if (act) {
+        if (strcmp(act, "quick_gelu") == 0)
+            c.act = DM_CLIP_QUICK_GELU;
+        else if (strcmp(act, "gelu") == 0)
+            c.act = DM_CLIP_GELU;
+        else if (strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0)
+            c.act = DM_CLIP_GELU_TANH;
+        else {
+            col_status st = col_err_set(err, COL_EUNSUPPORTED,
+                                        "%s: hidden_act \"%s\" is not supported (quick_gelu, gelu, gelu_new, "
+                                        "gelu_pytorch_tanh)",
+                                        name, act);
+            dm_json_free(root);
+            return st;
+        }
+    }
+    dm_json_free(root);
+    col_err e;
+    col_status st = dm_clip_text_check_config(&c, &e);
+    if (st != COL_OK)
+        return col_err_set(err, st, "%s: %s", name, e.msg);
+    *out = c;
+    return COL_OK;
+}
+
+col_status dm_clip_text_parse_config(const char *json, size_t len, const char *name, dm_clip_text_config *c,
+                                     col_err *err)
+{
+    cJSON *root;
+    col_status st = dm_json_parse(json, len, name, &root, err);
+    return st != COL_OK ? st : parse_root(root, name, c, err);
+}
+
+col_status dm_clip_text_load_config(const char *path, dm_clip_text_config *c, col_err *err)
+{
+    char file[4096];
+    cJSON *root;
+    col_status st = dm_json_load(path, file, sizeof file, &root, err);
+    return st != COL_OK ? st : parse_root(root, file, c, err);
+}
+
+const char *dm_clip_text_prefix(const col_ckpt *c)
+{
+    return c && col_ckpt_find(c, "text_model.embeddings.token_embedding.weight") ? "text_model." : "";
+}
+
+/* ---- the graph ---- */
+
+static col_node *vec(dm_builder *b, int64_t n, const char *name)
+{
+    return dm_weight(b, 1, (int64_t[]){n}, "%s", name);
+}
+
+static col_node *linear(dm_builder *b, col_node *x, int64_t in, int64_t out, const char *name)
+{
+    col_node *w = dm_weight(b, 2, (int64_t[]){out, in}, "%s.weight", name);
+    col_node *bias = dm_weight(b, 1, (int64_t[]){out}, "%s.bias", name);
+    return col_linear(b->g, x, w, bias);
+}
+
+static col_node *layer_norm(dm_builder *b, const dm_clip_text_config *c, col_node *x, const char *name)
+{
+    char w[64], bb[64];
+    snprintf(w, sizeof w, "%s.weight", name);
+    snprintf(bb, sizeof bb, "%s.bias", name);
+    col_node *wn = vec(b, c->hidden, w); /* weight, then bias: parameters in a fixed order */
+    col_node *bn = vec(b, c->hidden, bb);
+    return col_layernorm(b->g, x, wn, bn, c->ln_eps);
+}
+
+static col_node *activation(col_graph *g, dm_clip_act act, col_node *x)
+{
+    switch (act) {
+    case DM_CLIP_QUICK_GELU: return col_mul(g, x, col_sigmoid(g, col_scale(g, x, 1.702f, 0.0f)));
+    case DM_CLIP_GELU: return col_gelu(g, x);
+    case DM_CLIP_GELU_TANH: return col_gelu_tanh(g, x);
+    }
+    return NULL;
+}
+
+/* one pre-LN layer: x + attn(ln1(x)), then + mlp(ln2(.)) */
+static col_node *encoder_layer(dm_builder *b, const dm_clip_text_config *c, col_node *x, int64_t B, int64_t T)
+{
+    col_graph *g = b->g;
+    int64_t C = c->hidden, H = c->heads, D = C / H;
+    col_node *a = layer_norm(b, c, x, "layer_norm1");
+    col_node *qkv[3];
+    static const char *names[3] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"};
+    for (int i = 0; i < 3; i++) {
+        col_node *p = linear(b, a, C, C, names[i]);
+        qkv[i] = col_transpose(g, col_reshape(g, p, 4, (int64_t[]){B, T, H, D}), 1, 2);
+    }
+    col_node *o = col_attention(g, qkv[0], qkv[1], qkv[2], 1, 1.0f / sqrtf((float)D));
+    o = col_reshape(g, col_transpose(g, o, 1, 2), 3, (int64_t[]){B, T, C});
+    x = col_add(g, x, linear(b, o, C, C, "self_attn.out_proj"));
+    col_node *m = layer_norm(b, c, x, "layer_norm2");
+    m = activation(g, c->act, linear(b, m, C, c->intermediate, "mlp.fc1"));
+    return col_add(g, x, linear(b, m, c->intermediate, C, "mlp.fc2"));
+}
+
+col_status dm_clip_text_build(dm_builder *b, const dm_clip_text_config *c, col_node *ids, int clip_skip,
+                              dm_clip_text_out *out)
+{
+    col_err e;
+    memset(out, 0, sizeof *out);
+    col_status st = dm_clip_text_check_config(c, &e);
+    if (st != COL_OK) {
+        dm_fail(b, st, "%s", e.msg);
+        return dm_builder_status(b, &e);
+    }
+    if (!ids || ids->t.ndim != 2 || (ids->t.dtype != COL_I32 && ids->t.dtype != COL_I64))
+        dm_fail(b, COL_ESHAPE, "CLIP text encoder: the token ids must be an i32 or i64 [batch, tokens] tensor");
+    else if (ids->t.shape[1] < 1 || ids->t.shape[1] > c->max_positions)
+        dm_fail(b, COL_ESHAPE, "CLIP text encoder: %lld tokens, the model takes 1 to %d",
+                (long long)ids->t.shape[1], c->max_positions);
+    else if (clip_skip < 0 || clip_skip > c->layers)
+        dm_fail(b, COL_EINVAL, "CLIP text encoder: clip skip %d is outside 0..%d (the number of layers)", clip_skip,
+                c->layers);
+    if (b->status != COL_OK)
+        return b->status;
+    col_graph *g = b->g;
+    int64_t B = ids->t.shape[0], T = ids->t.shape[1], C = c->hidden;
+
+    col_node *tok = dm_weight(b, 2, (int64_t[]){c->vocab_size, C}, "embeddings.token_embedding.weight");
+    col_node *pos = dm_weight(b, 2, (int64_t[]){c->max_positions, C}, "embeddings.position_embedding.weight");
+    col_node *x = col_add(g, col_embedding(g, tok, ids), col_embedding(g, pos, col_arange(g, NULL, T, 0)));
+    col_node *kept = clip_skip == c->layers ? x : NULL;
+    for (int l = 0; l < c->layers; l++) {
+        dm_push(b, "encoder.layers.%d.", l);
+        x = encoder_layer(b, c, x, B, T);
+        dm_pop(b);
+        if (l + 1 == c->layers - clip_skip)
+            kept = x;
+    }
+    out->last_hidden = layer_norm(b, c, x, "final_layer_norm");
+    if (clip_skip > 0)
+        out->skipped = layer_norm(b, c, kept, "final_layer_norm");
+    st = dm_builder_status(b, &e);
+    if (st != COL_OK)
+        memset(out, 0, sizeof *out);
+    return st;
+}
