@@ -5,7 +5,7 @@
  *
  * MODEL: a directory with tokenizer.json or vocab.json + merges.txt, a
  * tokenizer.json / vocab.json path, a hub id (org/name) in the Hugging Face
- * cache, or one of the bundled tokenizers gpt2, llama2, llama3, bytes. Errors: one line on stderr, exit 1; usage errors exit 2. */
+ * cache, or one of the bundled tokenizers gpt2, llama2, llama3, bytes, clip. Errors: one line on stderr, exit 1; usage errors exit 2. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +24,7 @@ static void usage(FILE *f)
                "Reads text on stdin and prints its token ids as a JSON array; with --decode, reads a JSON\n"
                "array of ids and prints the text. MODEL is a directory with tokenizer.json or vocab.json +\n"
                "merges.txt, a tokenizer.json or vocab.json file, a hub id (org/name) already in the Hugging Face\n"
-               "cache, or a bundled tokenizer: gpt2, llama2, llama3, bytes.\n"
+               "cache, or a bundled tokenizer: gpt2, llama2, llama3, bytes, clip.\n"
                "  --no-special     add no BOS/EOS around the ids\n"
                "  --split-special  encode special tokens written in the text (\"<|eot_id|>\") as plain text\n"
                "  --skip-special   with --decode, leave special tokens out of the text\n");

@@ -418,7 +418,7 @@ static void test_json_errors(void)
     expect_json_error(MODEL("},\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Removed\",\"invert\":false}"),
                       COL_EUNSUPPORTED, "only Split with behavior");
     expect_json_error(MODEL("},\"pre_tokenizer\":{\"type\":\"Whitespace\"}"), COL_EUNSUPPORTED, "pre_tokenizer type 'Whitespace'");
-    expect_json_error(MODEL("},\"normalizer\":{\"type\":\"NFC\"}"), COL_EUNSUPPORTED, "normalizer type 'NFC' is not supported");
+    expect_json_error(MODEL("},\"normalizer\":{\"type\":\"NFKC\"}"), COL_EUNSUPPORTED, "normalizer type 'NFKC' is not supported");
     expect_json_error(MODEL("},\"normalizer\":{\"type\":\"Sequence\"}"), COL_EFORMAT, "no \"normalizers\" array");
     expect_json_error(MODEL("},\"decoder\":{\"type\":\"WordPiece\"}"), COL_EUNSUPPORTED, "decoder type 'WordPiece'");
     expect_json_error(MODEL("},\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}},"

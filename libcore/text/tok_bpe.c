@@ -481,6 +481,8 @@ col_status col_tok_word(void *ctx, const char *s, size_t n, col_err *err)
         const unsigned char *u = (const unsigned char *)s;
         for (size_t i = 0; i < n; i++)
             c->sym[i] = t->byte_id[u[i]];
+        if (t->eow_len) /* CLIP: the word's last symbol carries the end-of-word suffix */
+            c->sym[n - 1] = t->byte_id_eow[u[n - 1]];
     } else {
         col_status st = spm_symbols(c, s, n, &ns, err);
         if (st != COL_OK)

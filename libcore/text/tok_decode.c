@@ -184,10 +184,49 @@ col_status col_tok_build_decoder(col_tokenizer *t, const cJSON *decoder, bool by
     if (bytelevel)
         ch.s[ch.n++] = (dstep){D_BYTELEVEL, NULL, NULL};
     col_status st = parse_decoder(t, decoder, &ch, name, err);
+    if (st == COL_OK && t->eow_len) /* transformers' CLIPTokenizer: the suffix becomes ' ' */
+        ch.s[ch.n++] = (dstep){D_REPLACE, t->eow, " "};
     return st != COL_OK ? st : build_dec(t, &ch, name, err);
 }
 
 /* ---- decoding ---- */
+
+/* Python's str.isspace() for the character at s[0..n), 0 if it is not one */
+static size_t py_space(const unsigned char *s, size_t n)
+{
+    uint32_t cp;
+    size_t k = col_utf8_char(s, n, &cp);
+    return k && (col_unicode_space(cp) || (cp >= 0x1C && cp <= 0x1F)) ? k : 0;
+}
+
+/* transformers' CLIPTokenizer decode: text.replace("</w>", " ").strip() (the
+ * suffix at the end of a token is ' ' already) */
+static size_t clip_finish(const col_tokenizer *t, char *out, size_t k)
+{
+    size_t w = 0, e = t->eow_len;
+    for (size_t i = 0; i < k;) {
+        if (i + e <= k && memcmp(out + i, t->eow, e) == 0) {
+            out[w++] = ' ';
+            i += e;
+        } else
+            out[w++] = out[i++];
+    }
+    const unsigned char *u = (const unsigned char *)out;
+    size_t a = 0, b = w, s;
+    while (a < b && (s = py_space(u + a, b - a)) > 0)
+        a += s;
+    for (bool more = true; more && b > a;) {
+        more = false;
+        for (size_t m = 1; m <= 4 && m <= b - a; m++)
+            if (py_space(u + b - m, m) == m) {
+                b -= m;
+                more = true;
+                break;
+            }
+    }
+    memmove(out, out + a, b - a);
+    return b - a;
+}
 
 col_status col_tok_decode(const col_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
                           size_t *len, col_err *err)
@@ -230,6 +269,8 @@ col_status col_tok_decode(const col_tokenizer *t, const int32_t *ids, size_t n, 
         strip++;
     memmove(out, out + strip, k - strip);
     k -= strip;
+    if (t->eow_len)
+        k = clip_finish(t, out, k);
     out[k] = '\0';
     *text = out;
     *len = k;

@@ -8,6 +8,7 @@
  *   tok_pretok.c  normalizers and pre-tokenizer splits (col_tok_segment), and
  *                 reading them from tokenizer.json
  *   tok_bpe.c     string and merge maps, the merge loop, BPE of one word
+ *   tok_unicode.c NFC, Lowercase, white-space runs (tables: tok_unicode_data.c)
  *   tok_util.c    error messages, JSON fields, UTF-8, hashing, GPT-2's byte alphabet
  * (tok_encode.c uses tok_pretok.c and tok_bpe.c; tokenizer.c uses all but
  * tok_encode.c; tok_decode.c only tok_util.c.) */
@@ -18,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tok_unicode.h"
 #include "tokenizer.h"
 
 struct cJSON;
@@ -34,6 +36,8 @@ const char *col_tok_show(const char *s, size_t n, char out[64]);
  * sensitive, NULL if absent), an integer in [lo, hi] (false otherwise), and
  * a boolean member: def when absent or null, -1 when it is not a boolean. */
 const struct cJSON *col_tok_json_field(const struct cJSON *o, const char *key);
+/* text[0..len) -> JSON, failing with the byte and line of the first problem */
+col_status col_tok_parse_json(const char *text, size_t len, const char *name, struct cJSON **out, col_err *err);
 bool col_tok_json_int(const struct cJSON *v, int64_t lo, int64_t hi, int64_t *out);
 int col_tok_json_bool(const struct cJSON *o, const char *key, int def);
 
@@ -110,18 +114,20 @@ int32_t *col_tok_ctx_take(col_tok_ctx *c, size_t *n);
 typedef struct col_regex col_regex;
 col_status col_regex_compile(const char *pattern, size_t len, bool literal, col_regex **out, col_err *err);
 void col_regex_free(col_regex *re);
-/* Splits s[0..n) into the regex's matches and the text between them, in
- * order ("Isolated"), calling piece() on each non-empty one; each maximal
- * run of bytes that are not valid UTF-8 is a piece of its own. */
+/* Splits s[0..n) into the regex's matches and, with gaps, the text between
+ * them, in order ("Isolated"; without gaps "Removed" with invert: only the
+ * matches), calling piece() on each non-empty one; each maximal run of bytes
+ * that are not valid UTF-8 is a piece of its own. */
 typedef col_status (*col_piece_fn)(void *user, const char *s, size_t n, col_err *err);
-col_status col_regex_split(const col_regex *re, const char *s, size_t n, col_piece_fn piece, void *user,
+col_status col_regex_split(const col_regex *re, const char *s, size_t n, bool gaps, col_piece_fn piece, void *user,
                            col_err *err);
 /* GPT-2's split regex (ByteLevel with use_regex). */
 extern const char col_gpt2_regex[];
 
 /* Normalizer steps, applied in order to each stretch of text between added
  * tokens. */
-typedef enum { COL_NORM_PREPEND, COL_NORM_REPLACE, COL_NORM_METASPACE } col_norm_kind;
+typedef enum { COL_NORM_PREPEND, COL_NORM_REPLACE, COL_NORM_METASPACE, COL_NORM_NFC, COL_NORM_LOWER,
+               COL_NORM_SPACES /* each run of white space -> ' ' (Replace of the regex \s+) */ } col_norm_kind;
 typedef struct {
     col_norm_kind kind;
     char *a, *b;          /* PREPEND: a; REPLACE: a -> b; METASPACE: ' ' -> a, then a in front
@@ -142,13 +148,46 @@ typedef enum {
 } col_split_kind;
 
 /* Reads tokenizer.json's normalizer and pre_tokenizer (either may be NULL)
- * into t->norm, t->split, t->re and t->byte_level. */
+ * into t->norm, t->split, t->re, t->re2, t->matches_only and t->byte_level. */
 col_status col_tok_parse_pre(col_tokenizer *t, const struct cJSON *normalizer, const struct cJSON *pre_tokenizer,
                              const char *name, col_err *err);
 /* Normalizes one stretch of text between added tokens (first: it starts the
- * input), cuts it into words and encodes them (col_tok_word). */
-col_status col_tok_segment(const col_tokenizer *t, col_tok_ctx *c, const char *s, size_t n, bool first,
-                           col_err *err);
+ * input) with the normalizer's steps (not the pre-tokenizer's Metaspace /
+ * ByteLevel prefix steps): *out, *outn is the result, held in keep (free
+ * keep->p after) or s itself when there is nothing to do. */
+col_status col_tok_normalize(const col_tokenizer *t, const char *s, size_t n, bool first, col_tbuf *keep,
+                             const char **out, size_t *outn, col_err *err);
+/* Pre-tokenizes normalized text (first: it starts the input): the prefix
+ * steps, then cuts it into words and encodes them (col_tok_word). */
+col_status col_tok_words(const col_tokenizer *t, col_tok_ctx *c, const char *s, size_t n, bool first,
+                         col_err *err);
+
+/* ---- tok_config.c ---- */
+
+/* tokenizer_config.json and special_tokens_map.json of a directory (NULL
+ * when absent; a file that is there but unreadable or not a JSON object is
+ * an error). */
+typedef struct {
+    struct cJSON *cfg, *map;
+} col_tok_config;
+col_status col_tok_config_read(const char *dir, col_tok_config *c, col_err *err);
+void col_tok_config_free(col_tok_config *c);
+/* tokenizer_class, or NULL */
+const char *col_tok_config_class(const col_tok_config *c);
+/* model_max_length when it is an integer in [1, 2^31), else 0 */
+int64_t col_tok_config_max_length(const col_tok_config *c);
+/* The content of a special token ("bos_token", "pad_token") as transformers
+ * takes it from the two files, or NULL (absent, null, or not a token);
+ * *present: the key is there; *file: the file it comes from. */
+const char *col_tok_config_value(const col_tok_config *c, const char *key, bool *present, const char **file);
+bool col_tok_config_is_null(const col_tok_config *c, const char *key);
+/* The added tokens transformers 5 makes of the special tokens (the rules are
+ * in tok_config.c), as a tokenizer.json "added_tokens" array (*out, free it
+ * with cJSON_Delete even on failure) numbered from vocab (the vocab.json
+ * object). defaults: the content of each named token the files do not give
+ * (NULL: none), in the order bos, eos, unk, sep, pad, cls, mask. */
+col_status col_tok_config_added(const col_tok_config *c, const struct cJSON *vocab, const char *const defaults[7],
+                                struct cJSON **out, col_err *err);
 
 /* ---- tok_decode.c ---- */
 
@@ -189,6 +228,8 @@ struct col_tokenizer {
     int n_norm;
     col_split_kind split;
     col_regex *re;
+    col_regex *re2;            /* COL_SPLIT_REGEX: each piece split again (ByteLevel's regex after a Split) */
+    bool matches_only;         /* COL_SPLIT_REGEX: the text between matches is dropped (CLIP) */
     char meta_repl[8];         /* COL_SPLIT_METASPACE: the replacement character */
     size_t meta_repl_len;
 
@@ -196,10 +237,21 @@ struct col_tokenizer {
     int n_prefix, n_suffix;
     int strip_leading;         /* decoder: leading spaces to strip (Strip / Metaspace) */
     int32_t bos_id, eos_id;
+
+    /* BPE with an end-of-word suffix (CLIP's "</w>"): the last symbol of a word
+     * is its byte's token with the suffix; decoding turns the suffix into ' '
+     * and strips white space at both ends, as transformers' CLIPTokenizer */
+    char eow[16];
+    size_t eow_len;
+    int32_t byte_id_eow[256];
+    bool norm_added;           /* some added tokens are matched in normalized text */
+    int32_t pad_id;            /* tokenizer_config.json's pad_token, or -1 */
+    int32_t max_length;        /* tokenizer_config.json's model_max_length, or 0 */
 };
 
 enum { COL_TOKF_PRESENT = 1, COL_TOKF_ADDED = 2, COL_TOKF_SPECIAL = 4, COL_TOKF_LSTRIP = 8, COL_TOKF_RSTRIP = 16,
-       COL_TOKF_VOCAB = 32 /* in the model's vocabulary (not only an added token) */ };
+       COL_TOKF_VOCAB = 32 /* in the model's vocabulary (not only an added token) */,
+       COL_TOKF_NORMALIZED = 64 /* added token matched in normalized text */ };
 
 typedef struct col_trie_node {
     int32_t child, sibling; /* first child, next sibling; -1 none */

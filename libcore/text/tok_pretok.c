@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include "tok_internal.h"
+#include "tok_unicode.h"
+
 
 /* ---- regex ---- */
 
@@ -28,30 +30,6 @@
 struct col_regex {
     pcre2_code *plain, *wide;
 };
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} buf;
-
-static bool buf_put(buf *b, const char *s, size_t n)
-{
-    if (n > SIZE_MAX / 4 - b->n)
-        return false;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    return true;
-}
 
 /* Unicode 16's White_Space, and the letters (L) and digits (N) assigned
  * after Unicode 14, which PCRE2 10.42 knows and Oniguruma 6.9.10 (in
@@ -72,7 +50,7 @@ static const char DIGIT_EXTRA[] =
 
 /* one escape \s, \S, \p{L}, \p{N} as Oniguruma reads it, or NULL: `in` says
  * whether it stands inside a character class */
-static bool put_class(buf *o, const char *p, size_t n, size_t *used, bool in, bool full)
+static bool put_class(col_tbuf *o, const char *p, size_t n, size_t *used, bool in, bool full)
 {
     const char *set = NULL, *extra = "";
     bool neg = false;
@@ -86,15 +64,15 @@ static bool put_class(buf *o, const char *p, size_t n, size_t *used, bool in, bo
         *used = 5;
     } else
         return false;
-    return (in || buf_put(o, neg ? "[^" : "[", neg ? 2 : 1)) && buf_put(o, set, strlen(set)) &&
-           buf_put(o, extra, strlen(extra)) && (in || buf_put(o, "]", 1));
+    return (in || col_tbuf_put(o, neg ? "[^" : "[", neg ? 2 : 1)) && col_tbuf_put(o, set, strlen(set)) &&
+           col_tbuf_put(o, extra, strlen(extra)) && (in || col_tbuf_put(o, "]", 1));
 }
 
 /* Copies the pattern with \s, \S, \p{L}, \p{N} widened to Oniguruma's sets
  * (full), or only \s and \S given U+0085 (!full). */
 static char *widen_classes(const char *p, size_t n, bool full, size_t *outlen)
 {
-    buf o = {0};
+    col_tbuf o = {0};
     bool in_class = false, ok = true;
     for (size_t i = 0; i < n && ok; i++) {
         char ch = p[i];
@@ -103,7 +81,7 @@ static char *widen_classes(const char *p, size_t n, bool full, size_t *outlen)
             if (put_class(&o, p + i, n - i, &used, in_class, full))
                 i += used - 1;
             else
-                ok = buf_put(&o, p + i++, 2);
+                ok = col_tbuf_put(&o, p + i++, 2);
         } else if (!in_class && ch == '[') {
             in_class = true;
             size_t k = 1;
@@ -111,7 +89,7 @@ static char *widen_classes(const char *p, size_t n, bool full, size_t *outlen)
                 k++;
             if (i + k < n && p[i + k] == ']') /* a leading ] is literal */
                 k++;
-            ok = buf_put(&o, p + i, k);
+            ok = col_tbuf_put(&o, p + i, k);
             i += k - 1;
         } else if (in_class && ch == '[' && i + 1 < n && p[i + 1] == ':') { /* [:alpha:] */
             size_t len = 1;
@@ -120,15 +98,15 @@ static char *widen_classes(const char *p, size_t n, bool full, size_t *outlen)
                     len = j + 2 - i;
                     break;
                 }
-            ok = buf_put(&o, p + i, len);
+            ok = col_tbuf_put(&o, p + i, len);
             i += len - 1;
         } else {
             if (in_class && ch == ']')
                 in_class = false;
-            ok = buf_put(&o, &ch, 1);
+            ok = col_tbuf_put(&o, &ch, 1);
         }
     }
-    if (!ok || !buf_put(&o, "", 1)) {
+    if (!ok || !col_tbuf_put(&o, "", 1)) {
         free(o.p);
         return NULL;
     }
@@ -201,7 +179,7 @@ static bool has_high(const unsigned char *s, size_t n)
 }
 
 /* s[0..n) is valid UTF-8 */
-static col_status split_valid(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t n,
+static col_status split_valid(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t n, bool gaps,
                               col_piece_fn piece, void *user, col_err *err)
 {
     size_t gap = 0, at = 0; /* the unmatched text starts at gap; search from at */
@@ -224,18 +202,18 @@ static col_status split_valid(const pcre2_code *re, pcre2_match_data *md, const 
             at = ms + (k ? k : 1);
             continue;
         }
-        if (ms > gap && (st = piece(user, s + gap, ms - gap, err)) != COL_OK)
+        if (gaps && ms > gap && (st = piece(user, s + gap, ms - gap, err)) != COL_OK)
             return st;
         if ((st = piece(user, s + ms, me - ms, err)) != COL_OK)
             return st;
         gap = at = me;
     }
-    if (n > gap)
+    if (gaps && n > gap)
         return piece(user, s + gap, n - gap, err);
     return COL_OK;
 }
 
-col_status col_regex_split(const col_regex *re, const char *s, size_t n, col_piece_fn piece, void *user,
+col_status col_regex_split(const col_regex *re, const char *s, size_t n, bool gaps, col_piece_fn piece, void *user,
                            col_err *err)
 {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re->wide, NULL); /* same groups in both */
@@ -248,7 +226,7 @@ col_status col_regex_split(const col_regex *re, const char *s, size_t n, col_pie
         size_t v = col_utf8_valid(u + i, n - i);
         if (v > 0) {
             const pcre2_code *code = re->plain && !has_high(u + i, v) ? re->plain : re->wide;
-            st = split_valid(code, md, s + i, v, piece, user, err);
+            st = split_valid(code, md, s + i, v, gaps, piece, user, err);
             i += v;
             continue;
         }
@@ -266,7 +244,7 @@ col_status col_regex_split(const col_regex *re, const char *s, size_t n, col_pie
 /* ---- normalizer steps and word splitting ---- */
 
 /* out = s with every a replaced by b (a non-empty, left to right) */
-static bool replace_all(buf *out, const char *s, size_t n, const char *a, size_t alen, const char *b, size_t blen)
+static bool replace_all(col_tbuf *out, const char *s, size_t n, const char *a, size_t alen, const char *b, size_t blen)
 {
     size_t i = 0, from = 0;
     while (i + alen <= n) {
@@ -275,32 +253,32 @@ static bool replace_all(buf *out, const char *s, size_t n, const char *a, size_t
             break;
         i = (size_t)(hit - s);
         if (memcmp(hit, a, alen) == 0) {
-            if (!buf_put(out, s + from, i - from) || !buf_put(out, b, blen))
+            if (!col_tbuf_put(out, s + from, i - from) || !col_tbuf_put(out, b, blen))
                 return false;
             i += alen;
             from = i;
         } else
             i++;
     }
-    return buf_put(out, s + from, n - from);
+    return col_tbuf_put(out, s + from, n - from);
 }
 
-static bool apply_op(const col_norm_op *op, buf *out, const char *s, size_t n, bool first)
+static bool apply_op(const col_norm_op *op, col_tbuf *out, const char *s, size_t n, bool first)
 {
     out->n = 0;
     switch (op->kind) {
     case COL_NORM_PREPEND:
-        return (n == 0 || buf_put(out, op->a, op->alen)) && buf_put(out, s, n);
+        return (n == 0 || col_tbuf_put(out, op->a, op->alen)) && col_tbuf_put(out, s, n);
     case COL_NORM_REPLACE:
         return replace_all(out, s, n, op->a, op->alen, op->b, op->blen);
     case COL_NORM_METASPACE: {
-        bool ok = (op->alen == 1 && op->a[0] == ' ') ? buf_put(out, s, n) : replace_all(out, s, n, " ", 1, op->a, op->alen);
+        bool ok = (op->alen == 1 && op->a[0] == ' ') ? col_tbuf_put(out, s, n) : replace_all(out, s, n, " ", 1, op->a, op->alen);
         if (!ok)
             return false;
         bool want = op->scheme == 2 || (op->scheme == 1 && first);
         if (want && out->n > 0 && !(out->n >= op->alen && memcmp(out->p, op->a, op->alen) == 0)) {
-            buf tmp = {0};
-            if (!buf_put(&tmp, op->a, op->alen) || !buf_put(&tmp, out->p, out->n)) {
+            col_tbuf tmp = {0};
+            if (!col_tbuf_put(&tmp, op->a, op->alen) || !col_tbuf_put(&tmp, out->p, out->n)) {
                 free(tmp.p);
                 return false;
             }
@@ -309,6 +287,12 @@ static bool apply_op(const col_norm_op *op, buf *out, const char *s, size_t n, b
         }
         return true;
     }
+    case COL_NORM_NFC:
+        return col_uni_nfc(s, n, out);
+    case COL_NORM_LOWER:
+        return col_uni_lower(s, n, out);
+    case COL_NORM_SPACES:
+        return col_uni_spaces(s, n, out);
     }
     return false;
 }
@@ -343,40 +327,78 @@ static col_status split_before(const col_tokenizer *t, col_tok_ctx *c, const cha
     return col_tok_word(c, s + start, n - start, err);
 }
 
-col_status col_tok_segment(const col_tokenizer *t, col_tok_ctx *c, const char *s, size_t n, bool first,
-                           col_err *err)
+/* the normalizer steps (pre: only the pre-tokenizer's Metaspace / ByteLevel
+ * prefix steps, which come last) */
+static col_status run_ops(const col_tokenizer *t, const char *s, size_t n, bool first, bool pre, col_tbuf *keep,
+                          const char **out, size_t *outn, col_err *err)
 {
-    if (n == 0)
-        return COL_OK;
-    buf a = {0}, b = {0};
-    for (int k = 0; k < t->n_norm; k++) {
+    col_tbuf a = {0}, b = {0};
+    for (int k = 0; n > 0 && k < t->n_norm; k++) {
+        if ((t->norm[k].kind == COL_NORM_METASPACE) != pre)
+            continue;
         if (!apply_op(&t->norm[k], &b, s, n, first)) {
             free(a.p);
             free(b.p);
             return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory normalizing %zu bytes", n);
         }
-        buf tmp = a; /* b holds the result: it becomes the input of the next step */
+        col_tbuf tmp = a; /* b holds the result: it becomes the input of the next step */
         a = b;
         b = tmp;
         s = a.p;
         n = a.n;
     }
-    col_status st;
+    free(b.p);
+    *keep = a;
+    *out = s;
+    *outn = n;
+    return COL_OK;
+}
+
+col_status col_tok_normalize(const col_tokenizer *t, const char *s, size_t n, bool first, col_tbuf *keep,
+                             const char **out, size_t *outn, col_err *err)
+{
+    return run_ops(t, s, n, first, false, keep, out, outn, err);
+}
+
+typedef struct {
+    const col_tokenizer *t;
+    col_tok_ctx *c;
+} split2;
+
+/* a piece of the first split, cut again by the second regex (ByteLevel's after a Split) */
+static col_status split_again(void *user, const char *s, size_t n, col_err *err)
+{
+    split2 *x = user;
+    return col_regex_split(x->t->re2, s, n, true, col_tok_word, x->c, err);
+}
+
+static col_status words(const col_tokenizer *t, col_tok_ctx *c, const char *s, size_t n, col_err *err)
+{
     switch (t->split) {
     case COL_SPLIT_REGEX:
-        st = col_regex_split(t->re, s, n, col_tok_word, c, err);
-        break;
+        if (t->re2) {
+            split2 x = {t, c};
+            return col_regex_split(t->re, s, n, !t->matches_only, split_again, &x, err);
+        }
+        return col_regex_split(t->re, s, n, !t->matches_only, col_tok_word, c, err);
     case COL_SPLIT_METASPACE:
-        st = split_before(t, c, s, n, t->meta_repl, t->meta_repl_len, false, err);
-        break;
+        return split_before(t, c, s, n, t->meta_repl, t->meta_repl_len, false, err);
     case COL_SPLIT_SPM_WORDS:
-        st = split_before(t, c, s, n, SPM_SPACE, 3, true, err);
-        break;
+        return split_before(t, c, s, n, SPM_SPACE, 3, true, err);
     default:
-        st = n ? col_tok_word(c, s, n, err) : COL_OK;
+        return col_tok_word(c, s, n, err);
     }
-    free(a.p);
-    free(b.p);
+}
+
+col_status col_tok_words(const col_tokenizer *t, col_tok_ctx *c, const char *s, size_t n, bool first, col_err *err)
+{
+    if (n == 0)
+        return COL_OK;
+    col_tbuf keep;
+    col_status st = run_ops(t, s, n, first, true, &keep, &s, &n, err);
+    if (st == COL_OK && n > 0)
+        st = words(t, c, s, n, err);
+    free(keep.p);
     return st;
 }
 
@@ -433,13 +455,21 @@ static col_status parse_norm(col_tokenizer *t, const cJSON *n, const char *name,
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
         const char *a = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pat, "String"));
         const char *b = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(n, "content"));
+        const char *rx = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pat, "Regex"));
+        if (rx && strcmp(rx, "\\s+") == 0 && b && strcmp(b, " ") == 0) /* CLIP's: white-space runs -> ' ' */
+            return add_op(t, COL_NORM_SPACES, " ", NULL, 0, name, err);
         if (cJSON_GetObjectItemCaseSensitive(pat, "Regex"))
-            return col_tok_fail(err, COL_EUNSUPPORTED, name, "normalizer: Replace with a Regex pattern is not supported");
+            return col_tok_fail(err, COL_EUNSUPPORTED, name,
+                                "normalizer: Replace with a Regex pattern other than \\s+ -> \" \" is not supported");
         if (!a || !*a || !b)
             return col_tok_fail(err, COL_EFORMAT, name,
                                 "normalizer: Replace needs a non-empty pattern.String and a content string");
         return add_op(t, COL_NORM_REPLACE, a, b, 0, name, err);
     }
+    if (strcmp(type, "NFC") == 0)
+        return add_op(t, COL_NORM_NFC, "", NULL, 0, name, err);
+    if (strcmp(type, "Lowercase") == 0)
+        return add_op(t, COL_NORM_LOWER, "", NULL, 0, name, err);
     char tmp[64];
     return col_tok_fail(err, COL_EUNSUPPORTED, name, "normalizer type '%s' is not supported",
                         col_tok_show(type, strlen(type), tmp));
@@ -487,7 +517,9 @@ static col_status parse_pre(col_tokenizer *t, const cJSON *p, const char *name, 
             return col_tok_fail(err, COL_EUNSUPPORTED, name,
                                 "pre_tokenizer: ByteLevel add_prefix_space after a split is not supported");
         col_status st = aps ? add_op(t, COL_NORM_METASPACE, " ", NULL, 2, name, err) : COL_OK;
-        if (st == COL_OK && re)
+        if (st == COL_OK && re && t->split == COL_SPLIT_REGEX && !t->re2) /* each piece split again */
+            st = col_regex_compile(col_gpt2_regex, strlen(col_gpt2_regex), false, &t->re2, err);
+        else if (st == COL_OK && re)
             st = set_regex(t, col_gpt2_regex, strlen(col_gpt2_regex), false, name, err);
         return st;
     }
@@ -500,9 +532,12 @@ static col_status parse_pre(col_tokenizer *t, const cJSON *p, const char *name, 
         if ((!cJSON_IsString(rx) && !cJSON_IsString(lit)) || !beh || inv < 0)
             return col_tok_fail(err, COL_EFORMAT, name,
                                 "pre_tokenizer: Split needs pattern.Regex or pattern.String and a behavior");
-        if (strcmp(beh, "Isolated") != 0 || inv)
+        bool keep_matches = strcmp(beh, "Removed") == 0 && inv; /* CLIP's: only the matches are words */
+        if ((strcmp(beh, "Isolated") != 0 || inv) && !keep_matches)
             return col_tok_fail(err, COL_EUNSUPPORTED, name,
-                                "pre_tokenizer: only Split with behavior \"Isolated\" and invert false is supported");
+                                "pre_tokenizer: only Split with behavior \"Isolated\" (invert false) or \"Removed\" "
+                                "(invert true) is supported");
+        t->matches_only = keep_matches;
         const char *s = cJSON_IsString(rx) ? rx->valuestring : lit->valuestring;
         if (!*s)
             return col_tok_fail(err, COL_EFORMAT, name, "pre_tokenizer: Split has an empty pattern");

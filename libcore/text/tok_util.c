@@ -64,6 +64,26 @@ int col_tok_json_bool(const cJSON *o, const char *key, int def)
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1;
 }
 
+/* text -> JSON, failing with the byte and line of the first problem */
+col_status col_tok_parse_json(const char *text, size_t len, const char *name, cJSON **out, col_err *err)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (root && end) /* only white space may follow */
+        while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+            end++;
+    if (!root || (end && end < text + len && *end != '\0')) {
+        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0, line = 1;
+        for (size_t i = 0; i < at; i++)
+            line += text[i] == '\n';
+        cJSON_Delete(root);
+        return col_tok_fail(err, COL_EFORMAT, name, "%s JSON at byte %zu (line %zu)",
+                            root ? "unexpected data after the" : "invalid", at, line);
+    }
+    *out = root;
+    return COL_OK;
+}
+
 /* ---- UTF-8 ---- */
 
 size_t col_utf8_char(const unsigned char *s, size_t n, uint32_t *cp)

@@ -45,29 +45,10 @@ void col_tok_free(col_tokenizer *t)
     }
     free(t->norm);
     col_regex_free(t->re);
+    col_regex_free(t->re2);
     free(t->prefix_ids);
     free(t->suffix_ids);
     free(t);
-}
-
-/* text -> JSON, failing with the byte and line of the first problem */
-static col_status parse_json(const char *text, size_t len, const char *name, cJSON **out, col_err *err)
-{
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (root && end) /* only white space may follow */
-        while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
-            end++;
-    if (!root || (end && end < text + len && *end != '\0')) {
-        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0, line = 1;
-        for (size_t i = 0; i < at; i++)
-            line += text[i] == '\n';
-        cJSON_Delete(root);
-        return col_tok_fail(err, COL_EFORMAT, name, "%s JSON at byte %zu (line %zu)",
-                            root ? "unexpected data after the" : "invalid", at, line);
-    }
-    *out = root;
-    return COL_OK;
 }
 
 /* ---- vocabulary and added tokens ---- */
@@ -98,8 +79,9 @@ static col_status build_vocab(col_tokenizer *t, const cJSON *vocab, const cJSON 
                                 "added_tokens[%zu]: needs a \"content\" string and an integer \"id\" in [0, %d)", na,
                                 ID_LIMIT);
         if (col_tok_json_bool(x, "special", 0) < 0 || col_tok_json_bool(x, "lstrip", 0) < 0 ||
-            col_tok_json_bool(x, "rstrip", 0) < 0)
-            return col_tok_fail(err, COL_EFORMAT, name, "added_tokens[%zu]: special/lstrip/rstrip must be booleans", na);
+            col_tok_json_bool(x, "rstrip", 0) < 0 || col_tok_json_bool(x, "normalized", 0) < 0)
+            return col_tok_fail(err, COL_EFORMAT, name,
+                                "added_tokens[%zu]: special/lstrip/rstrip/normalized must be booleans", na);
         na++;
         bytes += strlen(content);
         max_id = id > max_id ? id : max_id;
@@ -168,53 +150,79 @@ static col_status build_vocab(col_tokenizer *t, const cJSON *vocab, const cJSON 
         t->flags[id] |= COL_TOKF_PRESENT | COL_TOKF_ADDED |
                         (col_tok_json_bool(x, "special", 0) ? COL_TOKF_SPECIAL : 0) |
                         (col_tok_json_bool(x, "lstrip", 0) ? COL_TOKF_LSTRIP : 0) |
-                        (col_tok_json_bool(x, "rstrip", 0) ? COL_TOKF_RSTRIP : 0);
+                        (col_tok_json_bool(x, "rstrip", 0) ? COL_TOKF_RSTRIP : 0) |
+                        (col_tok_json_bool(x, "normalized", 0) ? COL_TOKF_NORMALIZED : 0);
         t->added_id[t->n_added++] = (int32_t)id;
     }
     return COL_OK;
 }
 
-/* the byte trie of added tokens (empty ones are never matched) */
+/* puts s[0..len) in the trie for token id; false if another token is there */
+static bool trie_put(col_tokenizer *t, const unsigned char *s, size_t len, int32_t id)
+{
+    int32_t node = -1;
+    for (size_t k = 0; k < len; k++) {
+        int32_t *link = node < 0 ? &t->trie_root[s[k]] : &t->trie[node].child;
+        int32_t c = *link;
+        if (node >= 0)
+            while (c >= 0 && t->trie[c].byte != s[k])
+                c = t->trie[c].sibling;
+        if (c < 0) {
+            c = t->n_trie++;
+            t->trie[c] = (col_trie_node){-1, node < 0 ? -1 : *link, -1, s[k]};
+            *link = c;
+        }
+        node = c;
+    }
+    if (node < 0 || t->trie[node].token == id)
+        return true;
+    if (t->trie[node].token >= 0)
+        return false;
+    t->trie[node].token = id;
+    return true;
+}
+
+/* The byte trie of added tokens (empty ones are never matched). A token
+ * matched in normalized text is there under its normalized content too. */
 static col_status build_trie(col_tokenizer *t, const char *name, col_err *err)
 {
     char s1[64];
+    col_tbuf *normed = calloc((size_t)t->n_added + 1, sizeof *normed);
     size_t bytes = 1;
-    for (int32_t i = 0; i < t->n_added; i++)
-        bytes += t->name_len[t->added_id[i]];
-    t->trie = malloc(bytes * sizeof *t->trie);
-    if (!t->trie)
-        return col_tok_fail(err, COL_ENOMEM, name, "out of memory");
+    col_status st = normed ? COL_OK : col_tok_fail(err, COL_ENOMEM, name, "out of memory");
+    for (int32_t i = 0; st == COL_OK && i < t->n_added; i++) {
+        int32_t id = t->added_id[i];
+        const char *s = t->names + t->name_off[id], *ns;
+        size_t len = t->name_len[id], nn;
+        bytes += len;
+        if (!(t->flags[id] & COL_TOKF_NORMALIZED))
+            continue;
+        t->norm_added = true;
+        st = col_tok_normalize(t, s, len, false, &normed[i], &ns, &nn, err);
+        if (st == COL_OK && (nn == len && memcmp(ns, s, len) == 0)) { /* the same: one path */
+            free(normed[i].p);
+            normed[i] = (col_tbuf){0};
+        }
+        bytes += normed[i].n;
+    }
+    if (st == COL_OK && !(t->trie = malloc(bytes * sizeof *t->trie)))
+        st = col_tok_fail(err, COL_ENOMEM, name, "out of memory");
     for (int b = 0; b < 256; b++)
         t->trie_root[b] = -1;
     t->n_trie = 0;
-    for (int32_t i = 0; i < t->n_added; i++) {
+    for (int32_t i = 0; st == COL_OK && i < t->n_added; i++) {
         int32_t id = t->added_id[i];
         const unsigned char *s = (const unsigned char *)t->names + t->name_off[id];
         size_t len = t->name_len[id];
-        int32_t node = -1;
-        for (size_t k = 0; k < len; k++) {
-            int32_t *link = node < 0 ? &t->trie_root[s[k]] : &t->trie[node].child;
-            int32_t c = *link;
-            if (node >= 0)
-                while (c >= 0 && t->trie[c].byte != s[k])
-                    c = t->trie[c].sibling;
-            if (c < 0) {
-                c = t->n_trie++;
-                t->trie[c] = (col_trie_node){-1, node < 0 ? -1 : *link, -1, s[k]};
-                *link = c;
-            }
-            node = c;
-        }
-        if (node < 0)
-            continue;
-        if (t->trie[node].token >= 0)
-            return col_tok_fail(err, COL_EFORMAT, name, "added_tokens: '%s' appears twice",
-                                col_tok_show((const char *)s, len, s1));
-        t->trie[node].token = id;
+        if (!trie_put(t, s, len, id) || (normed[i].n && !trie_put(t, (const unsigned char *)normed[i].p, normed[i].n, id)))
+            st = col_tok_fail(err, COL_EFORMAT, name, "added_tokens: '%s' appears twice",
+                              col_tok_show((const char *)s, len, s1));
     }
-    return COL_OK;
+    for (int32_t i = 0; normed && i < t->n_added; i++)
+        free(normed[i].p);
+    free(normed);
+    return st;
 }
-
 
 /* ---- merges ---- */
 
@@ -320,6 +328,9 @@ static col_status text_merges(col_tokenizer *t, const char *text, size_t len, co
 
 static col_status build_keys(col_tokenizer *t, const char *name, col_err *err)
 {
+    if (t->eow_len && (!t->byte_level || t->ignore_merges))
+        return col_tok_fail(err, COL_EUNSUPPORTED, name,
+                            "BPE with an end_of_word_suffix is supported only byte-level and without ignore_merges");
     if (!t->byte_level) {
         for (int b = 0; b < 256; b++) {
             char hex[8];
@@ -352,9 +363,19 @@ static col_status build_keys(col_tokenizer *t, const char *name, col_err *err)
         col_strmap_put(&t->by_key, i); /* names differ, so raw bytes differ too */
     }
     for (int b = 0; b < 256; b++) {
-        char c = (char)b;
+        char c = (char)b, s[4 + sizeof t->eow];
         if ((t->byte_id[b] = col_strmap_get(&t->by_key, &c, 1)) < 0)
             return col_tok_fail(err, COL_EFORMAT, name, "byte-level vocabulary has no token for byte 0x%02X", b);
+        if (!t->eow_len)
+            continue;
+        uint32_t cp = col_bytelevel_cp((unsigned)b); /* below U+0800: one or two bytes */
+        size_t k = cp < 0x80 ? 1 : 2;
+        s[0] = (char)(cp < 0x80 ? cp : 0xC0 | cp >> 6);
+        s[1] = (char)(0x80 | (cp & 0x3F));
+        memcpy(s + k, t->eow, t->eow_len);
+        if ((t->byte_id_eow[b] = col_strmap_get(&t->by_name, s, k + t->eow_len)) < 0)
+            return col_tok_fail(err, COL_EFORMAT, name, "vocabulary has no token for byte 0x%02X with the end-of-word "
+                                "suffix", b);
     }
     return COL_OK;
 }
@@ -448,7 +469,7 @@ static col_tokenizer *tok_new(void)
 {
     col_tokenizer *t = calloc(1, sizeof *t);
     if (t)
-        t->unk_id = t->bos_id = t->eos_id = -1;
+        t->unk_id = t->bos_id = t->eos_id = t->pad_id = -1;
     return t;
 }
 
@@ -499,10 +520,13 @@ static col_status from_root(col_tokenizer *t, const cJSON *root, const char *nam
     const cJSON *drop = col_tok_json_field(model, "dropout");
     const char *cont = cJSON_GetStringValue(col_tok_json_field(model, "continuing_subword_prefix"));
     const char *eow = cJSON_GetStringValue(col_tok_json_field(model, "end_of_word_suffix"));
-    if ((drop && !cJSON_IsNull(drop) && !(cJSON_IsNumber(drop) && drop->valuedouble == 0)) || (cont && *cont) ||
-        (eow && *eow))
-        return col_tok_fail(err, COL_EUNSUPPORTED, name,
-                            "BPE with dropout, continuing_subword_prefix or end_of_word_suffix is not supported");
+    if ((drop && !cJSON_IsNull(drop) && !(cJSON_IsNumber(drop) && drop->valuedouble == 0)) || (cont && *cont))
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "BPE with dropout or continuing_subword_prefix is not supported");
+    if (eow && strlen(eow) >= sizeof t->eow)
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "end_of_word_suffix '%s' is too long",
+                            col_tok_show(eow, strlen(eow), s1));
+    if (eow)
+        memcpy(t->eow, eow, t->eow_len = strlen(eow));
     col_status st = build_vocab(t, col_tok_json_field(model, "vocab"), col_tok_json_field(root, "added_tokens"), name, err);
     if (st != COL_OK)
         return st;
@@ -530,33 +554,74 @@ static col_status from_root(col_tokenizer *t, const cJSON *root, const char *nam
     return finish(t, name, err);
 }
 
+/* transformers' CLIPTokenizer: its fixed normalizer and pre-tokenizer, as a tokenizer.json gives them */
+static const char CLIP_PIPELINE[] =
+    "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": \"Replace\", "
+    "\"pattern\": {\"Regex\": \"\\\\s+\"}, \"content\": \" \"}, {\"type\": \"Lowercase\"}]},"
+    "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": "
+    "\"<\\\\|startoftext\\\\|>|<\\\\|endoftext\\\\|>|'s|'t|'re|'ve|'m|'ll|'d|[\\\\p{L}]+|[\\\\p{N}]|"
+    "[^\\\\s\\\\p{L}\\\\p{N}]+\"}, \"behavior\": \"Removed\", \"invert\": true}, {\"type\": \"ByteLevel\", "
+    "\"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}]}}";
+static const char *const CLIP_DEFAULTS[7] = {"<|startoftext|>", "<|endoftext|>", "<|endoftext|>", NULL,
+                                             "<|endoftext|>", NULL, NULL}; /* bos eos unk sep pad cls mask */
+
+/* vocab.json + merges.txt: GPT-2's byte-level BPE, or CLIP's (clip: the
+ * special tokens come from cfg as transformers makes them) */
 static col_status from_vocab_merges(col_tokenizer *t, const cJSON *vocab, const char *vname, const char *merges,
-                                    size_t mlen, const char *mname, col_err *err)
+                                    size_t mlen, const char *mname, const col_tok_config *cfg, bool clip, col_err *err)
 {
-    col_status st = build_vocab(t, vocab, NULL, vname, err);
+    cJSON *added = NULL, *pipe = NULL;
+    col_status st = clip ? col_tok_config_added(cfg, vocab, CLIP_DEFAULTS, &added, err) : COL_OK;
+    if (st == COL_OK)
+        st = build_vocab(t, vocab, added, vname, err);
+    cJSON_Delete(added);
     if (st != COL_OK)
         return st;
     int32_t eot = col_strmap_get(&t->by_name, "<|endoftext|>", 13); /* GPT-2's one special token */
-    if (eot >= 0) {
+    if (!clip && eot >= 0) {
         t->flags[eot] |= COL_TOKF_ADDED | COL_TOKF_SPECIAL;
         t->added_id[t->n_added++] = eot;
     }
     if ((st = text_merges(t, merges, mlen, mname, err)) != COL_OK)
         return st;
-    t->byte_level = true;
-    if ((st = col_regex_compile(col_gpt2_regex, strlen(col_gpt2_regex), false, &t->re, err)) != COL_OK)
+    if (clip) {
+        memcpy(t->eow, "</w>", t->eow_len = 4);
+        if ((st = col_tok_parse_json(CLIP_PIPELINE, strlen(CLIP_PIPELINE), "CLIP", &pipe, err)) == COL_OK)
+            st = col_tok_parse_pre(t, col_tok_json_field(pipe, "normalizer"), col_tok_json_field(pipe, "pre_tokenizer"),
+                                   vname, err);
+        cJSON_Delete(pipe);
+    } else {
+        t->byte_level = true;
+        st = col_regex_compile(col_gpt2_regex, strlen(col_gpt2_regex), false, &t->re, err);
+        t->split = COL_SPLIT_REGEX;
+    }
+    if (st != COL_OK || (st = build_keys(t, vname, err)) != COL_OK ||
+        (st = col_tok_build_decoder(t, NULL, true, vname, err)) != COL_OK || (st = finish(t, vname, err)) != COL_OK ||
+        !clip)
         return st;
-    t->split = COL_SPLIT_REGEX;
-    if ((st = build_keys(t, vname, err)) != COL_OK || (st = col_tok_build_decoder(t, NULL, true, vname, err)) != COL_OK)
+    /* CLIP's post-processor: BOS text EOS, with the configured tokens */
+    bool present[2];
+    const char *file[2], *names[2];
+    int32_t ids[2];
+    for (int k = 0; k < 2; k++) {
+        names[k] = col_tok_config_value(cfg, k ? "eos_token" : "bos_token", &present[k], &file[k]);
+        names[k] = present[k] ? names[k] : CLIP_DEFAULTS[k];
+        if ((ids[k] = names[k] ? col_tok_token_id(t, names[k]) : -1) < 0)
+            return col_tok_fail(err, COL_EFORMAT, file[k], "a CLIP tokenizer needs a %s token", k ? "eos" : "bos");
+    }
+    if ((st = add_fixed(t, false, ids[0], "bos", vname, err)) != COL_OK ||
+        (st = add_fixed(t, true, ids[1], "eos", vname, err)) != COL_OK)
         return st;
-    return finish(t, vname, err);
+    t->bos_id = ids[0];
+    t->eos_id = ids[1];
+    return COL_OK;
 }
 
 col_status col_tok_from_json(const char *json, size_t len, col_tokenizer **out, col_err *err)
 {
     *out = NULL;
     cJSON *root;
-    col_status st = parse_json(json, len, "tokenizer.json", &root, err);
+    col_status st = col_tok_parse_json(json, len, "tokenizer.json", &root, err);
     if (st != COL_OK)
         return st;
     col_tokenizer *t = tok_new();
@@ -569,33 +634,30 @@ col_status col_tok_from_json(const char *json, size_t len, col_tokenizer **out, 
     return st;
 }
 
-/* bos_token / eos_token from tokenizer_config.json: a string, {"content": ...} or null */
-static col_status apply_config(col_tokenizer *t, const char *path, col_err *err)
+/* bos / eos / pad from the configuration files (a string, {"content": ...}
+ * or null), and model_max_length; strict: a pad_token that names no token is
+ * an error */
+static col_status apply_config(col_tokenizer *t, const col_tok_config *cfg, bool strict, col_err *err)
 {
-    char *text, s1[64];
-    size_t len;
-    cJSON *root;
-    col_status st = col_read_file(path, FILE_MAX, &text, &len, err);
-    if (st != COL_OK)
-        return st;
-    st = parse_json(text, len, path, &root, err);
-    free(text);
-    if (st != COL_OK)
-        return st;
-    static const char *const keys[2] = {"bos_token", "eos_token"};
-    for (int k = 0; k < 2 && st == COL_OK; k++) {
-        const cJSON *v = col_tok_json_field(root, keys[k]);
-        if (!v)
+    char s1[64];
+    static const char *const keys[3] = {"bos_token", "eos_token", "pad_token"};
+    int32_t *dst[3] = {&t->bos_id, &t->eos_id, &t->pad_id};
+    for (int k = 0; k < 3; k++) {
+        bool present;
+        const char *file, *tok = col_tok_config_value(cfg, keys[k], &present, &file);
+        if (!present)
             continue;
-        const char *tok = cJSON_IsObject(v) ? cJSON_GetStringValue(col_tok_json_field(v, "content")) : cJSON_GetStringValue(v);
+        if (!tok && !col_tok_config_is_null(cfg, keys[k]))
+            return col_tok_fail(err, COL_EFORMAT, file, "%s is neither a string nor an object with a \"content\" string",
+                                keys[k]);
         int32_t id = tok ? col_tok_token_id(t, tok) : -1;
-        if (!cJSON_IsNull(v) && id < 0)
-            st = col_tok_fail(err, COL_EFORMAT, path, "%s '%s' is not a token", keys[k],
-                              tok ? col_tok_show(tok, strlen(tok), s1) : "?");
-        *(k ? &t->eos_id : &t->bos_id) = id;
+        if (tok && id < 0 && (strict || k < 2))
+            return col_tok_fail(err, COL_EFORMAT, file, "%s '%s' is not a token", keys[k],
+                                col_tok_show(tok, strlen(tok), s1));
+        *dst[k] = id;
     }
-    cJSON_Delete(root);
-    return st;
+    t->max_length = (int32_t)col_tok_config_max_length(cfg);
+    return COL_OK;
 }
 
 static char *join(const char *dir, const char *file)
@@ -613,45 +675,62 @@ static bool is_file(const char *p)
     return p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+static bool is_clip_class(const char *cls)
+{
+    return cls && strncmp(cls, "CLIPTokenizer", 13) == 0;
+}
+
 col_status col_tok_load(const char *path, col_tokenizer **out, col_err *err)
 {
     *out = NULL;
     struct stat sb;
     if (!path || stat(path, &sb) != 0)
         return col_err_set(err, COL_EIO, "%s: %s", path ? path : "(null)", strerror(path ? errno : EINVAL));
-    char *dir = NULL, *file = NULL, *mpath = NULL, *cpath = NULL, *text = NULL, *mtext = NULL;
+    char *dir = NULL, *file = NULL, *mpath = NULL, *text = NULL, *mtext = NULL;
     cJSON *root = NULL;
     col_tokenizer *t = NULL;
+    col_tok_config cfg = {0};
     size_t len, mlen;
     col_status st = COL_ENOMEM;
-    if (S_ISDIR(sb.st_mode)) {
+    bool is_dir = S_ISDIR(sb.st_mode);
+    if (is_dir) {
         dir = strdup(path);
-        file = join(path, "tokenizer.json");
-        if (file && !is_file(file)) {
-            free(file);
-            file = join(path, "vocab.json");
-            char *m = join(path, "merges.txt");
-            bool both = is_file(file) && is_file(m);
-            free(m);
-            if (file && !both) {
-                st = col_err_set(err, COL_EIO, "%s: no tokenizer.json, nor vocab.json with merges.txt", path);
-                goto done;
-            }
-        }
     } else {
         file = strdup(path);
         const char *slash = strrchr(path, '/');
         dir = slash ? strndup(path, (size_t)(slash - path + (slash == path))) : strdup(".");
     }
     mpath = dir ? join(dir, "merges.txt") : NULL;
-    cpath = dir ? join(dir, "tokenizer_config.json") : NULL;
-    if (!dir || !file || !mpath || !cpath || !(t = tok_new())) {
+    if (!dir || (!is_dir && !file) || !mpath || !(t = tok_new())) {
         st = col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
         goto done;
     }
-    if ((st = col_read_file(file, FILE_MAX, &text, &len, err)) != COL_OK ||
-        (st = parse_json(text, len, file, &root, err)) != COL_OK)
+    if ((st = col_tok_config_read(dir, &cfg, err)) != COL_OK)
         goto done;
+    bool clip_class = is_clip_class(col_tok_config_class(&cfg));
+    if (is_dir) { /* tokenizer.json first, but CLIP's pipeline is made from vocab.json + merges.txt */
+        char *v = join(dir, "vocab.json"), *j = join(dir, "tokenizer.json");
+        bool pair = is_file(v) && is_file(mpath), json = is_file(j);
+        if (json && !(clip_class && pair)) {
+            file = j;
+            free(v);
+        } else {
+            file = v;
+            free(j);
+        }
+        if (!file) {
+            st = col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
+            goto done;
+        }
+        if (!json && !pair) {
+            st = col_err_set(err, COL_EIO, "%s: no tokenizer.json, nor vocab.json with merges.txt", path);
+            goto done;
+        }
+    }
+    if ((st = col_read_file(file, FILE_MAX, &text, &len, err)) != COL_OK ||
+        (st = col_tok_parse_json(text, len, file, &root, err)) != COL_OK)
+        goto done;
+    bool clip = false;
     if (cJSON_IsObject(col_tok_json_field(root, "model"))) {
         st = from_root(t, root, file, err);
     } else if (!cJSON_IsObject(root)) {
@@ -659,18 +738,21 @@ col_status col_tok_load(const char *path, col_tokenizer **out, col_err *err)
     } else if (!is_file(mpath)) {
         st = col_tok_fail(err, COL_EFORMAT, file, "not a tokenizer.json (no \"model\"), and no merges.txt beside it");
     } else if ((st = col_read_file(mpath, FILE_MAX, &mtext, &mlen, err)) == COL_OK) {
-        st = from_vocab_merges(t, root, file, mtext, mlen, mpath, err);
+        /* CLIP: so named, or without a class a vocabulary with CLIP's tokens */
+        clip = col_tok_config_class(&cfg) ? clip_class
+                                          : col_tok_json_field(root, "<|startoftext|>") && col_tok_json_field(root, "!</w>");
+        st = from_vocab_merges(t, root, file, mtext, mlen, mpath, &cfg, clip, err);
     }
-    if (st == COL_OK && is_file(cpath))
-        st = apply_config(t, cpath, err);
+    if (st == COL_OK)
+        st = apply_config(t, &cfg, clip, err);
 done:
+    col_tok_config_free(&cfg);
     cJSON_Delete(root);
     free(text);
     free(mtext);
     free(dir);
     free(file);
     free(mpath);
-    free(cpath);
     if (st != COL_OK)
         col_tok_free(t);
     else
@@ -708,6 +790,16 @@ int32_t col_tok_token_id(const col_tokenizer *t, const char *name)
     if (node >= 0 && t->trie[node].token >= 0)
         return t->trie[node].token;
     return col_strmap_get(&t->by_name, name, n);
+}
+
+int32_t col_tok_pad_id(const col_tokenizer *t)
+{
+    return t->pad_id;
+}
+
+int32_t col_tok_max_length(const col_tokenizer *t)
+{
+    return t->max_length;
 }
 
 bool col_tok_is_special(const col_tokenizer *t, int32_t id)

@@ -27,7 +27,7 @@ static bool exists_in(const char *dir, const char *name)
 
 const char *col_bundled_tokenizer(const char *name, char *buf, size_t size)
 {
-    static const char *const names[] = {"gpt2", "llama2", "llama3", "bytes"};
+    static const char *const names[] = {"gpt2", "llama2", "llama3", "bytes", "clip"};
     static const char *const roots[] = {COL_ASSET_DIR "/tokenizers", COL_SRC_ASSET_DIR "/tokenizers"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(name, names[i]) != 0)

@@ -53,7 +53,7 @@ void col_lm_source_close(col_lm_source *s);
 col_status col_lm_source_copy_tokenizer(const col_lm_source *s, const char *dir, col_err *err);
 
 /* The directory of a tokenizer bundled with colossal (gpt2, llama2, llama3,
- * bytes), installed copy first; NULL for another name. */
+ * bytes, clip), installed copy first; NULL for another name. */
 const char *col_bundled_tokenizer(const char *name, char *buf, size_t size);
 
 #endif
