@@ -225,8 +225,8 @@ col_status sd_vae_encode(sd_pipeline *p, const float *img, int H, int W, float *
 
 void sd_randn(sd_rng *r, float *out, int64_t n)
 {
-    if (r->philox) {
-        col_rng_normal(r->seed, r->offset, out, n);
+    if (r->philox) { /* element i of the run's stream: counter-based, the same on any device */
+        for (int64_t i = 0; i < n; i++) out[i] = col_rand_normal(r->seed, r->offset + (uint64_t)i);
         r->offset += (uint64_t)n;
     } else {
         col_torch_randn(&r->torch, out, n);
