@@ -167,14 +167,16 @@ int main(void)
                                      .negative = "", .seed = jseed(ng), .cfg = 1.0f, .batch = 1});
     const cJSON *b2 = cJSON_GetObjectItemCaseSensitive(meta, "batch2");
     const cJSON *c1 = cJSON_GetArrayItem(cases, 1);
-    check_run("batch2", &(run_spec){.model = "model", .scheduler = "pndm", .prompt = jstr(c1, "prompt"),
+    check_run("batch2", &(run_spec){.model = "model", .scheduler = jstr(b2, "scheduler"), .prompt = jstr(c1, "prompt"),
                                     .negative = jstr(c1, "negative"), .seed = jseed(b2), .cfg = cfg, .batch = 2});
     const cJSON *i2i = cJSON_GetObjectItemCaseSensitive(meta, "img2img");
     check_run("img2img", &(run_spec){.model = "model", .scheduler = "ddim", .prompt = jstr(i2i, "prompt"),
                                      .negative = "", .seed = jseed(i2i), .cfg = cfg, .batch = 1, .init = "init.png",
                                      .strength = 0.6f});
     const cJSON *inp = cJSON_GetObjectItemCaseSensitive(meta, "inpaint");
-    check_run("inpaint", &(run_spec){.model = "inpaint", .scheduler = "pndm", .prompt = jstr(inp, "prompt"),
+    /* no scheduler named: the model's, which model_index.json names (EulerDiscreteScheduler) over
+     * scheduler_config.json's _class_name (PNDMScheduler), as diffusers does */
+    check_run("inpaint", &(run_spec){.model = "inpaint", .scheduler = NULL, .prompt = jstr(inp, "prompt"),
                                      .negative = jstr(inp, "negative"), .seed = jseed(inp), .cfg = cfg, .batch = 1,
                                      .init = "init.png", .mask = "mask.png", .strength = 1.0f});
     cJSON_Delete(meta);

@@ -90,6 +90,8 @@ col_status sd_model_locate(const char *model, sd_model_files *out, col_err *err)
                                index, need[i]);
         }
     }
+    const cJSON *sc = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "scheduler"), 1);
+    snprintf(out->scheduler_class, sizeof out->scheduler_class, "%s", sc->valuestring);
     cJSON_Delete(root);
     for (int c = 0; c < SD_NCOMPONENTS; c++) {
         char dir[SD_PATH_MAX];

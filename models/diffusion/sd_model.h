@@ -24,6 +24,8 @@ typedef struct {
     char weights[SD_NCOMPONENTS][SD_PATH_MAX]; /* each component's weights (a file, or a sharded index) */
     char tokenizer[SD_PATH_MAX];              /* the tokenizer folder */
     char scheduler[SD_PATH_MAX];              /* scheduler/scheduler_config.json */
+    char scheduler_class[64];                 /* the scheduler's class as model_index.json names it (diffusers
+                                                 takes it over the config's _class_name); "" if it names none */
 } sd_model_files;
 
 /* Finds a model's files. Weights are taken in this order of preference:

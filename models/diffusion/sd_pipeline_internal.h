@@ -39,7 +39,8 @@ struct sd_pipeline {
     sd_graph g_text, g_unet, g_dec, g_enc;
     col_tokenizer *tok;
     dm_sched_config sched_cfg;     /* scheduler_config.json as its own class reads it */
-    char default_sched[32];         /* that class as --scheduler names it */
+    bool has_sched_cfg;
+    char default_sched[32];         /* that class as --scheduler names it; "" when colossal lacks it */
 };
 
 /* the generator: torch's CPU generator, or Philox (seed, offset) for the starting noise and the VAE's

@@ -33,17 +33,47 @@ col_status sd_prompt_ids(sd_pipeline *p, const char *text, int32_t *ids, col_err
     return st == COL_OK ? COL_OK : col_err_prefix(err, "the prompt");
 }
 
+/* diffusers' scheduler classes as --scheduler names them */
+static const struct {
+    const char *cls;
+    dm_sched_kind kind;
+} classes[] = {{"DDIMScheduler", DM_SCHED_DDIM},
+               {"PNDMScheduler", DM_SCHED_PNDM},
+               {"EulerDiscreteScheduler", DM_SCHED_EULER},
+               {"EulerAncestralDiscreteScheduler", DM_SCHED_EULER_A},
+               {"DPMSolverMultistepScheduler", DM_SCHED_AUTO}, /* dpm++2m, or -karras as the config says */
+               {"LCMScheduler", DM_SCHED_LCM},
+               {"DDPMScheduler", DM_SCHED_DDPM}};
+
 col_status sd_sched_open(sd_pipeline *p, col_err *err)
 {
-    col_status st = dm_sched_config_load(p->files.scheduler, DM_SCHED_AUTO, &p->sched_cfg, err);
-    if (st != COL_OK) return st;
+    /* model_index.json's class wins over the config's _class_name, as in diffusers' from_pretrained */
+    dm_sched_kind kind = DM_SCHED_AUTO;
+    const char *cls = p->files.scheduler_class;
+    if (cls[0]) {
+        size_t i = 0, n = sizeof classes / sizeof classes[0];
+        while (i < n && strcmp(classes[i].cls, cls) != 0) i++;
+        if (i == n) { /* usable with a scheduler named in its place (sd_sched_start says so otherwise) */
+            p->default_sched[0] = '\0';
+            return COL_OK;
+        }
+        kind = classes[i].kind;
+    }
+    col_err e2 = {0};
+    col_status st = dm_sched_config_load(p->files.scheduler, kind, &p->sched_cfg, &e2);
+    if (st == COL_EUNSUPPORTED) { /* a setting of the model's scheduler this module lacks: another may do */
+        p->default_sched[0] = '\0';
+        return COL_OK;
+    }
+    if (st != COL_OK) return col_err_copy(err, &e2);
+    p->has_sched_cfg = true;
     snprintf(p->default_sched, sizeof p->default_sched, "%s", dm_sched_kind_name(p->sched_cfg.kind));
     return COL_OK;
 }
 
 void sd_sched_close(sd_pipeline *p)
 {
-    dm_sched_config_free(&p->sched_cfg);
+    if (p->has_sched_cfg) dm_sched_config_free(&p->sched_cfg);
 }
 
 const char *sd_pipeline_default_scheduler(const sd_pipeline *p)
@@ -56,8 +86,13 @@ col_status sd_sched_start(sd_pipeline *p, const char *name, int steps, float str
     *out = NULL;
     dm_sched_config c;
     col_status st;
+    if ((!name || !*name) && !p->default_sched[0])
+        return col_err_set(err, COL_EUNSUPPORTED,
+                           "the model's scheduler (%s) is not one colossal has: choose one (ddim, pndm, euler, "
+                           "euler-a, dpm++2m, dpm++2m-karras, lcm, ddpm)",
+                           p->files.scheduler_class[0] ? p->files.scheduler_class : "scheduler_config.json");
     if (!name || !*name || strcmp(name, p->default_sched) == 0) {
-        st = dm_sched_config_load(p->files.scheduler, DM_SCHED_AUTO, &c, err);
+        st = dm_sched_config_load(p->files.scheduler, p->sched_cfg.kind, &c, err);
     } else {
         dm_sched_kind k = dm_sched_kind_from_name(name);
         if ((int)k < 0) return col_err_set(err, COL_EINVAL, "unknown scheduler '%s'", name);

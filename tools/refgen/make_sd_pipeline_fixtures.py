@@ -214,11 +214,13 @@ def run_all(pipe, out):
               output_type="latent").images
     ref["img2img.latents"] = img.contiguous()
     ref["inpaint.latents"] = build_inpaint(pipe, out)
-    meta["inpaint"] = {"scheduler": "pndm", "seed": SEED + 7, "prompt": PROMPTS[1][0], "negative": PROMPTS[1][1],
+    # inpaint/model_index.json names EulerDiscreteScheduler (the pipeline's scheduler when it was saved) while
+    # its scheduler_config.json says PNDMScheduler: diffusers takes model_index.json's class
+    meta["inpaint"] = {"scheduler": "euler", "seed": SEED + 7, "prompt": PROMPTS[1][0], "negative": PROMPTS[1][1],
                        "strength": 1.0}
     meta["img2img"] = {"scheduler": "ddim", "strength": 0.6, "seed": SEED + 5, "prompt": PROMPTS[0][0]}
     meta["noguide"] = {"scheduler": "euler", "seed": SEED, "prompt": PROMPTS[0][0]}
-    meta["batch2"] = {"scheduler": "pndm", "seed": SEED + 1}
+    meta["batch2"] = {"scheduler": "euler", "seed": SEED + 1}  # the scheduler set for "noguide" above
     meta["versions"] = {"torch": torch.__version__, "diffusers": diffusers.__version__,
                         "transformers": transformers.__version__}
     save_file(ref, os.path.join(out, "reference.safetensors"), metadata={"about": "make_sd_pipeline_fixtures.py"})
