@@ -94,6 +94,8 @@ CONFIGS = {
                  "original_inference_steps": 50, "prediction_type": "epsilon", "set_alpha_to_one": True,
                  "steps_offset": 1, "timestep_scaling": 10.0, "timestep_spacing": "leading"},
 }
+# c_skip = 0.25 / ((t * scaling)^2 + 0.25) is below 1e-5 for SD's scaling 10: a small scaling exercises it
+CONFIGS["lcm_small_scale"] = dict(CONFIGS["lcm_orig"], timestep_scaling=0.01, original_inference_steps=100)
 
 CLASSES = {"ddim": DDIMScheduler, "pndm": PNDMScheduler, "euler": EulerDiscreteScheduler,
            "euler-a": EulerAncestralDiscreteScheduler, "dpm++2m": DPMSolverMultistepScheduler,
@@ -143,6 +145,7 @@ def plan():
     add("ddpm_default", "auto", 50, 31)
     add("lcm_orig", "auto", 4, 32)
     add("lcm_orig", "auto", 6, 32, strength=0.5)
+    add("lcm_small_scale", "auto", 8, 33)
     return runs
 
 
