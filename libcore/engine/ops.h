@@ -78,6 +78,8 @@ typedef enum {
                               out [B,Cout,Ho,Wo]; scratch: one im2col tile (col_conv2d_tile) */
     COL_OP_CONV2D_BWD_DATA,   /* src0 = dy [B,Cout,Ho,Wo], src1 = w; out dx [B,Cin,H,W] (col2im of w^T dy) */
     COL_OP_CONV2D_BWD_FILTER, /* src0 = x, src1 = dy; out dw [Cout,Cin,kh,kw], summed over the batch */
+    COL_OP_UPSAMPLE_NEAREST,     /* src0 = x [B,C,H,W] f32; i[0] = scale s; out [B,C,sH,sW] */
+    COL_OP_UPSAMPLE_NEAREST_BWD, /* src0 = dy [B,C,sH,sW]; i[0] = s; out dx [B,C,H,W]: each s x s block's sum */
 
     COL_OP_COUNT
 } col_op;

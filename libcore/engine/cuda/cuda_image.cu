@@ -1,4 +1,6 @@
-/* cuda_image.cu - CUDA kernels of conv2d and its gradients (ops_image.c), f32.
+/* cuda_image.cu - CUDA kernels of conv2d and nearest upsampling and their
+ * gradients (ops_image.c), f32. Upsampling: one thread per element, the
+ * gradient's block sums in the host kernel's order (the same bits).
  *
  * As on the host (cpu_image.c): per image, y[Cout, N] = w[Cout, K] @ cols[K, N]
  * with cols the input's patches, gathered (im2col) one tile of columns at a
@@ -187,8 +189,59 @@ static col_status k_conv2d_bwd_filter(const col_node *n, const col_exec *ex, col
     return st;
 }
 
+/* ---- nearest upsampling ---- */
+
+/* y [rows, s, W*s] from x [rows, W]: one thread per output element */
+__global__ void k_upsample_g(float *__restrict__ y, const float *__restrict__ x, int64_t W, int64_t s, int64_t total)
+{
+    CU_GRID_LOOP(i, total) {
+        int64_t Wo = W * s, r = i / (Wo * s);
+        y[i] = x[r * W + (i % Wo) / s];
+    }
+}
+
+/* dx [rows, W] = the sums of dy's s x s blocks, in the host kernel's order: one thread per input element */
+__global__ void k_upsample_bwd_g(float *__restrict__ dx, const float *__restrict__ dy, int64_t W, int64_t s, int64_t total)
+{
+    CU_GRID_LOOP(i, total) {
+        int64_t Wo = W * s, r = i / W, w = i % W;
+        const float *d = dy + r * s * Wo + w * s;
+        float acc = 0.0f;
+        for (int64_t a = 0; a < s; a++)
+            for (int64_t b = 0; b < s; b++)
+                acc += d[a * Wo + b];
+        dx[i] = acc;
+    }
+}
+
+static col_status k_upsample(const col_node *n, const col_exec *ex, col_err *err)
+{
+    col_cuda_ctx *c = cu_ctx(ex);
+    int64_t total = col_numel(&n->t);
+    if (total == 0)
+        return COL_OK;
+    CU_LAUNCH(k_upsample_g, cu_blocks(c, total), CU_THREADS, 0, c->stream)((float *)n->t.data,
+                                                                          (const float *)n->src[0]->t.data,
+                                                                          n->src[0]->t.shape[3], n->p.i[0], total);
+    return cu_launch(err, "upsample_nearest");
+}
+
+static col_status k_upsample_bwd(const col_node *n, const col_exec *ex, col_err *err)
+{
+    col_cuda_ctx *c = cu_ctx(ex);
+    int64_t total = col_numel(&n->t);
+    if (total == 0)
+        return COL_OK;
+    CU_LAUNCH(k_upsample_bwd_g, cu_blocks(c, total), CU_THREADS, 0, c->stream)((float *)n->t.data,
+                                                                              (const float *)n->src[0]->t.data,
+                                                                              n->t.shape[3], n->p.i[0], total);
+    return cu_launch(err, "upsample_nearest_bwd");
+}
+
 void cu_register_image(col_backend *be)
 {
+    be->kernel[COL_OP_UPSAMPLE_NEAREST] = k_upsample;
+    be->kernel[COL_OP_UPSAMPLE_NEAREST_BWD] = k_upsample_bwd;
     be->kernel[COL_OP_CONV2D] = k_conv2d;
     be->kernel[COL_OP_CONV2D_BWD_DATA] = k_conv2d_bwd_data;
     be->kernel[COL_OP_CONV2D_BWD_FILTER] = k_conv2d_bwd_filter;
