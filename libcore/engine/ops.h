@@ -183,17 +183,20 @@ typedef struct {
     int pad_top, pad_bottom, pad_left, pad_right;   /* zero padding, >= 0 */
 } col_conv2d_cfg;
 /* x [B,Cin,H,W] cross-correlated with w [Cout,Cin,kh,kw] (+ bias [Cout] or NULL):
- * [B,Cout,Ho,Wo], Ho = (H + pad_top + pad_bottom - kh) / stride_h + 1 (F.conv2d) */
+ * [B,Cout,Ho,Wo], Ho = (H + pad_top + pad_bottom - kh) / stride_h + 1 (F.conv2d).
+ * f32 operands (COL_EDTYPE otherwise); one CONV2D node (ops_image.c) */
 struct col_node *col_conv2d_ex(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *bias,
                                const col_conv2d_cfg *cfg);
 /* the same with one stride and the same padding on every side */
 struct col_node *col_conv2d(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *bias,
                             int stride, int pad);
 /* torch.nn.GroupNorm: x [B,C,...] normalised over each group of C/groups channels and the
- * remaining dims (biased variance, eps inside the square root), then * w[c] + b[c] (w, b [C] or NULL) */
+ * remaining dims (biased variance, eps inside the square root), then * w[c] + b[c] (w, b [C] or NULL).
+ * f32; made of reshape, layernorm (no affine), mul and add */
 struct col_node *col_group_norm(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *b,
                                 int groups, float eps);
-/* nearest-neighbour upsampling [B,C,H,W] -> [B,C,scale*H,scale*W] (F.interpolate(mode="nearest")) */
+/* nearest-neighbour upsampling [B,C,H,W] -> [B,C,scale*H,scale*W] (F.interpolate(mode="nearest")):
+ * one UPSAMPLE_NEAREST node for f32, views and a copy for other dtypes; scale 1 returns x */
 struct col_node *col_upsample_nearest(struct col_graph *g, struct col_node *x, int scale);
 
 #endif
