@@ -69,7 +69,10 @@ col_status sd_run_prepare(sd_run *r, col_err *err);
 col_status sd_run_denoise(sd_run *r, col_err *err);
 void sd_run_free(sd_run *r);
 
-/* the components (sd_pipeline.c) */
+/* the components (sd_components.c) */
+void sd_graph_free(sd_graph *g);
+col_status sd_vae_decode(sd_pipeline *p, const float *z, int h, int w, float *img, col_err *err);
+col_status sd_tensor_to_image(const float *x, int W, int H, col_image *out, col_err *err);
 col_status sd_encode_text(sd_pipeline *p, const int32_t *ids, int n, float *out, col_err *err);
 col_status sd_run_unet(sd_pipeline *p, const float *x, const float *t, const float *ctx, int B, int h, int w,
                        float *eps, col_err *err);
