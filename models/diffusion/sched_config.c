@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler.h"
+#include "sched_internal.h"
 #include "textio.h"
 
 #define K(k) (1u << (k))
@@ -367,7 +367,6 @@ static col_status check_config(const dm_sched_config *c, col_err *err)
     return COL_OK;
 }
 
-col_status dm_sched_config_check(const dm_sched_config *c, col_err *err);
 col_status dm_sched_config_check(const dm_sched_config *c, col_err *err)
 {
     return check_config(c, err);

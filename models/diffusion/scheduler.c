@@ -314,7 +314,7 @@ static col_status set_dpm(dm_sched *s, int n, col_err *err)
             double t = dm_sigma_to_t(d[i], log_sig, T);
             if (s->cfg.beta_schedule != DM_BETA_SQUAREDCOS_CAP_V2)
                 t = dm_np_round(t);
-            ts[i] = (int64_t)t;   /* torch's float64 -> int64: toward zero */
+            ts[i] = isfinite(t) ? (int64_t)t : 0;   /* torch's float64 -> int64: toward zero */
         }
     } else {
         for (int i = 0; i < cnt; i++)
@@ -406,6 +406,15 @@ col_status dm_sched_set_timesteps(dm_sched *s, int steps, double strength, col_e
         free_run(s);
         return st;
     }
+    for (int i = 0; s->ts && i < s->n_ts; i++)
+        if (s->ts[i] < -1 || s->ts[i] >= s->T) {
+            /* diffusers fails here with an IndexError */
+            col_err_set(err, COL_EINVAL,
+                        "scheduler: %d steps with steps_offset %d give timestep %lld, outside 0..%d", steps,
+                        s->cfg.steps_offset, (long long)s->ts[i], s->T - 1);
+            free_run(s);
+            return COL_EINVAL;
+        }
     if (s->cfg.kind != DM_SCHED_LCM && strength < 1) {
         /* StableDiffusionImg2ImgPipeline.get_timesteps */
         int init = (int)((double)steps * strength);

@@ -86,6 +86,7 @@ CONFIGS = {
                      final_sigmas_type="sigma_min", timestep_spacing="trailing"),
     "euler_min": dict(SD15, _class_name="EulerDiscreteScheduler", final_sigmas_type="sigma_min",
                       use_karras_sigmas=True),
+    "dpm_clip": dict(SD15, _class_name="DPMSolverMultistepScheduler", lambda_min_clipped=-2.0),
     "euler_cont": dict(SD2V, _class_name="EulerDiscreteScheduler", timestep_type="continuous"),
     "ddpm_log": dict(SD15, _class_name="DDPMScheduler", variance_type="fixed_small_log", clip_sample=True),
     "ddpm_large": dict(SD15, _class_name="DDPMScheduler", variance_type="fixed_large", timestep_spacing="trailing"),
@@ -137,6 +138,8 @@ def plan():
     add("dpm3", "dpm++2m-karras", 20, 26)
     add("dpm_heun", "dpm++2m", 12, 27)
     add("dpm_saved", "auto", 15, 28)
+    add("dpm_clip", "auto", 15, 28)
+    add("dpm_clip", "dpm++2m-karras", 9, 28)
     add("euler_min", "auto", 12, 29)
     add("euler_cont", "auto", 10, 29)
     add("euler_cont", "euler", 10, 29, strength=0.7)
