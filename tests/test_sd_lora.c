@@ -199,6 +199,62 @@ static void test_names(void)
           "an empty word is refused");
 }
 
+/* a_peft respelt as older diffusers wrote LoRA files (no metadata: each module's alpha as a ".alpha"
+ * tensor): "attn1.processor.to_q_lora.down.weight", ".lora.down.weight", the text encoder's
+ * "self_attn.to_q_lora.down.weight" and "mlp.fc1.lora_linear_layer.down.weight" */
+static void test_old_spellings(void)
+{
+    tensors *ts = calloc(1, sizeof *ts);
+    load_all("a_peft.safetensors", ts);
+    int n0 = ts->n, alphas = 0;
+    static float alpha_v[1024];
+    for (int i = 0; i < n0; i++) {
+        const char *n = ts->t[i].name;
+        size_t cut;
+        bool down = strstr(n, ".lora_A.weight") != NULL;
+        const char *suf = down ? ".lora_A.weight" : ".lora_B.weight";
+        cut = strlen(n) - strlen(suf);
+        char mod[300], out[400];
+        snprintf(mod, sizeof mod, "%.*s", (int)cut, n);
+        bool te = !strncmp(mod, "text_encoder.", 13);
+        const char *attn = te ? strstr(mod, "self_attn.") : strstr(mod, ".attn");
+        const char *dn = down ? "down" : "up";
+        if (te && attn) {   /* text_encoder.encoder.layers.0.self_attn.q_proj -> ...self_attn.to_q_lora */
+            const char *p = attn + 10;
+            const char *to = !strncmp(p, "out_proj", 8) ? "to_out" : !strncmp(p, "q_proj", 6) ? "to_q"
+                             : !strncmp(p, "k_proj", 6) ? "to_k" : "to_v";
+            snprintf(out, sizeof out, "text_encoder.text_model.%.*s%s_lora.%s.weight", (int)(p - mod - 13), mod + 13,
+                     to, dn);
+        } else if (te) {
+            snprintf(out, sizeof out, "text_encoder.text_model.%s.lora_linear_layer.%s.weight", mod + 13, dn);
+        } else if (attn && strstr(mod, ".to_")) {   /* unet....attn1.to_out.0 -> ...attn1.processor.to_out_lora */
+            const char *to = strstr(mod, ".to_") + 1;
+            char proj[8];
+            snprintf(proj, sizeof proj, "%.4s", to);
+            if (!strncmp(to, "to_out", 6)) snprintf(proj, sizeof proj, "to_out");
+            snprintf(out, sizeof out, "%.*sprocessor.%s_lora.%s.weight", (int)(to - mod), mod, proj, dn);
+        } else {
+            snprintf(out, sizeof out, "%s.lora.%s.weight", mod, dn);
+        }
+        free((char *)ts->t[i].name);
+        ts->t[i].name = strdup(out);
+        if (down && ts->n < 1024) {   /* PEFT's metadata: lora_alpha 8 (UNet), 4 (text), proj_out 2 */
+            alpha_v[alphas] = te ? 4.0f : strstr(mod, "proj_out") ? 2.0f : 8.0f;
+            snprintf(out, sizeof out, "%s.alpha", mod);
+            ts->data[ts->n] = NULL;
+            ts->t[ts->n++] = (col_st_out){strdup(out), 0, {0}, &alpha_v[alphas++]};
+        }
+    }
+    sd_lora *l = NULL;
+    col_err err = {0};
+    TL_OK(alphas == 91 && write_open(ts, "old.safetensors", &l, &err) == COL_OK,
+          "a_peft in older diffusers spellings with %d .alpha tensors: %s", alphas, err.msg);
+    if (l) check_merged("older diffusers spellings", &l, (const float[]){W_A}, 1, "a");
+    sd_lora_close(l);
+    free_all(ts);
+    free(ts);
+}
+
 static void test_errors(void)
 {
     tensors *ts = calloc(1, sizeof *ts);
@@ -358,9 +414,10 @@ int main(void)
     if (ab[0] && ab[1]) check_merged("a_peft at 0.7 and b_kohya at -0.5 stacked", ab, (const float[]){W_A, W_B}, 2, "ab");
     sd_lora_close(ab[0]);
     sd_lora_close(ab[1]);
+    test_old_spellings();
     test_errors();
 
-    const char *const made[] = {"typo", "linear", "wide", "rank", "twice", "noup", "loha", "dora", "sdxl", "junk"};
+    const char *const made[] = {"old", "typo", "linear", "wide", "rank", "twice", "noup", "loha", "dora", "sdxl", "junk"};
     for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
         char p[400];
         snprintf(p, sizeof p, "%s/%s.safetensors", tmpdir, made[i]);
