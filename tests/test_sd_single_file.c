@@ -244,6 +244,12 @@ static void test_errors(void)
           "an unknown UNet tensor: %s", err.msg);
     TL_OK(altered(&ts, NULL, "first_stage_model.decoder.up.7.block.0.conv1.weight", &f, &err) == COL_EFORMAT,
           "a VAE block beyond the decoder's levels: %s", err.msg);
+    TL_OK(altered(&ts, "cond_stage_model.transformer.text_model.encoder.layers.0.", NULL, &f, &err) == COL_EFORMAT &&
+              strstr(err.msg, "no cond_stage_model.transformer.text_model.encoder.layers.0.layer_norm1.weight"),
+          "a text-encoder layer missing: %s", err.msg);
+    TL_OK(altered(&ts, "first_stage_model.decoder.up.0.", NULL, &f, &err) == COL_EFORMAT &&
+              strstr(err.msg, "decoder.up.0.block.0.conv2.weight"),
+          "a decoder level missing: %s", err.msg);
     TL_OK(altered(&ts, NULL, "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc3.weight", &f, &err) ==
                   COL_EFORMAT && strstr(err.msg, "fc3"),
           "an unknown text-encoder tensor: %s", err.msg);

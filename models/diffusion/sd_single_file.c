@@ -168,6 +168,8 @@ static col_status vae_info(sd_single_file *f, col_err *err)
     for (int l = 0; l < a->levels; l++) {
         snprintf(nm, sizeof nm, "encoder.down.%d.block.0.conv2.weight", l);
         if ((a->ch[l] = dim(f, P_VAE, nm, 4, 0, err)) < 0) return err->code;
+        snprintf(nm, sizeof nm, "decoder.up.%d.block.0.conv2.weight", l);
+        if (!tensor(f, P_VAE, "%s", nm)) return missing(f, P_VAE, nm, err);
     }
     if ((a->in_ch = dim(f, P_VAE, "encoder.conv_in.weight", 4, 1, err)) < 0 ||
         (a->out_ch = dim(f, P_VAE, "decoder.conv_out.weight", 4, 0, err)) < 0 ||
@@ -188,6 +190,10 @@ static col_status text_info(sd_single_file *f, const char *clip_pre, col_err *er
         if (t->layers < 1)
             return col_err_set(err, COL_EFORMAT, "%s: the OpenCLIP text encoder has %d resblocks (SD 2.x uses all "
                                "but the last, so it needs two or more)", f->path, blocks);
+        for (int i = 0; i < blocks; i++)   /* no resblock left out */
+            if (!tensor(f, P_OPENCLIP, "transformer.resblocks.%d.ln_1.weight", i))
+                return col_err_set(err, COL_EFORMAT, "%s: the OpenCLIP text encoder has no %s%stransformer.resblocks."
+                                   "%d.ln_1.weight", f->path, f->root, P_OPENCLIP, i);
         if ((t->vocab = dim(f, P_OPENCLIP, "token_embedding.weight", 2, 0, err)) < 0 ||
             (t->hidden = dim(f, P_OPENCLIP, "token_embedding.weight", 2, 1, err)) < 0 ||
             (t->positions = dim(f, P_OPENCLIP, "positional_embedding", 2, 0, err)) < 0 ||
@@ -199,6 +205,10 @@ static col_status text_info(sd_single_file *f, const char *clip_pre, col_err *er
     snprintf(p, sizeof p, "%s%s", P_CLIP, clip_pre);
     t->layers = count_numbered(f, p, "encoder.layers.");
     if (t->layers < 1) return missing(f, p, "encoder.layers.0.*", err);
+    for (int i = 0; i < t->layers; i++)
+        if (!tensor(f, p, "encoder.layers.%d.layer_norm1.weight", i))
+            return col_err_set(err, COL_EFORMAT, "%s: the CLIP text encoder has no %s%sencoder.layers.%d.layer_norm1.weight",
+                               f->path, f->root, p, i);
     if ((t->vocab = dim(f, p, "embeddings.token_embedding.weight", 2, 0, err)) < 0 ||
         (t->hidden = dim(f, p, "embeddings.token_embedding.weight", 2, 1, err)) < 0 ||
         (t->positions = dim(f, p, "embeddings.position_embedding.weight", 2, 0, err)) < 0 ||
