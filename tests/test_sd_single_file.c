@@ -68,8 +68,10 @@ static void check_tensors(const char *name, sd_single_file *f)
         free(b);
     }
     for (int c = 0; c < SD_NCOMPONENTS; c++)
-        TL_OK(seen[c] > 0 && equal[c] == seen[c], "%s: all %d %s tensors read through the single file are the "
-              "diffusers model's, bitwise (%d equal; first bad: %s)", name, seen[c], pre[c], equal[c], first_bad);
+        TL_OK(seen[c] > 0 && equal[c] == seen[c] && sd_single_file_count(f, (sd_component)c) == seen[c],
+              "%s: all %d %s tensors read through the single file are the diffusers model's, bitwise, and the source "
+              "has no others (%d equal, %d answered; first bad: %s)", name, seen[c], pre[c], equal[c],
+              sd_single_file_count(f, (sd_component)c), first_bad);
     TL_OK(prefixed > 0, "%s: %d text-encoder names asked with \"text_model.\"", name, prefixed);
     col_ckpt_close(ref);
 }

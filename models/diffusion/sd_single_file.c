@@ -489,6 +489,11 @@ const dm_source *sd_single_file_source(const sd_single_file *f, sd_component c)
     return sd_single_file_has(f, c) ? &f->src[c] : NULL;
 }
 
+int sd_single_file_count(const sd_single_file *f, sd_component c)
+{
+    return sd_single_file_has(f, c) ? f->comp[c].n : 0;
+}
+
 const char *sd_single_file_config(const sd_single_file *f, sd_component c)
 {
     return sd_single_file_has(f, c) ? f->config[c] : NULL;

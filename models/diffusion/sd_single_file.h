@@ -61,6 +61,8 @@ const char *sd_single_file_pipeline(const sd_single_file *f);
 bool sd_single_file_has(const sd_single_file *f, sd_component c);
 /* c's weights by diffusers name, or NULL if the file lacks c. Valid until close. */
 const dm_source *sd_single_file_source(const sd_single_file *f, sd_component c);
+/* How many diffusers tensors c's source answers (0 if the file lacks c). */
+int sd_single_file_count(const sd_single_file *f, sd_component c);
 /* c's config.json text (JSON, as diffusers / transformers write it), or NULL if the file lacks c. */
 const char *sd_single_file_config(const sd_single_file *f, sd_component c);
 /* scheduler/scheduler_config.json's text. */
