@@ -62,6 +62,8 @@ typedef struct {
     float cfg, strength;
     int batch;
     const char *init, *mask;
+    const char *tokenizer;          /* a tokenizer folder in place of the model's */
+    float *latents_out;             /* not NULL: receives the latents */
 } run_spec;
 
 /* runs one generation and compares its latents (and pixels when the reference has them) */
@@ -76,8 +78,13 @@ static void check_run(const char *key, const run_spec *r)
         return;
     }
     sd_pipeline *p = NULL;
-    dm_store_config mem = {0};
-    if (sd_pipeline_open(&files, &be, &mem, &p, &err) != COL_OK) {
+    sd_open_config oc = {0};
+    char tok[512];
+    if (r->tokenizer) {
+        snprintf(tok, sizeof tok, "%s/%s", FIXTURES, r->tokenizer);
+        oc.tokenizer = tok;
+    }
+    if (sd_pipeline_open(&files, &be, &oc, &p, &err) != COL_OK) {
         TL_OK(false, "%s: open: %s", key, err.msg);
         return;
     }
@@ -101,6 +108,7 @@ static void check_run(const char *key, const run_spec *r)
     TL_OK(st == COL_OK, "%s: generate: %s", key, st == COL_OK ? "ok" : err.msg);
     char name[128];
     snprintf(name, sizeof name, "%s.latents", key);
+    if (st == COL_OK && r->latents_out) memcpy(r->latents_out, got, sizeof(float) * (size_t)lat);
     if (st == COL_OK && ref_f32(name, (size_t)lat, want)) {
         double e = nmse(got, want, (size_t)lat);
         TL_OK(e <= 1e-6, "%s: latents NMSE %.3g against diffusers (<= 1e-6)", key, e);
@@ -179,6 +187,15 @@ int main(void)
     check_run("inpaint", &(run_spec){.model = "inpaint", .scheduler = NULL, .prompt = jstr(inp, "prompt"),
                                      .negative = jstr(inp, "negative"), .seed = jseed(inp), .cfg = cfg, .batch = 1,
                                      .init = "init.png", .mask = "mask.png", .strength = 1.0f});
+    /* the same weights as an LDM single file (with the folder's tokenizer): the same latents */
+    const cJSON *sf = cJSON_GetObjectItemCaseSensitive(meta, "single_file");
+    float a[4 * 8 * 8], b[4 * 8 * 8];
+    check_run("single_file", &(run_spec){.model = "sf_model", .scheduler = NULL, .prompt = jstr(sf, "prompt"),
+                                         .negative = "", .seed = jseed(sf), .cfg = cfg, .batch = 1, .latents_out = a});
+    check_run("single_file", &(run_spec){.model = "sf_model.safetensors", .scheduler = NULL, .prompt = jstr(sf, "prompt"),
+                                         .negative = "", .seed = jseed(sf), .cfg = cfg, .batch = 1,
+                                         .tokenizer = "sf_model/tokenizer", .latents_out = b});
+    TL_OK(memcmp(a, b, sizeof a) == 0, "the single file and the diffusers folder of the same weights give the same latents");
     cJSON_Delete(meta);
     col_ckpt_close(ref);
     return tl_done();

@@ -797,6 +797,14 @@ int32_t col_tok_pad_id(const col_tokenizer *t)
     return t->pad_id;
 }
 
+col_status col_tok_set_pad(col_tokenizer *t, const char *token, col_err *err)
+{
+    int32_t id = col_tok_token_id(t, token);
+    if (id < 0) return col_err_set(err, COL_EINVAL, "tokenizer: no token '%s' to pad with", token);
+    t->pad_id = id;
+    return COL_OK;
+}
+
 int32_t col_tok_max_length(const col_tokenizer *t)
 {
     return t->max_length;

@@ -62,7 +62,7 @@ col_status sd_encode_text(sd_pipeline *p, const int32_t *ids, int n, float *out,
             sd_graph_free(g);
             return st;
         }
-        if ((st = graph_end(p, g, &p->src[SD_TEXT_ENCODER], &g->out, 1, err)) != COL_OK) return st;
+        if ((st = graph_end(p, g, p->srcp[SD_TEXT_ENCODER], &g->out, 1, err)) != COL_OK) return st;
     }
     size_t bytes = sizeof(float) * (size_t)n * T * p->text.hidden;
     col_status st = dm_exec_upload(g->x, g->in[0], ids, sizeof(int32_t) * (size_t)n * T, err);
@@ -85,7 +85,7 @@ col_status sd_run_unet(sd_pipeline *p, const float *x, const float *t, const flo
             return st;
         }
         g->in[0] = io.sample, g->in[1] = io.t_proj, g->in[2] = io.context, g->out = io.out;
-        if ((st = graph_end(p, g, &p->src[SD_UNET], &g->out, 1, err)) != COL_OK) return st;
+        if ((st = graph_end(p, g, p->srcp[SD_UNET], &g->out, 1, err)) != COL_OK) return st;
     }
     int dim = c->block_out_channels[0];
     float *tp = malloc(sizeof(float) * (size_t)B * dim);
@@ -115,7 +115,7 @@ col_status sd_vae_decode(sd_pipeline *p, const float *z, int h, int w, float *im
             sd_graph_free(g);
             return st;
         }
-        st = graph_end(p, g, &p->src[SD_VAE], &g->out, 1, err);
+        st = graph_end(p, g, p->srcp[SD_VAE], &g->out, 1, err);
         if (st != COL_OK) return st;
     }
     col_status st = dm_exec_upload(g->x, g->in[0], z, sizeof(float) * (size_t)p->vae.latent_channels * h * w, err);
@@ -140,7 +140,7 @@ col_status sd_vae_encode(sd_pipeline *p, const float *img, int H, int W, float *
         }
         g->out = m.mean, g->out2 = m.logvar;
         col_node *outs[2] = {m.mean, m.logvar};
-        st = graph_end(p, g, &p->src[SD_VAE], outs, 2, err);
+        st = graph_end(p, g, p->srcp[SD_VAE], outs, 2, err);
         if (st != COL_OK) return st;
     }
     int s = sd_pipeline_vae_scale(p);

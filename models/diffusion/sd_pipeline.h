@@ -23,9 +23,21 @@
 
 typedef struct sd_pipeline sd_pipeline;
 
-/* Opens the model's configs, tokenizer and scheduler config; weights are
+typedef struct {
+    dm_store_config mem;             /* where the weights live (dm_store.h) */
+    const char *tokenizer;           /* a tokenizer folder in place of the model's (NULL: the model's; a single
+                                        file's is the CLIP tokenizer colossal carries) */
+    /* LoRA files merged into the UNet's and the text encoder's weights as they are read (sd_lora.h), each with
+     * its weight */
+    const char *const *lora;
+    const float *lora_weight;
+    int nlora;
+} sd_open_config;
+
+/* Opens the model's configs, tokenizer and scheduler config (a diffusers
+ * folder's files, or those a single-file checkpoint implies); weights are
  * read when a component is first needed. */
-col_status sd_pipeline_open(const sd_model_files *files, const col_backend *be, const dm_store_config *mem,
+col_status sd_pipeline_open(const sd_model_files *files, const col_backend *be, const sd_open_config *cfg,
                             sd_pipeline **out, col_err *err);
 void sd_pipeline_free(sd_pipeline *p);
 

@@ -11,6 +11,8 @@
 #include "dm_vae.h"
 #include "rng_torch.h"
 #include "scheduler.h"
+#include "sd_lora.h"
+#include "sd_single_file.h"
 #include "tokenizer.h"
 #include "sd_pipeline.h"
 
@@ -33,9 +35,15 @@ struct sd_pipeline {
     dm_unet_config unet;
     dm_vae_config vae;
     dm_clip_text_config text;
-    col_ckpt *ckpt[SD_NCOMPONENTS];
+    col_ckpt *ckpt[SD_NCOMPONENTS];           /* a diffusers folder's weight files */
     dm_source src[SD_NCOMPONENTS];
     dm_ckpt_source src_ctx[SD_NCOMPONENTS];
+    sd_single_file *sf;                       /* or one single-file checkpoint */
+    sd_lora *lora[8];                         /* LoRA files */
+    int nlora;
+    sd_lora_source *lora_src[SD_NCOMPONENTS]; /* a component's weights with the LoRAs merged in */
+    const dm_source *srcp[SD_NCOMPONENTS];    /* where each component's weights come from */
+    char *sched_json;                         /* the scheduler's config text */
     sd_graph g_text, g_unet, g_dec, g_enc;
     col_tokenizer *tok;
     dm_sched_config sched_cfg;     /* scheduler_config.json as its own class reads it */
@@ -82,7 +90,8 @@ void sd_gaussian_sample(const float *mean, const float *logvar, const float *noi
 int sd_pipeline_vae_scale(const sd_pipeline *p);
 
 /* the tokenizer (sd_pipeline_parts.c): 77 ids, BOS + text + EOS, truncated and padded as the model's tokenizer */
-col_status sd_prompt_open(sd_pipeline *p, col_err *err);
+/* dir: a tokenizer folder, or NULL for the bundled CLIP tokenizer; pad: a pad token in place of the files' */
+col_status sd_prompt_open(sd_pipeline *p, const char *dir, const char *pad, col_err *err);
 void sd_prompt_close(sd_pipeline *p);
 col_status sd_prompt_ids(sd_pipeline *p, const char *text, int32_t *ids, col_err *err);
 

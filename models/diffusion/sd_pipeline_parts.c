@@ -4,11 +4,36 @@
 
 #include "sd_pipeline_internal.h"
 
-col_status sd_prompt_open(sd_pipeline *p, col_err *err)
+/* the CLIP tokenizer colossal carries (assets/tokenizers/clip), installed or in the source tree */
+static col_status bundled_clip(char *dir, size_t n, col_err *err)
 {
+    static const char *const roots[] = {COL_ASSET_DIR "/tokenizers/clip", COL_SRC_ASSET_DIR "/tokenizers/clip"};
+    for (size_t i = 0; i < sizeof roots / sizeof roots[0]; i++) {
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/vocab.json", roots[i]);
+        FILE *f = fopen(probe, "rb");
+        if (f) {
+            fclose(f);
+            snprintf(dir, n, "%s", roots[i]);
+            return COL_OK;
+        }
+    }
+    return col_err_set(err, COL_EIO, "the bundled CLIP tokenizer is missing (looked in %s and %s): reinstall colossal",
+                       roots[0], roots[1]);
+}
+
+col_status sd_prompt_open(sd_pipeline *p, const char *dir, const char *pad, col_err *err)
+{
+    char bundled[4200];
+    col_status st = COL_OK;
+    if (!dir && (st = bundled_clip(bundled, sizeof bundled, err)) != COL_OK) return st;
     col_tokenizer *t = NULL;
-    col_status st = col_tok_load(p->files.tokenizer, &t, err);
+    st = col_tok_load(dir ? dir : bundled, &t, err);
     if (st != COL_OK) return col_err_prefix(err, "the model's tokenizer");
+    if (pad && (st = col_tok_set_pad(t, pad, err)) != COL_OK) {
+        col_tok_free(t);
+        return st;
+    }
     int32_t ids = col_tok_vocab_size(t);
     if (ids > p->text.vocab_size) {
         col_tok_free(t);
@@ -60,7 +85,7 @@ col_status sd_sched_open(sd_pipeline *p, col_err *err)
         kind = classes[i].kind;
     }
     col_err e2 = {0};
-    col_status st = dm_sched_config_load(p->files.scheduler, kind, &p->sched_cfg, &e2);
+    col_status st = dm_sched_config_parse(p->sched_json, kind, &p->sched_cfg, &e2);
     if (st == COL_EUNSUPPORTED) { /* a setting of the model's scheduler this module lacks: another may do */
         p->default_sched[0] = '\0';
         return COL_OK;
@@ -92,12 +117,12 @@ col_status sd_sched_start(sd_pipeline *p, const char *name, int steps, float str
                            "euler-a, dpm++2m, dpm++2m-karras, lcm, ddpm)",
                            p->files.scheduler_class[0] ? p->files.scheduler_class : "scheduler_config.json");
     if (!name || !*name || strcmp(name, p->default_sched) == 0) {
-        st = dm_sched_config_load(p->files.scheduler, p->sched_cfg.kind, &c, err);
+        st = dm_sched_config_parse(p->sched_json, p->sched_cfg.kind, &c, err);
     } else {
         dm_sched_kind k = dm_sched_kind_from_name(name);
         if ((int)k < 0) return col_err_set(err, COL_EINVAL, "unknown scheduler '%s'", name);
         /* another class reads the model's scheduler_config.json as diffusers' Class.from_config does */
-        st = dm_sched_config_load(p->files.scheduler, k, &c, err);
+        st = dm_sched_config_parse(p->sched_json, k, &c, err);
     }
     if (st != COL_OK) return st;
     st = dm_sched_create(&c, out, err);
