@@ -169,6 +169,7 @@ col_status col_tok_words(const col_tokenizer *t, col_tok_ctx *c, const char *s, 
  * an error). */
 typedef struct {
     struct cJSON *cfg, *map;
+    char *cfg_path, *map_path;
 } col_tok_config;
 col_status col_tok_config_read(const char *dir, col_tok_config *c, col_err *err);
 void col_tok_config_free(col_tok_config *c);

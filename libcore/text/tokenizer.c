@@ -607,13 +607,15 @@ static col_status from_vocab_merges(col_tokenizer *t, const cJSON *vocab, const 
         names[k] = col_tok_config_value(cfg, k ? "eos_token" : "bos_token", &present[k], &file[k]);
         names[k] = present[k] ? names[k] : CLIP_DEFAULTS[k];
         if ((ids[k] = names[k] ? col_tok_token_id(t, names[k]) : -1) < 0)
-            return col_tok_fail(err, COL_EFORMAT, file[k], "a CLIP tokenizer needs a %s token", k ? "eos" : "bos");
+            return col_tok_fail(err, COL_EFORMAT, file[k], "a CLIP tokenizer needs a %s that names a token",
+                                k ? "eos_token" : "bos_token");
     }
     if ((st = add_fixed(t, false, ids[0], "bos", vname, err)) != COL_OK ||
         (st = add_fixed(t, true, ids[1], "eos", vname, err)) != COL_OK)
         return st;
     t->bos_id = ids[0];
     t->eos_id = ids[1];
+    t->pad_id = col_tok_token_id(t, CLIP_DEFAULTS[4]); /* CLIPTokenizer's default; the files may name another */
     return COL_OK;
 }
 
