@@ -308,7 +308,7 @@ static bool ids_in_range(const col_tokenizer *t, const int32_t *ids, size_t n)
 
 static void test_invalid_utf8(const col_tokenizer *t)
 {
-    static const char *const texts[] = {"\xff", "a\xff" "b", "\xc3(", "cafe\xcc", "\xe2\x82", "\xed\xa0\x80",
+    static const char *const texts[] = {"\xff", ("a\xff" "b"), "\xc3(", "cafe\xcc", "\xe2\x82", "\xed\xa0\x80",
                                         "\xf4\x90\x80\x80", "e\xcc\x81\xff\xcc\x81", "\xc0\xaf", "<|endoftext|>\xfe"};
     int ok = 0, kept = 0;
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
