@@ -497,6 +497,18 @@ static void test_bad_files(void)
         put_text(d, "tokenizer_config.json", cfgs[i].cfg);
         expect_load_error(d, cfgs[i].needle, cfgs[i].what);
     }
+    d = new_dir("cfg_many"); /* thousands of special tokens: refused, not scanned for minutes */
+    size_t cap = 64 + 20 * 5000, k2 = 0;
+    char *many = malloc(cap);
+    k2 += (size_t)snprintf(many + k2, cap - k2, "{\"tokenizer_class\": \"CLIPTokenizer\", \"additional_special_tokens\": [");
+    for (int i = 0; i < 5000; i++)
+        k2 += (size_t)snprintf(many + k2, cap - k2, "%s\"<t%d>\"", i ? ", " : "", i);
+    snprintf(many + k2, cap - k2, "]}");
+    link_file(d, "vocab.json", CLIP_DIR "/vocab.json");
+    link_file(d, "merges.txt", CLIP_DIR "/merges.txt");
+    put_text(d, "tokenizer_config.json", many);
+    free(many);
+    expect_load_error(d, "more than 1024 special and added tokens are not supported", "5000 additional special tokens");
     d = new_dir("map_trunc");
     link_file(d, "vocab.json", CLIP_DIR "/vocab.json");
     link_file(d, "merges.txt", CLIP_DIR "/merges.txt");

@@ -25,6 +25,9 @@
 #include "tok_internal.h"
 
 #define CONFIG_MAX ((size_t)64 << 20)
+/* the most added tokens the configuration may make (each costs a scan of the
+ * vocabulary and of the tokens before it; CLIP's folders make two or three) */
+#define ADDED_MAX 1024
 
 static const char *const NAMED[] = {"bos_token", "eos_token", "unk_token", "sep_token",
                                     "pad_token", "cls_token", "mask_token"};
@@ -204,6 +207,13 @@ col_status col_tok_config_added(const col_tok_config *c, const cJSON *vocab, con
     cJSON_ArrayForEach(x, vocab) if (col_tok_json_int(x, 0, INT32_MAX - 1, &id) && id >= next) next = id + 1;
     if (decoder && !cJSON_IsObject(decoder))
         return col_tok_fail(err, COL_EFORMAT, name, "added_tokens_decoder is not an object of id -> token");
+    static const char *const lists[] = {"additional_special_tokens", "extra_special_tokens"};
+    int many = cJSON_GetArraySize(decoder) + cJSON_GetArraySize(c->cfg);
+    for (int k = 0; k < 2; k++)
+        many += cJSON_GetArraySize(value_of(c, lists[k], &from_map));
+    if (many > ADDED_MAX)
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "more than %d special and added tokens are not supported",
+                            ADDED_MAX);
     cJSON *arr = *out = cJSON_CreateArray();
     if (!arr)
         return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
@@ -250,7 +260,6 @@ col_status col_tok_config_added(const col_tok_config *c, const cJSON *vocab, con
             (cJSON_IsString(x) || cJSON_IsObject(x)) && content_of(x))
             st = put_special(c, arr, x, false, decoder, &next, vocab, x->string, err);
     }
-    static const char *const lists[] = {"additional_special_tokens", "extra_special_tokens"};
     for (int k = 0; k < 2 && st == COL_OK; k++) {
         const cJSON *list = value_of(c, lists[k], &from_map), *y;
         if (list && !cJSON_IsArray(list) && !cJSON_IsNull(list))
