@@ -110,6 +110,7 @@ col_status col_cuda_backend_init(col_backend *be, int device, col_err *err)
     cu_register_nn(be);
     cu_register_rope(be);
     cu_register_attention(be);
+    cu_register_image(be);
     return COL_OK;
 }
 

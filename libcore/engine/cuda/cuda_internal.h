@@ -71,6 +71,11 @@ col_status cu_launch(col_err *err, const char *what);
 /* ---- the matmul's cache of cuBLASLt descriptors (cuda_matmul.cu) ---- */
 typedef struct cu_lt_cache cu_lt_cache;
 void cu_lt_cache_free(col_cuda_ctx *c);
+/* Row-major f32 out[M,N] = op(a)[M,K] op(b)[K,N] + beta out, queued on the kernel stream through that
+ * cache (TF32 when the backend's flag is on). ta false: a is stored [M,K] with row stride lda; true: a is
+ * stored [K,M] (a^T) with row stride lda; likewise tb for b. ldc: out's row stride. */
+col_status cu_gemm_f32(col_cuda_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float beta, float *out, int64_t ldc, col_err *err, const char *what);
 
 /* ---- input checks (cuda_check.cu) ---- */
 col_status cu_check_init(col_cuda_ctx *c, col_err *err);
@@ -187,7 +192,8 @@ col_status cu_host_pin(const col_backend *be, void *p, size_t bytes, col_err *er
 void cu_host_unpin(const col_backend *be, void *p);
 }
 
-/* ---- the kernel modules: backend_cuda.cu registers them; they call only cuda_util.cu and cuda_check.cu ---- */
+/* ---- the kernel modules: backend_cuda.cu registers them; they call only cuda_util.cu and cuda_check.cu
+ * (and cuda_image.cu cuda_matmul.cu's cu_gemm_f32) ---- */
 void cu_register_basic(col_backend *be);   /* cuda_basic.cu */
 void cu_register_matmul(col_backend *be);  /* cuda_matmul.cu */
 void cu_register_unary(col_backend *be);   /* cuda_unary.cu */
@@ -196,5 +202,6 @@ void cu_register_norm(col_backend *be);    /* cuda_norm.cu */
 void cu_register_nn(col_backend *be);      /* cuda_nn.cu */
 void cu_register_rope(col_backend *be);    /* cuda_rope.cu */
 void cu_register_attention(col_backend *be); /* cuda_attention.cu */
+void cu_register_image(col_backend *be);   /* cuda_image.cu */
 
 #endif

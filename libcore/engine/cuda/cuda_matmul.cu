@@ -9,7 +9,9 @@
  * bf16 / f16 operands: f32 accumulation, output of the node's dtype.
  * The cuBLASLt descriptors and the heuristic's algorithm are cached per call
  * shape in the backend (below): a call of a known shape only sets pointers.
- * The kernels of one backend are called from one host thread at a time. */
+ * The kernels of one backend are called from one host thread at a time.
+ * cu_gemm_f32 runs one f32 GEMM of other kernels (cuda_image.cu's conv2d)
+ * through the same cache. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +39,7 @@ static uint32_t align_of(const void *p, int64_t stride_bytes)
 typedef struct {
     int dta, dtc;            /* operand and output dtypes (col_dtype) */
     int ta, tb, tf32;        /* transposes (a, b as the builder gave them), TF32 compute */
-    int64_t M, N, K, lda, ldb;
+    int64_t M, N, K, lda, ldb, ldc;
     int64_t inner, sa, sb;   /* strided batch: count and strides of a and b (c's is M N) */
     uint32_t al_a, al_b, al_c; /* alignments of cuBLASLt's A (= b), B (= a), C/D in bytes */
 } lt_key;
@@ -126,7 +128,7 @@ static cublasStatus_t lt_build(const col_cuda_ctx *c, const lt_key *k, lt_objs *
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&o->lb, dt, k->ta ? M : K, k->ta ? K : M, k->lda);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&o->lc, cu_type((col_dtype)k->dtc), N, M, N);
+        s = cublasLtMatrixLayoutCreate(&o->lc, cu_type((col_dtype)k->dtc), N, M, k->ldc);
     if (s == CUBLAS_STATUS_SUCCESS && k->inner > 1) {
         if (layout_batch(o->la, k->inner, k->sb) != COL_OK || layout_batch(o->lb, k->inner, k->sa) != COL_OK ||
             layout_batch(o->lc, k->inner, M * N) != COL_OK)
@@ -253,7 +255,7 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
     key.ta = ta, key.tb = tb;
     key.dta = (int)a->dtype, key.dtc = (int)n->t.dtype;
     key.tf32 = c->tf32 && a->dtype == COL_F32;
-    key.M = M, key.N = N, key.K = K;
+    key.M = M, key.N = N, key.K = K, key.ldc = N;
     if (inner > 1)
         key.inner = inner, key.sa = sa, key.sb = sb;
     /* the alignment every call's pointers have (the loop's offsets included) */
@@ -283,6 +285,34 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
     if (s != CUBLAS_STATUS_SUCCESS)
         return cu_blas_status(s, err, "matmul");
     return cu_launch(err, "matmul");
+}
+
+col_status cu_gemm_f32(col_cuda_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float beta, float *out, int64_t ldc, col_err *err, const char *what)
+{
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return col_err_set(err, COL_EUNSUPPORTED, "%s: a GEMM dimension exceeds 2^31", what);
+    if (M == 0 || N == 0)
+        return COL_OK;
+    lt_key key;
+    memset(&key, 0, sizeof key); /* padding too: keys compare with memcmp */
+    key.dta = key.dtc = (int)COL_F32;
+    key.ta = ta, key.tb = tb, key.tf32 = c->tf32;
+    key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
+    key.al_a = align_of(b, 0), key.al_b = align_of(a, 0), key.al_c = align_of(out, 0);
+    cublasStatus_t s;
+    const lt_entry *e = lt_lookup(c, &key, &s);
+    if (!e && s != CUBLAS_STATUS_SUCCESS)
+        return cu_blas_status(s, err, what);
+    if (!e)
+        return col_err_set(err, COL_EUNSUPPORTED, "%s: cuBLASLt has no algorithm for [%lld,%lld] @ [%lld,%lld] f32", what,
+                           (long long)M, (long long)K, (long long)K, (long long)N);
+    const float one = 1.0f;
+    s = cublasLtMatmul(c->lt, e->o.op, &one, b, e->o.la, a, e->o.lb, &beta, out, e->o.lc, out, e->o.lc, &e->algo, c->ws,
+                       c->ws_bytes, c->stream);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return cu_blas_status(s, err, what);
+    return cu_launch(err, what);
 }
 
 void cu_register_matmul(col_backend *be) { be->kernel[COL_OP_MATMUL] = k_matmul; }
