@@ -105,7 +105,15 @@ col_status sd_run_unet(sd_pipeline *p, const float *x, const float *t, const flo
 /* latents [C, h, w] (already divided by the scaling factor) -> image [3, H, W] in [-1, 1] */
 col_status sd_vae_decode(sd_pipeline *p, const float *z, int h, int w, float *img, col_err *err)
 {
-    sd_graph *g = &p->g_dec;
+    /* the graph of this shape, or a free slot, or the first one rebuilt */
+    sd_graph *g = &p->g_dec[0];
+    for (int i = 0; i < 4; i++)
+        if (p->g_dec[i].g && p->g_dec[i].h == h && p->g_dec[i].w == w) {
+            g = &p->g_dec[i];
+            break;
+        } else if (!p->g_dec[i].g) {
+            g = &p->g_dec[i];
+        }
     int s = sd_pipeline_vae_scale(p);
     if (graph_begin(g, 1, h, w)) {
         g->in[0] = col_input(g->g, "latents", COL_F32, 4, (int64_t[]){1, p->vae.latent_channels, h, w});
@@ -195,4 +203,16 @@ col_status sd_tensor_to_image(const float *x, int W, int H, col_image *out, col_
             out->data[3 * i + c] = (uint8_t)rintf(v * 255.0f);
         }
     return COL_OK;
+}
+
+static col_status decode_tile(void *user, const float *z, int64_t th, int64_t tw, float *out, col_err *err)
+{
+    return sd_vae_decode(user, z, (int)th, (int)tw, out, err);
+}
+
+col_status sd_vae_decode_image(sd_pipeline *p, const float *z, int h, int w, float *img, col_err *err)
+{
+    dm_vae_tiling t = dm_vae_tiling_of(&p->vae);
+    if (!dm_vae_needs_tiling(&t, h, w)) return sd_vae_decode(p, z, h, w, img, err);
+    return dm_vae_decode_tiled(&p->vae, &t, z, 1, h, w, decode_tile, p, img, err);
 }

@@ -73,7 +73,7 @@ static col_status open_loras(sd_pipeline *p, const sd_open_config *cfg, col_err 
         return col_err_set(err, COL_EINVAL, "at most %d LoRA files", (int)(sizeof p->lora / sizeof p->lora[0]));
     for (int i = 0; i < cfg->nlora; i++) {
         col_status st = sd_lora_open(cfg->lora[i], &p->lora[i], err);
-        if (st != COL_OK) return st;
+        if (st != COL_OK) return strstr(err->msg, cfg->lora[i]) ? st : col_err_prefix(err, "LoRA %s", cfg->lora[i]);
         p->nlora++;
     }
     int used = 0;
@@ -124,7 +124,7 @@ void sd_pipeline_free(sd_pipeline *p)
     if (!p) return;
     sd_graph_free(&p->g_text);
     sd_graph_free(&p->g_unet);
-    sd_graph_free(&p->g_dec);
+    for (int i = 0; i < 4; i++) sd_graph_free(&p->g_dec[i]);
     sd_graph_free(&p->g_enc);
     dm_store_free(p->store);
     for (int c = 0; c < SD_NCOMPONENTS; c++) {
@@ -178,7 +178,7 @@ col_status sd_generate(sd_pipeline *p, const sd_gen_params *q, col_image *out, c
     if (st == COL_OK && !img) st = col_err_set(err, COL_ENOMEM, "pipeline: out of memory");
     for (int b = 0; st == COL_OK && b < q->batch; b++) {
         for (size_t i = 0; i < lat; i++) z[i] = r.latents[b * lat + i] / p->vae.scaling_factor;
-        st = sd_vae_decode(p, z, r.h, r.w, img, err);
+        st = sd_vae_decode_image(p, z, r.h, r.w, img, err);
         if (st == COL_OK) st = sd_tensor_to_image(img, q->width, q->height, &out[b], err);
     }
     if (st != COL_OK)

@@ -44,7 +44,8 @@ struct sd_pipeline {
     sd_lora_source *lora_src[SD_NCOMPONENTS]; /* a component's weights with the LoRAs merged in */
     const dm_source *srcp[SD_NCOMPONENTS];    /* where each component's weights come from */
     char *sched_json;                         /* the scheduler's config text */
-    sd_graph g_text, g_unet, g_dec, g_enc;
+    sd_graph g_text, g_unet, g_enc;
+    sd_graph g_dec[4];                        /* decoder graphs: one per tile shape when decoding in tiles */
     col_tokenizer *tok;
     dm_sched_config sched_cfg;     /* scheduler_config.json as its own class reads it */
     bool has_sched_cfg;
@@ -80,6 +81,9 @@ void sd_run_free(sd_run *r);
 /* the components (sd_components.c) */
 void sd_graph_free(sd_graph *g);
 col_status sd_vae_decode(sd_pipeline *p, const float *z, int h, int w, float *img, col_err *err);
+/* the whole image: in tiles, blended as diffusers' enable_tiling() does, when the latents are larger than the
+ * VAE's tile (sample_size), else in one piece */
+col_status sd_vae_decode_image(sd_pipeline *p, const float *z, int h, int w, float *img, col_err *err);
 col_status sd_tensor_to_image(const float *x, int W, int H, col_image *out, col_err *err);
 col_status sd_encode_text(sd_pipeline *p, const int32_t *ids, int n, float *out, col_err *err);
 col_status sd_run_unet(sd_pipeline *p, const float *x, const float *t, const float *ctx, int B, int h, int w,

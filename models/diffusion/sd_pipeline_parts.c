@@ -37,7 +37,8 @@ col_status sd_prompt_open(sd_pipeline *p, const char *dir, const char *pad, col_
     int32_t ids = col_tok_vocab_size(t);
     if (ids > p->text.vocab_size) {
         col_tok_free(t);
-        return col_err_set(err, COL_EFORMAT, "the tokenizer has %d ids but the text encoder only %d embeddings",
+        return col_err_set(err, COL_EFORMAT, "the tokenizer has %d ids but the text encoder only %d embeddings: the model needs its own "
+                           "tokenizer",
                            (int)ids, p->text.vocab_size);
     }
     p->tok = t;
