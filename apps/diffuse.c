@@ -182,7 +182,7 @@ static int run(diffuse_opts *o)
     g.progress = on_step;
     g.user = &pg;
     if (!o->quiet)
-        fprintf(stderr, DIFFUSE_PROG ": %s, %dx%d, %s, %d steps, cfg %g, seed %llu, on %s\n", files.dir, g.width,
+        fprintf(stderr, DIFFUSE_PROG ": %s, %dx%d, %s, %d steps, cfg %g, seed %llu, on %s\n", o->model, g.width,
                 g.height, sched, g.steps, (double)g.cfg, (unsigned long long)g.seed, dev.desc);
     imgs = calloc((size_t)o->batch, sizeof *imgs);
     if (!imgs) {
