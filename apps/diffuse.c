@@ -113,9 +113,7 @@ static int run(diffuse_opts *o)
     col_err err = {0};
     sd_model_files files;
     if (sd_model_locate(o->model, &files, &err) != COL_OK) return fail(&err);
-    if (o->nlora)
-        return fail_msg("--lora: LoRA files are not supported yet (%s)%s", o->lora[0], "");
-    if (o->mask && !files.inpainting)
+    if (o->mask && !files.inpainting && !files.single_file[0])
         return fail_msg("--mask needs an inpainting model (%s is a %s)", o->model,
                         files.pipeline[0] ? files.pipeline : "text-to-image model");
 
@@ -161,7 +159,8 @@ static int run(diffuse_opts *o)
         size_t free_b = 0, total_b = 0;
         if (app_device_memory(&dev, &free_b, &total_b)) mem.compute_budget = app_device_budget_rule(free_b, total_b);
     }
-    if (sd_pipeline_open(&files, &dev.be, &mem, &p, &err) != COL_OK) {
+    sd_open_config oc = {.mem = mem, .tokenizer = o->tokenizer, .lora = o->lora, .lora_weight = o->lora_weight, .nlora = o->nlora};
+    if (sd_pipeline_open(&files, &dev.be, &oc, &p, &err) != COL_OK) {
         rc = fail(&err);
         goto done;
     }
@@ -183,7 +182,7 @@ static int run(diffuse_opts *o)
     g.progress = on_step;
     g.user = &pg;
     if (!o->quiet)
-        fprintf(stderr, DIFFUSE_PROG ": %s, %dx%d, %s, %d steps, cfg %g, seed %llu, on %s\n", files.dir, g.width,
+        fprintf(stderr, DIFFUSE_PROG ": %s, %dx%d, %s, %d steps, cfg %g, seed %llu, on %s\n", o->model, g.width,
                 g.height, sched, g.steps, (double)g.cfg, (unsigned long long)g.seed, dev.desc);
     imgs = calloc((size_t)o->batch, sizeof *imgs);
     if (!imgs) {

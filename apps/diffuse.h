@@ -25,6 +25,7 @@ typedef struct {
     const char *init;     /* img2img / inpainting source image */
     float strength;       /* how much of init is replaced: 0 < s <= 1 */
     const char *mask;     /* inpainting: white = repaint */
+    const char *tokenizer;/* a tokenizer folder in place of the model's */
     const char *lora[DF_MAX_LORA];
     float lora_weight[DF_MAX_LORA];
     int nlora;

@@ -16,8 +16,8 @@ void diffuse_usage(FILE *f)
     fprintf(f,
             "usage: " DIFFUSE_PROG " [options] MODEL PROMPT\n"
             "Generates images with a Stable Diffusion 1.x/2.x model. MODEL is a diffusers folder (model_index.json,\n"
-            "unet/, vae/, text_encoder/, tokenizer/, scheduler/) or a hub id (org/name) already in the Hugging Face\n"
-            "cache.\n"
+            "unet/, vae/, text_encoder/, tokenizer/, scheduler/), a hub id (org/name) already in the Hugging Face\n"
+            "cache, or a single-file checkpoint (.safetensors or .ckpt with the original LDM key names).\n"
             "  -o, --out FILE        the PNG to write (default colossal.png; with --batch N: FILE-1.png ...);\n"
             "                        the generation parameters go into it as a 'parameters' text chunk\n"
             "      --negative TEXT   the negative prompt (default empty)\n"
@@ -37,6 +37,8 @@ void diffuse_usage(FILE *f)
             "      --rng torch-cpu|philox  starting noise: torch's CPU generator, so a diffusers script with\n"
             "                        torch.Generator().manual_seed(seed) starts from the same latents (default),\n"
             "                        or colossal's counter-based generator\n"
+            "      --tokenizer DIR   the tokenizer folder (vocab.json + merges.txt) to use in place of the model's\n"
+            "                        (a single file's is the CLIP tokenizer colossal carries)\n"
             "      --force           replace an existing --out file that colossal-diffuse did not write\n"
             "  -q, --quiet           no progress bar\n"
             "%s%s",
@@ -91,7 +93,7 @@ static bool parse_size(const char *s, int *w, int *h)
 int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n)
 {
     enum { O_NEG = 256, O_STEPS, O_CFG, O_SEED, O_SIZE, O_BATCH, O_SCHED, O_INIT, O_STRENGTH, O_MASK, O_LORA, O_RNG,
-           O_DEVICE, O_FORCE, O_MEM /* + index in mem_opt_names */ };
+           O_DEVICE, O_FORCE, O_TOK, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'}, {"negative", required_argument, 0, O_NEG},
         {"steps", required_argument, 0, O_STEPS}, {"cfg", required_argument, 0, O_CFG},
@@ -100,7 +102,7 @@ int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n)
         {"init", required_argument, 0, O_INIT}, {"strength", required_argument, 0, O_STRENGTH},
         {"mask", required_argument, 0, O_MASK}, {"lora", required_argument, 0, O_LORA},
         {"rng", required_argument, 0, O_RNG}, {"device", required_argument, 0, O_DEVICE},
-        {"force", no_argument, 0, O_FORCE}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+        {"force", no_argument, 0, O_FORCE}, {"tokenizer", required_argument, 0, O_TOK}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
         {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
@@ -178,6 +180,7 @@ int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n)
             if (!app_device_parse(optarg, &o->device, msg, n)) return 2;
             break;
         case O_FORCE: o->force = true; break;
+        case O_TOK: o->tokenizer = optarg; break;
         case 'q': o->quiet = true; break;
         case 'h': diffuse_usage(stdout); return 1;
         case O_MEM: case O_MEM + 1: case O_MEM + 2: case O_MEM + 3: case O_MEM + 4: case O_MEM + 5: case O_MEM + 6:

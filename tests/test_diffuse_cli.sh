@@ -102,7 +102,24 @@ if [ "$(id -u)" != 0 ]; then
 else
     n=$((n + 1)); echo "ok $n # SKIP an output folder not writable (root writes anywhere)"
 fi
-check "--lora is not supported yet" 1 "--lora" -- $fast --lora "$tmp/x.safetensors" "$model" "x"
+# LoRA files (tests/fixtures/sd_lora: adapters of this very model) change the image; a bad one is refused
+lora="$src/tests/fixtures/sd_lora"
+"$diffuse" $fast -o "$tmp/plain.png" "$model" "a cat" > /dev/null 2> "$tmp/err"
+if "$diffuse" $fast --lora "$lora/a_peft.safetensors:0.7" -o "$tmp/lora.png" "$model" "a cat" > /dev/null 2> "$tmp/err" &&
+   [ -s "$tmp/lora.png" ] && ! cmp -s "$tmp/plain.png" "$tmp/lora.png" && grep -aq "LoRA: .*a_peft.safetensors:0.7" "$tmp/lora.png"
+then pass "--lora FILE:W changes the image and is recorded"; else fail "--lora FILE:W changes the image and is recorded"; fi
+if "$diffuse" $fast --lora "$lora/a_kohya.safetensors" --lora "$lora/b_kohya.safetensors:-0.5" -o "$tmp/lora2.png" "$model" "a cat" \
+   > /dev/null 2> "$tmp/err"; then pass "two stacked --lora files"; else fail "two stacked --lora files"; fi
+check "a LoRA file that is not one" 1 "a.png" -- $fast --lora "$tmp/a.png" "$model" "x"
+check "a missing LoRA file" 1 "nope.safetensors" -- $fast --lora "$tmp/nope.safetensors" "$model" "x"
+
+# a single-file checkpoint (LDM key names; tests/test_sd_pipeline.c shows it gives its diffusers twin's latents)
+sf="$src/tests/fixtures/sd_pipeline/sf_model"
+if "$diffuse" $fast --tokenizer "$sf/tokenizer" -o "$tmp/sf.png" "$sf.safetensors" "a cat" > /dev/null 2> "$tmp/err" &&
+   grep -aq "Model: .*sf_model.safetensors" "$tmp/sf.png"; then pass "a single-file checkpoint"
+else fail "a single-file checkpoint"; fi
+check "a single file's tiny vocabulary against the bundled CLIP tokenizer" 1 "embeddings" -- $fast "$sf.safetensors" "x"
+check "a --tokenizer folder that is not one" 1 "tokenizer" -- $fast --tokenizer "$tmp" "$model" "x"
 
 echo "1..$n"
 [ "$fails" -eq 0 ]

@@ -505,6 +505,32 @@ static void test_threads(void)
     free(x), free(w), free(b), free(dy);
 }
 
+/* ---- upsampling of bf16: views and a copy, the same values as the f32 op ---- */
+
+static void test_upsample_bf16(void)
+{
+    int64_t sx[4] = {2, 3, 5, 4};
+    float *x = randn(prod(4, sx));
+    col_graph *g = col_graph_new();
+    col_node *xn = col_input(g, "x", COL_F32, 4, sx);
+    col_bind(xn, x, NULL);
+    col_node *xb = col_cast(g, xn, COL_BF16);
+    col_node *yb = col_upsample_nearest(g, xb, 3), *y16 = col_cast(g, yb, COL_F32);
+    col_node *y32 = col_upsample_nearest(g, col_cast(g, xb, COL_F32), 3);
+    col_mark_output(y16);
+    col_mark_output(y32);
+    col_plan *p = NULL;
+    col_err err = {0};
+    bool ran = col_graph_status(g) == COL_OK && col_plan_create(g, &p, &err) == COL_OK && col_plan_run(p, &be, &err) == COL_OK;
+    bool same = ran && memcmp(col_data(y16), col_data(y32), sizeof(float) * (size_t)prod(4, y32->t.shape)) == 0;
+    TL_OK(same && yb->t.dtype == COL_BF16 && yb->op != COL_OP_UPSAMPLE_NEAREST && y32->op == COL_OP_UPSAMPLE_NEAREST,
+          "upsample_nearest x3 of bf16 (views and a copy) equals the f32 op's result%s%s", ran ? "" : ": ",
+          ran ? "" : err.msg);
+    col_plan_free(p);
+    col_graph_free(g);
+    free(x);
+}
+
 /* ---- builder errors ---- */
 
 static void expect_error(col_graph *g, col_node *n, col_status code, const char *op, const char *what)
@@ -569,6 +595,7 @@ int main(void)
     test_gradchecks();
     test_tiles();
     test_threads();
+    test_upsample_bf16();
     test_errors();
     col_cpu_backend_free(&be);
     return tl_done();

@@ -335,6 +335,91 @@ static void vae_decode(const char *name, const dm_vae_config *c, const col_ckpt 
     free(zm);
 }
 
+/* tiled decoding: a tile decoder that keeps one graph per tile shape */
+typedef struct {
+    const dm_vae_config *c;
+    const col_ckpt *ck;
+    int64_t B;
+    struct {
+        int64_t h, w;
+        col_graph *g;
+        dm_builder b;
+        col_node *z, *y;
+        col_plan *p;
+    } shape[8];
+    int n, calls;
+} tile_decoder;
+
+static col_status decode_tile(void *user, const float *z, int64_t th, int64_t tw, float *out, col_err *err)
+{
+    tile_decoder *d = user;
+    int k = 0;
+    while (k < d->n && (d->shape[k].h != th || d->shape[k].w != tw)) k++;
+    if (k == d->n) {
+        if (d->n == 8) return col_err_set(err, COL_EINTERNAL, "test: more than 8 tile shapes");
+        d->n++;
+        d->shape[k].h = th, d->shape[k].w = tw;
+        d->shape[k].g = col_graph_new();
+        dm_builder_init(&d->shape[k].b, d->shape[k].g, false, COL_F32);
+        d->shape[k].z = col_input(d->shape[k].g, "z", COL_F32, 4, (int64_t[]){d->B, d->c->latent_channels, th, tw});
+        col_status st = dm_vae_build_decoder(&d->shape[k].b, d->c, d->shape[k].z, &d->shape[k].y);
+        if (st == COL_OK) st = dm_bind_checkpoint(&d->shape[k].b, d->ck, err);
+        else dm_builder_status(&d->shape[k].b, err);
+        if (st == COL_OK) st = col_plan_create_for(d->shape[k].g, NULL, &d->shape[k].y, 1, &d->shape[k].p, err);
+        if (st != COL_OK) return st;
+    }
+    d->calls++;
+    size_t zb = sizeof(float) * (size_t)col_numel(&d->shape[k].z->t);
+    size_t yb = sizeof(float) * (size_t)col_numel(&d->shape[k].y->t);
+    col_status st = col_plan_upload(d->shape[k].p, d->shape[k].z, z, zb, err);
+    if (st == COL_OK) st = col_plan_run(d->shape[k].p, &be, err);
+    if (st == COL_OK) st = col_plan_download(d->shape[k].p, d->shape[k].y, out, yb, err);
+    return st;
+}
+
+static void vae_tiled(const char *name, const dm_vae_config *c, const col_ckpt *ck, const col_ckpt *r)
+{
+    int nd;
+    int64_t zs[4] = {0};
+    float *z = ref(r, "tiled.z", &nd, zs);
+    dm_vae_tiling t = dm_vae_tiling_of(c);
+    int64_t f = dm_vae_downscale(c), H = zs[2] * f, W = zs[3] * f, n = zs[0] * c->out_channels * H * W;
+    tile_decoder d = {.c = c, .ck = ck, .B = zs[0]};
+    col_err err = {0};
+    float *out = malloc(sizeof(float) * (size_t)n);
+    /* a graph over the output, for compare(): its data is out */
+    col_graph *g = col_graph_new();
+    col_node *y = input(g, "y", COL_F32, 4, (int64_t[]){zs[0], c->out_channels, H, W}, out);
+    bool tiles = z && nd == 4 && dm_vae_needs_tiling(&t, zs[2], zs[3]) &&
+                 !dm_vae_needs_tiling(&t, t.tile_latent, t.tile_latent);
+    col_status st = tiles ? dm_vae_decode_tiled(c, &t, z, zs[0], zs[2], zs[3], decode_tile, &d, out, &err) : COL_EINVAL;
+    float *sz = ref(r, "tiled.sizes", NULL, NULL);
+    TL_OK(sz && t.tile_latent == sz[0] && t.tile_sample == sz[1] && t.overlap_latent == sz[2] && t.blend == sz[3] &&
+              t.row_limit == sz[4],
+          "%s: tiling as diffusers': latent tiles of %d, %d pixels, every %d, blend %d, keep %d", name, t.tile_latent,
+          t.tile_sample, t.overlap_latent, t.blend, t.row_limit);
+    free(sz);
+    int64_t rows = (zs[2] + t.overlap_latent - 1) / t.overlap_latent;
+    int64_t cols = (zs[3] + t.overlap_latent - 1) / t.overlap_latent;
+    if (st == COL_OK) {
+        double e = compare(r, "tiled.out", y);
+        TL_OK(e <= MAX_NMSE && d.calls == rows * cols && d.n == 4,
+              "%s: tiled decode of %lldx%lld latents (tiles of %d every %d, blend %d px): %d tiles of %d shapes, "
+              "NMSE %.2e", name, (long long)zs[2], (long long)zs[3], t.tile_latent, t.overlap_latent, t.blend, d.calls,
+              d.n, e);
+    } else {
+        TL_OK(false, "%s: tiled decode runs %s", name, err.msg);
+    }
+    for (int k = 0; k < d.n; k++) {
+        col_plan_free(d.shape[k].p);
+        dm_builder_free(&d.shape[k].b);
+        col_graph_free(d.shape[k].g);
+    }
+    col_graph_free(g);
+    free(out);
+    free(z);
+}
+
 static void vae_model(const char *name, const dm_vae_config *want)
 {
     char dir[512], path[600];
@@ -384,6 +469,7 @@ static void vae_model(const char *name, const dm_vae_config *want)
         vae_encode(name, &c, ck, r, "enc2", false);
         vae_decode(name, &c, ck, r, "dec");
         vae_decode(name, &c, ck, r, "dec2");
+        vae_tiled(name, &c, ck, r);
     }
     col_ckpt_close(ck);
     col_ckpt_close(r);
@@ -455,6 +541,12 @@ static void vae_bind_error(const char *dir, const dm_vae_config *c, const char *
     col_ckpt_close(ck);
 }
 
+static col_status fail_tile(void *user, const float *z, int64_t th, int64_t tw, float *out, col_err *err)
+{
+    (void)user, (void)z, (void)out;
+    return col_err_set(err, COL_EIO, "test: tile %lldx%lld at", (long long)th, (long long)tw);
+}
+
 static void vae_errors(void)
 {
     dm_vae_config c;
@@ -494,9 +586,24 @@ static void vae_errors(void)
     vae_build_error(&t, false, (int64_t[]){1, 3, 3, 16}, NULL, COL_ESHAPE, "3x16 image is too small for 2");
     vae_build_error(&t, false, (int64_t[]){2, 3, 16, 16}, (int64_t[]){2, 4, 8, 8}, COL_ESHAPE,
                     "noise must be an f32 [2, 4, 4, 4]");
-    vae_build_error(&t, true, (int64_t[]){1, 3, 4, 4}, NULL, COL_ESHAPE, "VAE decoder: the input must be an f32 [batch, 4,");
+    vae_build_error(&t, true, (int64_t[]){1, 3, 4, 4}, NULL, COL_ESHAPE,
+                    "VAE decoder: the input must be an f32 [batch, 4,");
     t.norm_groups = 3;
     vae_build_error(&t, true, (int64_t[]){1, 4, 4, 4}, NULL, COL_EINVAL, "not a positive multiple of 3");
+
+    /* tilings that do not tile the image, a tile decoder that fails */
+    dm_vae_config tc = dm_vae_defaults();
+    tc.n_blocks = 2, tc.block_out[0] = 4, tc.block_out[1] = 4, tc.norm_groups = 2, tc.sample_size = 18;
+    dm_vae_tiling tt = dm_vae_tiling_of(&tc);
+    float zt[4 * 10 * 10], yt[3 * 20 * 20];
+    memset(zt, 0, sizeof zt);
+    st = dm_vae_decode_tiled(&tc, &tt, zt, 1, 10, 10, fail_tile, NULL, yt, &err);
+    TL_OK(st == COL_EUNSUPPORTED && strstr(err.msg, "does not tile"), "VAE tiled decode, sample_size 18: %s", err.msg);
+    tc.sample_size = 16;
+    tt = dm_vae_tiling_of(&tc);
+    st = dm_vae_decode_tiled(&tc, &tt, zt, 1, 10, 10, fail_tile, NULL, yt, &err);
+    TL_OK(st == COL_EIO && strstr(err.msg, "tile 8x8 at"), "VAE tiled decode passes the tile decoder's error on: %s",
+          err.msg);
 
     /* weights that do not fit the config: a legacy-named file read with the new names, another model's file */
     dm_vae_config b = dm_vae_defaults();

@@ -58,6 +58,12 @@ check "empty input" 0 "[]" "$tmp/empty" -- --no-special llama3
 check "a tokenizer.json path" 0 "[1, 15043, 3186, 29991]" "$tmp/hello" -- "${srcdir:-.}/assets/tokenizers/llama2/tokenizer.json"
 check "a vocab.json + merges.txt directory" 0 "[15496, 995, 0]" "$tmp/hello" -- "${srcdir:-.}/assets/tokenizers/gpt2"
 check "gpt2 --decode" 0 "Hello world!" "$tmp/ids" -- --decode gpt2
+# CLIP (references: tests/fixtures/clip_tokenizer/cases_sd1.jsonl, from transformers' CLIPTokenizer)
+printf 'A PHOTO OF A CAT' > "$tmp/cat"
+printf '[49406, 320, 1125, 539, 320, 2368, 49407]' > "$tmp/catids"
+check "clip: lower case, BOS and EOS" 0 "[49406, 320, 1125, 539, 320, 2368, 49407]" "$tmp/cat" -- clip
+check "clip --decode" 0 "<|startoftext|>a photo of a cat <|endoftext|>" "$tmp/catids" -- --decode clip
+check "clip --decode --skip-special" 0 "a photo of a cat" "$tmp/catids" -- --decode --skip-special clip
 check "llama3 --decode keeps special tokens" 0 "<|begin_of_text|>x<|eot_id|>y" "$tmp/ids3" -- --decode llama3
 check "llama3 --decode --skip-special" 0 "xy" "$tmp/ids3" -- --decode --skip-special llama3
 for m in gpt2 llama2 llama3; do

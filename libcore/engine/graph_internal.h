@@ -88,5 +88,6 @@ void col_bwd_cross_entropy(col_graph *g, col_node *n, col_node *d);
 void col_bwd_attention(col_graph *g, col_node *n, col_node *d);
 /* ops_image_bwd.c */
 void col_bwd_conv2d(col_graph *g, col_node *n, col_node *d);
+void col_bwd_upsample(col_graph *g, col_node *n, col_node *d);
 
 #endif

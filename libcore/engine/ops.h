@@ -78,6 +78,8 @@ typedef enum {
                               out [B,Cout,Ho,Wo]; scratch: one im2col tile (col_conv2d_tile) */
     COL_OP_CONV2D_BWD_DATA,   /* src0 = dy [B,Cout,Ho,Wo], src1 = w; out dx [B,Cin,H,W] (col2im of w^T dy) */
     COL_OP_CONV2D_BWD_FILTER, /* src0 = x, src1 = dy; out dw [Cout,Cin,kh,kw], summed over the batch */
+    COL_OP_UPSAMPLE_NEAREST,     /* src0 = x [B,C,H,W] f32; i[0] = scale s; out [B,C,sH,sW] */
+    COL_OP_UPSAMPLE_NEAREST_BWD, /* src0 = dy [B,C,sH,sW]; i[0] = s; out dx [B,C,H,W]: each s x s block's sum */
 
     COL_OP_COUNT
 } col_op;
@@ -181,17 +183,20 @@ typedef struct {
     int pad_top, pad_bottom, pad_left, pad_right;   /* zero padding, >= 0 */
 } col_conv2d_cfg;
 /* x [B,Cin,H,W] cross-correlated with w [Cout,Cin,kh,kw] (+ bias [Cout] or NULL):
- * [B,Cout,Ho,Wo], Ho = (H + pad_top + pad_bottom - kh) / stride_h + 1 (F.conv2d) */
+ * [B,Cout,Ho,Wo], Ho = (H + pad_top + pad_bottom - kh) / stride_h + 1 (F.conv2d).
+ * f32 operands (COL_EDTYPE otherwise); one CONV2D node (ops_image.c) */
 struct col_node *col_conv2d_ex(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *bias,
                                const col_conv2d_cfg *cfg);
 /* the same with one stride and the same padding on every side */
 struct col_node *col_conv2d(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *bias,
                             int stride, int pad);
 /* torch.nn.GroupNorm: x [B,C,...] normalised over each group of C/groups channels and the
- * remaining dims (biased variance, eps inside the square root), then * w[c] + b[c] (w, b [C] or NULL) */
+ * remaining dims (biased variance, eps inside the square root), then * w[c] + b[c] (w, b [C] or NULL).
+ * f32; made of reshape, layernorm (no affine), mul and add */
 struct col_node *col_group_norm(struct col_graph *g, struct col_node *x, struct col_node *w, struct col_node *b,
                                 int groups, float eps);
-/* nearest-neighbour upsampling [B,C,H,W] -> [B,C,scale*H,scale*W] (F.interpolate(mode="nearest")) */
+/* nearest-neighbour upsampling [B,C,H,W] -> [B,C,scale*H,scale*W] (F.interpolate(mode="nearest")):
+ * one UPSAMPLE_NEAREST node for f32, views and a copy for other dtypes; scale 1 returns x */
 struct col_node *col_upsample_nearest(struct col_graph *g, struct col_node *x, int scale);
 
 #endif

@@ -7,7 +7,10 @@
  * parts:
  *   group_norm(x)  = reshape [B, G, C/G * rest] -> layernorm without affine -> reshape back,
  *                    then * w[c] + b[c] through [C,1,..] views broadcast by mul / add
+ * Nearest upsampling of f32 is its own op (UPSAMPLE_NEAREST, its gradient the
+ * sum of each s x s block); other dtypes are views and a copy:
  *   upsample(x, s) = reshape [B,C,H,1,W,1] -> expand [B,C,H,s,W,s] -> copy -> reshape [B,C,sH,sW]
+ * (the copy's rows are s elements long: ten times slower than the op on the host)
  *
  * Parameters of CONV2D and its backward ops (see ops.h for the sources):
  *   i[0] = stride h, i[1] = stride w, i[2] = top padding, i[3] = left padding, i[4] = has bias
@@ -198,6 +201,14 @@ col_node *col_upsample_nearest(col_graph *g, col_node *x, int scale)
     if (scale == 1)
         return x;
     const int64_t *s = x->t.shape;
+    if (x->t.dtype == COL_F32) {
+        int64_t out[4] = {s[0], s[1], s[2] * scale, s[3] * scale};
+        col_node *src = col_contiguous(g, x);
+        col_node *n = col_new_node(g, COL_OP_UPSAMPLE_NEAREST, COL_F32, 4, out, 1, &src);
+        if (n)
+            n->p.i[0] = scale;
+        return n;
+    }
     int64_t s1[6] = {s[0], s[1], s[2], 1, s[3], 1}, s2[6] = {s[0], s[1], s[2], scale, s[3], scale};
     int64_t out[4] = {s[0], s[1], s[2] * scale, s[3] * scale};
     col_node *e = col_expand(g, col_reshape(g, x, 6, s1), 6, s2);

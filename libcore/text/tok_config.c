@@ -25,16 +25,19 @@
 #include "tok_internal.h"
 
 #define CONFIG_MAX ((size_t)64 << 20)
+/* the most added tokens the configuration may make (each costs a scan of the
+ * vocabulary and of the tokens before it; CLIP's folders make two or three) */
+#define ADDED_MAX 1024
 
 static const char *const NAMED[] = {"bos_token", "eos_token", "unk_token", "sep_token",
                                     "pad_token", "cls_token", "mask_token"};
 enum { N_NAMED = 7 };
 
-static col_status read_json(const char *dir, const char *file, cJSON **out, col_err *err)
+static col_status read_json(const char *dir, const char *file, cJSON **out, char **pathp, col_err *err)
 {
     *out = NULL;
     size_t a = strlen(dir), b = strlen(file);
-    char *path = malloc(a + b + 2);
+    char *path = *pathp = malloc(a + b + 2);
     if (!path)
         return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
     snprintf(path, a + b + 2, "%s/%s", dir, file);
@@ -53,16 +56,15 @@ static col_status read_json(const char *dir, const char *file, cJSON **out, col_
             st = col_tok_fail(err, COL_EFORMAT, path, "not a JSON object");
         }
     }
-    free(path);
     return st;
 }
 
 col_status col_tok_config_read(const char *dir, col_tok_config *c, col_err *err)
 {
     memset(c, 0, sizeof *c);
-    col_status st = read_json(dir, "tokenizer_config.json", &c->cfg, err);
+    col_status st = read_json(dir, "tokenizer_config.json", &c->cfg, &c->cfg_path, err);
     if (st == COL_OK)
-        st = read_json(dir, "special_tokens_map.json", &c->map, err);
+        st = read_json(dir, "special_tokens_map.json", &c->map, &c->map_path, err);
     if (st != COL_OK)
         col_tok_config_free(c);
     return st;
@@ -72,7 +74,9 @@ void col_tok_config_free(col_tok_config *c)
 {
     cJSON_Delete(c->cfg);
     cJSON_Delete(c->map);
-    c->cfg = c->map = NULL;
+    free(c->cfg_path);
+    free(c->map_path);
+    memset(c, 0, sizeof *c);
 }
 
 const char *col_tok_config_class(const col_tok_config *c)
@@ -96,9 +100,10 @@ static const char *content_of(const cJSON *v)
     return cJSON_IsObject(v) ? cJSON_GetStringValue(col_tok_json_field(v, "content")) : cJSON_GetStringValue(v);
 }
 
-static const char *file_of(bool from_map)
+static const char *file_of(const col_tok_config *c, bool from_map)
 {
-    return from_map ? "special_tokens_map.json" : "tokenizer_config.json";
+    const char *p = from_map ? c->map_path : c->cfg_path;
+    return p ? p : from_map ? "special_tokens_map.json" : "tokenizer_config.json";
 }
 
 int64_t col_tok_config_max_length(const col_tok_config *c)
@@ -159,15 +164,15 @@ static col_status put_entry(cJSON *out, const char *content, const cJSON *d, int
 }
 
 /* one special-token value (string or object), through added_tokens_decoder */
-static col_status put_special(cJSON *out, const cJSON *v, bool from_map, const cJSON *decoder, int64_t *next,
-                              const cJSON *vocab, const char *what, col_err *err)
+static col_status put_special(const col_tok_config *c, cJSON *out, const cJSON *v, bool from_map,
+                              const cJSON *decoder, int64_t *next, const cJSON *vocab, const char *what, col_err *err)
 {
     char s1[64];
     if (!v || cJSON_IsNull(v))
         return COL_OK;
     const char *content = content_of(v);
     if (!content || (cJSON_IsObject(v) && !flags_ok(v)))
-        return col_tok_fail(err, COL_EFORMAT, file_of(from_map), "%s is neither a string nor an object with a "
+        return col_tok_fail(err, COL_EFORMAT, file_of(c, from_map), "%s is neither a string nor an object with a "
                             "\"content\" string and boolean flags", col_tok_show(what, strlen(what), s1));
     const cJSON *d;
     cJSON_ArrayForEach(d, decoder) {
@@ -195,13 +200,20 @@ col_status col_tok_config_added(const col_tok_config *c, const cJSON *vocab, con
                                 cJSON **out, col_err *err)
 {
     char s1[64];
-    const char *name = "tokenizer_config.json";
+    const char *name = file_of(c, false);
     int64_t next = 0, id;
     bool from_map;
     const cJSON *x, *decoder = col_tok_json_field(c->cfg, "added_tokens_decoder");
     cJSON_ArrayForEach(x, vocab) if (col_tok_json_int(x, 0, INT32_MAX - 1, &id) && id >= next) next = id + 1;
     if (decoder && !cJSON_IsObject(decoder))
         return col_tok_fail(err, COL_EFORMAT, name, "added_tokens_decoder is not an object of id -> token");
+    static const char *const lists[] = {"additional_special_tokens", "extra_special_tokens"};
+    int many = cJSON_GetArraySize(decoder) + cJSON_GetArraySize(c->cfg);
+    for (int k = 0; k < 2; k++)
+        many += cJSON_GetArraySize(value_of(c, lists[k], &from_map));
+    if (many > ADDED_MAX)
+        return col_tok_fail(err, COL_EUNSUPPORTED, name, "more than %d special and added tokens are not supported",
+                            ADDED_MAX);
     cJSON *arr = *out = cJSON_CreateArray();
     if (!arr)
         return col_err_set(err, COL_ENOMEM, "tokenizer: out of memory");
@@ -239,22 +251,21 @@ col_status col_tok_config_added(const col_tok_config *c, const cJSON *vocab, con
         cJSON *def = NULL;
         if (!v && defaults && defaults[k])
             v = def = cJSON_CreateString(defaults[k]);
-        st = put_special(arr, v, from_map, decoder, &next, vocab, NAMED[k], err);
+        st = put_special(c, arr, v, from_map, decoder, &next, vocab, NAMED[k], err);
         cJSON_Delete(def);
     }
     cJSON_ArrayForEach(x, c->cfg) {
         size_t n = strlen(x->string);
         if (st == COL_OK && n > 6 && strcmp(x->string + n - 6, "_token") == 0 && !is_named(x->string) &&
             (cJSON_IsString(x) || cJSON_IsObject(x)) && content_of(x))
-            st = put_special(arr, x, false, decoder, &next, vocab, x->string, err);
+            st = put_special(c, arr, x, false, decoder, &next, vocab, x->string, err);
     }
-    static const char *const lists[] = {"additional_special_tokens", "extra_special_tokens"};
     for (int k = 0; k < 2 && st == COL_OK; k++) {
         const cJSON *list = value_of(c, lists[k], &from_map), *y;
         if (list && !cJSON_IsArray(list) && !cJSON_IsNull(list))
-            return col_tok_fail(err, COL_EUNSUPPORTED, file_of(from_map), "%s that is not a list is not supported",
+            return col_tok_fail(err, COL_EUNSUPPORTED, file_of(c, from_map), "%s that is not a list is not supported",
                                 lists[k]);
-        cJSON_ArrayForEach(y, list) if (st == COL_OK) st = put_special(arr, y, from_map, decoder, &next, vocab, lists[k], err);
+        cJSON_ArrayForEach(y, list) if (st == COL_OK) st = put_special(c, arr, y, from_map, decoder, &next, vocab, lists[k], err);
     }
     if (next > INT32_MAX - 1)
         return col_tok_fail(err, COL_EFORMAT, name, "too many tokens");
@@ -266,7 +277,7 @@ const char *col_tok_config_value(const col_tok_config *c, const char *key, bool 
     bool from_map;
     const cJSON *v = value_of(c, key, &from_map);
     *present = v != NULL;
-    *file = file_of(from_map);
+    *file = file_of(c, from_map);
     return content_of(v);
 }
 

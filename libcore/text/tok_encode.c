@@ -1,8 +1,10 @@
 /* tok_encode.c - col_tok_encode: added tokens are found in the raw text
  * first (a byte trie, leftmost longest); each stretch of text between them
- * is normalized and cut into words (tok_pretok.c), each word goes through
- * BPE (tok_bpe.c); the post-processor's ids go around the result. Calls
- * tok_pretok.c, tok_bpe.c and tok_util.c. */
+ * is normalized (tok_pretok.c), then the "normalized" added tokens are found
+ * in it, and each piece between those is cut into words (tok_pretok.c); each
+ * word goes through BPE (tok_bpe.c); the post-processor's ids go around the
+ * result. col_tok_encode_padded: the fixed-length form of a CLIP text
+ * encoder's input. Calls tok_pretok.c, tok_bpe.c and tok_util.c. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -2,16 +2,20 @@
  * (tokenizer.h is).
  *
  * The files are layers; each calls only the ones below it:
- *   tokenizer.c   loading tokenizer.json or vocab.json + merges.txt, freeing, queries
- *   tok_encode.c  col_tok_encode: added tokens, then the stretches between them
+ *   tokenizer.c   loading tokenizer.json or vocab.json + merges.txt (GPT-2's or
+ *                 CLIP's), freeing, queries
+ *   tok_encode.c  col_tok_encode: added tokens, then the stretches between them;
+ *                 col_tok_encode_padded
+ *   tok_config.c  tokenizer_config.json / special_tokens_map.json: special tokens
  *   tok_decode.c  the decoder: each id's bytes, made at load time; col_tok_decode
- *   tok_pretok.c  normalizers and pre-tokenizer splits (col_tok_segment), and
- *                 reading them from tokenizer.json
- *   tok_bpe.c     string and merge maps, the merge loop, BPE of one word
+ *   tok_pretok.c  normalizers and pre-tokenizer splits (col_tok_normalize,
+ *                 col_tok_words), and reading them from tokenizer.json
+ *   tok_bpe.c     string and merge maps, reading merges, the merge loop, BPE of one word
  *   tok_unicode.c NFC, Lowercase, white-space runs (tables: tok_unicode_data.c)
  *   tok_util.c    error messages, JSON fields, UTF-8, hashing, GPT-2's byte alphabet
  * (tok_encode.c uses tok_pretok.c and tok_bpe.c; tokenizer.c uses all but
- * tok_encode.c; tok_decode.c only tok_util.c.) */
+ * tok_encode.c; tok_pretok.c uses tok_unicode.c, tok_bpe.c; tok_decode.c,
+ * tok_config.c and tok_unicode.c only tok_util.c.) */
 #ifndef COL_TOK_INTERNAL_H
 #define COL_TOK_INTERNAL_H
 
@@ -93,6 +97,13 @@ void col_mergemap_put(col_mergemap *m, int32_t a, int32_t b, int32_t rank, int32
 const col_merge_slot *col_mergemap_get(const col_mergemap *m, int32_t a, int32_t b);
 void col_mergemap_free(col_mergemap *m);
 
+/* The merges of tokenizer.json (an array of "a b" or ["a", "b"]) or of
+ * merges.txt (an optional "#version" line, then one "a b" a line) into
+ * t->merges, by the names in t->by_name; a merge naming an unknown token
+ * fails with one line naming the file. */
+col_status col_tok_json_merges(col_tokenizer *t, const struct cJSON *merges, const char *name, col_err *err);
+col_status col_tok_text_merges(col_tokenizer *t, const char *text, size_t len, const char *name, col_err *err);
+
 /* ---- tok_bpe.c: BPE of one word ---- */
 
 /* Encodes one word after normalization and splitting: BPE (with the word
@@ -169,6 +180,7 @@ col_status col_tok_words(const col_tokenizer *t, col_tok_ctx *c, const char *s, 
  * an error). */
 typedef struct {
     struct cJSON *cfg, *map;
+    char *cfg_path, *map_path;
 } col_tok_config;
 col_status col_tok_config_read(const char *dir, col_tok_config *c, col_err *err);
 void col_tok_config_free(col_tok_config *c);

@@ -1,8 +1,10 @@
-/* tok_pretok.c - the text before BPE: normalizer steps, the pre-tokenizer
+/* tok_pretok.c - the text before BPE: normalizer steps (col_tok_normalize;
+ * NFC, Lowercase and white-space runs from tok_unicode.c), the pre-tokenizer
  * splits (a regex: PCRE2 with UTF and UCP, JIT-compiled when the library
- * can; or before each Metaspace character), col_tok_segment, which hands
- * each word to BPE (tok_bpe.c), and reading tokenizer.json's normalizer and
- * pre_tokenizer. Calls tok_bpe.c and tok_util.c.
+ * can, its matches and gaps or only its matches, optionally each piece split
+ * again by a second regex; or before each Metaspace character), col_tok_words,
+ * which hands each word to BPE (tok_bpe.c), and reading tokenizer.json's
+ * normalizer and pre_tokenizer. Calls tok_unicode.c, tok_bpe.c and tok_util.c.
  *
  * Hugging Face runs its regexes with Oniguruma, whose \s is Unicode's
  * White_Space property (PCRE2's has U+180E and lacks U+0085) and whose

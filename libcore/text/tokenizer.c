@@ -224,105 +224,6 @@ static col_status build_trie(col_tokenizer *t, const char *name, col_err *err)
     return st;
 }
 
-/* ---- merges ---- */
-
-typedef struct {
-    char *p;
-    size_t cap;
-} scratch;
-
-static col_status add_merge(col_tokenizer *t, const char *a, size_t al, const char *b, size_t bl, int32_t rank,
-                            scratch *sc, const char *name, col_err *err)
-{
-    char s1[64], s2[64], s3[64];
-    if (al + bl > sc->cap) {
-        size_t cap = 2 * (al + bl) + 64;
-        char *p = realloc(sc->p, cap);
-        if (!p)
-            return col_tok_fail(err, COL_ENOMEM, name, "out of memory");
-        sc->p = p;
-        sc->cap = cap;
-    }
-    memcpy(sc->p, a, al);
-    memcpy(sc->p + al, b, bl);
-    int32_t ia = col_strmap_get(&t->by_name, a, al), ib = col_strmap_get(&t->by_name, b, bl),
-            ic = col_strmap_get(&t->by_name, sc->p, al + bl);
-    if (ia < 0 || ib < 0 || ic < 0) {
-        const char *bad = ia < 0 ? a : ib < 0 ? b : sc->p;
-        size_t badl = ia < 0 ? al : ib < 0 ? bl : al + bl;
-        return col_tok_fail(err, COL_EFORMAT, name, "merge %d ('%s' '%s') uses '%s', which is not in the vocabulary",
-                            rank + 1, col_tok_show(a, al, s1), col_tok_show(b, bl, s2), col_tok_show(bad, badl, s3));
-    }
-    col_mergemap_put(&t->merges, ia, ib, rank, ic);
-    return COL_OK;
-}
-
-static col_status json_merges(col_tokenizer *t, const cJSON *merges, const char *name, col_err *err)
-{
-    char s1[64];
-    if (!cJSON_IsArray(merges))
-        return col_tok_fail(err, COL_EFORMAT, name, "model.merges is not an array");
-    int n = cJSON_GetArraySize(merges);
-    col_status st = col_mergemap_init(&t->merges, (size_t)n, err);
-    scratch sc = {0};
-    int32_t rank = 0;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, merges) {
-        if (st != COL_OK)
-            break;
-        const char *a, *b;
-        size_t al, bl;
-        if (cJSON_IsString(x)) {
-            const char *sp = strchr(x->valuestring, ' ');
-            if (!sp) {
-                st = col_tok_fail(err, COL_EFORMAT, name, "merge %d ('%s') is not two tokens separated by a space",
-                                  rank + 1, col_tok_show(x->valuestring, strlen(x->valuestring), s1));
-                break;
-            }
-            a = x->valuestring, al = (size_t)(sp - a), b = sp + 1, bl = strlen(b);
-        } else if (cJSON_GetArraySize(x) == 2 && cJSON_IsString(x->child) && cJSON_IsString(x->child->next)) {
-            a = x->child->valuestring, al = strlen(a), b = x->child->next->valuestring, bl = strlen(b);
-        } else {
-            st = col_tok_fail(err, COL_EFORMAT, name, "merge %d is neither \"a b\" nor [\"a\", \"b\"]", rank + 1);
-            break;
-        }
-        st = add_merge(t, a, al, b, bl, rank++, &sc, name, err);
-    }
-    free(sc.p);
-    return st;
-}
-
-static col_status text_merges(col_tokenizer *t, const char *text, size_t len, const char *name, col_err *err)
-{
-    char s1[64];
-    size_t lines = 1;
-    for (size_t i = 0; i < len; i++)
-        lines += text[i] == '\n';
-    col_status st = col_mergemap_init(&t->merges, lines, err);
-    scratch sc = {0};
-    int32_t rank = 0;
-    size_t lineno = 0;
-    for (const char *p = text, *end = text + len; p < end && st == COL_OK;) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const char *e = nl ? nl : end;
-        lineno++;
-        size_t n = (size_t)(e - p);
-        if (n && p[n - 1] == '\r')
-            n--;
-        if (n > 0 && !(lineno == 1 && n >= 8 && memcmp(p, "#version", 8) == 0)) {
-            const char *sp = memchr(p, ' ', n);
-            if (!sp || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1)))
-                st = col_tok_fail(err, COL_EFORMAT, name, "line %zu ('%s') is not two tokens separated by a space",
-                                  lineno, col_tok_show(p, n, s1));
-            else
-                st = add_merge(t, p, (size_t)(sp - p), sp + 1, (size_t)(p + n - sp - 1), rank++, &sc, name, err);
-        }
-        p = e + 1;
-    }
-    free(sc.p);
-    return st;
-}
-
 /* ---- encode keys ---- */
 
 
@@ -544,7 +445,7 @@ static col_status from_root(col_tokenizer *t, const cJSON *root, const char *nam
             return col_tok_fail(err, COL_EFORMAT, name, "model.unk_token '%s' is not in the vocabulary",
                                 col_tok_show(unk->valuestring, strlen(unk->valuestring), s1));
     }
-    if ((st = json_merges(t, col_tok_json_field(model, "merges"), name, err)) != COL_OK ||
+    if ((st = col_tok_json_merges(t, col_tok_json_field(model, "merges"), name, err)) != COL_OK ||
         (st = col_tok_parse_pre(t, col_tok_json_field(root, "normalizer"), col_tok_json_field(root, "pre_tokenizer"), name, err)) != COL_OK ||
         (st = build_keys(t, name, err)) != COL_OK)
         return st;
@@ -582,7 +483,7 @@ static col_status from_vocab_merges(col_tokenizer *t, const cJSON *vocab, const 
         t->flags[eot] |= COL_TOKF_ADDED | COL_TOKF_SPECIAL;
         t->added_id[t->n_added++] = eot;
     }
-    if ((st = text_merges(t, merges, mlen, mname, err)) != COL_OK)
+    if ((st = col_tok_text_merges(t, merges, mlen, mname, err)) != COL_OK)
         return st;
     if (clip) {
         memcpy(t->eow, "</w>", t->eow_len = 4);
@@ -607,13 +508,15 @@ static col_status from_vocab_merges(col_tokenizer *t, const cJSON *vocab, const 
         names[k] = col_tok_config_value(cfg, k ? "eos_token" : "bos_token", &present[k], &file[k]);
         names[k] = present[k] ? names[k] : CLIP_DEFAULTS[k];
         if ((ids[k] = names[k] ? col_tok_token_id(t, names[k]) : -1) < 0)
-            return col_tok_fail(err, COL_EFORMAT, file[k], "a CLIP tokenizer needs a %s token", k ? "eos" : "bos");
+            return col_tok_fail(err, COL_EFORMAT, file[k], "a CLIP tokenizer needs a %s that names a token",
+                                k ? "eos_token" : "bos_token");
     }
     if ((st = add_fixed(t, false, ids[0], "bos", vname, err)) != COL_OK ||
         (st = add_fixed(t, true, ids[1], "eos", vname, err)) != COL_OK)
         return st;
     t->bos_id = ids[0];
     t->eos_id = ids[1];
+    t->pad_id = col_tok_token_id(t, CLIP_DEFAULTS[4]); /* CLIPTokenizer's default; the files may name another */
     return COL_OK;
 }
 
@@ -795,6 +698,14 @@ int32_t col_tok_token_id(const col_tokenizer *t, const char *name)
 int32_t col_tok_pad_id(const col_tokenizer *t)
 {
     return t->pad_id;
+}
+
+col_status col_tok_set_pad(col_tokenizer *t, const char *token, col_err *err)
+{
+    int32_t id = col_tok_token_id(t, token);
+    if (id < 0) return col_err_set(err, COL_EINVAL, "tokenizer: no token '%s' to pad with", token);
+    t->pad_id = id;
+    return COL_OK;
 }
 
 int32_t col_tok_max_length(const col_tokenizer *t)

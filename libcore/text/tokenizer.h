@@ -114,6 +114,10 @@ int32_t col_tok_eos_id(const col_tokenizer *t);
 /* The pad id (pad_token of tokenizer_config.json / special_tokens_map.json;
  * CLIP: <|endoftext|> 49407 unless they name another, SD 2's "!" 0), or -1. */
 int32_t col_tok_pad_id(const col_tokenizer *t);
+/* Pads with the token named so (its id by col_tok_token_id) instead: a model whose tokenizer files are
+ * not at hand (SD 2's single-file checkpoints pad with "!"). The token stays an ordinary one in text,
+ * where transformers would have made it a special token. COL_EINVAL when there is no such token. */
+col_status col_tok_set_pad(col_tokenizer *t, const char *token, col_err *err);
 /* tokenizer_config.json's model_max_length (CLIP: 77), or 0 if none is given. */
 int32_t col_tok_max_length(const col_tokenizer *t);
 /* The id of a token by its name in the files ("<|eot_id|>", "Ġthe", "▁the"),

@@ -34,7 +34,7 @@ struct dm_exec {
 
 static void fmt_mb(size_t b, char *buf, size_t n)
 {
-    snprintf(buf, n, "%.1f MB", (double)b / 1e6);
+    snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
 }
 
 col_status dm_store_create(const dm_store_config *cfg, const col_backend *be, dm_store **out, col_err *err)

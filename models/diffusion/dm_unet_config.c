@@ -8,9 +8,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dm_json.h"
 #include "textio.h"
 
-/* ---- JSON fields: absent or null ones keep their default ---- */
+/* ---- JSON fields: absent or null ones keep their default (dm_json.h for single values) ---- */
 
 static const cJSON *field(const cJSON *o, const char *key)
 {
@@ -22,40 +23,6 @@ static bool is_int(const cJSON *x, int lo, int hi)
 {
     return cJSON_IsNumber(x) && x->valuedouble == floor(x->valuedouble) && x->valuedouble >= lo &&
            x->valuedouble <= hi;
-}
-
-static col_status get_int(const cJSON *o, const char *key, int lo, int hi, int *v, const char *name, col_err *err)
-{
-    const cJSON *x = field(o, key);
-    if (!x)
-        return COL_OK;
-    if (!is_int(x, lo, hi))
-        return col_err_set(err, COL_EFORMAT, "%s: \"%s\" must be an integer in %d..%d", name, key, lo, hi);
-    *v = (int)x->valuedouble;
-    return COL_OK;
-}
-
-static col_status get_float(const cJSON *o, const char *key, double lo, double hi, float *v, const char *name,
-                            col_err *err)
-{
-    const cJSON *x = field(o, key);
-    if (!x)
-        return COL_OK;
-    if (!cJSON_IsNumber(x) || !(x->valuedouble >= lo && x->valuedouble <= hi))
-        return col_err_set(err, COL_EFORMAT, "%s: \"%s\" must be a number in [%g, %g]", name, key, lo, hi);
-    *v = (float)x->valuedouble;
-    return COL_OK;
-}
-
-static col_status get_bool(const cJSON *o, const char *key, bool *v, const char *name, col_err *err)
-{
-    const cJSON *x = field(o, key);
-    if (!x)
-        return COL_OK;
-    if (!cJSON_IsBool(x))
-        return col_err_set(err, COL_EFORMAT, "%s: \"%s\" must be true or false", name, key);
-    *v = cJSON_IsTrue(x);
-    return COL_OK;
 }
 
 /* an int for every block, or a list of n ints (n = -1: the list sets the count) */
@@ -172,8 +139,8 @@ col_status dm_unet_parse_config(const char *json, size_t len, const char *name, 
                         .flip_sin_to_cos = true, .freq_shift = 0, .mid_block_scale_factor = 1,
                         .downsample_padding = 1, .conv_in_kernel = 3, .conv_out_kernel = 3};
     const int BIG = 1 << 20;
-    TRY(get_int(root, "in_channels", 1, BIG, &c.in_channels, name, err));
-    TRY(get_int(root, "out_channels", 1, BIG, &c.out_channels, name, err));
+    TRY(dm_json_int(root, "in_channels", 1, BIG, &c.in_channels, name, err));
+    TRY(dm_json_int(root, "out_channels", 1, BIG, &c.out_channels, name, err));
     int n = -1;
     TRY(get_ints(root, "block_out_channels", 1, BIG, &n, c.block_out_channels, name, err));
     if (n > 0)
@@ -212,23 +179,23 @@ col_status dm_unet_parse_config(const char *json, size_t len, const char *name, 
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "norm_num_groups");
     if (g && cJSON_IsNull(g))
         TRY(col_err_set(err, COL_EUNSUPPORTED, "%s: \"norm_num_groups\" null (no conv_norm_out) is not supported", name));
-    TRY(get_int(root, "norm_num_groups", 1, BIG, &c.norm_num_groups, name, err));
-    TRY(get_float(root, "norm_eps", 1e-12, 1, &c.norm_eps, name, err));
-    TRY(get_bool(root, "use_linear_projection", &c.use_linear_projection, name, err));
-    TRY(get_bool(root, "upcast_attention", &c.upcast_attention, name, err));
-    TRY(get_bool(root, "center_input_sample", &c.center_input_sample, name, err));
-    TRY(get_bool(root, "flip_sin_to_cos", &c.flip_sin_to_cos, name, err));
-    TRY(get_float(root, "freq_shift", -1e6, 1e6, &c.freq_shift, name, err));
-    TRY(get_float(root, "mid_block_scale_factor", 1e-6, 1e6, &c.mid_block_scale_factor, name, err));
-    TRY(get_int(root, "downsample_padding", 0, 1, &c.downsample_padding, name, err));
-    TRY(get_int(root, "conv_in_kernel", 1, 15, &c.conv_in_kernel, name, err));
-    TRY(get_int(root, "conv_out_kernel", 1, 15, &c.conv_out_kernel, name, err));
+    TRY(dm_json_int(root, "norm_num_groups", 1, BIG, &c.norm_num_groups, name, err));
+    TRY(dm_json_float(root, "norm_eps", 1e-12, 1, &c.norm_eps, name, err));
+    TRY(dm_json_bool(root, "use_linear_projection", &c.use_linear_projection, name, err));
+    TRY(dm_json_bool(root, "upcast_attention", &c.upcast_attention, name, err));
+    TRY(dm_json_bool(root, "center_input_sample", &c.center_input_sample, name, err));
+    TRY(dm_json_bool(root, "flip_sin_to_cos", &c.flip_sin_to_cos, name, err));
+    TRY(dm_json_float(root, "freq_shift", -1e6, 1e6, &c.freq_shift, name, err));
+    TRY(dm_json_float(root, "mid_block_scale_factor", 1e-6, 1e6, &c.mid_block_scale_factor, name, err));
+    TRY(dm_json_int(root, "downsample_padding", 0, 1, &c.downsample_padding, name, err));
+    TRY(dm_json_int(root, "conv_in_kernel", 1, 15, &c.conv_in_kernel, name, err));
+    TRY(dm_json_int(root, "conv_out_kernel", 1, 15, &c.conv_out_kernel, name, err));
     c.time_embed_dim = 4 * c.block_out_channels[0];
-    TRY(get_int(root, "time_embedding_dim", 1, BIG, &c.time_embed_dim, name, err));
+    TRY(dm_json_int(root, "time_embedding_dim", 1, BIG, &c.time_embed_dim, name, err));
     int ns = 2;
     const cJSON *ss = field(root, "sample_size");
     if (ss && cJSON_IsNumber(ss)) {
-        TRY(get_int(root, "sample_size", 1, BIG, &c.sample_size[0], name, err));
+        TRY(dm_json_int(root, "sample_size", 1, BIG, &c.sample_size[0], name, err));
         c.sample_size[1] = c.sample_size[0];
     } else if (ss) {
         TRY(get_ints(root, "sample_size", 1, BIG, &ns, c.sample_size, name, err));

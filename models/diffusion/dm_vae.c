@@ -184,7 +184,8 @@ col_status dm_vae_build_encoder(dm_builder *b, const dm_vae_config *c, col_node 
     out->moments = x;
     out->mean = col_contiguous(g, col_slice(g, x, 1, 0, L));
     out->logvar = clamp(g, col_slice(g, x, 1, L, L), -30.0f, 20.0f);
-    if (noise) out->sample = col_add(g, out->mean, col_mul(g, col_exp(g, col_scale(g, out->logvar, 0.5f, 0.0f)), noise));
+    if (noise) /* mean + exp(logvar / 2) * noise */
+        out->sample = col_add(g, out->mean, col_mul(g, col_exp(g, col_scale(g, out->logvar, 0.5f, 0.0f)), noise));
     return finish(b, out, sizeof *out);
 }
 

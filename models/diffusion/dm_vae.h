@@ -48,7 +48,8 @@ typedef struct {
     bool use_quant_conv;              /* use_quant_conv (true) */
     bool use_post_quant_conv;         /* use_post_quant_conv (true) */
     bool mid_attention;               /* mid_block_add_attention (true) */
-    bool legacy_attention;            /* query/key/value/proj_attn names (not in config.json: dm_vae_legacy_attention) */
+    bool legacy_attention;            /* query/key/value/proj_attn names: not in config.json, see
+                                         dm_vae_legacy_attention */
 } dm_vae_config;
 
 /* diffusers' AutoencoderKL defaults. */
@@ -89,5 +90,45 @@ col_status dm_vae_build_encoder(dm_builder *b, const dm_vae_config *c, col_node 
  * the scaling factor): *out = [B,out_channels,h*f,w*f], f = dm_vae_downscale.
  * Weights "post_quant_conv.*" and "decoder.*" under b's prefix. */
 col_status dm_vae_build_decoder(dm_builder *b, const dm_vae_config *c, col_node *z, col_node **out);
+
+/* ---- tiled decoding (diffusers' enable_tiling / tiled_decode) ----
+ *
+ * Large latents are decoded in overlapping square tiles, each through the
+ * plain decoder, and neighbouring tiles are blended linearly across their
+ * overlap, so memory stays that of one tile whatever the image size. The
+ * result differs slightly from decoding the whole latent at once (each tile
+ * sees only its own neighbourhood in the group norms and the attention);
+ * it is what diffusers computes with tiling on. Tiles start every
+ * overlap_latent latent pixels, rows then columns; each is decoded, blended
+ * in place with the (already blended) tile above over min(blend, both
+ * heights) rows, then with the tile to its left over min(blend, both
+ * widths) columns - row k gets weight k/extent, the neighbour's matching row
+ * 1 - k/extent - and its top-left row_limit x row_limit pixels are kept. */
+typedef struct {
+    int tile_latent;      /* latent tile side: int(sample_size / downscale) (64 for SD 1.x) */
+    int tile_sample;      /* decoded tile side: sample_size (512) */
+    int overlap_latent;   /* distance between tile starts: int(tile_latent * 0.75) (48) */
+    int blend;            /* pixels blended across a seam: int(tile_sample * 0.25) (128) */
+    int row_limit;        /* pixels kept of each tile: tile_sample - blend (384) */
+} dm_vae_tiling;
+
+/* diffusers' tiling for config c (tile_overlap_factor 0.25). */
+dm_vae_tiling dm_vae_tiling_of(const dm_vae_config *c);
+/* Whether diffusers would tile latents of h x w: either side above tile_latent. */
+bool dm_vae_needs_tiling(const dm_vae_tiling *t, int64_t h, int64_t w);
+
+/* Decodes one tile: z [B,latent,th,tw] (host memory, contiguous) into out
+ * [B,out_channels,th*f,tw*f] (f = dm_vae_downscale), e.g. by running a
+ * dm_vae_build_decoder graph made for that shape (a tiling has at most four
+ * tile shapes: inner, last column, last row, corner). */
+typedef col_status (*dm_vae_tile_fn)(void *user, const float *z, int64_t th, int64_t tw, float *out, col_err *err);
+
+/* Decodes z [B,latent,h,w] (host memory) into out [B,out_channels,h*f,w*f]
+ * tile by tile through fn, holding two rows of decoded tiles at a time.
+ * COL_EUNSUPPORTED when the tiling does not tile the output exactly
+ * (row_limit != overlap_latent * f: a sample_size that is not a multiple of
+ * 4 * f), COL_EINVAL for bad sizes; fn's errors are returned as they are. */
+col_status dm_vae_decode_tiled(const dm_vae_config *c, const dm_vae_tiling *t, const float *z, int64_t B, int64_t h,
+                               int64_t w, dm_vae_tile_fn fn, void *user, float *out, col_err *err);
 
 #endif

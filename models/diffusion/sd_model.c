@@ -55,13 +55,17 @@ static col_status path(char *out, size_t n, const char *a, const char *b, col_er
 col_status sd_model_locate(const char *model, sd_model_files *out, col_err *err)
 {
     memset(out, 0, sizeof *out);
+    if (is_file(model)) {
+        if (strlen(model) >= sizeof out->single_file) return col_err_set(err, COL_EINVAL, "model path too long");
+        snprintf(out->single_file, sizeof out->single_file, "%s", model);
+        snprintf(out->pipeline, sizeof out->pipeline, "single-file checkpoint");
+        return COL_OK;
+    }
     col_status st = col_hf_resolve(model, out->dir, sizeof out->dir, err);
     if (st != COL_OK) return st;
     char index[SD_PATH_MAX + 32];
     snprintf(index, sizeof index, "%s/model_index.json", out->dir);
     if (!is_file(index)) {
-        if (is_file(model))
-            return col_err_set(err, COL_EIO, "%s is a file: a model is a diffusers folder with model_index.json", model);
         return col_err_set(err, COL_EIO,
                            "%s has no model_index.json: not a diffusers model folder (unet/, vae/, text_encoder/, "
                            "tokenizer/, scheduler/)",
@@ -90,6 +94,8 @@ col_status sd_model_locate(const char *model, sd_model_files *out, col_err *err)
                                index, need[i]);
         }
     }
+    const cJSON *sc = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "scheduler"), 1);
+    snprintf(out->scheduler_class, sizeof out->scheduler_class, "%s", sc->valuestring);
     cJSON_Delete(root);
     for (int c = 0; c < SD_NCOMPONENTS; c++) {
         char dir[SD_PATH_MAX];

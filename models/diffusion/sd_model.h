@@ -17,6 +17,8 @@
 typedef enum { SD_UNET, SD_VAE, SD_TEXT_ENCODER, SD_NCOMPONENTS } sd_component;
 
 typedef struct {
+    char single_file[SD_PATH_MAX];            /* MODEL is one checkpoint file (LDM keys: sd_single_file.h); then
+                                                 only this is set */
     char dir[SD_PATH_MAX];                    /* the model folder */
     char pipeline[64];                        /* model_index.json's _class_name */
     bool inpainting;                          /* an inpainting pipeline (its UNet takes 9 channels) */
@@ -24,9 +26,12 @@ typedef struct {
     char weights[SD_NCOMPONENTS][SD_PATH_MAX]; /* each component's weights (a file, or a sharded index) */
     char tokenizer[SD_PATH_MAX];              /* the tokenizer folder */
     char scheduler[SD_PATH_MAX];              /* scheduler/scheduler_config.json */
+    char scheduler_class[64];                 /* the scheduler's class as model_index.json names it (diffusers
+                                                 takes it over the config's _class_name); "" if it names none */
 } sd_model_files;
 
-/* Finds a model's files. Weights are taken in this order of preference:
+/* Finds a model's files. A regular file is a single-file checkpoint (.safetensors or .ckpt), opened by
+ * the pipeline. Weights are taken in this order of preference:
  * NAME.safetensors, NAME.safetensors.index.json (shards), NAME.fp16.safetensors,
  * NAME.bin, NAME.fp16.bin, with NAME diffusion_pytorch_model (unet, vae) or
  * model / pytorch_model (text_encoder). A missing model_index.json, component

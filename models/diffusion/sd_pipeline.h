@@ -23,9 +23,21 @@
 
 typedef struct sd_pipeline sd_pipeline;
 
-/* Opens the model's configs, tokenizer and scheduler config; weights are
+typedef struct {
+    dm_store_config mem;             /* where the weights live (dm_store.h) */
+    const char *tokenizer;           /* a tokenizer folder in place of the model's (NULL: the model's; a single
+                                        file's is the CLIP tokenizer colossal carries) */
+    /* LoRA files merged into the UNet's and the text encoder's weights as they are read (sd_lora.h), each with
+     * its weight */
+    const char *const *lora;
+    const float *lora_weight;
+    int nlora;
+} sd_open_config;
+
+/* Opens the model's configs, tokenizer and scheduler config (a diffusers
+ * folder's files, or those a single-file checkpoint implies); weights are
  * read when a component is first needed. */
-col_status sd_pipeline_open(const sd_model_files *files, const col_backend *be, const dm_store_config *mem,
+col_status sd_pipeline_open(const sd_model_files *files, const col_backend *be, const sd_open_config *cfg,
                             sd_pipeline **out, col_err *err);
 void sd_pipeline_free(sd_pipeline *p);
 
@@ -48,6 +60,7 @@ typedef struct {
     const col_image *init;           /* img2img / inpainting: the source image (RGB, width x height) */
     float strength;                  /* with init: 0 < strength <= 1 */
     const col_image *mask;           /* inpainting: 1 channel, width x height, white = repaint */
+    float *latents;                  /* not NULL: receives the final latents [batch, C, h, w] (before the VAE) */
     /* called before the first step (i = 0) and after each step (i = 1..n); a non-OK return stops the run */
     col_status (*progress)(void *user, int i, int n, col_err *err);
     void *user;

@@ -171,6 +171,53 @@ def build_inpaint(pipe, out):
     return lat.contiguous()
 
 
+def build_single_file(pipe, out):
+    """The same kind of tiny pipeline, shaped as a Stable Diffusion 1.x single file implies (8 heads, GroupNorm
+    groups from the channels, one text head per 64 channels), saved twice: a diffusers folder (sf_model/) and an
+    LDM single file (sf_model.safetensors, by make_sd_single_file_fixtures.py's inverse mapping). colossal must
+    give the same latents from both; diffusers' latents from the folder anchor them."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from make_sd_single_file_fixtures import clip_to_ldm, groups, unet_to_ldm, vae_to_ldm
+    gen = torch.Generator().manual_seed(SEED + 123)
+    ch = (8, 16)
+    unet = UNet2DConditionModel(sample_size=SIZE // 2, in_channels=4, out_channels=4, layers_per_block=1,
+                                block_out_channels=ch, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=16,
+                                attention_head_dim=8, norm_num_groups=groups(ch)).eval()
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=ch, layers_per_block=1,
+                        latent_channels=4, norm_num_groups=groups(ch), sample_size=SIZE).eval()
+    tc = pipe.text_encoder.config
+    text = CLIPTextModel(CLIPTextConfig(vocab_size=tc.vocab_size, hidden_size=16, intermediate_size=37,
+                                        num_attention_heads=1, num_hidden_layers=2, max_position_embeddings=77,
+                                        hidden_act="quick_gelu", bos_token_id=tc.bos_token_id,
+                                        eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)).eval()
+    for m in (unet, vae, text):
+        perturb(m, gen)
+    with torch.no_grad():
+        unet.conv_out.weight.mul_(0.1)
+        unet.conv_out.bias.mul_(0.1)
+        vae.decoder.conv_out.weight.mul_(0.1)
+    comps = dict(pipe.components)
+    comps.update(unet=unet, vae=vae, text_encoder=text, scheduler=PNDMScheduler.from_config(pipe.scheduler.config))
+    sf = StableDiffusionPipeline(**comps)
+    model_dir = os.path.join(out, "sf_model")
+    sf.save_pretrained(model_dir, safe_serialization=True)
+    for f in ("scheduler/scheduler_config.json", "tokenizer/vocab.json", "tokenizer/merges.txt"):
+        shutil.copy(os.path.join(out, "model", f), os.path.join(model_dir, f))
+    ldm = {}
+    ldm.update(unet_to_ldm(unet.state_dict(), 1, (False, True)))
+    ldm.update(vae_to_ldm(vae.state_dict(), 2))
+    ldm.update(clip_to_ldm(text.state_dict(), True))
+    save_file({k: v.contiguous() for k, v in ldm.items()}, os.path.join(out, "sf_model.safetensors"))
+    sf = StableDiffusionPipeline.from_pretrained(model_dir, safety_checker=None, requires_safety_checker=False)
+    sf.set_progress_bar_config(disable=True)
+    lat = sf(prompt=PROMPTS[0][0], num_inference_steps=STEPS, guidance_scale=CFG, height=SIZE, width=SIZE,
+             generator=torch.Generator().manual_seed(SEED + 11), output_type="latent").images
+    return lat.contiguous()
+
+
 def run_all(pipe, out):
     pipe.set_progress_bar_config(disable=True)
     with open(os.path.join(out, "model", "scheduler", "scheduler_config.json")) as f:
@@ -214,11 +261,15 @@ def run_all(pipe, out):
               output_type="latent").images
     ref["img2img.latents"] = img.contiguous()
     ref["inpaint.latents"] = build_inpaint(pipe, out)
-    meta["inpaint"] = {"scheduler": "pndm", "seed": SEED + 7, "prompt": PROMPTS[1][0], "negative": PROMPTS[1][1],
+    ref["single_file.latents"] = build_single_file(pipe, out)
+    meta["single_file"] = {"scheduler": "pndm", "seed": SEED + 11, "prompt": PROMPTS[0][0]}
+    # inpaint/model_index.json names EulerDiscreteScheduler (the pipeline's scheduler when it was saved) while
+    # its scheduler_config.json says PNDMScheduler: diffusers takes model_index.json's class
+    meta["inpaint"] = {"scheduler": "euler", "seed": SEED + 7, "prompt": PROMPTS[1][0], "negative": PROMPTS[1][1],
                        "strength": 1.0}
     meta["img2img"] = {"scheduler": "ddim", "strength": 0.6, "seed": SEED + 5, "prompt": PROMPTS[0][0]}
     meta["noguide"] = {"scheduler": "euler", "seed": SEED, "prompt": PROMPTS[0][0]}
-    meta["batch2"] = {"scheduler": "pndm", "seed": SEED + 1}
+    meta["batch2"] = {"scheduler": "euler", "seed": SEED + 1}  # the scheduler set for "noguide" above
     meta["versions"] = {"torch": torch.__version__, "diffusers": diffusers.__version__,
                         "transformers": transformers.__version__}
     save_file(ref, os.path.join(out, "reference.safetensors"), metadata={"about": "make_sd_pipeline_fixtures.py"})

@@ -29,7 +29,11 @@ Outputs (tests/fixtures/sd_textvae/ by default):
                 enc.x [2,3,16,16] -> enc.mean, enc.logvar (latent_dist, clamped),
                 enc.noise, enc.sample (latent_dist.sample(generator) = mean + std*noise);
                 enc2.*: a non-square [1,3,24,40] image; dec.z [2,4,4,4] -> dec.out
-                (decode(z).sample, no scaling: that is the pipeline's), dec2.*: [1,4,6,10]
+                (decode(z).sample, no scaling: that is the pipeline's), dec2.*: [1,4,6,10];
+                tiled.z [2,4,t+2,2t-2] -> tiled.out: decode with enable_tiling() (t = the
+                latent tile side, sample_size / 2^(blocks-1)), which differs from decoding whole;
+                tiled.sizes: tile_latent_min_size, tile_sample_min_size, overlap_size,
+                blend_extent, row_limit
 
 Every parameter is perturbed with random values (norm weights around 1, biases
 and the rest around their initial values), so default initialisations cannot
@@ -172,6 +176,19 @@ def make_vae(out, name, spec):
         for tag, shape in (("dec", (2, 4, 4, 4)), ("dec2", (1, 4, 6, 10))):
             z = torch.randn(shape, generator=g)
             ref.update({tag + ".z": z, tag + ".out": m.decode(z).sample})
+        # tiled decoding (enable_tiling): latents larger than sample_size / 2^(blocks-1)
+        tl = m.tile_latent_min_size
+        z = torch.randn((2, 4, tl + 2, 2 * tl - 2), generator=g)
+        whole = m.decode(z).sample
+        m.enable_tiling()
+        tiled = m.decode(z).sample
+        m.disable_tiling()
+        assert tiled.shape == whole.shape and not torch.allclose(tiled, whole, rtol=1e-3, atol=1e-3)
+        ov = int(m.tile_latent_min_size * (1 - m.tile_overlap_factor))     # as tiled_decode computes them
+        blend = int(m.tile_sample_min_size * m.tile_overlap_factor)
+        ref.update({"tiled.z": z, "tiled.out": tiled,
+                    "tiled.sizes": torch.tensor([m.tile_latent_min_size, m.tile_sample_min_size, ov, blend,
+                                                 m.tile_sample_min_size - blend], dtype=torch.int32)})
     save_ref(os.path.join(out, name + "_ref.safetensors"), ref)
 
 

@@ -1,4 +1,5 @@
-/* cpu_image.c - CPU kernels of conv2d and its gradients (ops_image.c), f32.
+/* cpu_image.c - CPU kernels of conv2d and nearest upsampling and their
+ * gradients (ops_image.c), f32.
  *
  * Per image, the convolution is the GEMM y[Cout, N] = w[Cout, K] @ cols[K, N]
  * with K = Cin*kh*kw and N = Ho*Wo, cols the input's patches (row k =
@@ -203,8 +204,58 @@ static col_status k_conv2d_bwd_filter(const col_node *n, const col_exec *ex, col
     return COL_OK;
 }
 
+/* ---- nearest upsampling ---- */
+
+/* UPSAMPLE_NEAREST: x [B,C,H,W] -> y [B,C,sH,sW]; per input row, one output row built, s - 1 copies of it */
+static col_status k_upsample(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)err;
+    const float *x = n->src[0]->t.data;
+    float *y = n->t.data;
+    int64_t s = n->p.i[0], W = n->src[0]->t.shape[3], rows = col_numel(&n->src[0]->t) / (W ? W : 1), Wo = W * s;
+    if (W == 0)
+        return COL_OK;
+#pragma omp parallel for schedule(static) if (rows * Wo * s > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * W;
+        float *yr = y + r * s * Wo;
+        for (int64_t w = 0; w < W; w++)
+            for (int64_t j = 0; j < s; j++)
+                yr[w * s + j] = xr[w];
+        for (int64_t i = 1; i < s; i++)
+            memcpy(yr + i * Wo, yr, sizeof(float) * (size_t)Wo);
+    }
+    return COL_OK;
+}
+
+/* UPSAMPLE_NEAREST_BWD: dy [B,C,sH,sW] -> dx [B,C,H,W], each s x s block summed row by row, left to right */
+static col_status k_upsample_bwd(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)err;
+    const float *dy = n->src[0]->t.data;
+    float *dx = n->t.data;
+    int64_t s = n->p.i[0], W = n->t.shape[3], rows = col_numel(&n->t) / (W ? W : 1), Wo = W * s;
+    if (W == 0)
+        return COL_OK;
+#pragma omp parallel for schedule(static) if (rows * Wo * s > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
+    for (int64_t r = 0; r < rows; r++) {
+        const float *dr = dy + r * s * Wo;
+        float *xr = dx + r * W;
+        for (int64_t w = 0; w < W; w++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < s; i++)
+                for (int64_t j = 0; j < s; j++)
+                    acc += dr[i * Wo + w * s + j];
+            xr[w] = acc;
+        }
+    }
+    return COL_OK;
+}
+
 void col_cpu_register_image(col_backend *be)
 {
+    be->kernel[COL_OP_UPSAMPLE_NEAREST] = k_upsample;
+    be->kernel[COL_OP_UPSAMPLE_NEAREST_BWD] = k_upsample_bwd;
     be->kernel[COL_OP_CONV2D] = k_conv2d;
     be->kernel[COL_OP_CONV2D_BWD_DATA] = k_conv2d_bwd_data;
     be->kernel[COL_OP_CONV2D_BWD_FILTER] = k_conv2d_bwd_filter;

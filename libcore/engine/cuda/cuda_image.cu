@@ -1,4 +1,6 @@
-/* cuda_image.cu - CUDA kernels of conv2d and its gradients (ops_image.c), f32.
+/* cuda_image.cu - CUDA kernels of conv2d and nearest upsampling and their
+ * gradients (ops_image.c), f32. Upsampling: one thread per element, the
+ * gradient's block sums in the host kernel's order (the same bits).
  *
  * As on the host (cpu_image.c): per image, y[Cout, N] = w[Cout, K] @ cols[K, N]
  * with cols the input's patches, gathered (im2col) one tile of columns at a
@@ -6,9 +8,9 @@
  * (cu_gemm_f32, cuda_matmul.cu). A 1x1 convolution with stride 1 and no
  * padding multiplies x itself.
  *   forward       y[:, tile] = w @ cols[:, tile] (+ bias, written first)
- *   data grad     dcols = w^T @ dy[:, tile], then each input pixel adds the
- *                 dcols entries of the taps that read it (a gather per pixel:
- *                 no atomics, the same order every run)
+ *   data grad     dcols = w^T @ dy[:, tile], then each input pixel of the rows
+ *                 the tile reads adds the dcols entries of the taps that read
+ *                 it (a gather per pixel: no atomics, the same order every run)
  *   filter grad   dw += dy[:, tile] @ cols[:, tile]^T over images and tiles, in order
  * Deterministic: every kernel's result is independent of the thread order.
  */
@@ -45,13 +47,13 @@ __global__ void k_im2col(float *__restrict__ cols, const float *__restrict__ x, 
     }
 }
 
-/* dx[ci, iy, ix] (+)= the dcols entries [(ci, ky, kx), n - n0] of the taps (ky, kx) and output pixels n in
- * [n0, n0 + nb) that read input pixel (iy, ix); add = 0: the first tile, dx written rather than added to */
+/* dx[ci, iy, ix] += the dcols entries [(ci, ky, kx), n - n0] of the taps (ky, kx) and output pixels n in
+ * [n0, n0 + nb) that read input pixel (iy, ix), for the input rows [iy0, iy0 + rows) (those the tile reads) */
 __global__ void k_col2im(float *__restrict__ dx, const float *__restrict__ dcols, conv_geo g, int64_t n0, int64_t nb,
-                         int add, int64_t total)
+                         int64_t iy0, int64_t rows, int64_t total)
 {
     CU_GRID_LOOP(i, total) {
-        int64_t ix = i % g.W, iy = (i / g.W) % g.H, ci = i / (g.W * g.H);
+        int64_t ix = i % g.W, iy = iy0 + (i / g.W) % rows, ci = i / (g.W * rows);
         float s = 0.0f;
         for (int64_t ky = 0; ky < g.kh; ky++) {
             int64_t ty = iy + g.pt - ky; /* oy * sh */
@@ -66,7 +68,7 @@ __global__ void k_col2im(float *__restrict__ dx, const float *__restrict__ dcols
                     s += dcols[((ci * g.kh + ky) * g.kw + kx) * nb + (n - n0)];
             }
         }
-        dx[i] = add ? dx[i] + s : s;
+        dx[(ci * g.H + iy) * g.W + ix] += s;
     }
 }
 
@@ -131,6 +133,8 @@ static col_status k_conv2d_bwd_data(const col_node *n, const col_exec *ex, col_e
     if (g.N == 0 || g.Cout == 0)
         return cu_status(cudaMemsetAsync(dx, 0, sizeof(float) * (size_t)total, c->stream), err, "conv2d_bwd_data");
     conv_geo q = geo_of(g);
+    if (!g.direct) /* the tiles add into it */
+        st = cu_status(cudaMemsetAsync(dx, 0, sizeof(float) * (size_t)total, c->stream), err, "conv2d_bwd_data");
     for (int64_t b = 0; b < g.B && st == COL_OK; b++) {
         const float *dyi = dy + b * g.Cout * g.N;
         float *dxi = dx + b * g.Cin * HW;
@@ -145,8 +149,15 @@ static col_status k_conv2d_bwd_data(const col_node *n, const col_exec *ex, col_e
                              "conv2d_bwd_data");
             if (st != COL_OK)
                 break;
-            CU_LAUNCH(k_col2im, cu_blocks(c, g.Cin * HW), CU_THREADS, 0, c->stream)(dxi, dcols, q, n0, nb, n0 > 0,
-                                                                                    g.Cin * HW);
+            /* the input rows the tile's output rows read */
+            int64_t iy0 = (n0 / g.Wo) * g.sh - g.pt, iy1 = ((n0 + nb - 1) / g.Wo) * g.sh - g.pt + g.kh;
+            iy0 = iy0 < 0 ? 0 : iy0;
+            iy1 = iy1 > g.H ? g.H : iy1;
+            if (iy1 <= iy0)
+                continue;
+            int64_t work = g.Cin * (iy1 - iy0) * g.W;
+            CU_LAUNCH(k_col2im, cu_blocks(c, work), CU_THREADS, 0, c->stream)(dxi, dcols, q, n0, nb, iy0, iy1 - iy0,
+                                                                              work);
             st = cu_launch(err, "conv2d_bwd_data");
         }
     }
@@ -187,8 +198,59 @@ static col_status k_conv2d_bwd_filter(const col_node *n, const col_exec *ex, col
     return st;
 }
 
+/* ---- nearest upsampling ---- */
+
+/* y [rows, s, W*s] from x [rows, W]: one thread per output element */
+__global__ void k_upsample_g(float *__restrict__ y, const float *__restrict__ x, int64_t W, int64_t s, int64_t total)
+{
+    CU_GRID_LOOP(i, total) {
+        int64_t Wo = W * s, r = i / (Wo * s);
+        y[i] = x[r * W + (i % Wo) / s];
+    }
+}
+
+/* dx [rows, W] = the sums of dy's s x s blocks, in the host kernel's order: one thread per input element */
+__global__ void k_upsample_bwd_g(float *__restrict__ dx, const float *__restrict__ dy, int64_t W, int64_t s, int64_t total)
+{
+    CU_GRID_LOOP(i, total) {
+        int64_t Wo = W * s, r = i / W, w = i % W;
+        const float *d = dy + r * s * Wo + w * s;
+        float acc = 0.0f;
+        for (int64_t a = 0; a < s; a++)
+            for (int64_t b = 0; b < s; b++)
+                acc += d[a * Wo + b];
+        dx[i] = acc;
+    }
+}
+
+static col_status k_upsample(const col_node *n, const col_exec *ex, col_err *err)
+{
+    col_cuda_ctx *c = cu_ctx(ex);
+    int64_t total = col_numel(&n->t);
+    if (total == 0)
+        return COL_OK;
+    CU_LAUNCH(k_upsample_g, cu_blocks(c, total), CU_THREADS, 0, c->stream)((float *)n->t.data,
+                                                                          (const float *)n->src[0]->t.data,
+                                                                          n->src[0]->t.shape[3], n->p.i[0], total);
+    return cu_launch(err, "upsample_nearest");
+}
+
+static col_status k_upsample_bwd(const col_node *n, const col_exec *ex, col_err *err)
+{
+    col_cuda_ctx *c = cu_ctx(ex);
+    int64_t total = col_numel(&n->t);
+    if (total == 0)
+        return COL_OK;
+    CU_LAUNCH(k_upsample_bwd_g, cu_blocks(c, total), CU_THREADS, 0, c->stream)((float *)n->t.data,
+                                                                              (const float *)n->src[0]->t.data,
+                                                                              n->t.shape[3], n->p.i[0], total);
+    return cu_launch(err, "upsample_nearest_bwd");
+}
+
 void cu_register_image(col_backend *be)
 {
+    be->kernel[COL_OP_UPSAMPLE_NEAREST] = k_upsample;
+    be->kernel[COL_OP_UPSAMPLE_NEAREST_BWD] = k_upsample_bwd;
     be->kernel[COL_OP_CONV2D] = k_conv2d;
     be->kernel[COL_OP_CONV2D_BWD_DATA] = k_conv2d_bwd_data;
     be->kernel[COL_OP_CONV2D_BWD_FILTER] = k_conv2d_bwd_filter;
