@@ -29,7 +29,9 @@ runs two denoising steps: the by-hand check that its output is diffusers' format
 """
 
 import os
+import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
@@ -45,7 +47,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
-from safetensors.torch import save_file
+from st_small import write_safetensors
 
 import diffusers
 import peft
@@ -73,8 +75,9 @@ def versions():
 
 
 def save(tensors, path):
-    save_file({k: v.detach().contiguous() for k, v in sorted(tensors.items())}, path,
-              metadata={"about": "make_sd_train_fixtures.py", "versions": versions()})
+    """Deterministic bytes (st_small: sorted header keys)."""
+    write_safetensors(path, {k: v.detach().contiguous().numpy() for k, v in tensors.items()},
+                      metadata={"about": "make_sd_train_fixtures.py", "versions": versions()})
 
 
 # ---------------------------------------------------------------- the generic trainer
@@ -193,6 +196,33 @@ def write_images(out):
     for k in range(2):
         img = (torch.rand(16, 16, 3, generator=gen).numpy() * 255).astype(np.uint8)
         Image.fromarray(img).save(os.path.join(c, f"class{k}.png"))
+
+
+RESIZE = [("down", 37, 23, 16), ("up", 5, 7, 16), ("odd", 30, 19, 12), ("square", 20, 20, 16)]
+
+
+def torchvision_resize_crop(img, r):
+    """torchvision.transforms.Resize(r, BILINEAR) + CenterCrop(r) on a PIL image (torchvision's own arithmetic)."""
+    w, h = img.size
+    short, long = (w, h) if w <= h else (h, w)
+    new_short, new_long = r, int(r * long / short)
+    nw, nh = (new_short, new_long) if w <= h else (new_long, new_short)
+    img = img.resize((nw, nh), Image.BILINEAR)
+    top, left = int(round((nh - r) / 2.0)), int(round((nw - r) / 2.0))
+    return img.crop((left, top, left + r, top + r))
+
+
+def write_resize(out):
+    """Images of other sizes and what diffusers' scripts' transforms make of them (tests/test_diffuse_data.c)."""
+    gen = torch.Generator().manual_seed(SEED + 2)
+    d = os.path.join(out, "resize")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for name, w, h, r in RESIZE:
+        a = (torch.rand(h, w, 3, generator=gen).numpy() * 255).astype(np.uint8)
+        src = Image.fromarray(a)
+        src.save(os.path.join(d, f"{name}.png"))
+        torchvision_resize_crop(src, r).save(os.path.join(d, f"{name}_{r}.png"))
 
 
 def pixels(out, names, sub="images"):
@@ -371,6 +401,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     trainer_fixture(a.out)
     write_images(a.out)
+    write_resize(a.out)
     sd_fixtures(a.out)
     for f in sorted(os.listdir(a.out)):
         p = os.path.join(a.out, f)
