@@ -231,5 +231,5 @@ int main(int argc, char **argv)
         fprintf(stderr, DIFFUSE_PROG ": %s (see --help)\n", msg);
         return 2;
     }
-    return run(&o);
+    return o.train ? diffuse_train(&o) : run(&o);
 }

@@ -33,6 +33,12 @@ typedef struct {
     bool quiet, force;
     app_device_choice device;
     mem_opts mem;
+    /* --train MODEL IMAGES_DIR --out DIR (apps/diffuse_train*.c); steps, batch, seed and lora are shared */
+    bool train, resume, flip, out_given;
+    const char *images, *instance_prompt, *class_dir, *class_prompt;
+    int lora_rank, resolution, grad_accum, save_every, warmup;
+    float lr, prior_weight, max_grad_norm; /* lr, max_grad_norm < 0: the default */
+    const char *train_only;                /* the first training option given (refused without --train) */
 } diffuse_opts;
 
 /* Parses the command line. Returns 0 (run), 1 (--help: printed to stdout),
@@ -41,5 +47,18 @@ int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n);
 void diffuse_usage(FILE *f);
 /* The scheduler names --scheduler takes, NULL-terminated. */
 extern const char *const diffuse_schedulers[];
+
+/* ---- diffuse_train_opts.c: the --train options ---- */
+enum { DF_TRAIN_NOPTS = 13 };
+/* their names without "--", the first three taking no value */
+extern const char *const diffuse_train_opt_names[DF_TRAIN_NOPTS];
+extern const char diffuse_train_help[];
+void diffuse_train_defaults(diffuse_opts *o);
+/* option k of diffuse_train_opt_names with its value (NULL for the first three): 0, or 2 with msg */
+int diffuse_train_opt(diffuse_opts *o, int k, const char *arg, char *msg, size_t n);
+/* With --train: the positional MODEL IMAGES_DIR from argv[optind..] and the checks across options: 0 or 2 */
+int diffuse_train_finish(int argc, char **argv, int optind, diffuse_opts *o, char *msg, size_t n);
+/* ---- diffuse_train.c: the run (exit code) ---- */
+int diffuse_train(diffuse_opts *o);
 
 #endif

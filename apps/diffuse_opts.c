@@ -41,8 +41,8 @@ void diffuse_usage(FILE *f)
             "                        (a single file's is the CLIP tokenizer colossal carries)\n"
             "      --force           replace an existing --out file that colossal-diffuse did not write\n"
             "  -q, --quiet           no progress bar\n"
-            "%s%s",
-            DF_MAX_LORA, app_device_help, mem_opts_help);
+            "%s%s%s",
+            DF_MAX_LORA, diffuse_train_help, app_device_help, mem_opts_help);
 }
 
 static int bad(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -93,7 +93,7 @@ static bool parse_size(const char *s, int *w, int *h)
 int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n)
 {
     enum { O_NEG = 256, O_STEPS, O_CFG, O_SEED, O_SIZE, O_BATCH, O_SCHED, O_INIT, O_STRENGTH, O_MASK, O_LORA, O_RNG,
-           O_DEVICE, O_FORCE, O_TOK, O_MEM /* + index in mem_opt_names */ };
+           O_DEVICE, O_FORCE, O_TOK, O_MEM /* + index in mem_opt_names */, O_TRAIN = O_MEM + 16 /* + k */ };
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'}, {"negative", required_argument, 0, O_NEG},
         {"steps", required_argument, 0, O_STEPS}, {"cfg", required_argument, 0, O_CFG},
@@ -106,26 +106,41 @@ int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n)
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
         {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
-        {"nvme-queue-depth", required_argument, 0, O_MEM + 6}, {0, 0, 0, 0}};
+        {"nvme-queue-depth", required_argument, 0, O_MEM + 6},
+        /* --train (diffuse_train_opt_names, in order) */
+        {"train", no_argument, 0, O_TRAIN}, {"resume", no_argument, 0, O_TRAIN + 1}, {"flip", no_argument, 0, O_TRAIN + 2},
+        {"instance-prompt", required_argument, 0, O_TRAIN + 3}, {"class-dir", required_argument, 0, O_TRAIN + 4},
+        {"class-prompt", required_argument, 0, O_TRAIN + 5}, {"prior-weight", required_argument, 0, O_TRAIN + 6},
+        {"resolution", required_argument, 0, O_TRAIN + 7}, {"lr", required_argument, 0, O_TRAIN + 8},
+        {"grad-accum", required_argument, 0, O_TRAIN + 9}, {"warmup", required_argument, 0, O_TRAIN + 10},
+        {"max-grad-norm", required_argument, 0, O_TRAIN + 11}, {"save-every", required_argument, 0, O_TRAIN + 12},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->out = "colossal.png";
     o->negative = "";
     o->cfg = -1;
     o->batch = 1;
     o->strength = -1;
+    diffuse_train_defaults(o);
     int c;
     long long v;
     opterr = 0;
     optind = 0; /* getopt restarts (the tests parse several command lines) */
     while ((c = getopt_long(argc, argv, ":ho:q", opts, NULL)) != -1) {
+        if (c >= O_TRAIN && c < O_TRAIN + DF_TRAIN_NOPTS) {
+            if (diffuse_train_opt(o, c - O_TRAIN, optarg, msg, n) != 0) return 2;
+            continue;
+        }
         switch (c) {
         case 'o':
             if (!*optarg) return bad(msg, n, "--out needs a file name");
             o->out = optarg;
+            o->out_given = true;
             break;
         case O_NEG: o->negative = optarg; break;
         case O_STEPS:
-            if (!to_int(optarg, 1, 1000, &v)) return bad(msg, n, "--steps must be an integer in 1..1000 (got '%s')", optarg);
+            if (!to_int(optarg, 1, 100000000, &v))
+                return bad(msg, n, "--steps must be an integer in 1..1000 (training: 1..100000000) (got '%s')", optarg);
             o->steps = (int)v;
             break;
         case O_CFG:
@@ -190,6 +205,9 @@ int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n)
         default: return bad(msg, n, "unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (o->train) return diffuse_train_finish(argc, argv, optind, o, msg, n);
+    if (o->train_only) return bad(msg, n, "--%s goes with --train", o->train_only);
+    if (o->steps > 1000) return bad(msg, n, "--steps must be an integer in 1..1000 (got %d)", o->steps);
     if (optind >= argc) return bad(msg, n, "no MODEL given (a diffusers folder or a hub id in the Hugging Face cache)");
     o->model = argv[optind++];
     if (optind >= argc) return bad(msg, n, "no PROMPT given");

@@ -380,6 +380,17 @@ def check_output(d):
         pipe = StableDiffusionPipeline.from_pretrained(MODEL, safety_checker=None)
         pipe.load_lora_weights(d)
         print("loaded LoRA adapters:", pipe.get_active_adapters())
+        from safetensors.torch import load_file
+        lw = load_file(os.path.join(d, "pytorch_lora_weights.safetensors"))
+        mod = "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_v"
+        base = UNet2DConditionModel.from_pretrained(MODEL, subfolder="unet").get_parameter(mod + ".weight")
+        pipe.fuse_lora()
+        fused = pipe.unet.get_parameter(mod + ".base_layer.weight" if hasattr(pipe.unet.get_submodule(mod), "base_layer")
+                                        else mod + ".weight")
+        with torch.no_grad():
+            want = base + lw[f"unet.{mod}.lora.up.weight"] @ lw[f"unet.{mod}.lora.down.weight"]
+            print("fused", mod, "= base + up @ down within", float((fused - want).abs().max()),
+                  "(the adapter moved it by", float((want - base).abs().max()), ")")
     else:
         pipe = StableDiffusionPipeline.from_pretrained(d, safety_checker=None)
         ref = UNet2DConditionModel.from_pretrained(MODEL, subfolder="unet")
