@@ -270,6 +270,9 @@ col_status sd_train_open(const sd_model_files *files, const col_backend *be, con
     *out = NULL;
     col_status st = check(cfg, err);
     if (st != COL_OK) return st;
+    if (files->single_file[0])
+        return col_err_set(err, COL_EUNSUPPORTED, "%s is a single-file checkpoint: training starts from a diffusers "
+                           "folder", files->single_file);
     sd_trainer *s = calloc(1, sizeof *s);
     if (!s) return col_err_set(err, COL_ENOMEM, "training: out of memory");
     s->cfg = *cfg;
