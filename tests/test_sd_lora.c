@@ -37,7 +37,6 @@ static size_t numel(int ndim, const int64_t *s)
 static sd_lora *open_lora(const char *file)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/%s", strchr(file, '/') ? "" : FIXTURES, file);
     if (!strchr(file, '/')) snprintf(path, sizeof path, "%s/%s", FIXTURES, file);
     else snprintf(path, sizeof path, "%s", file);
     sd_lora *l = NULL;

@@ -37,10 +37,14 @@ static bool find_weights(const char *dir, sd_component c, char *out, size_t n)
     static const char *const suffixes[] = {".safetensors", ".safetensors.index.json", ".fp16.safetensors", ".bin",
                                            ".bin.index.json", ".fp16.bin", NULL};
     const char *const *names = c == SD_TEXT_ENCODER ? text_names : unet_names;
+    char cand[SD_PATH_MAX];
     for (int s = 0; suffixes[s]; s++)
         for (int i = 0; names[i]; i++) {
-            int k = snprintf(out, n, "%s/%s%s", dir, names[i], suffixes[s]);
-            if (k > 0 && (size_t)k < n && is_file(out)) return true;
+            int k = snprintf(cand, sizeof cand, "%s/%s%s", dir, names[i], suffixes[s]);
+            if (k > 0 && (size_t)k < sizeof cand && (size_t)k < n && is_file(cand)) {
+                memcpy(out, cand, (size_t)k + 1);
+                return true;
+            }
         }
     return false;
 }
