@@ -45,6 +45,11 @@ typedef struct {
  * or 2 with one line in msg (n bytes) saying what is wrong. */
 int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n);
 void diffuse_usage(FILE *f);
+/* The option parsers' pieces (diffuse_opts.c), shared with diffuse_train_opts.c: a message into msg (n bytes)
+ * returning 2; an integer in lo..hi; a finite number in [lo, hi]. */
+int diffuse_bad(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+bool diffuse_to_ll(const char *s, long long lo, long long hi, long long *v);
+bool diffuse_to_num(const char *s, double lo, double hi, float *v);
 /* The scheduler names --scheduler takes, NULL-terminated. */
 extern const char *const diffuse_schedulers[];
 

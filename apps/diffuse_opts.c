@@ -45,8 +45,7 @@ void diffuse_usage(FILE *f)
             DF_MAX_LORA, diffuse_train_help, app_device_help, mem_opts_help);
 }
 
-static int bad(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(char *msg, size_t n, const char *fmt, ...)
+int diffuse_bad(char *msg, size_t n, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -55,7 +54,7 @@ static int bad(char *msg, size_t n, const char *fmt, ...)
     return 2;
 }
 
-static bool to_int(const char *s, long long lo, long long hi, long long *v)
+bool diffuse_to_ll(const char *s, long long lo, long long hi, long long *v)
 {
     char *end;
     errno = 0;
@@ -65,14 +64,18 @@ static bool to_int(const char *s, long long lo, long long hi, long long *v)
     return true;
 }
 
-static bool to_float(const char *s, float *v)
+bool diffuse_to_num(const char *s, double lo, double hi, float *v)
 {
     char *end;
     double x = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !isfinite(x) || fabs(x) > 1e6) return false;
+    if (*s == '\0' || *end != '\0' || !isfinite(x) || x < lo || x > hi) return false;
     *v = (float)x;
     return true;
 }
+
+#define bad diffuse_bad
+#define to_int diffuse_to_ll
+static bool to_float(const char *s, float *v) { return diffuse_to_num(s, -1e6, 1e6, v); }
 
 static bool parse_size(const char *s, int *w, int *h)
 {

@@ -45,34 +45,9 @@ void diffuse_train_defaults(diffuse_opts *o)
     o->grad_accum = 1;
 }
 
-static int bad(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(char *msg, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, n, fmt, ap);
-    va_end(ap);
-    return 2;
-}
-
-static bool to_ll(const char *s, long long lo, long long hi, long long *v)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || errno || x < lo || x > hi) return false;
-    *v = x;
-    return true;
-}
-
-static bool to_num(const char *s, double lo, double hi, float *v)
-{
-    char *end;
-    double x = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !isfinite(x) || x < lo || x > hi) return false;
-    *v = (float)x;
-    return true;
-}
+#define bad diffuse_bad
+#define to_ll diffuse_to_ll
+#define to_num diffuse_to_num
 
 int diffuse_train_opt(diffuse_opts *o, int k, const char *arg, char *msg, size_t n)
 {
