@@ -128,6 +128,7 @@ static void test_builder(const char *path)
     TL_OK(src.read(&src, "proj.bias", 1, (int64_t[]){HID + 1}, w, &err) == COL_ESHAPE && strstr(err.msg, "proj.bias"),
           "a shape that differs is named: %s", err.msg);
     col_ckpt_close(c);
+    col_cpu_backend_free(&be);
 }
 
 /* the network's output for a batch through a store (compute tier or not) */
@@ -209,6 +210,7 @@ static void test_store(const char *path, const char *bad_shape, const char *no_b
     col_ckpt_close(c);
     col_ckpt_close(cs);
     col_ckpt_close(cb);
+    col_cpu_backend_free(&be);
 }
 
 int main(void)

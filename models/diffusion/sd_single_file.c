@@ -294,7 +294,7 @@ static col_status build_maps(sd_single_file *f, col_err *err)
                            "text encoder (first: %s)", f->path, unk.n, unk.n > 1 ? "s are" : " is", unk.first);
     for (int c = 0; c < SD_NCOMPONENTS; c++) {
         sf_comp *m = &f->comp[c];
-        qsort(m->e, (size_t)m->n, sizeof *m->e, entry_cmp);
+        if (m->n > 1) qsort(m->e, (size_t)m->n, sizeof *m->e, entry_cmp); /* (no entries: e may be NULL) */
         for (int i = 1; i < m->n; i++)
             if (!strcmp(m->e[i - 1].name, m->e[i].name))
                 return col_err_set(err, COL_EFORMAT, "%s: %s and %s are both the %s's %s", f->path,
