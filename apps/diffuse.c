@@ -154,7 +154,7 @@ static int run(diffuse_opts *o)
         fprintf(stderr, DIFFUSE_PROG ": %s\n", err.msg);
         goto done;
     }
-    dm_store_config mem = {.host_budget = o->mem.cpu_mem, .compute_budget = o->mem.gpu_mem, .chunk_bytes = o->mem.chunk_size};
+    mb_store_config mem = {.host_budget = o->mem.cpu_mem, .compute_budget = o->mem.gpu_mem, .chunk_bytes = o->mem.chunk_size};
     if (dev.gpu && !mem.compute_budget) {
         size_t free_b = 0, total_b = 0;
         if (app_device_memory(&dev, &free_b, &total_b)) mem.compute_budget = app_device_budget_rule(free_b, total_b);

@@ -17,7 +17,7 @@
 
 #include "backend_cpu.h"
 #include "bench_util.h"
-#include "dm_store.h"
+#include "mb_store.h"
 #include "dm_unet.h"
 #include "dm_vae.h"
 #include "procmem.h"
@@ -29,7 +29,7 @@
 #endif
 
 /* weights N(0, 0.02) by name hash, biases and norm weights alike: a UNet that computes finite numbers */
-static col_status rand_read(const dm_source *s, const char *name, int ndim, const int64_t *shape, float *dst,
+static col_status rand_read(const mb_source *s, const char *name, int ndim, const int64_t *shape, float *dst,
                             col_err *err)
 {
     (void)s, (void)err;
@@ -41,7 +41,7 @@ static col_status rand_read(const dm_source *s, const char *name, int ndim, cons
     for (int64_t i = 0; i < n; i++) dst[i] = (norm ? 1.0f : 0.0f) + 0.02f * col_rand_normal(h, (uint64_t)i);
     return COL_OK;
 }
-static int rand_has(const dm_source *s, const char *name) { (void)s, (void)name; return 1; }
+static int rand_has(const mb_source *s, const char *name) { (void)s, (void)name; return 1; }
 
 static void die(const char *what, const col_err *e)
 {
@@ -71,24 +71,24 @@ int main(int argc, char **argv)
     dm_vae_config vc;
     if (dm_unet_load_config(BENCH_DIR "/sd15/unet_config.json", &uc, &err) != COL_OK) die("unet config", &err);
     if (dm_vae_load_config(BENCH_DIR "/sd15/vae_config.json", &vc, &err) != COL_OK) die("vae config", &err);
-    dm_source src = {.read = rand_read, .has = rand_has};
-    dm_store_config mc = {.compute_budget = budget};
-    dm_store *store = NULL;
-    if (dm_store_create(&mc, &be, &store, &err) != COL_OK) die("store", &err);
+    mb_source src = {.read = rand_read, .has = rand_has};
+    mb_store_config mc = {.compute_budget = budget};
+    mb_store *store = NULL;
+    if (mb_store_create(&mc, &be, &store, &err) != COL_OK) die("store", &err);
     int lat = size / 8, B = 2;
     double unet_s = 0, vae_s = 0;
     size_t unet_arena = 0, vae_arena = 0, unet_bytes = 0;
     if (strcmp(what, "unet") == 0 || strcmp(what, "all") == 0) {
         col_graph *g = col_graph_new();
-        dm_builder b;
-        dm_builder_init(&b, g, false, COL_F32);
+        mb_builder b;
+        mb_builder_init(&b, g, false, COL_F32);
         dm_unet_io io;
-        dm_exec *x = NULL;
+        mb_exec *x = NULL;
         if (dm_unet_build(&b, &uc, B, lat, lat, 77, &io, &err) != COL_OK) die("unet graph", &err);
-        if (dm_store_bind(store, &b, &src, &err) != COL_OK) die("unet weights", &err);
-        unet_bytes = dm_store_bytes(store);
-        if (dm_exec_create(store, g, &io.out, 1, &x, &err) != COL_OK) die("unet plan", &err);
-        unet_arena = dm_exec_arena_bytes(x);
+        if (mb_store_bind(store, &b, &src, &err) != COL_OK) die("unet weights", &err);
+        unet_bytes = mb_store_bytes(store);
+        if (mb_exec_create(store, g, &io.out, 1, &x, &err) != COL_OK) die("unet plan", &err);
+        unet_arena = mb_exec_arena_bytes(x);
         size_t ns = (size_t)B * 4 * lat * lat, nc = (size_t)B * 77 * 768;
         float *sample = malloc(ns * 4), *ctx = malloc(nc * 4), *tp = malloc((size_t)B * 320 * 4);
         fill(sample, ns, 1);
@@ -98,9 +98,9 @@ int main(int argc, char **argv)
         double *ts = malloc(sizeof(double) * (size_t)runs);
         for (int r = -1; r < runs; r++) { /* one warm-up run */
             double t0 = bench_now();
-            if (dm_exec_upload(x, io.sample, sample, ns * 4, &err) != COL_OK ||
-                dm_exec_upload(x, io.t_proj, tp, (size_t)B * 320 * 4, &err) != COL_OK ||
-                dm_exec_upload(x, io.context, ctx, nc * 4, &err) != COL_OK || dm_exec_run(x, &err) != COL_OK)
+            if (mb_exec_upload(x, io.sample, sample, ns * 4, &err) != COL_OK ||
+                mb_exec_upload(x, io.t_proj, tp, (size_t)B * 320 * 4, &err) != COL_OK ||
+                mb_exec_upload(x, io.context, ctx, nc * 4, &err) != COL_OK || mb_exec_run(x, &err) != COL_OK)
                 die("unet run", &err);
             if (r >= 0) ts[r] = bench_now() - t0;
         }
@@ -109,34 +109,34 @@ int main(int argc, char **argv)
         free(sample);
         free(ctx);
         free(tp);
-        dm_exec_free(x);
-        dm_builder_free(&b);
+        mb_exec_free(x);
+        mb_builder_free(&b);
         col_graph_free(g);
     }
     if (strcmp(what, "vae") == 0 || strcmp(what, "all") == 0) {
         col_graph *g = col_graph_new();
-        dm_builder b;
-        dm_builder_init(&b, g, false, COL_F32);
+        mb_builder b;
+        mb_builder_init(&b, g, false, COL_F32);
         col_node *z = col_input(g, "latents", COL_F32, 4, (int64_t[]){1, 4, lat, lat}), *out = NULL;
-        dm_exec *x = NULL;
+        mb_exec *x = NULL;
         if (dm_vae_build_decoder(&b, &vc, z, &out) != COL_OK) die("vae graph", &b.err);
-        if (dm_store_bind(store, &b, &src, &err) != COL_OK) die("vae weights", &err);
-        if (dm_exec_create(store, g, &out, 1, &x, &err) != COL_OK) die("vae plan", &err);
-        vae_arena = dm_exec_arena_bytes(x);
+        if (mb_store_bind(store, &b, &src, &err) != COL_OK) die("vae weights", &err);
+        if (mb_exec_create(store, g, &out, 1, &x, &err) != COL_OK) die("vae plan", &err);
+        vae_arena = mb_exec_arena_bytes(x);
         size_t nz = (size_t)4 * lat * lat;
         float *zz = malloc(nz * 4);
         fill(zz, nz, 3);
         double *ts = malloc(sizeof(double) * (size_t)runs);
         for (int r = -1; r < runs; r++) {
             double t0 = bench_now();
-            if (dm_exec_upload(x, z, zz, nz * 4, &err) != COL_OK || dm_exec_run(x, &err) != COL_OK) die("vae run", &err);
+            if (mb_exec_upload(x, z, zz, nz * 4, &err) != COL_OK || mb_exec_run(x, &err) != COL_OK) die("vae run", &err);
             if (r >= 0) ts[r] = bench_now() - t0;
         }
         vae_s = bench_median(ts, runs);
         free(ts);
         free(zz);
-        dm_exec_free(x);
-        dm_builder_free(&b);
+        mb_exec_free(x);
+        mb_builder_free(&b);
         col_graph_free(g);
     }
     col_procmem pm = {0};
@@ -144,8 +144,8 @@ int main(int argc, char **argv)
     printf("{\"impl\": \"colossal\", \"threads\": %d, \"size\": %d, \"batch\": %d, \"runs\": %d, \"unet_step_s\": %.3f, "
            "\"vae_decode_s\": %.3f, \"unet_weights_mb\": %.1f, \"weights_mb\": %.1f, \"unet_arena_mb\": %.1f, "
            "\"vae_arena_mb\": %.1f, \"compute_budget_mb\": %zu, \"peak_rss_mb\": %.1f}\n",
-           col_cpu_backend_threads(&be), size, B, runs, unet_s, vae_s, unet_bytes / 1e6, dm_store_bytes(store) / 1e6,
+           col_cpu_backend_threads(&be), size, B, runs, unet_s, vae_s, unet_bytes / 1e6, mb_store_bytes(store) / 1e6,
            unet_arena / 1e6, vae_arena / 1e6, budget >> 20, pm.peak / 1e6);
-    dm_store_free(store);
+    mb_store_free(store);
     return 0;
 }

@@ -3,7 +3,7 @@
  * (tools/refgen/make_sd_train_fixtures.py, tests/fixtures/sd_train/trainer.safetensors):
  * losses, accumulated gradients, the clipped norm and the weights after two
  * AdamW steps of two micro-batches each, for full training and for PEFT LoRA
- * adapters on to_q/to_k/to_v/to_out.0 (dm_linear); diffusers' warmup
+ * adapters on to_q/to_k/to_v/to_out.0 (mb_linear); diffusers' warmup
  * schedule; the compute tier giving bitwise the plain run; the optimizer
  * state saved and loaded; the errors a user meets. */
 #include <math.h>
@@ -14,8 +14,8 @@
 
 #include "backend_cpu.h"
 #include "checkpoint.h"
-#include "dm_builder.h"
-#include "dm_source.h"
+#include "mb_builder.h"
+#include "mb_source.h"
 #include "dm_trainer.h"
 #include "ops.h"
 #include "testlib.h"
@@ -29,8 +29,8 @@ static const char *const TARGETS[] = {"to_k", "to_q", "to_v", "to_out.0", NULL};
 
 typedef struct {
     col_graph *g;
-    dm_builder b;
-    dm_lora_spec lora;
+    mb_builder b;
+    mb_lora_spec lora;
     col_node *x, *ctx, *target, *loss;
 } net;
 
@@ -38,33 +38,33 @@ typedef struct {
 static void build(net *n, bool lora_rank2)
 {
     n->g = col_graph_new();
-    dm_builder_init(&n->b, n->g, !lora_rank2, COL_F32);
-    n->lora = (dm_lora_spec){.rank = 2, .alpha = 2, .targets = TARGETS};
+    mb_builder_init(&n->b, n->g, !lora_rank2, COL_F32);
+    n->lora = (mb_lora_spec){.rank = 2, .alpha = 2, .targets = TARGETS};
     if (lora_rank2) n->b.lora = &n->lora;
-    dm_builder *b = &n->b;
+    mb_builder *b = &n->b;
     col_graph *g = n->g;
     n->x = col_input(g, "x", COL_F32, 3, (int64_t[]){B, T, D});
     n->ctx = col_input(g, "ctx", COL_F32, 3, (int64_t[]){B, S, D});
     n->target = col_input(g, "target", COL_F32, 3, (int64_t[]){B, T, O});
-    col_node *nw = dm_weight(b, 1, (int64_t[]){D}, "norm.weight");
-    col_node *nb = dm_weight(b, 1, (int64_t[]){D}, "norm.bias");
+    col_node *nw = mb_weight(b, 1, (int64_t[]){D}, "norm.weight");
+    col_node *nb = mb_weight(b, 1, (int64_t[]){D}, "norm.bias");
     col_node *h = col_layernorm(g, n->x, nw, nb, 1e-5f);
-    col_node *q = dm_linear(b, h, D, D, false, "to_q");
-    col_node *k = dm_linear(b, n->ctx, D, D, false, "to_k");
-    col_node *v = dm_linear(b, n->ctx, D, D, false, "to_v");
+    col_node *q = mb_linear(b, h, D, D, false, "to_q");
+    col_node *k = mb_linear(b, n->ctx, D, D, false, "to_k");
+    col_node *v = mb_linear(b, n->ctx, D, D, false, "to_v");
     q = col_reshape(g, q, 4, (int64_t[]){B, 1, T, D});
     k = col_reshape(g, k, 4, (int64_t[]){B, 1, S, D});
     v = col_reshape(g, v, 4, (int64_t[]){B, 1, S, D});
     col_node *a = col_reshape(g, col_attention(g, q, k, v, 0, 1.0f / sqrtf((float)D)), 3, (int64_t[]){B, T, D});
-    col_node *y = col_add(g, n->x, dm_linear(b, a, D, D, true, "to_out.0"));
-    y = dm_linear(b, col_silu(g, y), O, D, true, "proj");
+    col_node *y = col_add(g, n->x, mb_linear(b, a, D, D, true, "to_out.0"));
+    y = mb_linear(b, col_silu(g, y), O, D, true, "proj");
     col_node *d = col_sub(g, y, n->target);
     n->loss = col_mean(g, col_mul(g, d, d), 7u, 0);
 }
 
 static void net_free(net *n)
 {
-    dm_builder_free(&n->b);
+    mb_builder_free(&n->b);
     col_graph_free(n->g);
 }
 
@@ -105,7 +105,7 @@ static double rel(const float *a, const float *b, int64_t n)
 }
 
 /* the adapters' first values, from the fixture */
-static col_status init_lora(void *user, const dm_param *p, float *dst, col_err *err)
+static col_status init_lora(void *user, const mb_param *p, float *dst, col_err *err)
 {
     (void)user;
     char name[256];
@@ -138,9 +138,9 @@ static void parity(const char *tag, size_t compute_budget, float **final, int *n
 {
     net n;
     build(&n, strcmp(tag, "lora") == 0);
-    dm_ckpt_source sc;
-    dm_source src;
-    dm_source_ckpt(&src, &sc, REF, "init.");
+    mb_ckpt_source sc;
+    mb_source src;
+    mb_source_ckpt(&src, &sc, REF, "init.");
     dm_train_config c = config();
     c.compute_budget = compute_budget;
     dm_trainer *t = NULL;
@@ -163,7 +163,7 @@ static void parity(const char *tag, size_t compute_budget, float **final, int *n
         }
         if (s == 0)
             for (int i = 0; i < dm_trainer_count(t); i++) {
-                const dm_param *p = dm_trainer_param(t, i);
+                const mb_param *p = dm_trainer_param(t, i);
                 if (!p->trainable) continue;
                 int64_t m = dm_trainer_numel(t, i);
                 float *avg = malloc(sizeof *avg * (size_t)m);
@@ -176,7 +176,7 @@ static void parity(const char *tag, size_t compute_budget, float **final, int *n
         float nm = (float)info.grad_norm;
         nerr = fmax(nerr, rel(&nm, ref("%s.norm%d", tag, s), 1));
         for (int i = 0; i < dm_trainer_count(t) && st == COL_OK; i++) {
-            const dm_param *p = dm_trainer_param(t, i);
+            const mb_param *p = dm_trainer_param(t, i);
             if (p->trainable)
                 werr = fmax(werr, rel(dm_trainer_weights(t, i), ref("%s.step%d.%s", tag, s + 1, p->name),
                                       dm_trainer_numel(t, i)));
@@ -225,9 +225,9 @@ static void resume(void)
     dm_train_config c = config();
     net n[2];
     dm_trainer *t[2] = {0};
-    dm_ckpt_source sc;
-    dm_source src;
-    dm_source_ckpt(&src, &sc, REF, "init.");
+    mb_ckpt_source sc;
+    mb_source src;
+    mb_source_ckpt(&src, &sc, REF, "init.");
     col_status st = COL_OK;
     for (int r = 0; r < 2 && st == COL_OK; r++) {
         build(&n[r], false);
@@ -280,9 +280,9 @@ static void errors(void)
     net_free(&n);
     /* a host budget too small: the memtier message names the budget */
     build(&n, false);
-    dm_ckpt_source sc;
-    dm_source src;
-    dm_source_ckpt(&src, &sc, REF, "init.");
+    mb_ckpt_source sc;
+    mb_source src;
+    mb_source_ckpt(&src, &sc, REF, "init.");
     c.host_budget = 4096;
     c.chunk_bytes = 1024;
     st = dm_trainer_create(&c, &BE, &n.b, n.loss, &src, NULL, NULL, &t, &e);
@@ -304,11 +304,11 @@ static void errors(void)
     TL_OK(st == COL_ESTATE, "a step before any backward pass is refused (%s)", e.msg);
     dm_trainer_free(t);
     net_free(&n);
-    /* dm_lora_targets: PEFT's suffix rule */
-    dm_lora_spec l = {.rank = 2, .alpha = 2, .targets = TARGETS};
-    TL_OK(dm_lora_targets(&l, "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0") &&
-              dm_lora_targets(&l, "to_q") && !dm_lora_targets(&l, "x.to_out.1") && !dm_lora_targets(&l, "xto_q") &&
-              !dm_lora_targets(&l, "to_q.lora_A"),
+    /* mb_lora_targets: PEFT's suffix rule */
+    mb_lora_spec l = {.rank = 2, .alpha = 2, .targets = TARGETS};
+    TL_OK(mb_lora_targets(&l, "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0") &&
+              mb_lora_targets(&l, "to_q") && !mb_lora_targets(&l, "x.to_out.1") && !mb_lora_targets(&l, "xto_q") &&
+              !mb_lora_targets(&l, "to_q.lora_A"),
           "LoRA targets match whole trailing module names, as PEFT's");
 }
 

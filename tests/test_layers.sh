@@ -49,15 +49,17 @@ check() {
 }
 
 B=libcore/base E=libcore/engine C=libcore/engine/cpu G=libcore/engine/cuda F=libcore/formats T=libcore/text
-K=libcore/comm M=memtier L=models/lm D=models/diffusion A=apps
-check base "$LAYER_base" "$B" "$E $C $G $F $T $K $M $L $D $A"
-check engine "$LAYER_engine" "$B $E" "$C $G $F $T $K $M $L $D $A"
-check engine/cpu "$LAYER_cpu" "$B $E $C" "$G $F $T $K $M $L $D $A"
-check formats "$LAYER_formats" "$B $E $F" "$C $G $T $K $M $L $D $A"
-check text "$LAYER_text" "$B $E $F $T" "$C $G $K $M $L $D $A"
-check comm "$LAYER_comm" "$B $E $K" "$C $G $F $T $M $L $D $A"
-check memtier "$LAYER_memtier" "$B $E $M" "$C $G $F $T $K $L $D $A"
-check models "$LAYER_models" "$B $E $F $T $M $L" "$C $G $K $D $A"
-check diffusion "$LAYER_diffusion" "$B $E $F $T $M $D" "$C $G $K $L $A"
+K=libcore/comm M=memtier L=models/lm D=models/diffusion O=models/common P=models/fold A=apps
+check base "$LAYER_base" "$B" "$E $C $G $F $T $K $M $L $D $A $O $P"
+check engine "$LAYER_engine" "$B $E" "$C $G $F $T $K $M $L $D $A $O $P"
+check engine/cpu "$LAYER_cpu" "$B $E $C" "$G $F $T $K $M $L $D $A $O $P"
+check formats "$LAYER_formats" "$B $E $F" "$C $G $T $K $M $L $D $A $O $P"
+check text "$LAYER_text" "$B $E $F $T" "$C $G $K $M $L $D $A $O $P"
+check comm "$LAYER_comm" "$B $E $K" "$C $G $F $T $M $L $D $A $O $P"
+check memtier "$LAYER_memtier" "$B $E $M" "$C $G $F $T $K $L $D $A $O $P"
+check models "$LAYER_models" "$B $E $F $T $M $L" "$C $G $K $D $A $O $P"
+check diffusion "$LAYER_diffusion" "$B $E $F $T $M $O $D" "$C $G $K $L $A $P"
+check common "$LAYER_common" "$B $E $F $M $O" "$C $G $T $K $L $D $P $A"
+check fold "$LAYER_fold" "$B $E $F $K $M $O $P" "$C $G $T $L $D $A"
 echo "1..$n"
 [ "$fails" -eq 0 ]

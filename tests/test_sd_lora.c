@@ -24,8 +24,8 @@
 
 static char tmpdir[256];
 static col_ckpt *ref, *base_ck[SD_NCOMPONENTS];
-static dm_source base[SD_NCOMPONENTS];
-static dm_ckpt_source base_ctx[SD_NCOMPONENTS];
+static mb_source base[SD_NCOMPONENTS];
+static mb_ckpt_source base_ctx[SD_NCOMPONENTS];
 
 static size_t numel(int ndim, const int64_t *s)
 {
@@ -68,7 +68,7 @@ static void check_merged(const char *what, sd_lora **l, const float *w, int n, c
         TL_OK(sd_lora_source_create(&base[c], c, l, w, n, &s, &err) == COL_OK, "%s: merge into the %s: %s", what,
               sd_component_name(c), err.msg);
         if (!s) continue;
-        const dm_source *src = sd_lora_source_get(s);
+        const mb_source *src = sd_lora_source_get(s);
         char pre[64], pre_a[64];
         snprintf(pre, sizeof pre, "%s.%s.", set, sd_component_name(c));
         snprintf(pre_a, sizeof pre_a, "a.%s.", sd_component_name(c));
@@ -398,8 +398,8 @@ int main(void)
               col_ckpt_open(BASE_MODEL "/text_encoder/model.safetensors", &base_ck[SD_TEXT_ENCODER], &err) == COL_OK,
           "open the reference and the base model: %s", err.msg);
     if (!ref || !base_ck[SD_UNET] || !base_ck[SD_TEXT_ENCODER]) return tl_done();
-    dm_source_ckpt(&base[SD_UNET], &base_ctx[SD_UNET], base_ck[SD_UNET], NULL);
-    dm_source_ckpt(&base[SD_TEXT_ENCODER], &base_ctx[SD_TEXT_ENCODER], base_ck[SD_TEXT_ENCODER], NULL);
+    mb_source_ckpt(&base[SD_UNET], &base_ctx[SD_UNET], base_ck[SD_UNET], NULL);
+    mb_source_ckpt(&base[SD_TEXT_ENCODER], &base_ctx[SD_TEXT_ENCODER], base_ck[SD_TEXT_ENCODER], NULL);
 
     test_names();
     static const char *const a_files[] = {"a_peft.safetensors", "a_kohya.safetensors", "a_kohya_ldm.safetensors"};

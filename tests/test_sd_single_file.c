@@ -45,7 +45,7 @@ static void check_tensors(const char *name, sd_single_file *f)
         int c = 0;
         while (c < SD_NCOMPONENTS && strncmp(t->name, pre[c], strlen(pre[c]))) c++;
         if (c == SD_NCOMPONENTS) continue;
-        const dm_source *src = sd_single_file_source(f, (sd_component)c);
+        const mb_source *src = sd_single_file_source(f, (sd_component)c);
         const char *dn = t->name + strlen(pre[c]);
         char alt[600];
         /* the text encoder answers with "text_model." too: ask every other tensor that way */
@@ -138,7 +138,7 @@ static void test_case(const char *name, const char *file, sd_family fam, bool in
               "%s: holds the %s", name, sd_component_name((sd_component)c));
     check_tensors(name, f);
     check_configs(name, f);
-    const dm_source *u = sd_single_file_source(f, SD_UNET);
+    const mb_source *u = sd_single_file_source(f, SD_UNET);
     TL_OK(!u->has(u, "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_qq.weight") &&
               !u->has(u, "model.diffusion_model.conv_in.weight"),
           "%s: has() is false for names the UNet does not have", name);
@@ -221,12 +221,12 @@ static void test_errors(void)
     if (f) check_configs("sd2_base", f);
     if (f) {
         /* shapes that differ */
-        const dm_source *te = sd_single_file_source(f, SD_TEXT_ENCODER);
+        const mb_source *te = sd_single_file_source(f, SD_TEXT_ENCODER);
         float buf[4096];
         TL_OK(te->read(te, "encoder.layers.0.self_attn.k_proj.weight", 2, (int64_t[]){16, 8}, buf, &err) == COL_ESHAPE &&
                   strstr(err.msg, "in_proj_weight (q, k, v stacked) is [48, 16]"),
               "a fused projection asked with another shape: %s", err.msg);
-        const dm_source *u = sd_single_file_source(f, SD_UNET);
+        const mb_source *u = sd_single_file_source(f, SD_UNET);
         TL_OK(u->read(u, "conv_in.weight", 4, (int64_t[]){4, 3, 3, 3}, buf, &err) == COL_ESHAPE &&
                   strstr(err.msg, "conv_in.weight should be [4, 3, 3, 3], but model.diffusion_model.input_blocks.0.0.weight is [4, 4, 3, 3]"),
               "a tensor asked with another shape: %s", err.msg);
@@ -273,7 +273,7 @@ static void test_errors(void)
     TL_OK(altered(&ts, "model.diffusion_model.input_blocks.1.0.in_layers.2.weight", NULL, &f, &err) == COL_OK,
           "a resnet's conv1 missing opens: %s", err.msg);
     if (f) {
-        const dm_source *u = sd_single_file_source(f, SD_UNET);
+        const mb_source *u = sd_single_file_source(f, SD_UNET);
         float buf[1024];
         TL_OK(u->read(u, "down_blocks.0.resnets.0.conv1.weight", 4, (int64_t[]){8, 8, 3, 3}, buf, &err) ==
                       COL_EFORMAT && strstr(err.msg, "no tensor for the unet's down_blocks.0.resnets.0.conv1.weight"),

@@ -1,7 +1,7 @@
 /* test_sd_textvae.c - the Stable Diffusion text encoder (CLIPTextModel) and
  * VAE (AutoencoderKL) graphs against transformers and diffusers: tiny random
  * models and their outputs made by tools/refgen/make_sd_textvae_fixtures.py
- * (tests/fixtures/sd_textvae/), loaded with dm_bind_checkpoint and run on the
+ * (tests/fixtures/sd_textvae/), loaded with mb_bind_checkpoint and run on the
  * CPU backend in f32; and the config readers' errors. */
 #include <math.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
-#include "dm_builder.h"
+#include "mb_builder.h"
 #include "dm_clip_text.h"
 #include "dm_vae.h"
 #include "ops.h"
@@ -143,16 +143,16 @@ static void clip_model(const char *name, dm_clip_act act, int layers, const char
     int64_t shape[2];
     int32_t *ids = ids_of(r, "ids", shape);
     col_graph *g = col_graph_new();
-    dm_builder b;
-    dm_builder_init(&b, g, false, COL_F32);
-    dm_push(&b, "%s", dm_clip_text_prefix(ck));
+    mb_builder b;
+    mb_builder_init(&b, g, false, COL_F32);
+    mb_push(&b, "%s", dm_clip_text_prefix(ck));
     col_node *x = input(g, "ids", COL_I32, 2, shape, ids);
     dm_clip_text_out o1, o2;
     st = dm_clip_text_build(&b, &c, x, 1, &o1);
     int nparams = b.n;
     if (st == COL_OK) st = dm_clip_text_build(&b, &c, x, 2, &o2);
-    if (st == COL_OK) st = dm_bind_checkpoint(&b, ck, &err);
-    else dm_builder_status(&b, &err);
+    if (st == COL_OK) st = mb_bind_checkpoint(&b, ck, &err);
+    else mb_builder_status(&b, &err);
     TL_OK(st == COL_OK && b.n == nparams && nparams == 2 + 16 * layers + 2 && ck && col_ckpt_count(ck) == nparams,
           "%s: graph built, %d weights bound from the checkpoint (a second build reuses them) %s", name, b.n,
           st == COL_OK ? "" : err.msg);
@@ -167,7 +167,7 @@ static void clip_model(const char *name, dm_clip_act act, int layers, const char
     }
     col_plan_free(p);
     p = NULL;
-    dm_builder_free(&b);
+    mb_builder_free(&b);
     col_graph_free(g);
     free(ids);
 
@@ -176,11 +176,11 @@ static void clip_model(const char *name, dm_clip_act act, int layers, const char
     int64_t *ids64 = malloc(sizeof(int64_t) * (size_t)(ids ? shape[0] * shape[1] : 1));
     for (int64_t i = 0; ids && i < shape[0] * shape[1]; i++) ids64[i] = ids[i];
     g = col_graph_new();
-    dm_builder_init(&b, g, false, COL_F32);
-    dm_push(&b, "%s", dm_clip_text_prefix(ck));
+    mb_builder_init(&b, g, false, COL_F32);
+    mb_push(&b, "%s", dm_clip_text_prefix(ck));
     x = input(g, "ids", COL_I64, 2, shape, ids64);
     st = dm_clip_text_build(&b, &c, x, 0, &o1);
-    if (st == COL_OK) st = dm_bind_checkpoint(&b, ck, &err);
+    if (st == COL_OK) st = mb_bind_checkpoint(&b, ck, &err);
     if (st == COL_OK && o1.skipped == NULL && (p = run(g, &o1.last_hidden, 1))) {
         double e = compare(r, "last5", o1.last_hidden);
         TL_OK(e <= MAX_NMSE, "%s: [2,5] last_hidden_state NMSE %.2e", name, e);
@@ -189,7 +189,7 @@ static void clip_model(const char *name, dm_clip_act act, int layers, const char
     }
     col_plan_free(p);
     p = NULL;
-    dm_builder_free(&b);
+    mb_builder_free(&b);
     col_graph_free(g);
     free(ids);
     free(ids64);
@@ -239,15 +239,15 @@ static void clip_errors(void)
                  {4, COL_F32, 0, COL_ESHAPE, "i32 or i64"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         col_graph *g = col_graph_new();
-        dm_builder b;
-        dm_builder_init(&b, g, false, COL_F32);
+        mb_builder b;
+        mb_builder_init(&b, g, false, COL_F32);
         dm_clip_text_out o;
         col_node *x = col_input(g, "ids", cases[i].dt, 2, (int64_t[]){1, cases[i].T});
         st = dm_clip_text_build(&b, &c, x, cases[i].skip, &o);
-        dm_builder_status(&b, &err);
+        mb_builder_status(&b, &err);
         TL_OK(st == cases[i].st && strstr(err.msg, cases[i].msg) && !o.last_hidden, "CLIP build refuses: %s",
               err.msg);
-        dm_builder_free(&b);
+        mb_builder_free(&b);
         col_graph_free(g);
     }
 }
@@ -269,8 +269,8 @@ static void vae_encode(const char *name, const dm_vae_config *c, const col_ckpt 
     char key[64];
     col_err err = {0};
     col_graph *g = col_graph_new();
-    dm_builder b;
-    dm_builder_init(&b, g, false, COL_F32);
+    mb_builder b;
+    mb_builder_init(&b, g, false, COL_F32);
     float *xm = NULL, *nm = NULL;
     snprintf(key, sizeof key, "%s.x", tag);
     col_node *x = ref_input(g, r, key, &xm);
@@ -278,8 +278,8 @@ static void vae_encode(const char *name, const dm_vae_config *c, const col_ckpt 
     col_node *noise = noisy ? ref_input(g, r, key, &nm) : NULL;
     dm_vae_encoded e;
     col_status st = dm_vae_build_encoder(&b, c, x, noise, &e);
-    if (st == COL_OK) st = dm_bind_checkpoint(&b, ck, &err);
-    else dm_builder_status(&b, &err);
+    if (st == COL_OK) st = mb_bind_checkpoint(&b, ck, &err);
+    else mb_builder_status(&b, &err);
     col_plan *p = NULL;
     if (st == COL_OK && (noisy ? e.sample != NULL : e.sample == NULL) &&
         (p = run(g, (col_node *[]){e.mean, e.logvar, noisy ? e.sample : e.mean}, 3))) {
@@ -300,7 +300,7 @@ static void vae_encode(const char *name, const dm_vae_config *c, const col_ckpt 
         TL_OK(false, "%s: encode %s runs %s", name, tag, err.msg);
     }
     col_plan_free(p);
-    dm_builder_free(&b);
+    mb_builder_free(&b);
     col_graph_free(g);
     free(xm);
     free(nm);
@@ -312,14 +312,14 @@ static void vae_decode(const char *name, const dm_vae_config *c, const col_ckpt 
     char key[64];
     col_err err = {0};
     col_graph *g = col_graph_new();
-    dm_builder b;
-    dm_builder_init(&b, g, false, COL_F32);
+    mb_builder b;
+    mb_builder_init(&b, g, false, COL_F32);
     float *zm = NULL;
     snprintf(key, sizeof key, "%s.z", tag);
     col_node *z = ref_input(g, r, key, &zm), *y = NULL;
     col_status st = dm_vae_build_decoder(&b, c, z, &y);
-    if (st == COL_OK) st = dm_bind_checkpoint(&b, ck, &err);
-    else dm_builder_status(&b, &err);
+    if (st == COL_OK) st = mb_bind_checkpoint(&b, ck, &err);
+    else mb_builder_status(&b, &err);
     col_plan *p = NULL;
     if (st == COL_OK && (p = run(g, &y, 1))) {
         snprintf(key, sizeof key, "%s.out", tag);
@@ -330,7 +330,7 @@ static void vae_decode(const char *name, const dm_vae_config *c, const col_ckpt 
         TL_OK(false, "%s: decode %s runs %s", name, tag, err.msg);
     }
     col_plan_free(p);
-    dm_builder_free(&b);
+    mb_builder_free(&b);
     col_graph_free(g);
     free(zm);
 }
@@ -343,7 +343,7 @@ typedef struct {
     struct {
         int64_t h, w;
         col_graph *g;
-        dm_builder b;
+        mb_builder b;
         col_node *z, *y;
         col_plan *p;
     } shape[8];
@@ -360,11 +360,11 @@ static col_status decode_tile(void *user, const float *z, int64_t th, int64_t tw
         d->n++;
         d->shape[k].h = th, d->shape[k].w = tw;
         d->shape[k].g = col_graph_new();
-        dm_builder_init(&d->shape[k].b, d->shape[k].g, false, COL_F32);
+        mb_builder_init(&d->shape[k].b, d->shape[k].g, false, COL_F32);
         d->shape[k].z = col_input(d->shape[k].g, "z", COL_F32, 4, (int64_t[]){d->B, d->c->latent_channels, th, tw});
         col_status st = dm_vae_build_decoder(&d->shape[k].b, d->c, d->shape[k].z, &d->shape[k].y);
-        if (st == COL_OK) st = dm_bind_checkpoint(&d->shape[k].b, d->ck, err);
-        else dm_builder_status(&d->shape[k].b, err);
+        if (st == COL_OK) st = mb_bind_checkpoint(&d->shape[k].b, d->ck, err);
+        else mb_builder_status(&d->shape[k].b, err);
         if (st == COL_OK) st = col_plan_create_for(d->shape[k].g, NULL, &d->shape[k].y, 1, &d->shape[k].p, err);
         if (st != COL_OK) return st;
     }
@@ -412,7 +412,7 @@ static void vae_tiled(const char *name, const dm_vae_config *c, const col_ckpt *
     }
     for (int k = 0; k < d.n; k++) {
         col_plan_free(d.shape[k].p);
-        dm_builder_free(&d.shape[k].b);
+        mb_builder_free(&d.shape[k].b);
         col_graph_free(d.shape[k].g);
     }
     col_graph_free(g);
@@ -450,20 +450,20 @@ static void vae_model(const char *name, const dm_vae_config *want)
     if (st == COL_OK) {
         /* encoder and decoder together use every tensor of the file, each once */
         col_graph *g = col_graph_new();
-        dm_builder b;
-        dm_builder_init(&b, g, false, COL_F32);
+        mb_builder b;
+        mb_builder_init(&b, g, false, COL_F32);
         dm_vae_encoded e;
         col_node *y, *x = col_input(g, "x", COL_F32, 4, (int64_t[]){1, 3, 16, 16});
         col_node *z = col_input(g, "z", COL_F32, 4, (int64_t[]){1, 4, 2, 2});
         st = dm_vae_build_encoder(&b, &c, x, NULL, &e);
         int nenc = b.n;
         if (st == COL_OK) st = dm_vae_build_decoder(&b, &c, z, &y);
-        if (st == COL_OK) st = dm_bind_checkpoint(&b, ck, &err);
-        else dm_builder_status(&b, &err);
+        if (st == COL_OK) st = mb_bind_checkpoint(&b, ck, &err);
+        else mb_builder_status(&b, &err);
         TL_OK(st == COL_OK && b.n == col_ckpt_count(ck),
               "%s: the encoder's %d and the decoder's %d weights are the file's %d tensors %s", name, nenc, b.n - nenc,
               col_ckpt_count(ck), st == COL_OK ? "" : err.msg);
-        dm_builder_free(&b);
+        mb_builder_free(&b);
         col_graph_free(g);
         vae_encode(name, &c, ck, r, "enc", true);
         vae_encode(name, &c, ck, r, "enc2", false);
@@ -505,17 +505,17 @@ static void vae_build_error(const dm_vae_config *c, bool decode, const int64_t *
                             col_status want_st, const char *want)
 {
     col_graph *g = col_graph_new();
-    dm_builder b;
-    dm_builder_init(&b, g, false, COL_F32);
+    mb_builder b;
+    mb_builder_init(&b, g, false, COL_F32);
     col_err err = {0};
     col_node *x = col_input(g, "x", COL_F32, 4, xs), *y = NULL;
     col_node *noise = ns ? col_input(g, "noise", COL_F32, 4, ns) : NULL;
     dm_vae_encoded e = {0};
     col_status st = decode ? dm_vae_build_decoder(&b, c, x, &y) : dm_vae_build_encoder(&b, c, x, noise, &e);
-    dm_builder_status(&b, &err);
+    mb_builder_status(&b, &err);
     TL_OK(st == want_st && strstr(err.msg, want) && !y && !e.mean, "VAE %s refuses: %s", decode ? "decoder" : "encoder",
           err.msg);
-    dm_builder_free(&b);
+    mb_builder_free(&b);
     col_graph_free(g);
 }
 
@@ -527,16 +527,16 @@ static void vae_bind_error(const char *dir, const dm_vae_config *c, const char *
     col_ckpt *ck = NULL;
     col_err err = {0};
     col_graph *g = col_graph_new();
-    dm_builder b;
-    dm_builder_init(&b, g, false, COL_F32);
+    mb_builder b;
+    mb_builder_init(&b, g, false, COL_F32);
     dm_vae_encoded e;
     col_node *x = col_input(g, "x", COL_F32, 4, (int64_t[]){1, c->in_channels, 16, 16});
     col_status st = col_ckpt_open(path, &ck, &err);
     if (st == COL_OK) st = dm_vae_build_encoder(&b, c, x, NULL, &e);
-    if (st == COL_OK) st = dm_bind_checkpoint(&b, ck, &err);
-    else dm_builder_status(&b, &err);
+    if (st == COL_OK) st = mb_bind_checkpoint(&b, ck, &err);
+    else mb_builder_status(&b, &err);
     TL_OK(st != COL_OK && strstr(err.msg, want), "VAE weights %s: %s", what, err.msg);
-    dm_builder_free(&b);
+    mb_builder_free(&b);
     col_graph_free(g);
     col_ckpt_close(ck);
 }

@@ -222,7 +222,7 @@ static void full(const col_ckpt *ref, const col_ckpt *grads, const col_ckpt *aft
         lerr = fmax(lerr, cmp(ref, name, &loss, 1));
         if (k == 0)
             for (int i = 0; i < dm_trainer_count(t); i++) {
-                char gn[DM_NAME_MAX + 8];
+                char gn[MB_NAME_MAX + 8];
                 snprintf(gn, sizeof gn, "grad.%s", dm_trainer_param(t, i)->name);
                 cmp_grad(grads, gn, dm_trainer_grad(t, i), dm_trainer_numel(t, i), &gs);
             }
@@ -234,7 +234,7 @@ static void full(const col_ckpt *ref, const col_ckpt *grads, const col_ckpt *aft
     }
     int checked = 0;
     for (int i = 0; i < dm_trainer_count(t); i++) {
-        char an[DM_NAME_MAX + 8];
+        char an[MB_NAME_MAX + 8];
         snprintf(an, sizeof an, "after.%s", dm_trainer_param(t, i)->name);
         if (!col_ckpt_find(after, an)) continue;
         cmp_grad(after, an, dm_trainer_weights(t, i), dm_trainer_numel(t, i), &ws);
@@ -277,7 +277,7 @@ static void variant(const col_ckpt *misc, const char *tag, const char *gtag, con
     if (st == COL_OK && (!pixels(images, 2, pix) || !ids_of(misc, ids_name, ids, 2 * 77)))
         st = col_err_set(&e, COL_EIO, "fixture images or ids");
     if (st == COL_OK) st = sd_train_micro(s, pix, ids, &loss, &e);
-    char name[DM_NAME_MAX + 32];
+    char name[MB_NAME_MAX + 32];
     double lerr = INFINITY;
     gsum gs = {0};
     int n = 0;
@@ -351,7 +351,7 @@ static void lora(const col_ckpt *ref)
     for (int k = 0; k < 2 && st == COL_OK; k++) {
         float pix[2 * 3 * R * R], loss = 0;
         int32_t ids[2 * 77];
-        char name[DM_NAME_MAX + 16];
+        char name[MB_NAME_MAX + 16];
         /* the same images and captions as the full run's steps (the ids are in sd_full; here the tokenizer's) */
         col_tokenizer *tok = NULL;
         static const char *caps[2][2] = {{"a photo of a cat", "the lighthouse at dawn"}, {"a red tile", "a photo of a cat"}};
@@ -364,7 +364,7 @@ static void lora(const col_ckpt *ref)
         snprintf(name, sizeof name, "step%d.loss", k);
         lerr = fmax(lerr, cmp(ref, name, &loss, 1));
         for (int i = 0; k == 0 && i < dm_trainer_count(t); i++) {
-            const dm_param *p = dm_trainer_param(t, i);
+            const mb_param *p = dm_trainer_param(t, i);
             if (!p->trainable) continue;
             snprintf(name, sizeof name, "grad.%s", p->name);
             cmp_grad(ref, name, dm_trainer_grad(t, i), dm_trainer_numel(t, i), &gs);
@@ -372,8 +372,8 @@ static void lora(const col_ckpt *ref)
         if (st == COL_OK) st = sd_train_apply(s, NULL, &e);
     }
     for (int i = 0; i < dm_trainer_count(t) && st == COL_OK; i++) {
-        const dm_param *p = dm_trainer_param(t, i);
-        char name[DM_NAME_MAX + 16];
+        const mb_param *p = dm_trainer_param(t, i);
+        char name[MB_NAME_MAX + 16];
         snprintf(name, sizeof name, "after.%s", p->name);
         if (p->trainable) cmp_grad(ref, name, dm_trainer_weights(t, i), dm_trainer_numel(t, i), &ws);
     }

@@ -116,15 +116,15 @@ static void parity(const char *name, model *m, const char *c)
     const col_ckpt_tensor *ts = NULL, *tc = NULL, *to = NULL;
     float *sample = ref(m->ref, k1, &ts), *ctx = ref(m->ref, k2, &tc), *want = ref(m->ref, k3, &to);
     col_graph *g = col_graph_new();
-    dm_builder b;
-    dm_builder_init(&b, g, false, COL_F32);
+    mb_builder b;
+    mb_builder_init(&b, g, false, COL_F32);
     dm_unet_io io;
     col_plan *p = NULL;
     col_err err = {0};
     bool ok = sample && ctx && want;
     int B = ok ? (int)ts->shape[0] : 0, H = ok ? (int)ts->shape[2] : 0, W = ok ? (int)ts->shape[3] : 0;
     ok = ok && dm_unet_build(&b, &m->cfg, B, H, W, (int)tc->shape[1], &io, &err) == COL_OK &&
-         dm_bind_checkpoint(&b, m->ck, &err) == COL_OK && col_bind(io.sample, sample, &err) == COL_OK &&
+         mb_bind_checkpoint(&b, m->ck, &err) == COL_OK && col_bind(io.sample, sample, &err) == COL_OK &&
          col_bind(io.t_proj, m->tproj, &err) == COL_OK && col_bind(io.context, ctx, &err) == COL_OK &&
          col_plan_create(g, &p, &err) == COL_OK && col_plan_run(p, &be, &err) == COL_OK;
     if (ok)
@@ -136,7 +136,7 @@ static void parity(const char *name, model *m, const char *c)
           "%s: noise prediction for a %dx%d latent, batch %d (timesteps 999, 37), context %lld: NMSE %.2e (<= 1e-8) %s",
           name, H, W, B, ok ? (long long)tc->shape[1] : 0LL, e, ok ? "" : err.msg);
     col_plan_free(p);
-    dm_builder_free(&b);
+    mb_builder_free(&b);
     col_graph_free(g);
     free(sample);
     free(ctx);
@@ -170,8 +170,8 @@ static void gradient_test(void)
     float *sample = ref(m.ref, "sample.sq", &ts), *ctx = ref(m.ref, "context.sq", &tc);
     float *target = ref(m.ref, "target.sq", NULL), *loss_ref = ref(m.ref, "loss.sq", NULL);
     col_graph *g = col_graph_new();
-    dm_builder b;
-    dm_builder_init(&b, g, true, COL_F32);
+    mb_builder b;
+    mb_builder_init(&b, g, true, COL_F32);
     dm_unet_io io;
     col_plan *p = NULL;
     col_err err = {0};
@@ -186,7 +186,7 @@ static void gradient_test(void)
         loss = col_mean(g, col_mul(g, d, d), 0xF, 0);
         col_mark_output(loss);
         ok = col_graph_status(g) == COL_OK && col_graph_backward(g, loss, &err) == COL_OK &&
-             dm_bind_checkpoint(&b, m.ck, &err) == COL_OK;
+             mb_bind_checkpoint(&b, m.ck, &err) == COL_OK;
     }
     if (ok) {
         grads = calloc((size_t)b.n, sizeof *grads);
@@ -209,7 +209,7 @@ static void gradient_test(void)
     double worst = 0;
     const char *worst_name = "";
     for (int i = 0; ok && i < b.n; i++) {
-        char gname[DM_NAME_MAX + 8];
+        char gname[MB_NAME_MAX + 8];
         snprintf(gname, sizeof gname, "grad.%s", b.params[i].name);
         const col_ckpt_tensor *t = NULL;
         float *gr = ref(m.ref, gname, &t);
@@ -246,7 +246,7 @@ static void gradient_test(void)
         free(grads[i]);
     free(grads);
     col_plan_free(p);
-    dm_builder_free(&b);
+    mb_builder_free(&b);
     col_graph_free(g);
     free(sample), free(ctx), free(target), free(loss_ref);
     close_model(&m);
@@ -340,29 +340,29 @@ static void error_tests(void)
                {9, 7, 8, 77, 32, "downsample_padding 0"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         col_graph *g = col_graph_new();
-        dm_builder b;
-        dm_builder_init(&b, g, false, COL_F32);
+        mb_builder b;
+        mb_builder_init(&b, g, false, COL_F32);
         col_node *s = col_input(g, "sample", COL_F32, 4, (int64_t[]){2, bad[i].C, bad[i].H, bad[i].W});
         col_node *t = col_input(g, "t_proj", COL_F32, 2, (int64_t[]){2, m.cfg.block_out_channels[0]});
         col_node *x = col_input(g, "context", COL_F32, 3, (int64_t[]){2, bad[i].S, bad[i].cad});
         col_node *y = dm_unet(&b, &m.cfg, s, t, x);
-        col_status st = dm_builder_status(&b, &err);
+        col_status st = mb_builder_status(&b, &err);
         TL_OK(!y && st != COL_OK && strstr(err.msg, bad[i].needle), "inpaint UNet, sample [2,%d,%d,%d], context [2,%d,%d]: %s",
               bad[i].C, bad[i].H, bad[i].W, bad[i].S, bad[i].cad, err.msg);
-        dm_builder_free(&b);
+        mb_builder_free(&b);
         col_graph_free(g);
     }
     model o;
     if (open_model("sd1", &o)) {
         col_graph *g = col_graph_new();
-        dm_builder b;
-        dm_builder_init(&b, g, false, COL_F32);
+        mb_builder b;
+        mb_builder_init(&b, g, false, COL_F32);
         dm_unet_io io;
         col_status st = dm_unet_build(&b, &o.cfg, 1, 8, 8, 77, &io, &err);
         if (st == COL_OK)
-            st = dm_bind_checkpoint(&b, m.ck, &err);
+            st = mb_bind_checkpoint(&b, m.ck, &err);
         TL_OK(st == COL_ESHAPE || st == COL_EFORMAT, "sd1's graph with the inpainting UNet's weights: %s", err.msg);
-        dm_builder_free(&b);
+        mb_builder_free(&b);
         col_graph_free(g);
     }
     close_model(&o);

@@ -9,19 +9,19 @@
 
 /* ---- the graph ---- */
 
-static col_node *vec(dm_builder *b, int64_t n, const char *name)
+static col_node *vec(mb_builder *b, int64_t n, const char *name)
 {
-    return dm_weight(b, 1, (int64_t[]){n}, "%s", name);
+    return mb_weight(b, 1, (int64_t[]){n}, "%s", name);
 }
 
-static col_node *linear(dm_builder *b, col_node *x, int64_t in, int64_t out, const char *name)
+static col_node *linear(mb_builder *b, col_node *x, int64_t in, int64_t out, const char *name)
 {
-    col_node *w = dm_weight(b, 2, (int64_t[]){out, in}, "%s.weight", name);
-    col_node *bias = dm_weight(b, 1, (int64_t[]){out}, "%s.bias", name);
+    col_node *w = mb_weight(b, 2, (int64_t[]){out, in}, "%s.weight", name);
+    col_node *bias = mb_weight(b, 1, (int64_t[]){out}, "%s.bias", name);
     return col_linear(b->g, x, w, bias);
 }
 
-static col_node *layer_norm(dm_builder *b, const dm_clip_text_config *c, col_node *x, const char *name)
+static col_node *layer_norm(mb_builder *b, const dm_clip_text_config *c, col_node *x, const char *name)
 {
     char w[64], bb[64];
     snprintf(w, sizeof w, "%s.weight", name);
@@ -42,7 +42,7 @@ static col_node *activation(col_graph *g, dm_clip_act act, col_node *x)
 }
 
 /* one pre-LN layer: x + attn(ln1(x)), then + mlp(ln2(.)) */
-static col_node *encoder_layer(dm_builder *b, const dm_clip_text_config *c, col_node *x, int64_t B, int64_t T)
+static col_node *encoder_layer(mb_builder *b, const dm_clip_text_config *c, col_node *x, int64_t B, int64_t T)
 {
     col_graph *g = b->g;
     int64_t C = c->hidden, H = c->heads, D = C / H;
@@ -61,44 +61,44 @@ static col_node *encoder_layer(dm_builder *b, const dm_clip_text_config *c, col_
     return col_add(g, x, linear(b, m, c->intermediate, C, "mlp.fc2"));
 }
 
-col_status dm_clip_text_build(dm_builder *b, const dm_clip_text_config *c, col_node *ids, int clip_skip,
+col_status dm_clip_text_build(mb_builder *b, const dm_clip_text_config *c, col_node *ids, int clip_skip,
                               dm_clip_text_out *out)
 {
     col_err e;
     memset(out, 0, sizeof *out);
     col_status st = dm_clip_text_check_config(c, &e);
     if (st != COL_OK) {
-        dm_fail(b, st, "%s", e.msg);
-        return dm_builder_status(b, &e);
+        mb_fail(b, st, "%s", e.msg);
+        return mb_builder_status(b, &e);
     }
     if (!ids || ids->t.ndim != 2 || (ids->t.dtype != COL_I32 && ids->t.dtype != COL_I64))
-        dm_fail(b, COL_ESHAPE, "CLIP text encoder: the token ids must be an i32 or i64 [batch, tokens] tensor");
+        mb_fail(b, COL_ESHAPE, "CLIP text encoder: the token ids must be an i32 or i64 [batch, tokens] tensor");
     else if (ids->t.shape[1] < 1 || ids->t.shape[1] > c->max_positions)
-        dm_fail(b, COL_ESHAPE, "CLIP text encoder: %lld tokens, the model takes 1 to %d",
+        mb_fail(b, COL_ESHAPE, "CLIP text encoder: %lld tokens, the model takes 1 to %d",
                 (long long)ids->t.shape[1], c->max_positions);
     else if (clip_skip < 0 || clip_skip > c->layers)
-        dm_fail(b, COL_EINVAL, "CLIP text encoder: clip skip %d is outside 0..%d (the number of layers)", clip_skip,
+        mb_fail(b, COL_EINVAL, "CLIP text encoder: clip skip %d is outside 0..%d (the number of layers)", clip_skip,
                 c->layers);
     if (b->status != COL_OK)
         return b->status;
     col_graph *g = b->g;
     int64_t B = ids->t.shape[0], T = ids->t.shape[1], C = c->hidden;
 
-    col_node *tok = dm_weight(b, 2, (int64_t[]){c->vocab_size, C}, "embeddings.token_embedding.weight");
-    col_node *pos = dm_weight(b, 2, (int64_t[]){c->max_positions, C}, "embeddings.position_embedding.weight");
+    col_node *tok = mb_weight(b, 2, (int64_t[]){c->vocab_size, C}, "embeddings.token_embedding.weight");
+    col_node *pos = mb_weight(b, 2, (int64_t[]){c->max_positions, C}, "embeddings.position_embedding.weight");
     col_node *x = col_add(g, col_embedding(g, tok, ids), col_embedding(g, pos, col_arange(g, NULL, T, 0)));
     col_node *kept = clip_skip == c->layers ? x : NULL;
     for (int l = 0; l < c->layers; l++) {
-        dm_push(b, "encoder.layers.%d.", l);
+        mb_push(b, "encoder.layers.%d.", l);
         x = encoder_layer(b, c, x, B, T);
-        dm_pop(b);
+        mb_pop(b);
         if (l + 1 == c->layers - clip_skip)
             kept = x;
     }
     out->last_hidden = layer_norm(b, c, x, "final_layer_norm");
     if (clip_skip > 0)
         out->skipped = layer_norm(b, c, kept, "final_layer_norm");
-    st = dm_builder_status(b, &e);
+    st = mb_builder_status(b, &e);
     if (st != COL_OK)
         memset(out, 0, sizeof *out);
     return st;

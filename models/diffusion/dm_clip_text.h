@@ -19,7 +19,7 @@
 #define COL_DM_CLIP_TEXT_H
 
 #include "checkpoint.h"
-#include "dm_builder.h"
+#include "mb_builder.h"
 #include "graph.h"
 #include "status.h"
 
@@ -66,8 +66,8 @@ typedef struct {
  * kernel checks), creating its weights through b under b's current prefix.
  * clip_skip in 0..layers (0: only last_hidden). Both outputs are built; a
  * plan made for one of them (col_plan_create_for) runs only what it needs.
- * Errors are recorded in b (dm_builder_status) and returned. */
-col_status dm_clip_text_build(dm_builder *b, const dm_clip_text_config *c, col_node *ids, int clip_skip,
+ * Errors are recorded in b (mb_builder_status) and returned. */
+col_status dm_clip_text_build(mb_builder *b, const dm_clip_text_config *c, col_node *ids, int clip_skip,
                               dm_clip_text_out *out);
 
 #endif

@@ -15,7 +15,7 @@
 struct dm_trainer {
     dm_train_config cfg;
     const col_backend *be;
-    dm_builder *b;
+    mb_builder *b;
     col_graph *g;
     col_node *loss;
     mt_pool *pool;
@@ -46,7 +46,7 @@ float dm_train_lr(const dm_train_config *c, int64_t s)
     return c->lr;
 }
 
-static int64_t numel(const dm_param *p)
+static int64_t numel(const mb_param *p)
 {
     int64_t k = 1;
     for (int d = 0; d < p->ndim; d++) k *= p->shape[d];
@@ -129,10 +129,10 @@ static col_status place(dm_trainer *t, col_err *err)
     return first == COL_OK ? COL_OK : col_err_copy(err, &fail);
 }
 
-static col_status load_weights(dm_trainer *t, const dm_source *src, dm_init_fn init, void *user, col_err *err)
+static col_status load_weights(dm_trainer *t, const mb_source *src, dm_init_fn init, void *user, col_err *err)
 {
     for (int i = 0; i < t->n; i++) {
-        const dm_param *p = &t->b->params[i];
+        const mb_param *p = &t->b->params[i];
         float *w = mt_ptr(t->pool, t->ref[i]);
         col_status st;
         if (src && src->has(src, p->name)) st = src->read(src, p->name, p->ndim, p->shape, w, err);
@@ -161,13 +161,13 @@ static col_status make_plan(dm_trainer *t, col_err *err)
     return st;
 }
 
-col_status dm_trainer_create(const dm_train_config *cfg, const col_backend *be, dm_builder *b, col_node *loss,
-                             const dm_source *src, dm_init_fn init, void *init_user, dm_trainer **out, col_err *err)
+col_status dm_trainer_create(const dm_train_config *cfg, const col_backend *be, mb_builder *b, col_node *loss,
+                             const mb_source *src, dm_init_fn init, void *init_user, dm_trainer **out, col_err *err)
 {
     *out = NULL;
     col_status st = check_config(cfg, err);
     if (st != COL_OK) return st;
-    if ((st = dm_builder_status(b, err)) != COL_OK) return st;
+    if ((st = mb_builder_status(b, err)) != COL_OK) return st;
     if (b->dtype != COL_F32) return col_err_set(err, COL_EUNSUPPORTED, "training: f32 weights only");
     if (!loss || loss->t.dtype != COL_F32 || col_numel(&loss->t) != 1)
         return col_err_set(err, COL_EINVAL, "training: the loss must be one f32 value");
@@ -209,7 +209,7 @@ col_status dm_trainer_create(const dm_train_config *cfg, const col_backend *be, 
     }
     if (st == COL_OK) st = load_weights(t, src, init, init_user, err);
     for (int i = 0; i < t->n && st == COL_OK; i++) {
-        dm_param *p = &b->params[i];
+        mb_param *p = &b->params[i];
         st = col_bind(p->node, mt_addr(t->pool, t->ref[i]), err);
         if (st == COL_OK && p->trainable) st = col_bind_grad(p->node, mt_addr(t->pool, t->ref[t->n + i]), err);
     }
@@ -281,7 +281,7 @@ col_status dm_trainer_step(dm_trainer *t, dm_step_info *info, col_err *err)
 int64_t dm_trainer_steps(const dm_trainer *t) { return t->step; }
 void dm_trainer_set_steps(dm_trainer *t, int64_t steps) { t->step = steps; }
 int dm_trainer_count(const dm_trainer *t) { return t->n; }
-const dm_param *dm_trainer_param(const dm_trainer *t, int i) { return i >= 0 && i < t->n ? &t->b->params[i] : NULL; }
+const mb_param *dm_trainer_param(const dm_trainer *t, int i) { return i >= 0 && i < t->n ? &t->b->params[i] : NULL; }
 int64_t dm_trainer_numel(const dm_trainer *t, int i) { return i >= 0 && i < t->n ? numel(&t->b->params[i]) : 0; }
 int64_t dm_trainer_total(const dm_trainer *t) { return t->total; }
 int64_t dm_trainer_trained(const dm_trainer *t) { return t->trained; }
@@ -302,7 +302,7 @@ float *dm_trainer_moment(const dm_trainer *t, int i, int slot)
 }
 
 /* the tensors of a file: names in one block */
-enum { ST_NAME_MAX = DM_NAME_MAX + 16 };
+enum { ST_NAME_MAX = MB_NAME_MAX + 16 };
 typedef struct {
     col_st_out *o;
     char *names;
@@ -324,7 +324,7 @@ static void list_free(st_list *l)
     free(l->names);
 }
 
-static void list_add(st_list *l, const dm_param *p, const float *data, const char *name)
+static void list_add(st_list *l, const mb_param *p, const float *data, const char *name)
 {
     char *dst = l->names + (size_t)l->n * ST_NAME_MAX;
     snprintf(dst, ST_NAME_MAX, "%s", name);
@@ -340,9 +340,9 @@ col_status dm_trainer_save(const dm_trainer *t, const char *path, dm_name_fn nam
 {
     st_list l;
     col_status st = list_alloc(&l, t->n, err);
-    char buf[DM_NAME_MAX];
+    char buf[MB_NAME_MAX];
     for (int i = 0; i < t->n && st == COL_OK; i++) {
-        const dm_param *p = &t->b->params[i];
+        const mb_param *p = &t->b->params[i];
         if (name ? !name(user, p, buf, sizeof buf) : !p->trainable) continue;
         list_add(&l, p, dm_trainer_weights(t, i), name ? buf : p->name);
     }
@@ -355,9 +355,9 @@ col_status dm_trainer_save_optimizer(const dm_trainer *t, const char *path, col_
 {
     st_list l;
     col_status st = list_alloc(&l, 2 * t->n, err);
-    char buf[DM_NAME_MAX + 16], step[32];
+    char buf[MB_NAME_MAX + 16], step[32];
     for (int i = 0; i < t->n && st == COL_OK; i++) {
-        const dm_param *p = &t->b->params[i];
+        const mb_param *p = &t->b->params[i];
         if (!p->trainable) continue;
         for (int s = 0; s < 2; s++) {
             snprintf(buf, sizeof buf, "%s.%s", p->name, s ? "exp_avg_sq" : "exp_avg");
@@ -383,10 +383,10 @@ col_status dm_trainer_load_optimizer(dm_trainer *t, const char *path, col_err *e
         st = col_err_set(err, COL_EFORMAT, "%s has no step count: not an optimizer state colossal-diffuse wrote", path);
     int expect = 0;
     for (int i = 0; i < t->n && st == COL_OK; i++) {
-        const dm_param *p = &t->b->params[i];
+        const mb_param *p = &t->b->params[i];
         if (!p->trainable) continue;
         for (int k = 0; k < 2 && st == COL_OK; k++) {
-            char buf[DM_NAME_MAX + 16];
+            char buf[MB_NAME_MAX + 16];
             snprintf(buf, sizeof buf, "%s.%s", p->name, k ? "exp_avg_sq" : "exp_avg");
             const col_ckpt_tensor *ct = NULL;
             for (int j = 0; j < col_st_count(f) && !ct; j++)

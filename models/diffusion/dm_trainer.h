@@ -1,8 +1,8 @@
 /* dm_trainer.h - training the parameters of one diffusion component graph.
  *
- * The caller builds a component's forward pass on a dm_builder (trainable
- * weights are col_param leaves, frozen ones col_input: dm_builder.h, LoRA
- * adapters through dm_linear) and a scalar loss on the same graph; the
+ * The caller builds a component's forward pass on a mb_builder (trainable
+ * weights are col_param leaves, frozen ones col_input: mb_builder.h, LoRA
+ * adapters through mb_linear) and a scalar loss on the same graph; the
  * trainer then owns where the weights live and how a step runs:
  *
  *   - every weight in a memtier pool (kind MT_PARAM), each trainable one
@@ -20,7 +20,7 @@
  *     learning rate of diffusers' "constant" / "constant_with_warmup"
  *     schedules (dm_train_lr).
  *
- * Weights come from a dm_source by name; names the source does not hold
+ * Weights come from a mb_source by name; names the source does not hold
  * (new LoRA adapters) from an init callback. Nothing here prints.
  */
 #ifndef COL_DM_TRAINER_H
@@ -31,8 +31,8 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "dm_builder.h"
-#include "dm_source.h"
+#include "mb_builder.h"
+#include "mb_source.h"
 #include "memtier.h"
 
 typedef struct {
@@ -61,7 +61,7 @@ float dm_train_lr(const dm_train_config *c, int64_t s);
 
 /* Fills dst (the parameter's numel floats) with a parameter the source does
  * not hold (a new LoRA adapter). */
-typedef col_status (*dm_init_fn)(void *user, const dm_param *p, float *dst, col_err *err);
+typedef col_status (*dm_init_fn)(void *user, const mb_param *p, float *dst, col_err *err);
 
 typedef struct dm_trainer dm_trainer;
 
@@ -74,8 +74,8 @@ typedef struct dm_trainer dm_trainer;
  * budget). Inputs (col_input leaves that are not parameters) are filled
  * before each run with dm_trainer_upload. COL_ENOMEM with the host budget
  * marked when the pool cannot hold the weights, gradients and moments. */
-col_status dm_trainer_create(const dm_train_config *cfg, const col_backend *be, dm_builder *b, col_node *loss,
-                             const dm_source *src, dm_init_fn init, void *init_user, dm_trainer **out, col_err *err);
+col_status dm_trainer_create(const dm_train_config *cfg, const col_backend *be, mb_builder *b, col_node *loss,
+                             const mb_source *src, dm_init_fn init, void *init_user, dm_trainer **out, col_err *err);
 void dm_trainer_free(dm_trainer *t);
 
 /* Host data into an input leaf of the graph (bytes: its size). */
@@ -105,7 +105,7 @@ void dm_trainer_set_steps(dm_trainer *t, int64_t steps);
 
 /* The parameters, in the builder's order: index i is b->params[i]. */
 int dm_trainer_count(const dm_trainer *t);
-const dm_param *dm_trainer_param(const dm_trainer *t, int i);
+const mb_param *dm_trainer_param(const dm_trainer *t, int i);
 /* Host memory of parameter i's weights, gradient and moments (slot 0: exp_avg,
  * 1: exp_avg_sq); NULL for a frozen parameter's gradient and moments. The
  * gradient is the step's sum so far until dm_trainer_step averages it. */
@@ -122,7 +122,7 @@ mt_pool *dm_trainer_pool(dm_trainer *t);
  * for each parameter, name(user, p, out, n) says whether it goes in and
  * under which name (NULL name: every trainable parameter under its own).
  * metadata as col_st_write_f32's. */
-typedef bool (*dm_name_fn)(void *user, const dm_param *p, char *out, size_t n);
+typedef bool (*dm_name_fn)(void *user, const mb_param *p, char *out, size_t n);
 col_status dm_trainer_save(const dm_trainer *t, const char *path, dm_name_fn name, void *user,
                            const char *const *metadata, col_err *err);
 /* The optimizer state: each trained tensor's moments as NAME.exp_avg and

@@ -1,4 +1,4 @@
-/* dm_unet.c - UNet2DConditionModel's forward pass (SD 1.x / 2.x) on a dm_builder. */
+/* dm_unet.c - UNet2DConditionModel's forward pass (SD 1.x / 2.x) on a mb_builder. */
 #include "dm_unet.h"
 
 #include <math.h>
@@ -8,7 +8,7 @@
 #include "ops.h"
 
 typedef struct {
-    dm_builder *b;
+    mb_builder *b;
     col_graph *g;
     const dm_unet_config *c;
     int64_t B;
@@ -18,16 +18,16 @@ typedef struct {
 
 /* ---- layers: weights named under the builder's current prefix ---- */
 
-/* through dm_linear: LoRA adapters on the projections the builder's spec targets (to_q, to_k, ...) */
+/* through mb_linear: LoRA adapters on the projections the builder's spec targets (to_q, to_k, ...) */
 static col_node *linear(unet *u, col_node *x, int64_t in, int64_t out, bool bias, const char *name)
 {
-    return dm_linear(u->b, x, out, in, bias, "%s", name);
+    return mb_linear(u->b, x, out, in, bias, "%s", name);
 }
 
 static col_node *conv(unet *u, col_node *x, int64_t cin, int64_t cout, int k, int stride, int pad, const char *name)
 {
-    col_node *w = dm_weight(u->b, 4, (int64_t[]){cout, cin, k, k}, "%s.weight", name);
-    col_node *bb = dm_weight(u->b, 1, &cout, "%s.bias", name);
+    col_node *w = mb_weight(u->b, 4, (int64_t[]){cout, cin, k, k}, "%s.weight", name);
+    col_node *bb = mb_weight(u->b, 1, &cout, "%s.bias", name);
     if (!w || !bb)
         return NULL;
     return col_conv2d(u->g, col_contiguous(u->g, x), w, bb, stride, pad);
@@ -35,8 +35,8 @@ static col_node *conv(unet *u, col_node *x, int64_t cin, int64_t cout, int k, in
 
 static col_node *group_norm(unet *u, col_node *x, int64_t ch, float eps, const char *name)
 {
-    col_node *w = dm_weight(u->b, 1, &ch, "%s.weight", name);
-    col_node *bb = dm_weight(u->b, 1, &ch, "%s.bias", name);
+    col_node *w = mb_weight(u->b, 1, &ch, "%s.weight", name);
+    col_node *bb = mb_weight(u->b, 1, &ch, "%s.bias", name);
     if (!w || !bb)
         return NULL;
     return col_group_norm(u->g, x, w, bb, u->c->norm_num_groups, eps);
@@ -44,8 +44,8 @@ static col_node *group_norm(unet *u, col_node *x, int64_t ch, float eps, const c
 
 static col_node *layer_norm(unet *u, col_node *x, int64_t ch, const char *name)
 {
-    col_node *w = dm_weight(u->b, 1, &ch, "%s.weight", name);
-    col_node *bb = dm_weight(u->b, 1, &ch, "%s.bias", name);
+    col_node *w = mb_weight(u->b, 1, &ch, "%s.weight", name);
+    col_node *bb = mb_weight(u->b, 1, &ch, "%s.bias", name);
     if (!w || !bb)
         return NULL;
     return col_layernorm(u->g, x, w, bb, 1e-5f); /* BasicTransformerBlock's norm_eps */
@@ -74,7 +74,7 @@ static col_node *attention(unet *u, col_node *x, col_node *kv, int64_t C, int64_
 {
     col_graph *g = u->g;
     int64_t d = C / heads, T = x ? x->t.shape[1] : 0, S = kv ? kv->t.shape[1] : 0;
-    dm_push(u->b, "%s.", name);
+    mb_push(u->b, "%s.", name);
     col_node *q = linear(u, x, C, C, false, "to_q");
     col_node *k = linear(u, kv, kv_dim, C, false, "to_k");
     col_node *v = linear(u, kv, kv_dim, C, false, "to_v");
@@ -86,7 +86,7 @@ static col_node *attention(unet *u, col_node *x, col_node *kv, int64_t C, int64_
     col_node *o = col_attention(g, q, k, v, 0, (float)(1.0 / sqrt((double)d)));
     o = col_reshape(g, col_permute(g, o, to_heads), 3, (int64_t[]){u->B, T, C});
     o = linear(u, o, C, C, true, "to_out.0");
-    dm_pop(u->b);
+    mb_pop(u->b);
     return o;
 }
 
@@ -124,9 +124,9 @@ static col_node *transformer(unet *u, col_node *x, int64_t C, int heads, int lay
     if (lin)
         h = linear(u, h, C, C, true, "proj_in");
     for (int l = 0; l < layers; l++) {
-        dm_push(u->b, "transformer_blocks.%d.", l);
+        mb_push(u->b, "transformer_blocks.%d.", l);
         h = transformer_block(u, h, C, heads);
-        dm_pop(u->b);
+        mb_pop(u->b);
     }
     if (lin)
         h = linear(u, h, C, C, true, "proj_out");
@@ -139,8 +139,8 @@ static col_node *transformer(unet *u, col_node *x, int64_t C, int heads, int lay
 /* Downsample2D: 3x3 conv, stride 2; padding 0 means one zero row/column after the end */
 static col_node *downsample(unet *u, col_node *x, int64_t C)
 {
-    col_node *w = dm_weight(u->b, 4, (int64_t[]){C, C, 3, 3}, "downsamplers.0.conv.weight");
-    col_node *bb = dm_weight(u->b, 1, &C, "downsamplers.0.conv.bias");
+    col_node *w = mb_weight(u->b, 4, (int64_t[]){C, C, 3, 3}, "downsamplers.0.conv.weight");
+    col_node *bb = mb_weight(u->b, 1, &C, "downsamplers.0.conv.bias");
     if (!w || !bb)
         return NULL;
     int p = u->c->downsample_padding;
@@ -156,7 +156,7 @@ static col_node *upsample(unet *u, col_node *x, int64_t C, int64_t h, int64_t w)
         return NULL;
     int64_t H = x->t.shape[2], W = x->t.shape[3];
     if (h > 2 * H || w > 2 * W || h < 2 * H - 1 || w < 2 * W - 1)
-        return dm_fail(u->b, COL_EINTERNAL, "UNet: upsampling %lldx%lld to %lldx%lld", (long long)H, (long long)W,
+        return mb_fail(u->b, COL_EINTERNAL, "UNet: upsampling %lldx%lld to %lldx%lld", (long long)H, (long long)W,
                        (long long)h, (long long)w);
     /* nearest to size 2H-1 reads source row floor(i * H / (2H-1)) = floor(i / 2): the 2x result, cut */
     col_node *y = col_upsample_nearest(g, x, 2);
@@ -169,29 +169,29 @@ static col_node *upsample(unet *u, col_node *x, int64_t C, int64_t h, int64_t w)
 
 /* ---- the model ---- */
 
-static bool check_inputs(dm_builder *b, const dm_unet_config *c, col_node *sample, col_node *t_proj, col_node *context)
+static bool check_inputs(mb_builder *b, const dm_unet_config *c, col_node *sample, col_node *t_proj, col_node *context)
 {
     if (!sample || !t_proj || !context) {
-        dm_fail(b, COL_EINVAL, "UNet: an input is missing");
+        mb_fail(b, COL_EINVAL, "UNet: an input is missing");
         return false;
     }
     const col_tensor *s = &sample->t, *t = &t_proj->t, *x = &context->t;
     if (s->dtype != COL_F32 || t->dtype != COL_F32 || x->dtype != COL_F32) {
-        dm_fail(b, COL_EDTYPE, "UNet: sample, t_proj and encoder_hidden_states must be f32");
+        mb_fail(b, COL_EDTYPE, "UNet: sample, t_proj and encoder_hidden_states must be f32");
         return false;
     }
     if (s->ndim != 4 || s->shape[1] != c->in_channels || s->shape[0] < 1 || s->shape[2] < 1 || s->shape[3] < 1) {
-        dm_fail(b, COL_ESHAPE, "UNet: sample must be [B, %d, H, W]", c->in_channels);
+        mb_fail(b, COL_ESHAPE, "UNet: sample must be [B, %d, H, W]", c->in_channels);
         return false;
     }
     int64_t B = s->shape[0];
     if (t->ndim != 2 || t->shape[0] != B || t->shape[1] != c->block_out_channels[0]) {
-        dm_fail(b, COL_ESHAPE, "UNet: t_proj must be [%lld, %d] (the timestep projection, one row per sample)",
+        mb_fail(b, COL_ESHAPE, "UNet: t_proj must be [%lld, %d] (the timestep projection, one row per sample)",
                 (long long)B, c->block_out_channels[0]);
         return false;
     }
     if (x->ndim != 3 || x->shape[0] != B || x->shape[1] < 1 || x->shape[2] != c->cross_attention_dim) {
-        dm_fail(b, COL_ESHAPE, "UNet: encoder_hidden_states must be [%lld, S, %d]", (long long)B,
+        mb_fail(b, COL_ESHAPE, "UNet: encoder_hidden_states must be [%lld, S, %d]", (long long)B,
                 c->cross_attention_dim);
         return false;
     }
@@ -202,7 +202,7 @@ static bool check_inputs(dm_builder *b, const dm_unet_config *c, col_node *sampl
         for (int i = 0; i + 1 < c->n_blocks; i++) {
             int64_t next = c->downsample_padding ? (h - 1) / 2 + 1 : (h >= 2 ? (h - 2) / 2 + 1 : 0);
             if (next < 1 || (2 * next != h && 2 * next - 1 != h)) {
-                dm_fail(b, COL_EUNSUPPORTED,
+                mb_fail(b, COL_EUNSUPPORTED,
                         "UNet: a %lldx%lld latent: with downsample_padding %d, size %lld goes down to %lld, which "
                         "2x nearest upsampling does not bring back (use sizes divisible by %d)",
                         (long long)s->shape[2], (long long)s->shape[3], c->downsample_padding, (long long)h,
@@ -215,13 +215,13 @@ static bool check_inputs(dm_builder *b, const dm_unet_config *c, col_node *sampl
     return true;
 }
 
-col_node *dm_unet(dm_builder *b, const dm_unet_config *c, col_node *sample, col_node *t_proj, col_node *context)
+col_node *dm_unet(mb_builder *b, const dm_unet_config *c, col_node *sample, col_node *t_proj, col_node *context)
 {
     if (b->status != COL_OK)
         return NULL;
     col_err why = {0};
     if (dm_unet_check_config(c, &why) != COL_OK)
-        return dm_fail(b, why.code, "%s", why.msg);
+        return mb_fail(b, why.code, "%s", why.msg);
     if (!check_inputs(b, c, sample, t_proj, context))
         return NULL;
     col_graph *g = b->g;
@@ -230,10 +230,10 @@ col_node *dm_unet(dm_builder *b, const dm_unet_config *c, col_node *sample, col_
     const int *ch = c->block_out_channels;
 
     /* time embedding */
-    dm_push(b, "time_embedding.");
+    mb_push(b, "time_embedding.");
     col_node *emb = linear(&u, t_proj, ch[0], c->time_embed_dim, true, "linear_1");
     emb = linear(&u, col_silu(g, emb), c->time_embed_dim, c->time_embed_dim, true, "linear_2");
-    dm_pop(b);
+    mb_pop(b);
     u.temb_act = col_silu(g, emb);
 
     col_node *x = c->center_input_sample ? col_scale(g, sample, 2.0f, -1.0f) : sample;
@@ -245,20 +245,20 @@ col_node *dm_unet(dm_builder *b, const dm_unet_config *c, col_node *sample, col_
         nskip += c->layers_per_block[i] + (i < n - 1);
     col_node **skip = calloc((size_t)nskip, sizeof *skip);
     if (!skip)
-        return dm_fail(b, COL_ENOMEM, "UNet: no memory for the skip list");
+        return mb_fail(b, COL_ENOMEM, "UNet: no memory for the skip list");
     int top = 0;
     skip[top++] = x;
 
     for (int i = 0; i < n; i++) {
-        dm_push(b, "down_blocks.%d.", i);
+        mb_push(b, "down_blocks.%d.", i);
         for (int l = 0; l < c->layers_per_block[i]; l++) {
-            dm_push(b, "resnets.%d.", l);
+            mb_push(b, "resnets.%d.", l);
             x = resnet(&u, x, l == 0 ? ch[i > 0 ? i - 1 : 0] : ch[i], ch[i], 1.0f);
-            dm_pop(b);
+            mb_pop(b);
             if (c->down_cross_attn[i]) {
-                dm_push(b, "attentions.%d.", l);
+                mb_push(b, "attentions.%d.", l);
                 x = transformer(&u, x, ch[i], c->heads[i], c->transformer_layers[i]);
-                dm_pop(b);
+                mb_pop(b);
             }
             skip[top++] = x;
         }
@@ -266,56 +266,56 @@ col_node *dm_unet(dm_builder *b, const dm_unet_config *c, col_node *sample, col_
             x = downsample(&u, x, ch[i]);
             skip[top++] = x;
         }
-        dm_pop(b);
+        mb_pop(b);
     }
 
-    dm_push(b, "mid_block.");
-    dm_push(b, "resnets.0.");
+    mb_push(b, "mid_block.");
+    mb_push(b, "resnets.0.");
     x = resnet(&u, x, ch[n - 1], ch[n - 1], c->mid_block_scale_factor);
-    dm_pop(b);
-    dm_push(b, "attentions.0.");
+    mb_pop(b);
+    mb_push(b, "attentions.0.");
     x = transformer(&u, x, ch[n - 1], c->heads[n - 1], c->transformer_layers[n - 1]);
-    dm_pop(b);
-    dm_push(b, "resnets.1.");
+    mb_pop(b);
+    mb_push(b, "resnets.1.");
     x = resnet(&u, x, ch[n - 1], ch[n - 1], c->mid_block_scale_factor);
-    dm_pop(b);
-    dm_pop(b);
+    mb_pop(b);
+    mb_pop(b);
 
     for (int j = 0; j < n; j++) {
         int d = n - 1 - j; /* the down block this up block mirrors */
         int64_t prev = j == 0 ? ch[n - 1] : ch[d + 1];
-        dm_push(b, "up_blocks.%d.", j);
+        mb_push(b, "up_blocks.%d.", j);
         int nl = c->layers_per_block[d] + 1;
         for (int l = 0; l < nl; l++) {
             col_node *s = skip[--top];
             int64_t cin = (l == 0 ? prev : ch[d]) + (s ? s->t.shape[1] : 0);
             col_node *cat[2] = {x, s};
             x = x && s ? col_concat(g, 2, cat, 1) : NULL;
-            dm_push(b, "resnets.%d.", l);
+            mb_push(b, "resnets.%d.", l);
             x = resnet(&u, x, cin, ch[d], 1.0f);
-            dm_pop(b);
+            mb_pop(b);
             if (c->up_cross_attn[j]) {
-                dm_push(b, "attentions.%d.", l);
+                mb_push(b, "attentions.%d.", l);
                 x = transformer(&u, x, ch[d], c->heads[d], c->transformer_layers[d]);
-                dm_pop(b);
+                mb_pop(b);
             }
         }
         if (j < n - 1) {
             col_node *next = skip[top - 1]; /* the size the next block's skips have */
             x = next ? upsample(&u, x, ch[d], next->t.shape[2], next->t.shape[3]) : NULL;
         }
-        dm_pop(b);
+        mb_pop(b);
     }
     free(skip);
 
     x = col_silu(g, group_norm(&u, x, ch[0], c->norm_eps, "conv_norm_out"));
     x = conv(&u, x, ch[0], c->out_channels, c->conv_out_kernel, 1, (c->conv_out_kernel - 1) / 2, "conv_out");
-    if (dm_builder_status(b, &why) != COL_OK)
+    if (mb_builder_status(b, &why) != COL_OK)
         return NULL;
     return x;
 }
 
-col_status dm_unet_build(dm_builder *b, const dm_unet_config *c, int batch, int height, int width, int context_len,
+col_status dm_unet_build(mb_builder *b, const dm_unet_config *c, int batch, int height, int width, int context_len,
                          dm_unet_io *io, col_err *err)
 {
     memset(io, 0, sizeof *io);
@@ -328,7 +328,7 @@ col_status dm_unet_build(dm_builder *b, const dm_unet_config *c, int batch, int 
     io->context = col_input(g, "encoder_hidden_states", COL_F32, 3,
                             (int64_t[]){batch, context_len, c->cross_attention_dim});
     io->out = dm_unet(b, c, io->sample, io->t_proj, io->context);
-    col_status st = dm_builder_status(b, err);
+    col_status st = mb_builder_status(b, err);
     if (st != COL_OK)
         return st;
     if (!io->out)

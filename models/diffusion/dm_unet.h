@@ -4,9 +4,9 @@
  * dm_unet_parse_config reads the component's config.json (unet/config.json)
  * into dm_unet_config, refusing with one clear line what the builder does
  * not make (class embeddings, SDXL's added embeddings, other block types,
- * ...). dm_unet builds the forward pass on a dm_builder, asking for every
+ * ...). dm_unet builds the forward pass on a mb_builder, asking for every
  * weight by its diffusers name (down_blocks.0.attentions.0.proj_in.weight,
- * ...), so dm_bind_checkpoint binds unet/diffusion_pytorch_model.safetensors
+ * ...), so mb_bind_checkpoint binds unet/diffusion_pytorch_model.safetensors
  * directly.
  *
  * The timestep goes in as its sinusoidal projection (diffusers' Timesteps),
@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "dm_builder.h"
+#include "mb_builder.h"
 #include "graph.h"
 #include "status.h"
 
@@ -86,9 +86,9 @@ void dm_unet_time_proj(const dm_unet_config *c, const float *t, int n, float *ou
  *   t_proj   [B, block_out_channels[0]]   (dm_unet_time_proj of the timesteps)
  *   context  [B, S, cross_attention_dim]  (encoder_hidden_states, any S)
  * returns the predicted noise [B, out_channels, H, W], or NULL with the error
- * in the builder (dm_builder_status). Weights are created on first use with
+ * in the builder (mb_builder_status). Weights are created on first use with
  * their diffusers names under b's current prefix (normally ""). */
-col_node *dm_unet(dm_builder *b, const dm_unet_config *c, col_node *sample, col_node *t_proj, col_node *context);
+col_node *dm_unet(mb_builder *b, const dm_unet_config *c, col_node *sample, col_node *t_proj, col_node *context);
 
 /* A whole graph's inputs and output: dm_unet_build makes the three inputs
  * (col_input leaves named "sample", "t_proj", "encoder_hidden_states") and
@@ -96,7 +96,7 @@ col_node *dm_unet(dm_builder *b, const dm_unet_config *c, col_node *sample, col_
 typedef struct {
     col_node *sample, *t_proj, *context, *out;
 } dm_unet_io;
-col_status dm_unet_build(dm_builder *b, const dm_unet_config *c, int batch, int height, int width, int context_len,
+col_status dm_unet_build(mb_builder *b, const dm_unet_config *c, int batch, int height, int width, int context_len,
                          dm_unet_io *io, col_err *err);
 
 #endif

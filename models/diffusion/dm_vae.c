@@ -10,19 +10,19 @@
 #define VAE_EPS 1e-6f
 
 typedef struct {
-    dm_builder *b;
+    mb_builder *b;
     const dm_vae_config *c;
 } vae_ctx;
 
-static col_node *vec(dm_builder *b, int64_t n, const char *name, const char *what)
+static col_node *vec(mb_builder *b, int64_t n, const char *name, const char *what)
 {
-    return dm_weight(b, 1, (int64_t[]){n}, "%s.%s", name, what);
+    return mb_weight(b, 1, (int64_t[]){n}, "%s.%s", name, what);
 }
 
 /* nn.Conv2d(cin, cout, k) named name, stride 1, padding k/2 */
-static col_node *conv(dm_builder *b, col_node *x, int cin, int cout, int k, const char *name)
+static col_node *conv(mb_builder *b, col_node *x, int cin, int cout, int k, const char *name)
 {
-    col_node *w = dm_weight(b, 4, (int64_t[]){cout, cin, k, k}, "%s.weight", name);
+    col_node *w = mb_weight(b, 4, (int64_t[]){cout, cin, k, k}, "%s.weight", name);
     col_node *bias = vec(b, cout, name, "bias");
     return col_conv2d(b->g, x, w, bias, 1, k / 2);
 }
@@ -49,7 +49,7 @@ static col_node *resnet(vae_ctx *v, col_node *x, int cin, int cout)
 
 static col_node *proj(vae_ctx *v, col_node *x, int ch, const char *name)
 {
-    col_node *w = dm_weight(v->b, 2, (int64_t[]){ch, ch}, "%s.weight", name);
+    col_node *w = mb_weight(v->b, 2, (int64_t[]){ch, ch}, "%s.weight", name);
     col_node *bias = vec(v->b, ch, name, "bias");
     return col_linear(v->b->g, x, w, bias);
 }
@@ -77,18 +77,18 @@ static col_node *attention(vae_ctx *v, col_node *x, int ch)
 /* UNetMidBlock2D: resnet, attention (unless mid_block_add_attention is false), resnet */
 static col_node *mid_block(vae_ctx *v, col_node *x, int ch)
 {
-    dm_builder *b = v->b;
-    dm_push(b, "mid_block.resnets.0.");
+    mb_builder *b = v->b;
+    mb_push(b, "mid_block.resnets.0.");
     x = resnet(v, x, ch, ch);
-    dm_pop(b);
+    mb_pop(b);
     if (v->c->mid_attention) {
-        dm_push(b, "mid_block.attentions.0.");
+        mb_push(b, "mid_block.attentions.0.");
         x = attention(v, x, ch);
-        dm_pop(b);
+        mb_pop(b);
     }
-    dm_push(b, "mid_block.resnets.1.");
+    mb_push(b, "mid_block.resnets.1.");
     x = resnet(v, x, ch, ch);
-    dm_pop(b);
+    mb_pop(b);
     return x;
 }
 
@@ -112,31 +112,31 @@ static col_node *clamp(col_graph *g, col_node *x, float lo, float hi)
     return col_reshape(g, c, x->t.ndim, x->t.shape);
 }
 
-static col_status finish(dm_builder *b, void *out, size_t size)
+static col_status finish(mb_builder *b, void *out, size_t size)
 {
     col_err e;
-    col_status st = dm_builder_status(b, &e);
+    col_status st = mb_builder_status(b, &e);
     if (st != COL_OK) memset(out, 0, size);
     return st;
 }
 
-static bool check_input(dm_builder *b, const dm_vae_config *c, col_node *x, int ch, const char *what)
+static bool check_input(mb_builder *b, const dm_vae_config *c, col_node *x, int ch, const char *what)
 {
     col_err e;
     col_status st = dm_vae_check_config(c, &e);
     if (st != COL_OK) {
-        dm_fail(b, st, "%s", e.msg);
+        mb_fail(b, st, "%s", e.msg);
         return false;
     }
     if (!x || x->t.dtype != COL_F32 || x->t.ndim != 4 || x->t.shape[1] != ch || x->t.shape[2] < 1 ||
         x->t.shape[3] < 1) {
-        dm_fail(b, COL_ESHAPE, "VAE %s: the input must be an f32 [batch, %d, height, width] tensor", what, ch);
+        mb_fail(b, COL_ESHAPE, "VAE %s: the input must be an f32 [batch, %d, height, width] tensor", what, ch);
         return false;
     }
     return b->status == COL_OK;
 }
 
-col_status dm_vae_build_encoder(dm_builder *b, const dm_vae_config *c, col_node *x, col_node *noise,
+col_status dm_vae_build_encoder(mb_builder *b, const dm_vae_config *c, col_node *x, col_node *noise,
                                 dm_vae_encoded *out)
 {
     memset(out, 0, sizeof *out);
@@ -144,7 +144,7 @@ col_status dm_vae_build_encoder(dm_builder *b, const dm_vae_config *c, col_node 
     int64_t H = x->t.shape[2], W = x->t.shape[3];
     for (int i = 1; i < c->n_blocks; i++) {
         if (H < 2 || W < 2) {
-            dm_fail(b, COL_ESHAPE, "VAE encoder: a %lldx%lld image is too small for %d downsamplings",
+            mb_fail(b, COL_ESHAPE, "VAE encoder: a %lldx%lld image is too small for %d downsamplings",
                     (long long)x->t.shape[2], (long long)x->t.shape[3], c->n_blocks - 1);
             return finish(b, out, sizeof *out);
         }
@@ -153,33 +153,33 @@ col_status dm_vae_build_encoder(dm_builder *b, const dm_vae_config *c, col_node 
     int L = c->latent_channels;
     int64_t B = x->t.shape[0], lshape[4] = {B, L, H, W};
     if (noise && (noise->t.dtype != COL_F32 || noise->t.ndim != 4 || memcmp(noise->t.shape, lshape, sizeof lshape))) {
-        dm_fail(b, COL_ESHAPE, "VAE encoder: the noise must be an f32 [%lld, %d, %lld, %lld] tensor", (long long)B, L,
+        mb_fail(b, COL_ESHAPE, "VAE encoder: the noise must be an f32 [%lld, %d, %lld, %lld] tensor", (long long)B, L,
                 (long long)H, (long long)W);
         return finish(b, out, sizeof *out);
     }
     col_graph *g = b->g;
     vae_ctx v = {b, c};
-    dm_push(b, "encoder.");
+    mb_push(b, "encoder.");
     x = conv(b, x, c->in_channels, c->block_out[0], 3, "conv_in");
     int ch = c->block_out[0];
     for (int i = 0; i < c->n_blocks; i++) {
         int co = c->block_out[i];
         for (int j = 0; j < c->layers_per_block; j++) {
-            dm_push(b, "down_blocks.%d.resnets.%d.", i, j);
+            mb_push(b, "down_blocks.%d.resnets.%d.", i, j);
             x = resnet(&v, x, ch, co);
-            dm_pop(b);
+            mb_pop(b);
             ch = co;
         }
         if (i + 1 < c->n_blocks) { /* Downsample2D(padding=0): F.pad (0,1,0,1), then a stride-2 conv */
-            col_node *w = dm_weight(b, 4, (int64_t[]){ch, ch, 3, 3}, "down_blocks.%d.downsamplers.0.conv.weight", i);
-            col_node *bias = dm_weight(b, 1, (int64_t[]){ch}, "down_blocks.%d.downsamplers.0.conv.bias", i);
+            col_node *w = mb_weight(b, 4, (int64_t[]){ch, ch, 3, 3}, "down_blocks.%d.downsamplers.0.conv.weight", i);
+            col_node *bias = mb_weight(b, 1, (int64_t[]){ch}, "down_blocks.%d.downsamplers.0.conv.bias", i);
             col_conv2d_cfg cfg = {.stride_h = 2, .stride_w = 2, .pad_bottom = 1, .pad_right = 1};
             x = col_conv2d_ex(g, x, w, bias, &cfg);
         }
     }
     x = mid_block(&v, x, ch);
     x = head(&v, x, ch, 2 * L);
-    dm_pop(b);
+    mb_pop(b);
     if (c->use_quant_conv) x = conv(b, x, 2 * L, 2 * L, 1, "quant_conv");
     out->moments = x;
     out->mean = col_contiguous(g, col_slice(g, x, 1, 0, L));
@@ -189,7 +189,7 @@ col_status dm_vae_build_encoder(dm_builder *b, const dm_vae_config *c, col_node 
     return finish(b, out, sizeof *out);
 }
 
-col_status dm_vae_build_decoder(dm_builder *b, const dm_vae_config *c, col_node *z, col_node **out)
+col_status dm_vae_build_decoder(mb_builder *b, const dm_vae_config *c, col_node *z, col_node **out)
 {
     *out = NULL;
     if (!check_input(b, c, z, c->latent_channels, "decoder")) return finish(b, out, sizeof *out);
@@ -197,16 +197,16 @@ col_status dm_vae_build_decoder(dm_builder *b, const dm_vae_config *c, col_node 
     vae_ctx v = {b, c};
     int L = c->latent_channels, n = c->n_blocks;
     if (c->use_post_quant_conv) z = conv(b, z, L, L, 1, "post_quant_conv");
-    dm_push(b, "decoder.");
+    mb_push(b, "decoder.");
     int ch = c->block_out[n - 1];
     col_node *x = conv(b, z, L, ch, 3, "conv_in");
     x = mid_block(&v, x, ch);
     for (int i = 0; i < n; i++) {
         int co = c->block_out[n - 1 - i];
         for (int j = 0; j <= c->layers_per_block; j++) {
-            dm_push(b, "up_blocks.%d.resnets.%d.", i, j);
+            mb_push(b, "up_blocks.%d.resnets.%d.", i, j);
             x = resnet(&v, x, ch, co);
-            dm_pop(b);
+            mb_pop(b);
             ch = co;
         }
         if (i + 1 < n) { /* Upsample2D: nearest 2x, then a 3x3 conv */
@@ -216,7 +216,7 @@ col_status dm_vae_build_decoder(dm_builder *b, const dm_vae_config *c, col_node 
         }
     }
     x = head(&v, x, ch, c->out_channels);
-    dm_pop(b);
+    mb_pop(b);
     *out = x;
     return finish(b, out, sizeof *out);
 }

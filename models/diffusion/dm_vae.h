@@ -26,7 +26,7 @@
 #include <stdbool.h>
 
 #include "checkpoint.h"
-#include "dm_builder.h"
+#include "mb_builder.h"
 #include "graph.h"
 #include "status.h"
 
@@ -84,12 +84,12 @@ typedef struct {
  * gives: floor(H/2)), the same for w. noise: NULL or [B,latent,h,w] f32
  * standard normal values for the sample. Weights "encoder.*" and
  * "quant_conv.*" under b's prefix. Errors are recorded in b and returned. */
-col_status dm_vae_build_encoder(dm_builder *b, const dm_vae_config *c, col_node *x, col_node *noise,
+col_status dm_vae_build_encoder(mb_builder *b, const dm_vae_config *c, col_node *x, col_node *noise,
                                 dm_vae_encoded *out);
 /* Builds the decoder over latents z [B,latent,h,w] (f32, already divided by
  * the scaling factor): *out = [B,out_channels,h*f,w*f], f = dm_vae_downscale.
  * Weights "post_quant_conv.*" and "decoder.*" under b's prefix. */
-col_status dm_vae_build_decoder(dm_builder *b, const dm_vae_config *c, col_node *z, col_node **out);
+col_status dm_vae_build_decoder(mb_builder *b, const dm_vae_config *c, col_node *z, col_node **out);
 
 /* ---- tiled decoding (diffusers' enable_tiling / tiled_decode) ----
  *

@@ -39,7 +39,7 @@ col_status dm_vae_check_config(const dm_vae_config *c, col_err *err)
 
 bool dm_vae_legacy_attention(const col_ckpt *c, const char *prefix)
 {
-    char name[DM_NAME_MAX];
+    char name[MB_NAME_MAX];
     static const char *where[2] = {"encoder", "decoder"};
     for (int i = 0; c && i < 2; i++) {
         snprintf(name, sizeof name, "%s%s.mid_block.attentions.0.query.weight", prefix ? prefix : "", where[i]);

@@ -12,8 +12,8 @@
 
 void sd_graph_free(sd_graph *g)
 {
-    dm_exec_free(g->x);
-    dm_builder_free(&g->b);
+    mb_exec_free(g->x);
+    mb_builder_free(&g->b);
     col_graph_free(g->g);
     memset(g, 0, sizeof *g);
 }
@@ -24,18 +24,18 @@ static bool graph_begin(sd_graph *g, int batch, int h, int w)
     if (g->g && g->batch == batch && g->h == h && g->w == w) return false;
     sd_graph_free(g);
     g->g = col_graph_new();
-    dm_builder_init(&g->b, g->g, false, COL_F32);
+    mb_builder_init(&g->b, g->g, false, COL_F32);
     g->batch = batch, g->h = h, g->w = w;
     return true;
 }
 
 /* binds the graph's weights (read from src on first use) and plans it for its outputs */
-static col_status graph_end(sd_pipeline *p, sd_graph *g, const dm_source *src, col_node *const *outs, int n,
+static col_status graph_end(sd_pipeline *p, sd_graph *g, const mb_source *src, col_node *const *outs, int n,
                             col_err *err)
 {
-    col_status st = g->g ? dm_builder_status(&g->b, err) : col_err_set(err, COL_ENOMEM, "pipeline: out of memory");
-    if (st == COL_OK) st = dm_store_bind(p->store, &g->b, src, err);
-    if (st == COL_OK) st = dm_exec_create(p->store, g->g, outs, n, &g->x, err);
+    col_status st = g->g ? mb_builder_status(&g->b, err) : col_err_set(err, COL_ENOMEM, "pipeline: out of memory");
+    if (st == COL_OK) st = mb_store_bind(p->store, &g->b, src, err);
+    if (st == COL_OK) st = mb_exec_create(p->store, g->g, outs, n, &g->x, err);
     if (st != COL_OK) sd_graph_free(g);
     return st;
 }
@@ -65,9 +65,9 @@ col_status sd_encode_text(sd_pipeline *p, const int32_t *ids, int n, float *out,
         if ((st = graph_end(p, g, p->srcp[SD_TEXT_ENCODER], &g->out, 1, err)) != COL_OK) return st;
     }
     size_t bytes = sizeof(float) * (size_t)n * T * p->text.hidden;
-    col_status st = dm_exec_upload(g->x, g->in[0], ids, sizeof(int32_t) * (size_t)n * T, err);
-    if (st == COL_OK) st = dm_exec_run(g->x, err);
-    if (st == COL_OK) st = dm_exec_download(g->x, g->out, out, bytes, err);
+    col_status st = mb_exec_upload(g->x, g->in[0], ids, sizeof(int32_t) * (size_t)n * T, err);
+    if (st == COL_OK) st = mb_exec_run(g->x, err);
+    if (st == COL_OK) st = mb_exec_download(g->x, g->out, out, bytes, err);
     return st;
 }
 
@@ -92,13 +92,13 @@ col_status sd_run_unet(sd_pipeline *p, const float *x, const float *t, const flo
     if (!tp) return col_err_set(err, COL_ENOMEM, "pipeline: out of memory");
     dm_unet_time_proj(c, t, B, tp);
     size_t px = (size_t)h * w;
-    col_status st = dm_exec_upload(g->x, g->in[0], x, sizeof(float) * B * c->in_channels * px, err);
-    if (st == COL_OK) st = dm_exec_upload(g->x, g->in[1], tp, sizeof(float) * (size_t)B * dim, err);
+    col_status st = mb_exec_upload(g->x, g->in[0], x, sizeof(float) * B * c->in_channels * px, err);
+    if (st == COL_OK) st = mb_exec_upload(g->x, g->in[1], tp, sizeof(float) * (size_t)B * dim, err);
     if (st == COL_OK)
-        st = dm_exec_upload(g->x, g->in[2], ctx, sizeof(float) * (size_t)B * SD_TOKENS * c->cross_attention_dim, err);
+        st = mb_exec_upload(g->x, g->in[2], ctx, sizeof(float) * (size_t)B * SD_TOKENS * c->cross_attention_dim, err);
     free(tp);
-    if (st == COL_OK) st = dm_exec_run(g->x, err);
-    if (st == COL_OK) st = dm_exec_download(g->x, g->out, eps, sizeof(float) * B * c->out_channels * px, err);
+    if (st == COL_OK) st = mb_exec_run(g->x, err);
+    if (st == COL_OK) st = mb_exec_download(g->x, g->out, eps, sizeof(float) * B * c->out_channels * px, err);
     return st;
 }
 
@@ -126,10 +126,10 @@ col_status sd_vae_decode(sd_pipeline *p, const float *z, int h, int w, float *im
         st = graph_end(p, g, p->srcp[SD_VAE], &g->out, 1, err);
         if (st != COL_OK) return st;
     }
-    col_status st = dm_exec_upload(g->x, g->in[0], z, sizeof(float) * (size_t)p->vae.latent_channels * h * w, err);
-    if (st == COL_OK) st = dm_exec_run(g->x, err);
+    col_status st = mb_exec_upload(g->x, g->in[0], z, sizeof(float) * (size_t)p->vae.latent_channels * h * w, err);
+    if (st == COL_OK) st = mb_exec_run(g->x, err);
     if (st == COL_OK)
-        st = dm_exec_download(g->x, g->out, img, sizeof(float) * 3 * (size_t)h * s * w * s, err);
+        st = mb_exec_download(g->x, g->out, img, sizeof(float) * 3 * (size_t)h * s * w * s, err);
     return st;
 }
 
@@ -153,10 +153,10 @@ col_status sd_vae_encode(sd_pipeline *p, const float *img, int H, int W, float *
     }
     int s = sd_pipeline_vae_scale(p);
     size_t n = (size_t)p->vae.latent_channels * (H / s) * (W / s);
-    col_status st = dm_exec_upload(g->x, g->in[0], img, sizeof(float) * 3 * (size_t)H * W, err);
-    if (st == COL_OK) st = dm_exec_run(g->x, err);
-    if (st == COL_OK) st = dm_exec_download(g->x, g->out, mean, sizeof(float) * n, err);
-    if (st == COL_OK) st = dm_exec_download(g->x, g->out2, logvar, sizeof(float) * n, err);
+    col_status st = mb_exec_upload(g->x, g->in[0], img, sizeof(float) * 3 * (size_t)H * W, err);
+    if (st == COL_OK) st = mb_exec_run(g->x, err);
+    if (st == COL_OK) st = mb_exec_download(g->x, g->out, mean, sizeof(float) * n, err);
+    if (st == COL_OK) st = mb_exec_download(g->x, g->out2, logvar, sizeof(float) * n, err);
     return st;
 }
 

@@ -343,12 +343,12 @@ typedef struct {
 } ls_entry;
 
 struct sd_lora_source {
-    const dm_source *base;
+    const mb_source *base;
     sd_component c;
     sd_lora **files;
     ls_entry *e;
     int n, adapted;
-    dm_source src;
+    mb_source src;
 };
 
 static int entry_cmp(const void *a, const void *b)
@@ -402,14 +402,14 @@ static double module_alpha(const sd_lora *l, const lr_module *m, const char *tar
     return mt->has_alpha ? mt->alpha : rank;
 }
 
-static col_status lr_read(const dm_source *src, const char *name, int ndim, const int64_t *shape, float *dst,
+static col_status lr_read(const mb_source *src, const char *name, int ndim, const int64_t *shape, float *dst,
                           col_err *err);
-static int lr_has(const dm_source *src, const char *name)
+static int lr_has(const mb_source *src, const char *name)
 {
     return base_has(src->ctx, te_plain(((const sd_lora_source *)src->ctx)->c, name));
 }
 
-col_status sd_lora_source_create(const dm_source *base, sd_component c, sd_lora *const *loras, const float *weights,
+col_status sd_lora_source_create(const mb_source *base, sd_component c, sd_lora *const *loras, const float *weights,
                                  int n, sd_lora_source **out, col_err *err)
 {
     *out = NULL;
@@ -423,7 +423,7 @@ col_status sd_lora_source_create(const dm_source *base, sd_component c, sd_lora 
     s->base = base;
     s->c = c;
     memcpy(s->files, loras, (size_t)n * sizeof *loras);
-    s->src = (dm_source){lr_read, lr_has, s};
+    s->src = (mb_source){lr_read, lr_has, s};
     int lpb = 0;   /* the UNet's layers per block, for LDM names */
     while (c == SD_UNET && lpb < 16) {
         char nm[64];
@@ -524,7 +524,7 @@ static col_status merge(const sd_lora_source *s, const ls_entry *e, int ndim, co
     return st;
 }
 
-static col_status lr_read(const dm_source *src, const char *name, int ndim, const int64_t *shape, float *dst,
+static col_status lr_read(const mb_source *src, const char *name, int ndim, const int64_t *shape, float *dst,
                           col_err *err)
 {
     const sd_lora_source *s = src->ctx;
@@ -551,7 +551,7 @@ static col_status lr_read(const dm_source *src, const char *name, int ndim, cons
     return st;
 }
 
-const dm_source *sd_lora_source_get(const sd_lora_source *s)
+const mb_source *sd_lora_source_get(const sd_lora_source *s)
 {
     return &s->src;
 }

@@ -25,7 +25,7 @@
 #ifndef COL_SD_LORA_H
 #define COL_SD_LORA_H
 
-#include "dm_source.h"
+#include "mb_source.h"
 #include "sd_model.h"
 #include "status.h"
 
@@ -51,9 +51,9 @@ typedef struct sd_lora_source sd_lora_source;
  * outlive the source (the arrays themselves are copied). A module whose
  * product does not fit its tensor's shape fails when that tensor is read
  * (COL_ESHAPE naming both). */
-col_status sd_lora_source_create(const dm_source *base, sd_component c, sd_lora *const *loras, const float *weights,
+col_status sd_lora_source_create(const mb_source *base, sd_component c, sd_lora *const *loras, const float *weights,
                                  int n, sd_lora_source **out, col_err *err);
-const dm_source *sd_lora_source_get(const sd_lora_source *s);
+const mb_source *sd_lora_source_get(const sd_lora_source *s);
 /* How many of base's tensors the files adapt (a tensor adapted by two files counts once). */
 int sd_lora_source_adapted(const sd_lora_source *s);
 void sd_lora_source_free(sd_lora_source *s);

@@ -20,7 +20,7 @@ static col_status open_weights(sd_pipeline *p, sd_component c, col_err *err)
 {
     col_status st = col_ckpt_open(p->files.weights[c], &p->ckpt[c], err);
     if (st != COL_OK) return col_err_prefix(err, "%s weights", sd_component_name(c));
-    dm_source_ckpt(&p->src[c], &p->src_ctx[c], p->ckpt[c],
+    mb_source_ckpt(&p->src[c], &p->src_ctx[c], p->ckpt[c],
                    c == SD_TEXT_ENCODER ? dm_clip_text_prefix(p->ckpt[c]) : NULL);
     p->srcp[c] = &p->src[c];
     return COL_OK;
@@ -110,7 +110,7 @@ col_status sd_pipeline_open(const sd_model_files *files, const col_backend *be, 
                          p->unet.in_channels, p->vae.latent_channels);
     if (st == COL_OK) st = sd_sched_open(p, err);
     if (st == COL_OK) st = open_loras(p, cfg, err);
-    if (st == COL_OK) st = dm_store_create(&cfg->mem, be, &p->store, err);
+    if (st == COL_OK) st = mb_store_create(&cfg->mem, be, &p->store, err);
     if (st != COL_OK) {
         sd_pipeline_free(p);
         return st;
@@ -126,7 +126,7 @@ void sd_pipeline_free(sd_pipeline *p)
     sd_graph_free(&p->g_unet);
     for (int i = 0; i < 4; i++) sd_graph_free(&p->g_dec[i]);
     sd_graph_free(&p->g_enc);
-    dm_store_free(p->store);
+    mb_store_free(p->store);
     for (int c = 0; c < SD_NCOMPONENTS; c++) {
         sd_lora_source_free(p->lora_src[c]);
         col_ckpt_close(p->ckpt[c]);
@@ -144,7 +144,7 @@ int sd_pipeline_native_size(const sd_pipeline *p)
     return p->unet.sample_size[0] * sd_pipeline_vae_scale(p);
 }
 
-dm_store *sd_pipeline_store(sd_pipeline *p) { return p->store; }
+mb_store *sd_pipeline_store(sd_pipeline *p) { return p->store; }
 
 /* ---- generation ---- */
 

@@ -7,7 +7,7 @@
  * batch with classifier-free guidance, the scheduler's steps, and the VAE
  * decoding the latents into 8-bit RGB.
  *
- * Weights live in one dm_store (memtier chunks, optional compute tier).
+ * Weights live in one mb_store (memtier chunks, optional compute tier).
  * Nothing here prints: progress goes to a callback.
  */
 #ifndef COL_SD_PIPELINE_H
@@ -17,14 +17,14 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "dm_store.h"
+#include "mb_store.h"
 #include "image.h"
 #include "sd_model.h"
 
 typedef struct sd_pipeline sd_pipeline;
 
 typedef struct {
-    dm_store_config mem;             /* where the weights live (dm_store.h) */
+    mb_store_config mem;             /* where the weights live (mb_store.h) */
     const char *tokenizer;           /* a tokenizer folder in place of the model's (NULL: the model's; a single
                                         file's is the CLIP tokenizer colossal carries) */
     /* LoRA files merged into the UNet's and the text encoder's weights as they are read (sd_lora.h), each with
@@ -46,7 +46,7 @@ void sd_pipeline_free(sd_pipeline *p);
 int sd_pipeline_native_size(const sd_pipeline *p);
 /* The scheduler scheduler_config.json names, as --scheduler spells it ("pndm"). */
 const char *sd_pipeline_default_scheduler(const sd_pipeline *p);
-dm_store *sd_pipeline_store(sd_pipeline *p);
+mb_store *sd_pipeline_store(sd_pipeline *p);
 
 typedef struct {
     const char *prompt, *negative;   /* negative: "" for none */

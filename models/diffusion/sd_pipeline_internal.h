@@ -6,7 +6,7 @@
 #define COL_SD_PIPELINE_INTERNAL_H
 
 #include "dm_clip_text.h"
-#include "dm_store.h"
+#include "mb_store.h"
 #include "dm_unet.h"
 #include "dm_vae.h"
 #include "rng_torch.h"
@@ -21,8 +21,8 @@ enum { SD_TOKENS = 77 };
 /* one cached graph of a component, for one shape (batch, h, w) */
 typedef struct {
     col_graph *g;
-    dm_builder b;
-    dm_exec *x;
+    mb_builder b;
+    mb_exec *x;
     int batch, h, w;
     col_node *in[3], *out, *out2;
 } sd_graph;
@@ -31,18 +31,18 @@ typedef struct {
 struct sd_pipeline {
     sd_model_files files;
     const col_backend *be;
-    dm_store *store;
+    mb_store *store;
     dm_unet_config unet;
     dm_vae_config vae;
     dm_clip_text_config text;
     col_ckpt *ckpt[SD_NCOMPONENTS];           /* a diffusers folder's weight files */
-    dm_source src[SD_NCOMPONENTS];
-    dm_ckpt_source src_ctx[SD_NCOMPONENTS];
+    mb_source src[SD_NCOMPONENTS];
+    mb_ckpt_source src_ctx[SD_NCOMPONENTS];
     sd_single_file *sf;                       /* or one single-file checkpoint */
     sd_lora *lora[8];                         /* LoRA files */
     int nlora;
     sd_lora_source *lora_src[SD_NCOMPONENTS]; /* a component's weights with the LoRAs merged in */
-    const dm_source *srcp[SD_NCOMPONENTS];    /* where each component's weights come from */
+    const mb_source *srcp[SD_NCOMPONENTS];    /* where each component's weights come from */
     char *sched_json;                         /* the scheduler's config text */
     sd_graph g_text, g_unet, g_enc;
     sd_graph g_dec[4];                        /* decoder graphs: one per tile shape when decoding in tiles */

@@ -38,7 +38,7 @@ struct sd_single_file {
     sf_vae_info vae;
     sf_text_info text;
     sf_comp comp[SD_NCOMPONENTS];
-    dm_source src[SD_NCOMPONENTS];
+    mb_source src[SD_NCOMPONENTS];
     char *config[SD_NCOMPONENTS];
     char *sched;
 };
@@ -327,7 +327,7 @@ static int squeezed(int ndim, const int64_t *s)
     return ndim;
 }
 
-static col_status sf_read(const dm_source *src, const char *name, int ndim, const int64_t *shape, float *dst,
+static col_status sf_read(const mb_source *src, const char *name, int ndim, const int64_t *shape, float *dst,
                           col_err *err)
 {
     const sf_comp *m = src->ctx;
@@ -364,7 +364,7 @@ static col_status sf_read(const dm_source *src, const char *name, int ndim, cons
     return st;
 }
 
-static int sf_has(const dm_source *src, const char *name)
+static int sf_has(const mb_source *src, const char *name)
 {
     return lookup(src->ctx, name) != NULL;
 }
@@ -430,7 +430,7 @@ col_status sd_single_file_open(const char *path, sd_prediction prediction, sd_si
         m->f = f;
         m->c = (sd_component)c;
         if (!m->present) continue;
-        f->src[c] = (dm_source){sf_read, sf_has, m};
+        f->src[c] = (mb_source){sf_read, sf_has, m};
         f->config[c] = c == SD_UNET ? sd_sf_unet_config(&f->unet, f->fam, f->big)
                        : c == SD_VAE ? sd_sf_vae_config(&f->vae, f->big)
                                      : sd_sf_text_config(&f->text, f->fam);
@@ -484,7 +484,7 @@ bool sd_single_file_has(const sd_single_file *f, sd_component c)
     return c >= 0 && c < SD_NCOMPONENTS && f->comp[c].present;
 }
 
-const dm_source *sd_single_file_source(const sd_single_file *f, sd_component c)
+const mb_source *sd_single_file_source(const sd_single_file *f, sd_component c)
 {
     return sd_single_file_has(f, c) ? &f->src[c] : NULL;
 }

@@ -12,7 +12,7 @@
  * the components' sizes (levels, channels, layers per block, projection kind,
  * text width and depth) from the tensors, and writes the configs a diffusers
  * folder of the same model holds, so the pipeline parses them as it parses
- * a folder's. Each component is a dm_source that answers diffusers' names by
+ * a folder's. Each component is a mb_source that answers diffusers' names by
  * reading the file's tensors (slicing OpenCLIP's fused projection, dropping
  * the 1x1 of the VAE attention's convolutions); the text encoder's source
  * answers names with and without "text_model.".
@@ -31,7 +31,7 @@
 
 #include <stdbool.h>
 
-#include "dm_source.h"
+#include "mb_source.h"
 #include "sd_model.h"
 #include "status.h"
 
@@ -60,7 +60,7 @@ const char *sd_single_file_pipeline(const sd_single_file *f);
  * VAE or the text encoder, to be taken from elsewhere). */
 bool sd_single_file_has(const sd_single_file *f, sd_component c);
 /* c's weights by diffusers name, or NULL if the file lacks c. Valid until close. */
-const dm_source *sd_single_file_source(const sd_single_file *f, sd_component c);
+const mb_source *sd_single_file_source(const sd_single_file *f, sd_component c);
 /* How many diffusers tensors c's source answers (0 if the file lacks c). */
 int sd_single_file_count(const sd_single_file *f, sd_component c);
 /* c's config.json text (JSON, as diffusers / transformers write it), or NULL if the file lacks c. */

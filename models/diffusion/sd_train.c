@@ -8,8 +8,8 @@
 
 #include "checkpoint.h"
 #include "dm_clip_text.h"
-#include "dm_source.h"
-#include "dm_store.h"
+#include "mb_source.h"
+#include "mb_store.h"
 #include "dm_unet.h"
 #include "dm_vae.h"
 #include "ops.h"
@@ -29,17 +29,17 @@ struct sd_trainer {
     col_ckpt *unet_ck, *text_ck, *vae_ck, *lora_ck;
     /* the UNet's training graph */
     col_graph *g;
-    dm_builder ub;
-    dm_lora_spec lora;
+    mb_builder ub;
+    mb_lora_spec lora;
     dm_unet_io io;
     col_node *target, *loss;
     dm_trainer *tr;
     /* the frozen text encoder and VAE encoder */
-    dm_store *store;
+    mb_store *store;
     col_graph *tg, *vg;
-    dm_builder tb, vb;
+    mb_builder tb, vb;
     col_node *ids, *ehs_node, *pix, *vnoise, *sample;
-    dm_exec *tx, *vx;
+    mb_exec *tx, *vx;
     col_torch_gen gen, init_gen;
     int B, R, lat_h, lat_w, text_len;
     int64_t lat_n, ehs_n;
@@ -64,12 +64,12 @@ void sd_train_free(sd_trainer *s)
 {
     if (!s) return;
     dm_trainer_free(s->tr);
-    dm_exec_free(s->tx);
-    dm_exec_free(s->vx);
-    dm_store_free(s->store);
-    dm_builder_free(&s->ub);
-    dm_builder_free(&s->tb);
-    dm_builder_free(&s->vb);
+    mb_exec_free(s->tx);
+    mb_exec_free(s->vx);
+    mb_store_free(s->store);
+    mb_builder_free(&s->ub);
+    mb_builder_free(&s->tb);
+    mb_builder_free(&s->vb);
     col_graph_free(s->g);
     col_graph_free(s->tg);
     col_graph_free(s->vg);
@@ -121,10 +121,10 @@ static bool lora_split(const char *name, char *module, size_t n, int *which)
     return true;
 }
 
-static col_status init_adapter(void *user, const dm_param *p, float *dst, col_err *err)
+static col_status init_adapter(void *user, const mb_param *p, float *dst, col_err *err)
 {
     sd_trainer *s = user;
-    char module[DM_NAME_MAX], name[DM_NAME_MAX + 32];
+    char module[MB_NAME_MAX], name[MB_NAME_MAX + 32];
     int which;
     if (!lora_split(p->name, module, sizeof module, &which))
         return col_err_set(err, COL_EFORMAT, "the UNet weights have no tensor %s", p->name);
@@ -165,9 +165,9 @@ static col_status build_unet(sd_trainer *s, col_err *err)
     const sd_train_config *c = &s->cfg;
     s->g = col_graph_new();
     if (!s->g) return col_err_set(err, COL_ENOMEM, "training: out of memory");
-    dm_builder_init(&s->ub, s->g, c->lora_rank == 0, COL_F32);
+    mb_builder_init(&s->ub, s->g, c->lora_rank == 0, COL_F32);
     if (c->lora_rank) {
-        s->lora = (dm_lora_spec){.rank = c->lora_rank, .alpha = c->lora_alpha > 0 ? c->lora_alpha : (float)c->lora_rank,
+        s->lora = (mb_lora_spec){.rank = c->lora_rank, .alpha = c->lora_alpha > 0 ? c->lora_alpha : (float)c->lora_rank,
                                  .targets = LORA_TARGETS};
         s->ub.lora = &s->lora;
     }
@@ -185,10 +185,10 @@ static col_status build_unet(sd_trainer *s, col_err *err)
         col_node *lc = col_mean(g, col_slice(g, sq, 0, ni, c->n_class), 0xfu, 0);
         s->loss = col_add(g, li, col_scale(g, lc, c->prior_weight, 0.0f));
     }
-    if ((st = dm_builder_status(&s->ub, err)) != COL_OK) return st;
-    dm_ckpt_source sc;
-    dm_source src;
-    dm_source_ckpt(&src, &sc, s->unet_ck, NULL);
+    if ((st = mb_builder_status(&s->ub, err)) != COL_OK) return st;
+    mb_ckpt_source sc;
+    mb_source src;
+    mb_source_ckpt(&src, &sc, s->unet_ck, NULL);
     col_torch_gen_seed(&s->init_gen, c->seed + 1);
     return dm_trainer_create(&c->train, s->be, &s->ub, s->loss, &src, init_adapter, s, &s->tr, err);
 }
@@ -207,36 +207,36 @@ static col_status build_frozen(sd_trainer *s, col_err *err)
                                   "need more", (double)tc->host_budget / 1e6);
         budget = tc->host_budget - ps.host_bytes;
     }
-    dm_store_config mc = {.host_budget = budget, .compute_budget = tc->compute_budget, .chunk_bytes = tc->chunk_bytes};
-    col_status st = dm_store_create(&mc, s->be, &s->store, err);
+    mb_store_config mc = {.host_budget = budget, .compute_budget = tc->compute_budget, .chunk_bytes = tc->chunk_bytes};
+    col_status st = mb_store_create(&mc, s->be, &s->store, err);
     if (st != COL_OK) return st;
     /* text encoder: ids [B, T] -> last_hidden_state */
     s->tg = col_graph_new();
     s->vg = col_graph_new();
     if (!s->tg || !s->vg) return col_err_set(err, COL_ENOMEM, "training: out of memory");
-    dm_builder_init(&s->tb, s->tg, false, COL_F32);
+    mb_builder_init(&s->tb, s->tg, false, COL_F32);
     s->ids = col_input(s->tg, "ids", COL_I32, 2, (int64_t[]){s->B, s->text_len});
     dm_clip_text_out to;
-    if ((st = dm_clip_text_build(&s->tb, &s->tcfg, s->ids, 0, &to)) != COL_OK) return dm_builder_status(&s->tb, err);
+    if ((st = dm_clip_text_build(&s->tb, &s->tcfg, s->ids, 0, &to)) != COL_OK) return mb_builder_status(&s->tb, err);
     s->ehs_node = to.last_hidden;
-    dm_ckpt_source tsc;
-    dm_source tsrc;
-    dm_source_ckpt(&tsrc, &tsc, s->text_ck, dm_clip_text_prefix(s->text_ck));
-    if ((st = dm_store_bind(s->store, &s->tb, &tsrc, err)) != COL_OK) return st;
-    if ((st = dm_exec_create(s->store, s->tg, &s->ehs_node, 1, &s->tx, err)) != COL_OK) return st;
+    mb_ckpt_source tsc;
+    mb_source tsrc;
+    mb_source_ckpt(&tsrc, &tsc, s->text_ck, dm_clip_text_prefix(s->text_ck));
+    if ((st = mb_store_bind(s->store, &s->tb, &tsrc, err)) != COL_OK) return st;
+    if ((st = mb_exec_create(s->store, s->tg, &s->ehs_node, 1, &s->tx, err)) != COL_OK) return st;
     /* VAE encoder: pixels [B, 3, R, R] and the sample's noise -> latent_dist.sample() */
-    dm_builder_init(&s->vb, s->vg, false, COL_F32);
+    mb_builder_init(&s->vb, s->vg, false, COL_F32);
     s->pix = col_input(s->vg, "pixels", COL_F32, 4, (int64_t[]){s->B, s->vcfg.in_channels, s->R, s->R});
     s->vnoise = col_input(s->vg, "noise", COL_F32, 4, (int64_t[]){s->B, s->vcfg.latent_channels, s->lat_h, s->lat_w});
     dm_vae_encoded enc;
     if ((st = dm_vae_build_encoder(&s->vb, &s->vcfg, s->pix, s->vnoise, &enc)) != COL_OK)
-        return dm_builder_status(&s->vb, err);
+        return mb_builder_status(&s->vb, err);
     s->sample = enc.sample;
-    dm_ckpt_source vsc;
-    dm_source vsrc;
-    dm_source_ckpt(&vsrc, &vsc, s->vae_ck, NULL);
-    if ((st = dm_store_bind(s->store, &s->vb, &vsrc, err)) != COL_OK) return st;
-    return dm_exec_create(s->store, s->vg, &s->sample, 1, &s->vx, err);
+    mb_ckpt_source vsc;
+    mb_source vsrc;
+    mb_source_ckpt(&vsrc, &vsc, s->vae_ck, NULL);
+    if ((st = mb_store_bind(s->store, &s->vb, &vsrc, err)) != COL_OK) return st;
+    return mb_exec_create(s->store, s->vg, &s->sample, 1, &s->vx, err);
 }
 
 static col_status load_configs(sd_trainer *s, const sd_model_files *f, col_err *err)
@@ -324,10 +324,10 @@ col_status sd_train_micro(sd_trainer *s, const float *pixels, const int32_t *ids
     size_t lat_bytes = sizeof(float) * (size_t)s->lat_n;
     /* latents = vae.encode(pixels).latent_dist.sample(gen) * scaling_factor */
     col_torch_randn(&s->gen, s->noise, s->lat_n);
-    col_status st = dm_exec_upload(s->vx, s->pix, pixels, pix_bytes, err);
-    if (st == COL_OK) st = dm_exec_upload(s->vx, s->vnoise, s->noise, lat_bytes, err);
-    if (st == COL_OK) st = dm_exec_run(s->vx, err);
-    if (st == COL_OK) st = dm_exec_download(s->vx, s->sample, s->latents, lat_bytes, err);
+    col_status st = mb_exec_upload(s->vx, s->pix, pixels, pix_bytes, err);
+    if (st == COL_OK) st = mb_exec_upload(s->vx, s->vnoise, s->noise, lat_bytes, err);
+    if (st == COL_OK) st = mb_exec_run(s->vx, err);
+    if (st == COL_OK) st = mb_exec_download(s->vx, s->sample, s->latents, lat_bytes, err);
     if (st != COL_OK) return st;
     float sf = s->vcfg.scaling_factor;
     for (int64_t i = 0; i < s->lat_n; i++) s->latents[i] *= sf;
@@ -346,9 +346,9 @@ col_status sd_train_micro(sd_trainer *s, const float *pixels, const int32_t *ids
             memcpy(s->tgt, s->noise, lat_bytes);
     }
     /* the text encoder's last hidden state */
-    if (st == COL_OK) st = dm_exec_upload(s->tx, s->ids, ids, sizeof(int32_t) * (size_t)s->B * (size_t)s->text_len, err);
-    if (st == COL_OK) st = dm_exec_run(s->tx, err);
-    if (st == COL_OK) st = dm_exec_download(s->tx, s->ehs_node, s->ehs, sizeof(float) * (size_t)s->ehs_n, err);
+    if (st == COL_OK) st = mb_exec_upload(s->tx, s->ids, ids, sizeof(int32_t) * (size_t)s->B * (size_t)s->text_len, err);
+    if (st == COL_OK) st = mb_exec_run(s->tx, err);
+    if (st == COL_OK) st = mb_exec_download(s->tx, s->ehs_node, s->ehs, sizeof(float) * (size_t)s->ehs_n, err);
     if (st != COL_OK) return st;
     dm_unet_time_proj(&s->ucfg, s->tf, s->B, s->tproj);
     st = dm_trainer_upload(s->tr, s->io.sample, s->noisy, lat_bytes, err);
@@ -374,20 +374,20 @@ void sd_train_last(const sd_trainer *s, sd_train_trace *tr)
 
 /* ---- saving ---- */
 
-static bool unet_name(void *user, const dm_param *p, char *out, size_t n)
+static bool unet_name(void *user, const mb_param *p, char *out, size_t n)
 {
     (void)user;
-    char module[DM_NAME_MAX];
+    char module[MB_NAME_MAX];
     int which;
     if (lora_split(p->name, module, sizeof module, &which)) return false;
     snprintf(out, n, "%s", p->name);
     return true;
 }
 
-static bool lora_name(void *user, const dm_param *p, char *out, size_t n)
+static bool lora_name(void *user, const mb_param *p, char *out, size_t n)
 {
     (void)user;
-    char module[DM_NAME_MAX];
+    char module[MB_NAME_MAX];
     int which;
     if (!p->trainable || !lora_split(p->name, module, sizeof module, &which)) return false;
     snprintf(out, n, "unet.%s.lora.%s.weight", module, which ? "up" : "down");

@@ -27,7 +27,7 @@
  * with seed + 1), lora_B at zero.
  *
  * The UNet trains in a dm_trainer (memtier chunks, optional compute tier);
- * the text encoder and the VAE's encoder run from a dm_store in the same
+ * the text encoder and the VAE's encoder run from a mb_store in the same
  * host budget. Nothing here prints.
  */
 #ifndef COL_SD_TRAIN_H

@@ -1,5 +1,5 @@
-/* dm_builder.c - parameters of a diffusion component, named as diffusers names them. */
-#include "dm_builder.h"
+/* mb_builder.c - the parameters of a model graph, named as the model's checkpoints name them. */
+#include "mb_builder.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include "ops.h"
 
-void dm_builder_init(dm_builder *b, col_graph *g, bool trainable, col_dtype dtype)
+void mb_builder_init(mb_builder *b, col_graph *g, bool trainable, col_dtype dtype)
 {
     memset(b, 0, sizeof *b);
     b->g = g;
@@ -17,7 +17,7 @@ void dm_builder_init(dm_builder *b, col_graph *g, bool trainable, col_dtype dtyp
     b->status = COL_OK;
 }
 
-void dm_builder_free(dm_builder *b)
+void mb_builder_free(mb_builder *b)
 {
     if (!b) return;
     for (int i = 0; i < b->n; i++) free(b->params[i].owned);
@@ -26,7 +26,7 @@ void dm_builder_free(dm_builder *b)
     b->n = b->cap = 0;
 }
 
-col_node *dm_fail(dm_builder *b, col_status st, const char *fmt, ...)
+col_node *mb_fail(mb_builder *b, col_status st, const char *fmt, ...)
 {
     if (b->status == COL_OK) {
         va_list ap;
@@ -38,18 +38,18 @@ col_node *dm_fail(dm_builder *b, col_status st, const char *fmt, ...)
     return NULL;
 }
 
-col_status dm_builder_status(const dm_builder *b, col_err *err)
+col_status mb_builder_status(const mb_builder *b, col_err *err)
 {
     if (b->status != COL_OK) return col_err_copy(err, &b->err);
     if (b->g && col_graph_status(b->g) != COL_OK) return col_err_copy(err, col_graph_error(b->g));
     return COL_OK;
 }
 
-void dm_push(dm_builder *b, const char *fmt, ...)
+void mb_push(mb_builder *b, const char *fmt, ...)
 {
     size_t len = strlen(b->prefix);
     if (b->depth == (int)(sizeof b->scope_len / sizeof b->scope_len[0])) {
-        dm_fail(b, COL_EINTERNAL, "parameter name scopes nested too deep at '%s'", b->prefix);
+        mb_fail(b, COL_EINTERNAL, "parameter name scopes nested too deep at '%s'", b->prefix);
         return;
     }
     b->scope_len[b->depth++] = (int)len;
@@ -59,56 +59,56 @@ void dm_push(dm_builder *b, const char *fmt, ...)
     va_end(ap);
     if (k < 0 || (size_t)k >= sizeof b->prefix - len) {
         b->prefix[len] = '\0';
-        dm_fail(b, COL_EINVAL, "parameter name prefix too long after '%s'", b->prefix);
+        mb_fail(b, COL_EINVAL, "parameter name prefix too long after '%s'", b->prefix);
     }
 }
 
-void dm_pop(dm_builder *b)
+void mb_pop(mb_builder *b)
 {
     if (b->depth == 0) {
-        dm_fail(b, COL_EINTERNAL, "parameter name scope popped more often than pushed");
+        mb_fail(b, COL_EINTERNAL, "parameter name scope popped more often than pushed");
         return;
     }
     b->prefix[b->scope_len[--b->depth]] = '\0';
 }
 
-int dm_find(const dm_builder *b, const char *name)
+int mb_find(const mb_builder *b, const char *name)
 {
     for (int i = 0; i < b->n; i++)
         if (strcmp(b->params[i].name, name) == 0) return i;
     return -1;
 }
 
-/* prefix + formatted name into name (DM_NAME_MAX); false after recording the error */
-static bool full_name(dm_builder *b, char *name, const char *fmt, va_list ap)
+/* prefix + formatted name into name (MB_NAME_MAX); false after recording the error */
+static bool full_name(mb_builder *b, char *name, const char *fmt, va_list ap)
 {
     size_t len = strlen(b->prefix);
     memcpy(name, b->prefix, len);
-    int k = vsnprintf(name + len, DM_NAME_MAX - len, fmt, ap);
-    if (k < 0 || (size_t)k >= DM_NAME_MAX - len) {
+    int k = vsnprintf(name + len, MB_NAME_MAX - len, fmt, ap);
+    if (k < 0 || (size_t)k >= MB_NAME_MAX - len) {
         name[len] = '\0';
-        dm_fail(b, COL_EINVAL, "parameter name too long: %s...", b->prefix);
+        mb_fail(b, COL_EINVAL, "parameter name too long: %s...", b->prefix);
         return false;
     }
     return true;
 }
 
-static col_node *weight_named(dm_builder *b, bool trainable, int ndim, const int64_t *shape, const char *name)
+static col_node *weight_named(mb_builder *b, bool trainable, int ndim, const int64_t *shape, const char *name)
 {
-    if (ndim < 1 || ndim > 4) return dm_fail(b, COL_EINVAL, "weight with %d dimensions", ndim);
-    int j = dm_find(b, name);
+    if (ndim < 1 || ndim > 4) return mb_fail(b, COL_EINVAL, "weight with %d dimensions", ndim);
+    int j = mb_find(b, name);
     if (j >= 0) {
-        dm_param *p = &b->params[j];
+        mb_param *p = &b->params[j];
         bool same = p->ndim == ndim;
         for (int d = 0; same && d < ndim; d++) same = p->shape[d] == shape[d];
-        if (!same) return dm_fail(b, COL_ESHAPE, "%s is asked for with two shapes", name);
-        if (p->trainable != trainable) return dm_fail(b, COL_EINVAL, "%s is asked for as trainable and as frozen", name);
+        if (!same) return mb_fail(b, COL_ESHAPE, "%s is asked for with two shapes", name);
+        if (p->trainable != trainable) return mb_fail(b, COL_EINVAL, "%s is asked for as trainable and as frozen", name);
         return p->node;
     }
     if (b->n == b->cap) {
         int cap = b->cap ? 2 * b->cap : 64;
-        dm_param *np = realloc(b->params, (size_t)cap * sizeof *np);
-        if (!np) return dm_fail(b, COL_ENOMEM, "no memory for the parameter list");
+        mb_param *np = realloc(b->params, (size_t)cap * sizeof *np);
+        if (!np) return mb_fail(b, COL_ENOMEM, "no memory for the parameter list");
         b->params = np;
         b->cap = cap;
     }
@@ -118,7 +118,7 @@ static col_node *weight_named(dm_builder *b, bool trainable, int ndim, const int
     if (nl > 40) tail = name + nl - 40;
     col_node *n = trainable ? col_param(b->g, tail, b->dtype, ndim, shape) : col_input(b->g, tail, b->dtype, ndim, shape);
     if (!n) return NULL;
-    dm_param *p = &b->params[b->n++];
+    mb_param *p = &b->params[b->n++];
     memset(p, 0, sizeof *p);
     memcpy(p->name, name, nl + 1);
     p->ndim = ndim;
@@ -128,10 +128,10 @@ static col_node *weight_named(dm_builder *b, bool trainable, int ndim, const int
     return n;
 }
 
-col_node *dm_weight(dm_builder *b, int ndim, const int64_t *shape, const char *fmt, ...)
+col_node *mb_weight(mb_builder *b, int ndim, const int64_t *shape, const char *fmt, ...)
 {
     if (b->status != COL_OK) return NULL;
-    char name[DM_NAME_MAX];
+    char name[MB_NAME_MAX];
     va_list ap;
     va_start(ap, fmt);
     bool ok = full_name(b, name, fmt, ap);
@@ -139,10 +139,10 @@ col_node *dm_weight(dm_builder *b, int ndim, const int64_t *shape, const char *f
     return ok ? weight_named(b, b->trainable, ndim, shape, name) : NULL;
 }
 
-col_node *dm_weight_kind(dm_builder *b, bool trainable, int ndim, const int64_t *shape, const char *fmt, ...)
+col_node *mb_weight_kind(mb_builder *b, bool trainable, int ndim, const int64_t *shape, const char *fmt, ...)
 {
     if (b->status != COL_OK) return NULL;
-    char name[DM_NAME_MAX];
+    char name[MB_NAME_MAX];
     va_list ap;
     va_start(ap, fmt);
     bool ok = full_name(b, name, fmt, ap);
@@ -150,7 +150,7 @@ col_node *dm_weight_kind(dm_builder *b, bool trainable, int ndim, const int64_t 
     return ok ? weight_named(b, trainable, ndim, shape, name) : NULL;
 }
 
-bool dm_lora_targets(const dm_lora_spec *spec, const char *module)
+bool mb_lora_targets(const mb_lora_spec *spec, const char *module)
 {
     if (!spec || spec->rank <= 0 || !spec->targets) return false;
     size_t ml = strlen(module);
@@ -162,17 +162,17 @@ bool dm_lora_targets(const dm_lora_spec *spec, const char *module)
     return false;
 }
 
-col_node *dm_linear(dm_builder *b, col_node *x, int64_t out, int64_t in, bool bias, const char *fmt, ...)
+col_node *mb_linear(mb_builder *b, col_node *x, int64_t out, int64_t in, bool bias, const char *fmt, ...)
 {
     if (b->status != COL_OK) return NULL;
-    char module[DM_NAME_MAX], name[DM_NAME_MAX];
+    char module[MB_NAME_MAX], name[MB_NAME_MAX];
     va_list ap;
     va_start(ap, fmt);
     bool ok = full_name(b, module, fmt, ap);
     va_end(ap);
     if (!ok) return NULL;
     size_t ml = strlen(module);
-    if (ml + 20 >= DM_NAME_MAX) return dm_fail(b, COL_EINVAL, "parameter name too long: %s", module);
+    if (ml + 20 >= MB_NAME_MAX) return mb_fail(b, COL_EINVAL, "parameter name too long: %s", module);
     int64_t ws[2] = {out, in};
     snprintf(name, sizeof name, "%s.weight", module);
     col_node *w = weight_named(b, b->trainable, 2, ws, name);
@@ -182,7 +182,7 @@ col_node *dm_linear(dm_builder *b, col_node *x, int64_t out, int64_t in, bool bi
         bs = weight_named(b, b->trainable, 1, &out, name);
     }
     col_node *y = col_linear(b->g, x, w, bs);
-    if (!dm_lora_targets(b->lora, module) || !y) return y;
+    if (!mb_lora_targets(b->lora, module) || !y) return y;
     int64_t r = b->lora->rank, as[2] = {r, in}, bsh[2] = {out, r};
     snprintf(name, sizeof name, "%s.lora_A.weight", module);
     col_node *a = weight_named(b, true, 2, as, name);
@@ -194,13 +194,13 @@ col_node *dm_linear(dm_builder *b, col_node *x, int64_t out, int64_t in, bool bi
     return col_add(b->g, y, d);
 }
 
-col_status dm_bind_checkpoint(dm_builder *b, const col_ckpt *c, col_err *err)
+col_status mb_bind_checkpoint(mb_builder *b, const col_ckpt *c, col_err *err)
 {
-    col_status st = dm_builder_status(b, err);
+    col_status st = mb_builder_status(b, err);
     if (st != COL_OK) return st;
     if (b->dtype != COL_F32) return col_err_set(err, COL_EUNSUPPORTED, "binding checkpoint weights: f32 only");
     for (int i = 0; i < b->n; i++) {
-        dm_param *p = &b->params[i];
+        mb_param *p = &b->params[i];
         const col_ckpt_tensor *t = col_ckpt_find(c, p->name);
         if (!t) return col_err_set(err, COL_EFORMAT, "the checkpoint has no tensor %s", p->name);
         int64_t numel = 1;

@@ -1,5 +1,5 @@
-/* dm_store.c - a pipeline's weights in memtier chunks, and its graphs' plans. */
-#include "dm_store.h"
+/* mb_store.c - a pipeline's weights in memtier chunks, and its graphs' plans. */
+#include "mb_store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,14 +8,14 @@
 #include "mt_resident.h"
 
 typedef struct {
-    char name[DM_NAME_MAX];
+    char name[MB_NAME_MAX];
     int ndim;
     int64_t shape[4];
     mt_ref ref;
 } dm_entry;
 
-struct dm_store {
-    dm_store_config cfg;
+struct mb_store {
+    mb_store_config cfg;
     const col_backend *be;
     mt_pool *pool;
     dm_entry *e;
@@ -25,8 +25,8 @@ struct dm_store {
     mt_resident *tier_owner; /* the first compute tier: the others share its arena */
 };
 
-struct dm_exec {
-    dm_store *s;
+struct mb_exec {
+    mb_store *s;
     col_plan *plan;
     mt_resident *res;
     long runs;
@@ -37,14 +37,14 @@ static void fmt_mb(size_t b, char *buf, size_t n)
     snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
 }
 
-col_status dm_store_create(const dm_store_config *cfg, const col_backend *be, dm_store **out, col_err *err)
+col_status mb_store_create(const mb_store_config *cfg, const col_backend *be, mb_store **out, col_err *err)
 {
     *out = NULL;
     if (!be) return col_err_set(err, COL_EINVAL, "diffusion store: no backend");
     if (be->mem && cfg->compute_budget == 0)
         return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_EINVAL,
                               "a GPU runs the model through a compute tier: it needs a compute tier budget");
-    dm_store *s = calloc(1, sizeof *s);
+    mb_store *s = calloc(1, sizeof *s);
     if (!s) return col_err_set(err, COL_ENOMEM, "diffusion store: out of memory");
     s->cfg = *cfg;
     s->be = be;
@@ -58,7 +58,7 @@ col_status dm_store_create(const dm_store_config *cfg, const col_backend *be, dm
     return COL_OK;
 }
 
-void dm_store_free(dm_store *s)
+void mb_store_free(mb_store *s)
 {
     if (!s) return;
     mt_destroy(s->pool);
@@ -66,12 +66,12 @@ void dm_store_free(dm_store *s)
     free(s);
 }
 
-const col_backend *dm_store_backend(const dm_store *s) { return s->be; }
-mt_pool *dm_store_pool(dm_store *s) { return s->pool; }
-size_t dm_store_bytes(const dm_store *s) { return s->bytes; }
-int dm_store_count(const dm_store *s) { return s->n; }
+const col_backend *mb_store_backend(const mb_store *s) { return s->be; }
+mt_pool *mb_store_pool(mb_store *s) { return s->pool; }
+size_t mb_store_bytes(const mb_store *s) { return s->bytes; }
+int mb_store_count(const mb_store *s) { return s->n; }
 
-static int find(const dm_store *s, const char *name)
+static int find(const mb_store *s, const char *name)
 {
     for (int i = s->n - 1; i >= 0; i--) /* a graph asks in the order the last one did */
         if (strcmp(s->e[i].name, name) == 0) return i;
@@ -85,7 +85,7 @@ static int64_t numel(int ndim, const int64_t *shape)
     return n;
 }
 
-static col_status add(dm_store *s, const dm_param *p, const dm_source *src, col_err *err)
+static col_status add(mb_store *s, const mb_param *p, const mb_source *src, col_err *err)
 {
     if (!src || !src->has(src, p->name)) return col_err_set(err, COL_EFORMAT, "the weights have no tensor %s", p->name);
     col_status st;
@@ -113,13 +113,13 @@ static col_status add(dm_store *s, const dm_param *p, const dm_source *src, col_
     return COL_OK;
 }
 
-col_status dm_store_bind(dm_store *s, dm_builder *b, const dm_source *src, col_err *err)
+col_status mb_store_bind(mb_store *s, mb_builder *b, const mb_source *src, col_err *err)
 {
-    col_status st = dm_builder_status(b, err);
+    col_status st = mb_builder_status(b, err);
     if (st != COL_OK) return st;
     if (b->dtype != COL_F32) return col_err_set(err, COL_EUNSUPPORTED, "diffusion store: f32 weights only for now");
     for (int i = 0; i < b->n; i++) {
-        const dm_param *p = &b->params[i];
+        const mb_param *p = &b->params[i];
         int j = find(s, p->name);
         if (j < 0) {
             if ((st = add(s, p, src, err)) != COL_OK) return st;
@@ -134,10 +134,10 @@ col_status dm_store_bind(dm_store *s, dm_builder *b, const dm_source *src, col_e
     return COL_OK;
 }
 
-col_status dm_exec_create(dm_store *s, col_graph *g, col_node *const *outputs, int n, dm_exec **out, col_err *err)
+col_status mb_exec_create(mb_store *s, col_graph *g, col_node *const *outputs, int n, mb_exec **out, col_err *err)
 {
     *out = NULL;
-    dm_exec *x = calloc(1, sizeof *x);
+    mb_exec *x = calloc(1, sizeof *x);
     if (!x) return col_err_set(err, COL_ENOMEM, "diffusion store: out of memory");
     x->s = s;
     col_status st = col_plan_create_for(g, s->be, outputs, n, &x->plan, err);
@@ -156,7 +156,7 @@ col_status dm_exec_create(dm_store *s, col_graph *g, col_node *const *outputs, i
         if (st == COL_OK && s->tier_owner) st = mt_resident_share_arena(x->res, s->tier_owner, err);
     }
     if (st != COL_OK) {
-        dm_exec_free(x);
+        mb_exec_free(x);
         return st;
     }
     if (!s->arena_owner) s->arena_owner = x->plan;
@@ -165,7 +165,7 @@ col_status dm_exec_create(dm_store *s, col_graph *g, col_node *const *outputs, i
     return COL_OK;
 }
 
-void dm_exec_free(dm_exec *x)
+void mb_exec_free(mb_exec *x)
 {
     if (!x) return;
     if (x->s->tier_owner == x->res) x->s->tier_owner = NULL;
@@ -175,23 +175,23 @@ void dm_exec_free(dm_exec *x)
     free(x);
 }
 
-col_status dm_exec_upload(dm_exec *x, col_node *n, const void *src, size_t bytes, col_err *err)
+col_status mb_exec_upload(mb_exec *x, col_node *n, const void *src, size_t bytes, col_err *err)
 {
     return col_plan_upload(x->plan, n, src, bytes, err);
 }
 
-col_status dm_exec_download(dm_exec *x, col_node *n, void *dst, size_t bytes, col_err *err)
+col_status mb_exec_download(mb_exec *x, col_node *n, void *dst, size_t bytes, col_err *err)
 {
     return col_plan_download(x->plan, n, dst, bytes, err);
 }
 
-col_status dm_exec_run(dm_exec *x, col_err *err)
+col_status mb_exec_run(mb_exec *x, col_err *err)
 {
     if (!x->res) return col_plan_run(x->plan, x->s->be, err);
     return mt_resident_run(x->res, x->s->be, x->runs++, err);
 }
 
-size_t dm_exec_arena_bytes(const dm_exec *x)
+size_t mb_exec_arena_bytes(const mb_exec *x)
 {
     return col_plan_arena_bytes(x->plan) + col_plan_scratch_bytes(x->plan);
 }

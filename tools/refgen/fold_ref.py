@@ -1,0 +1,143 @@
+"""fold_ref.py - DeepMind's AlphaFold2 (alphafold-colabfold, JAX on the CPU) as the
+reference for models/fold: a reduced-depth monomer config at the real widths,
+random parameters in DeepMind's npz layout, the input features of AlphaFold's own
+data pipeline made deterministic, and a float32 forward with recycling.
+
+Shared by the make_fold_*_fixtures.py scripts. Nothing here patches the model:
+the config switches off what our C code does not do (templates, bfloat16,
+subbatching, fused triangle projections, masked-MSA replacement) and the
+pipeline's MSA shuffle is made the identity (the model is invariant to the
+order of MSA rows past the first up to float rounding; ours keeps file order).
+"""
+import copy
+import numpy as np
+
+import jax
+jax.config.update("jax_platforms", "cpu")
+jax.config.update("jax_default_matmul_precision", "highest")
+import jax.numpy as jnp
+import haiku as hk
+
+from alphafold.model import config as af_config
+from alphafold.model import modules, features
+from alphafold.model.tf import np_backend
+from alphafold.data import pipeline, parsers
+from alphafold.common import residue_constants as rc
+
+
+def make_config(n_evo=1, n_extra=1, ptm=True, num_recycle=0, max_msa_clusters=512, max_extra_msa=1024,
+                widths=None):
+    """model_3(_ptm) config with n_evo Evoformer and n_extra extra-MSA blocks, float32, no templates."""
+    cfg = copy.deepcopy(af_config.model_config('model_3_ptm' if ptm else 'model_3'))
+    e = cfg.model.embeddings_and_evoformer
+    e.evoformer_num_block = n_evo
+    e.extra_msa_stack_num_block = n_extra
+    e.template.enabled = False
+    for blk in (e.evoformer,):
+        blk.triangle_multiplication_outgoing.fuse_projection_weights = False
+        blk.triangle_multiplication_incoming.fuse_projection_weights = False
+    g = cfg.model.global_config
+    g.bfloat16 = False
+    g.deterministic = True
+    g.subbatch_size = 1 << 30   # never subbatch
+    g.use_remat = False
+    g.zero_init = False
+    g.eval_dropout = False
+    cfg.model.num_recycle = num_recycle
+    cfg.model.calc_extended_ptm = False    # RunModel sets these two; we call the module directly
+    cfg.model.use_probs_extended = False
+    cfg.data.common.num_recycle = num_recycle
+    cfg.data.eval.masked_msa_replace_fraction = 0.0
+    cfg.data.eval.max_msa_clusters = max_msa_clusters
+    cfg.data.common.max_extra_msa = max_extra_msa
+    cfg.data.common.use_templates = False
+    cfg.data.common.resample_msa_in_recycling = False
+    cfg.data.eval.num_ensemble = 1
+    if widths:   # narrow test models: {'msa': c_m, 'pair': c_z, 'seq': c_s, 'extra': c_e}
+        e.msa_channel = widths['msa']
+        e.pair_channel = widths['pair']
+        e.seq_channel = widths['seq']
+        e.extra_msa_channel = widths['extra']
+    return cfg
+
+
+def features_of(sequence, a3m=None, cfg=None):
+    """AlphaFold's processed features for one sequence and an optional a3m MSA (its first row the query)."""
+    if a3m is None:
+        msa = parsers.Msa(sequences=[sequence], deletion_matrix=[[0] * len(sequence)], descriptions=['query'])
+    else:
+        msa = parsers.parse_a3m(a3m)
+    raw = {**pipeline.make_sequence_features(sequence=sequence, description='query', num_res=len(sequence)),
+           **pipeline.make_msa_features([msa])}
+    saved = np_backend.random_shuffle if hasattr(np_backend, 'random_shuffle') else None
+    np_backend.random_shuffle = lambda x, *a, **k: np.asarray(x)
+    try:
+        feat = features.np_example_to_features(np_example=raw, config=cfg, random_seed=0)
+    finally:
+        if saved is not None:
+            np_backend.random_shuffle = saved
+    return {k: np.asarray(v) for k, v in feat.items()}
+
+
+def _forward_fn(cfg):
+    def fn(batch):
+        model = modules.AlphaFold_noE(cfg.model)
+        return model(batch, is_training=False, return_representations=True)
+    return hk.transform(fn)
+
+
+def perturb(params, seed):
+    """Every array replaced by random values of a trained model's kind of scale, rounded to 8
+    significant bits (the npz then compresses well): weights ~ N(0, 1/fan_in), biases and
+    offsets ~ N(0, 0.1), scales ~ 1 + N(0, 0.1)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for mod in sorted(params):
+        out[mod] = {}
+        for name in sorted(params[mod]):
+            a = np.asarray(params[mod][name])
+            if name in ('scale',):
+                v = 1.0 + 0.1 * rng.standard_normal(a.shape)
+            elif name in ('offset', 'bias') or name.endswith('_b') or name.endswith('biases'):
+                v = 0.1 * rng.standard_normal(a.shape)
+            else:
+                fan_in = a.shape[-2] if a.ndim >= 2 else 1
+                if 'stack' in mod and a.ndim >= 3:
+                    fan_in = a.shape[1]
+                v = rng.standard_normal(a.shape) / np.sqrt(max(fan_in, 1))
+            v = v.astype(np.float32)
+            m, e = np.frexp(v)
+            v = np.ldexp(np.round(m * 256.0) / 256.0, e).astype(np.float32)
+            out[mod][name] = v
+    return out
+
+
+def init_params(cfg, batch, seed=0):
+    fwd = _forward_fn(cfg)
+    b = dict(batch)
+    params = fwd.init(jax.random.PRNGKey(seed), b)
+    return perturb(hk.data_structures.to_mutable_dict(params), seed)
+
+
+def flat(params):
+    return {f'{m}//{n}': v for m in params for n, v in params[m].items()}
+
+
+def save_npz(path, params):
+    np.savez_compressed(path, **flat(params))
+
+
+def run(cfg, params, batch, num_recycle):
+    """num_recycle + 1 passes in float32, as AlphaFold's inference loop; the outputs of the last."""
+    fwd = _forward_fn(cfg)
+    apply = jax.jit(fwd.apply)
+    prev = None
+    outs = []
+    for _ in range(num_recycle + 1):
+        b = dict(batch)
+        if prev is not None:
+            b['prev'] = prev
+        ret = apply(params, jax.random.PRNGKey(0), b)
+        prev = {k: jnp.asarray(v, jnp.float32) for k, v in ret['prev'].items()}
+        outs.append(jax.tree_util.tree_map(np.asarray, ret))
+    return outs
