@@ -58,6 +58,7 @@ def make_config(n_evo=1, n_extra=1, ptm=True, num_recycle=0, max_msa_clusters=51
         e.pair_channel = widths['pair']
         e.seq_channel = widths['seq']
         e.extra_msa_channel = widths['extra']
+        cfg.model.heads.structure_module.num_channel = widths['seq']
     return cfg
 
 
@@ -66,7 +67,8 @@ def features_of(sequence, a3m=None, cfg=None):
     if a3m is None:
         msa = parsers.Msa(sequences=[sequence], deletion_matrix=[[0] * len(sequence)], descriptions=['query'])
     else:
-        msa = parsers.parse_a3m(a3m)
+        # ColabFold's a3m files start with a '#' line, which it drops before AlphaFold's parser
+        msa = parsers.parse_a3m('\n'.join(l for l in a3m.splitlines() if not l.startswith('#')))
     raw = {**pipeline.make_sequence_features(sequence=sequence, description='query', num_res=len(sequence)),
            **pipeline.make_msa_features([msa])}
     saved = np_backend.random_shuffle if hasattr(np_backend, 'random_shuffle') else None
@@ -86,8 +88,8 @@ def _forward_fn(cfg):
     return hk.transform(fn)
 
 
-def perturb(params, seed):
-    """Every array replaced by random values of a trained model's kind of scale, rounded to 8
+def perturb(params, seed, bits=6):
+    """Every array replaced by random values of a trained model's kind of scale, rounded to 6
     significant bits (the npz then compresses well): weights ~ N(0, 1/fan_in), biases and
     offsets ~ N(0, 0.1), scales ~ 1 + N(0, 0.1)."""
     rng = np.random.default_rng(seed)
@@ -107,16 +109,24 @@ def perturb(params, seed):
                 v = rng.standard_normal(a.shape) / np.sqrt(max(fan_in, 1))
             v = v.astype(np.float32)
             m, e = np.frexp(v)
-            v = np.ldexp(np.round(m * 256.0) / 256.0, e).astype(np.float32)
+            v = np.ldexp(np.round(m * 2.0 ** bits) / 2.0 ** bits, e).astype(np.float32)
             out[mod][name] = v
     return out
 
 
-def init_params(cfg, batch, seed=0):
+def zero_prev(cfg, n):
+    e = cfg.model.embeddings_and_evoformer
+    return {'prev_msa_first_row': jnp.zeros([n, e.msa_channel], jnp.float32),
+            'prev_pair': jnp.zeros([n, n, e.pair_channel], jnp.float32),
+            'prev_pos': jnp.zeros([n, 37, 3], jnp.float32)}
+
+
+def init_params(cfg, batch, seed=0, bits=6):
     fwd = _forward_fn(cfg)
     b = dict(batch)
+    b['prev'] = zero_prev(cfg, batch['aatype'].shape[-1])
     params = fwd.init(jax.random.PRNGKey(seed), b)
-    return perturb(hk.data_structures.to_mutable_dict(params), seed)
+    return perturb(hk.data_structures.to_mutable_dict(params), seed, bits)
 
 
 def flat(params):
@@ -131,12 +141,11 @@ def run(cfg, params, batch, num_recycle):
     """num_recycle + 1 passes in float32, as AlphaFold's inference loop; the outputs of the last."""
     fwd = _forward_fn(cfg)
     apply = jax.jit(fwd.apply)
-    prev = None
+    prev = zero_prev(cfg, batch['aatype'].shape[-1])
     outs = []
     for _ in range(num_recycle + 1):
         b = dict(batch)
-        if prev is not None:
-            b['prev'] = prev
+        b['prev'] = prev
         ret = apply(params, jax.random.PRNGKey(0), b)
         prev = {k: jnp.asarray(v, jnp.float32) for k, v in ret['prev'].items()}
         outs.append(jax.tree_util.tree_map(np.asarray, ret))
