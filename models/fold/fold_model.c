@@ -10,6 +10,7 @@
 #include "fold_atoms.h"
 #include "fold_confidence.h"
 #include "fold_heads.h"
+#include "fold_residues.h"
 #include "fold_source.h"
 #include "fold_structure.h"
 #include "fold_trunk.h"
@@ -167,6 +168,21 @@ void fold_result_free(fold_result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* The final layer's atoms (folding.py: torsion angles to frames, literature positions to atom14, to atom37). */
+static col_status atoms_of(const int32_t *aatype, int64_t n, const float *rot, const float *trans,
+                           const float *angles, float *atom37, float *mask37, col_err *err)
+{
+    float *frames = malloc((size_t)n * FOLD_NUM_GROUPS * FOLD_FRAME_FLOATS * sizeof(float));
+    float *atom14 = malloc((size_t)n * FOLD_NUM_ATOM14 * 3 * sizeof(float));
+    col_status st = frames && atom14 ? COL_OK : col_err_set(err, COL_ENOMEM, "fold: out of memory");
+    if (st == COL_OK) st = fold_torsion_angles_to_frames(aatype, n, rot, trans, angles, frames, err);
+    if (st == COL_OK) st = fold_frames_to_atom14(aatype, n, frames, atom14, NULL, err);
+    if (st == COL_OK) st = fold_atom14_to_atom37(aatype, n, atom14, atom37, mask37, err);
+    free(frames);
+    free(atom14);
+    return st;
+}
+
 col_status fold_model_predict(fold_model *m, const fold_inputs *in, const fold_run_config *rc, fold_result *out,
                               col_err *err)
 {
@@ -234,12 +250,9 @@ col_status fold_model_predict(fold_model *m, const fold_inputs *in, const fold_r
         if (st == COL_OK) st = download(&p, p.sm.rotation, rot, sizeof(float) * (size_t)N * 9, err);
         if (st == COL_OK) st = download(&p, p.sm.translation, trans, sizeof(float) * (size_t)N * 3, err);
         if (st == COL_OK) st = download(&p, p.sm.angles, angles, sizeof(float) * (size_t)N * 14, err);
-        if (st == COL_OK)
-            st = fold_atoms_from_backbone(in->aatype, N, rot, trans, angles, out->atom37, out->atom37_mask, err);
-        if (st == COL_OK) {
-            fold_pseudo_beta(in->aatype, N, out->atom37, pb);
-            fold_prev_pos_bins(pb, N, bins);
-        }
+        if (st == COL_OK) st = atoms_of(in->aatype, N, rot, trans, angles, out->atom37, out->atom37_mask, err);
+        if (st == COL_OK) st = fold_pseudo_beta(in->aatype, N, out->atom37, pb, err);
+        if (st == COL_OK) fold_prev_pos_bins(pb, N, bins);
         if (st == COL_OK && rc->progress) st = rc->progress(rc->progress_user, pass, passes, col_seconds() - ts, err);
     }
     if (st == COL_OK)
