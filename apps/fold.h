@@ -23,7 +23,7 @@ typedef struct {
     bool cif;                /* mmCIF instead of PDB */
     bool json, quiet, force;
     int max_msa_clusters;    /* 512 */
-    int max_extra_msa;       /* 5120 */
+    int max_extra_msa;       /* -1: the model's own (AlphaFold: 5120, 1024 for model_5) */
     app_device_choice device;
     mem_opts mem;
 } fold_opts;

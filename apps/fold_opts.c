@@ -25,7 +25,7 @@ void fold_usage(FILE *f)
             "                        product modules: smaller chunks need less memory (default auto: the largest\n"
             "                        that fits the memory budget)\n"
             "      --max-msa-clusters N  MSA rows the Evoformer sees (default 512); the rest form the extra MSA\n"
-            "      --max-extra-msa N     extra MSA rows kept (default 5120)\n"
+            "      --max-extra-msa N     extra MSA rows kept (default: 5120, 1024 for model_5, as AlphaFold)\n"
             "      --cif             write mmCIF instead of PDB\n"
             "      --json            print a JSON summary (pLDDT per residue, pTM, timings) on stdout\n"
             "      --force           replace existing output files\n"
@@ -70,7 +70,7 @@ int fold_parse(int argc, char **argv, fold_opts *o, char *msg, size_t n)
     o->recycles = 3;
     o->chunk = -1;
     o->max_msa_clusters = 512;
-    o->max_extra_msa = 5120;
+    o->max_extra_msa = -1;  /* the model's own: 5120, 1024 for model_5 */
     int c;
     long long v;
     opterr = 0;
