@@ -137,10 +137,16 @@ def save_npz(path, params):
     np.savez_compressed(path, **flat(params))
 
 
+_APPLY = {}
+
+
 def run(cfg, params, batch, num_recycle):
-    """num_recycle + 1 passes in float32, as AlphaFold's inference loop; the outputs of the last."""
-    fwd = _forward_fn(cfg)
-    apply = jax.jit(fwd.apply)
+    """num_recycle + 1 passes in float32, as AlphaFold's inference loop; the outputs of every pass.
+    The jitted forward is kept per config, so a second run of one shape does not compile again."""
+    key = id(cfg)
+    if key not in _APPLY:
+        _APPLY[key] = (cfg, jax.jit(_forward_fn(cfg).apply))
+    apply = _APPLY[key][1]
     prev = zero_prev(cfg, batch['aatype'].shape[-1])
     outs = []
     for _ in range(num_recycle + 1):
