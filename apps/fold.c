@@ -17,6 +17,7 @@
 #include "fold.h"
 #include "fold_features.h"
 #include "fold_input.h"
+#include "fold_json.h"
 #include "fold_model.h"
 #include "fold_pdb.h"
 #include "procsetup.h"
@@ -136,12 +137,12 @@ static void out_path(const fold_opts *o, const char *name, int nrec, const char 
     else snprintf(out, n, "%s/%s%s", dir, name, ext);
 }
 
-/* the PAE file beside a structure file: BASE_pae.json */
+/* the scores file beside a structure file (ColabFold's layout: pLDDT, PAE, its maximum, pTM): BASE_scores.json */
 static void pae_path(const char *structure, char *out, size_t n)
 {
     const char *dot = strrchr(structure, '.'), *slash = strrchr(structure, '/');
     if (!dot || (slash && dot < slash)) dot = structure + strlen(structure);
-    snprintf(out, n, "%.*s_pae.json", (int)(dot - structure), structure);
+    snprintf(out, n, "%.*s_scores.json", (int)(dot - structure), structure);
 }
 
 static int check_out(const char *path, bool force)
@@ -157,26 +158,6 @@ static void put_num(col_strbuf *b, double v, int decimals)
     char t[64];
     snprintf(t, sizeof t, "%.*f", decimals, v);
     col_strbuf_puts(b, t);
-}
-
-/* AlphaFold's PAE file (confidence.pae_json): [{"predicted_aligned_error": rows rounded to 2 decimals,
- * "max_predicted_aligned_error": ...}], plus the pTM */
-static void pae_json(const fold_result *r, col_strbuf *b)
-{
-    col_strbuf_puts(b, "[{\"predicted_aligned_error\": [");
-    for (int64_t i = 0; i < r->n_res; i++) {
-        col_strbuf_puts(b, i ? ", [" : "[");
-        for (int64_t j = 0; j < r->n_res; j++) {
-            if (j) col_strbuf_puts(b, ", ");
-            put_num(b, r->pae[i * r->n_res + j], 2);
-        }
-        col_strbuf_puts(b, "]");
-    }
-    col_strbuf_puts(b, "], \"max_predicted_aligned_error\": ");
-    put_num(b, r->max_pae, 2);
-    col_strbuf_puts(b, ", \"ptm\": ");
-    put_num(b, r->ptm, 4);
-    col_strbuf_puts(b, "}]\n");
 }
 
 static void json_string(col_strbuf *b, const char *s)
@@ -322,8 +303,8 @@ static int fold_record(const fold_opts *o, fold_model *m, const char *model, int
     free(b.p);
     memset(&b, 0, sizeof b);
     if (st == COL_OK && r.pae) {
-        pae_json(&r, &b);
-        st = b.oom ? col_err_set(&err, COL_ENOMEM, "out of memory") : col_write_file_atomic(ppath, b.p, b.len, &err);
+        st = fold_json_scores(r.plddt, r.pae, r.n_res, r.ptm, &b, &err);
+        if (st == COL_OK) st = col_write_file_atomic(ppath, b.p, b.len, &err);
         free(b.p);
         memset(&b, 0, sizeof b);
     }

@@ -48,9 +48,9 @@ elif [ "$(grep -c '^ATOM  ' "$tmp/a.pdb")" -gt 50 ]; then pass "ATOM records car
 else fail "ATOM records carry pLDDT as B-factors"; fi
 if [ "$(grep -c '^ATOM  .\{7\} CA ' "$tmp/a.pdb")" -eq 14 ]; then pass "one CA per residue (14)"
 else fail "one CA per residue (14)"; fi
-if grep -q '"predicted_aligned_error": \[\[' "$tmp/a_pae.json" && grep -q '"ptm": ' "$tmp/a_pae.json"; then
-    pass "the PAE file of a pTM model"
-else fail "the PAE file of a pTM model"; fi
+if grep -q '"pae": \[\[' "$tmp/a_scores.json" && grep -q '"ptm": 0\.' "$tmp/a_scores.json"; then
+    pass "the scores file (PAE, pTM) of a pTM model"
+else fail "the scores file (PAE, pTM) of a pTM model"; fi
 
 # the same run gives the same file; an existing file is kept without --force
 cp "$tmp/a.pdb" "$tmp/a.first"

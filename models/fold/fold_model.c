@@ -94,8 +94,8 @@ static col_status pass_build(fold_model *m, const fold_sizes *sz, int64_t chunk,
     fold_ctx c = {&p->b, -1, chunk};
     fold_trunk_build(&c, cfg, sz, &p->in, &p->trunk);
     fold_structure_module_build(&c, cfg, sz->n_res, p->trunk.single, p->trunk.pair, &p->sm);
-    p->plddt_logits = fold_plddt_head(&c, cfg, p->sm.single);
-    p->pae_logits = cfg->ptm ? fold_pae_head(&c, cfg, p->trunk.pair) : NULL;
+    p->plddt_logits = fold_plddt_head(&c, p->sm.single, cfg->c_s, cfg->plddt_channels, cfg->plddt_bins);
+    p->pae_logits = cfg->ptm ? fold_pae_head(&c, p->trunk.pair, cfg->c_z, cfg->pae_bins) : NULL;
     mb_pop(&p->b);
     col_node *o[] = {p->trunk.single, p->trunk.pair, p->trunk.msa_first_row, p->sm.single, p->sm.rotation,
                      p->sm.translation, p->sm.angles, p->plddt_logits, p->pae_logits};
@@ -258,17 +258,16 @@ col_status fold_model_predict(fold_model *m, const fold_inputs *in, const fold_r
     if (st == COL_OK)
         st = download(&p, p.plddt_logits, plddt_logits, sizeof(float) * (size_t)N * cfg->plddt_bins, err);
     if (st == COL_OK && cfg->ptm) st = download(&p, p.pae_logits, pae_logits, sizeof(float) * nn * cfg->pae_bins, err);
+    if (st == COL_OK) st = fold_plddt(plddt_logits, N, (int)cfg->plddt_bins, out->plddt, err);
     if (st == COL_OK) {
-        fold_plddt(plddt_logits, N, cfg->plddt_bins, out->plddt);
         double s = 0;
         for (int64_t i = 0; i < N; i++) s += out->plddt[i];
         out->mean_plddt = s / (double)N;
         out->ptm = -1;
-        if (cfg->ptm) {
-            fold_pae(pae_logits, N, cfg->pae_bins, out->pae, &out->max_pae);
-            out->ptm = fold_ptm(pae_logits, N, cfg->pae_bins);
-        }
     }
+    if (st == COL_OK && cfg->ptm)
+        st = fold_pae(pae_logits, N, (int)cfg->pae_bins, FOLD_PAE_MAX_ERROR_BIN, out->pae, &out->max_pae, err);
+    if (st == COL_OK && cfg->ptm) st = fold_ptm(pae_logits, N, (int)cfg->pae_bins, FOLD_PAE_MAX_ERROR_BIN, NULL, &out->ptm, err);
     out->seconds_run = col_seconds() - run0;
     free(relpos);
     free(bins);
