@@ -43,9 +43,13 @@ static col_node *build(fold_ctx *c, kind k, col_node *pair)
     case TRI_MUL_OUT:
     case TRI_MUL_IN:
         return fold_triangle_multiplication(c, CASES[k].module, pair, C_I, k == TRI_MUL_OUT);
-    default:
-        return NULL;
+    case TRI_ATT_START:
+    case TRI_ATT_END: {
+        const fold_attn_dims d = {C_Z, HEADS, C_Z / HEADS, C_Z / HEADS, C_Z, true};
+        return fold_triangle_attention(c, CASES[k].module, pair, &d, k == TRI_ATT_START);
     }
+    }
+    return NULL;
 }
 
 /* a tensor of the fixture as f32 [n] (NULL and a note if absent or of another size) */
@@ -212,6 +216,15 @@ static void test_errors(void)
               mb_builder_status(&b, &err) == COL_EINVAL && strstr(err.msg, "intermediate channels"),
           "no intermediate channels is refused: %s", err.msg);
     mb_builder_free(&b);
+    mb_builder_init(&b, g, false, COL_F32);
+    c.b = &b;
+    const fold_attn_dims d = {64, HEADS, 16, 16, 64, true};
+    TL_OK(fold_triangle_attention(&c, "att", col_input(g, "p3", COL_F32, 3, (int64_t[]){4, 4, C_Z}), &d, true) ==
+                  NULL &&
+              mb_builder_status(&b, &err) == COL_EINVAL && strstr(err.msg, "att: the attention's input and output") &&
+              strstr(err.msg, "128"),
+          "attention widths other than the pair's are refused: %s", err.msg);
+    mb_builder_free(&b);
     col_graph_free(g);
 
     /* the incoming module's weights asked for as the outgoing one's: missing; c_z 64 against the file's 128 */
@@ -250,7 +263,11 @@ int main(void)
     tl_cpu_backend(&be);
     test_case(TRI_MUL_OUT);
     test_case(TRI_MUL_IN);
+    test_case(TRI_ATT_START);
+    test_case(TRI_ATT_END);
     test_memory(TRI_MUL_OUT, 1.0);
+    test_memory(TRI_ATT_START, 0.65);
+    test_memory(TRI_ATT_END, 0.65);
     test_errors();
     col_cpu_backend_free(&be);
     return tl_done();

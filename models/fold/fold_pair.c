@@ -125,3 +125,44 @@ col_node *fold_triangle_multiplication(fold_ctx *c, const char *module, col_node
     free(pieces);
     return out;
 }
+
+col_node *fold_triangle_attention(fold_ctx *c, const char *module, col_node *pair, const fold_attn_dims *d,
+                                  bool starting)
+{
+    int64_t n, cz;
+    if (!pair_shape(c, module, pair, &n, &cz)) return NULL;
+    if (!d || d->c_in != cz || d->c_out != cz || d->heads < 1)
+        return mb_fail(c->b, COL_EINVAL, "%s%s: the attention's input and output widths must be the pair's %lld",
+                       c->b->prefix, module, (long long)cz);
+    col_graph *g = c->b->g;
+    char name[MB_NAME_MAX], attn[MB_NAME_MAX];
+    const int64_t h = d->heads, nn = n * n;
+    if (!sub_name(c, name, module, "query_norm") || !sub_name(c, attn, module, "attention")) return NULL;
+    col_node *x = fold_layer_norm(c, pair, cz, name);                         /* [N, N, c_z] */
+    col_node *w = fold_w(c, 2, (int64_t[]){cz, h}, "%s//feat_2d_weights", module);
+    if (!x || !w) return NULL;
+    /* the pair bias, computed head first: b[h, a, b'] = x[a, b'] . w[:, h] = (x @ w)^T;
+     * around the ending node the attention runs on x transposed, whose bias is b transposed */
+    col_node *bias = col_reshape(g, col_matmul(g, col_transpose(g, w, 0, 1),
+                                               col_transpose(g, col_reshape(g, x, 2, (int64_t[]){nn, cz}), 0, 1)),
+                                 3, (int64_t[]){h, n, n});
+    if (!starting) bias = col_contiguous(g, col_transpose(g, bias, 1, 2));
+    bias = col_reshape(g, bias, 4, (int64_t[]){1, h, n, n});                  /* shared by every row */
+
+    int64_t rows = fold_chunk_rows(c, n);
+    int count = fold_chunk_count(c, n);
+    col_node **pieces = calloc((size_t)count, sizeof *pieces);
+    if (!pieces) return mb_fail(c->b, COL_ENOMEM, "%s%s: out of memory", c->b->prefix, module);
+    bool all = true;
+    for (int k = 0; all && k < count; k++) {
+        int64_t i0 = (int64_t)k * rows, r = n - i0 < rows ? n - i0 : rows;
+        /* rows i0.. of the attended pair: x's rows, or (ending node) x's columns as rows */
+        col_node *q = starting ? col_slice(g, x, 0, i0, r)
+                               : col_contiguous(g, col_permute(g, col_slice(g, x, 1, i0, r), (int[]){1, 0, 2}));
+        pieces[k] = fold_attention(c, attn, d, q, q, bias);                    /* [r, N, c_z] */
+        all = pieces[k] != NULL;
+    }
+    col_node *out = all ? concat_rows(c, pieces, count) : NULL;
+    free(pieces);
+    return starting ? out : col_transpose(g, out, 0, 1);
+}

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fold_attention.h"
 #include "fold_layers.h"
 
 /* TriangleMultiplication with unfused projection weights (AF2's
@@ -36,5 +37,15 @@
  * pair [N, N, c_z] -> update [N, N, c_z]. */
 col_node *fold_triangle_multiplication(fold_ctx *c, const char *module, col_node *pair, int64_t intermediate,
                                        bool outgoing);
+
+/* TriangleAttention around the starting node (per_row) when starting, else
+ * around the ending node (per_column: attention along the first axis):
+ *   MODULE/query_norm, MODULE//feat_2d_weights [c_z, heads] (the pair bias
+ *   shared by every row), MODULE/attention (fold_attention with d; d->c_in
+ *   and d->c_out must be the pair's c_z).
+ * pair [N, N, c_z] -> update [N, N, c_z]; for the ending node the update is
+ * a transposed view of the attention's output (not contiguous). */
+col_node *fold_triangle_attention(fold_ctx *c, const char *module, col_node *pair, const fold_attn_dims *d,
+                                  bool starting);
 
 #endif
