@@ -14,12 +14,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "checkpoint.h"
+#include "fold_attention.h"
 #include "status.h"
 
 /* The full Haiku path every monomer parameter lives under. */
 #define FOLD_ROOT "alphafold/alphafold_iteration/"
 
-typedef struct { int64_t c_in, heads, key_dim, value_dim, c_out; bool gating; } fold_attn_dims;
 
 /* One stack's block (the Evoformer's, or the extra-MSA stack's). */
 typedef struct {

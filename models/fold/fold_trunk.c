@@ -38,11 +38,11 @@ static void block(fold_ctx *c, const fold_stack_dims *d, int64_t c_z, col_node *
 {
     col_node *m = *msa, *z = *pair;
     if (m) {
-        m = add(c, m, fold_msa_row_attention_with_pair_bias(c, "msa_row_attention_with_pair_bias", &d->row, m, z));
+        m = add(c, m, fold_msa_row_attention_with_pair_bias(c, "msa_row_attention_with_pair_bias", m, z, &d->row));
         if (d->global_col)
-            m = add(c, m, fold_msa_column_global_attention(c, "msa_column_global_attention", &d->col, m));
+            m = add(c, m, fold_msa_column_global_attention(c, "msa_column_global_attention", m, &d->col));
         else
-            m = add(c, m, fold_msa_column_attention(c, "msa_column_attention", &d->col, m));
+            m = add(c, m, fold_msa_column_attention(c, "msa_column_attention", m, &d->col));
         m = add(c, m, fold_transition(c, "msa_transition", m, d->msa_transition_factor));
     }
     if (m) {
@@ -54,8 +54,8 @@ static void block(fold_ctx *c, const fold_stack_dims *d, int64_t c_z, col_node *
     }
     z = add(c, z, fold_triangle_multiplication(c, "triangle_multiplication_outgoing", z, d->tri_mul_out, true));
     z = add(c, z, fold_triangle_multiplication(c, "triangle_multiplication_incoming", z, d->tri_mul_in, false));
-    z = add(c, z, fold_triangle_attention(c, "triangle_attention_starting_node", &d->tri_att_start, z, true));
-    z = add(c, z, fold_triangle_attention(c, "triangle_attention_ending_node", &d->tri_att_end, z, false));
+    z = add(c, z, fold_triangle_attention(c, "triangle_attention_starting_node", z, &d->tri_att_start, true));
+    z = add(c, z, fold_triangle_attention(c, "triangle_attention_ending_node", z, &d->tri_att_end, false));
     z = add(c, z, fold_transition(c, "pair_transition", z, d->pair_transition_factor));
     *msa = m;
     *pair = z;

@@ -69,6 +69,16 @@ def features_of(sequence, a3m=None, cfg=None):
     else:
         # ColabFold's a3m files start with a '#' line, which it drops before AlphaFold's parser
         msa = parsers.parse_a3m('\n'.join(l for l in a3m.splitlines() if not l.startswith('#')))
+        # DeepMind's make_msa_features drops a row equal to an earlier one (alphafold-colabfold's copy
+        # has those lines commented out): the same filter here
+        seen, keep = set(), []
+        for k, seq in enumerate(msa.sequences):
+            if seq not in seen:
+                seen.add(seq)
+                keep.append(k)
+        msa = parsers.Msa(sequences=[msa.sequences[k] for k in keep],
+                          deletion_matrix=[msa.deletion_matrix[k] for k in keep],
+                          descriptions=[msa.descriptions[k] for k in keep])
     raw = {**pipeline.make_sequence_features(sequence=sequence, description='query', num_res=len(sequence)),
            **pipeline.make_msa_features([msa])}
     saved = np_backend.random_shuffle if hasattr(np_backend, 'random_shuffle') else None
@@ -96,16 +106,21 @@ def perturb(params, seed, bits=6):
     out = {}
     for mod in sorted(params):
         out[mod] = {}
+        stacked = 'evoformer_iteration' in mod or 'extra_msa_stack' in mod
         for name in sorted(params[mod]):
             a = np.asarray(params[mod][name])
+            base = a.shape[1:] if stacked else a.shape
             if name in ('scale',):
                 v = 1.0 + 0.1 * rng.standard_normal(a.shape)
             elif name in ('offset', 'bias') or name.endswith('_b') or name.endswith('biases'):
                 v = 0.1 * rng.standard_normal(a.shape)
             else:
-                fan_in = a.shape[-2] if a.ndim >= 2 else 1
-                if 'stack' in mod and a.ndim >= 3:
-                    fan_in = a.shape[1]
+                # fan-in: [c_in, heads, c] projections read c_in; output_w [heads, c, c_out] and
+                # weights [in, out] (or [a, b, out]) read all but the last dimension
+                if name in ('query_w', 'key_w', 'value_w', 'gating_w') or len(base) < 2:
+                    fan_in = base[0] if base else 1
+                else:
+                    fan_in = int(np.prod(base[:-1]))
                 v = rng.standard_normal(a.shape) / np.sqrt(max(fan_in, 1))
             v = v.astype(np.float32)
             m, e = np.frexp(v)
