@@ -88,6 +88,8 @@ static col_node *recompute_clone(col_graph *g, col_node *n)
     c->p = n->p;
     c->extra_bytes = n->extra_bytes;
     c->scratch_bytes = n->scratch_bytes;
+    c->ext_fn = n->ext_fn; /* an EXTERN node's function is called again */
+    c->ext_user = n->ext_user;
     c->flags = (n->flags & ~(COL_NODE_OUTPUT | COL_NODE_BACKWARD)) | COL_NODE_RECOMPUTE;
     c->segment = 0;
     if (n->flags & COL_NODE_VIEW) {
@@ -131,6 +133,12 @@ col_status col_graph_backward_seeded(col_graph *g, col_node *loss, col_node *see
         if (!n->grad || n->op == COL_OP_LEAF)
             continue;
         col_backward_fn fn = col_backward_of(n->op);
+        if (!fn && n->op == COL_OP_EXTERN) {
+            col_graph_fail(g, COL_EUNSUPPORTED,
+                           "autodiff: node %s is computed by a caller's function (an extern op), which has no "
+                           "gradient: no gradient can flow through it", n->name);
+            break;
+        }
         if (!fn) {
             col_graph_fail(g, COL_EUNSUPPORTED, "autodiff: op %s has no gradient", col_op_name(n->op));
             break;

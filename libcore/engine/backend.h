@@ -1,7 +1,8 @@
 /* backend.h - a backend is a table of kernels, one per op.
  *
  * The executor (plan.c) resolves every node's data pointer and calls
- * be->kernel[node->op]. A kernel reads its sources through col_node_tensor()
+ * be->kernel[node->op] (an EXTERN node's function it calls itself: no table
+ * has an entry for it, ops.h col_extern). A kernel reads its sources through col_node_tensor()
  * (strides honoured unless the builder made them contiguous) and writes the
  * whole of its output; it must not allocate: workspace comes from ex->scratch
  * (node->scratch_bytes, asked for by the builder). A backend with a memory

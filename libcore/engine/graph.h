@@ -55,6 +55,8 @@ typedef struct col_node {
     size_t scratch_bytes;           /* kernel workspace for one run of this node */
     int segment;                    /* checkpoint segment id (0: not checkpointed) */
     char name[48];
+    col_extern_fn ext_fn;           /* EXTERN: the caller's function and its user pointer (ops.h) */
+    void *ext_user;
 
     /* autodiff */
     struct col_node *grad;          /* gradient accumulated so far (during backward build) */

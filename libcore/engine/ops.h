@@ -80,6 +80,8 @@ typedef enum {
     COL_OP_CONV2D_BWD_FILTER, /* src0 = x, src1 = dy; out dw [Cout,Cin,kh,kw], summed over the batch */
     COL_OP_UPSAMPLE_NEAREST,     /* src0 = x [B,C,H,W] f32; i[0] = scale s; out [B,C,sH,sW] */
     COL_OP_UPSAMPLE_NEAREST_BWD, /* src0 = dy [B,C,sH,sW]; i[0] = s; out dx [B,C,H,W]: each s x s block's sum */
+    COL_OP_EXTERN,         /* the caller's function (node->ext_fn, ext_user; col_extern below), called by the
+                              plan runner itself: no backend has a kernel for it. Sources contiguous */
 
     COL_OP_COUNT
 } col_op;
@@ -91,6 +93,7 @@ bool col_op_is_elementwise(col_op op);
 
 struct col_graph;
 struct col_node;
+struct col_backend;
 typedef struct col_graph col_graph_t;
 
 /* ---- views (no copy; shared storage) ---- */
@@ -198,5 +201,34 @@ struct col_node *col_group_norm(struct col_graph *g, struct col_node *x, struct 
 /* nearest-neighbour upsampling [B,C,H,W] -> [B,C,scale*H,scale*W] (F.interpolate(mode="nearest")):
  * one UPSAMPLE_NEAREST node for f32, views and a copy for other dtypes; scale 1 returns x */
 struct col_node *col_upsample_nearest(struct col_graph *g, struct col_node *x, int scale);
+
+/* ---- a caller's computation inside a plan (EXTERN) ----
+ * A node whose output is computed by a host function of the caller's, which
+ * the plan runner calls in schedule order like any kernel (col_plan_run and
+ * col_plan_run_hooked, whatever the backend; no backend table needs an entry):
+ * collectives between processes inside a plan (libcore/comm/comm_graph.h),
+ * or anything else the engine has no op for. The function gets the node's
+ * output and its sources as tensor descriptions (copies: changing them
+ * changes nothing in the graph) whose data are the plan's addresses, in the
+ * backend's memory (host memory on a backend without a memory table, device
+ * memory on one with a table: read and write it there with be->mem, or queue
+ * work on the backend's own queue); the sources are contiguous, the output
+ * contiguous and of the dtype and shape given here, and the function must
+ * write all of it. On a backend with a memory table the kernels before the
+ * node may still be queued: be->mem's synchronous copies are ordered after
+ * them, and so is work queued on the backend's queue. The function must not
+ * keep the addresses past its return (another run may move them). A non-OK
+ * return stops the run with that status and the function's message.
+ *
+ * Liveness and the arena treat the node as any other (its output gets a range
+ * of the arena). It has no gradient: backward through it fails (COL_EUNSUPPORTED).
+ * A checkpointed segment's extern node is called again when recomputed.
+ * fn and user must stay valid as long as plans of the graph run. At most
+ * COL_MAX_SRC sources (0 is fine); non-contiguous ones are copied first
+ * (col_contiguous). */
+typedef col_status (*col_extern_fn)(void *user, const struct col_backend *be, col_tensor *out,
+                                    const col_tensor *const *src, int nsrc, col_err *err);
+struct col_node *col_extern(struct col_graph *g, col_extern_fn fn, void *user, col_dtype dt, int ndim,
+                            const int64_t *shape, int nsrc, struct col_node *const *src);
 
 #endif

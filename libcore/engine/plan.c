@@ -595,6 +595,26 @@ static col_status check_backend(const col_plan *p, const col_backend *be, col_er
     return COL_OK;
 }
 
+/* an EXTERN node: the caller's function, given copies of the tensors (it cannot change the graph's) */
+static col_status run_extern(const col_node *n, const col_backend *be, col_err *err)
+{
+    col_tensor out = n->t, src[COL_MAX_SRC];
+    const col_tensor *sp[COL_MAX_SRC];
+    for (int j = 0; j < n->nsrc; j++) {
+        src[j] = n->src[j]->t;
+        sp[j] = &src[j];
+    }
+    col_err why = {0};
+    col_status st = n->ext_fn(n->ext_user, be, &out, sp, n->nsrc, &why);
+    if (st == COL_OK)
+        return COL_OK;
+    if (!why.msg[0])
+        return col_err_set(err, st, "run: the function of extern node %s failed (%s) without a message", n->name,
+                           col_status_name(st));
+    why.code = st;
+    return col_err_copy(err, &why);
+}
+
 static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook, void *user, col_err *err)
 {
     /* this plan's addresses into the nodes: another plan of the graph may have run since, and
@@ -615,8 +635,9 @@ static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook
         col_node *n = p->order[i];
         if (n->op == COL_OP_LEAF || n->op == COL_OP_VIEW)
             continue;
-        col_kernel_fn k = be->kernel[n->op];
-        if (!k)
+        /* EXTERN: the caller's function, called here, not through the backend's table */
+        col_kernel_fn k = n->op == COL_OP_EXTERN ? NULL : be->kernel[n->op];
+        if (!k && n->op != COL_OP_EXTERN)
             return col_err_set(err, COL_EUNSUPPORTED, "run: the %s backend has no kernel for %s", be->name,
                                col_op_name(n->op));
         col_status st = COL_OK;
@@ -629,7 +650,7 @@ static col_status run_ops(col_plan *p, const col_backend *be, col_plan_hook hook
                 st = bind_node(p, n, err);
         }
         if (st == COL_OK)
-            st = k(n, &ex, err);
+            st = k ? k(n, &ex, err) : run_extern(n, be, err);
         if (st != COL_OK)
             return st;
     }
