@@ -94,6 +94,6 @@ int main(int argc, char **argv)
     fold_sequence_free(&seq);
     free(res);
     fold_model_free(m);
-    be.free(&be);
+    col_cpu_backend_free(&be);
     return 0;
 }

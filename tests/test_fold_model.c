@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cpu.h"
 #include "checkpoint.h"
 #include "fold_model.h"
 #include "testlib.h"
@@ -217,6 +218,6 @@ int main(void)
     run_case(&be, "real.npz", "real_single", 5e-4);
     run_case(&be, "narrow.npz", "narrow_msa", 5e-4);
     bad_files(&be);
-    be.free(&be);
+    col_cpu_backend_free(&be);
     return tl_done();
 }
