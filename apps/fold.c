@@ -273,10 +273,13 @@ static int fold_record(const fold_opts *o, fold_model *m, const char *model, int
             return fail(&err);
         }
     }
-    if (!o->quiet)
-        fprintf(stderr, FOLD_PROG ": %s: %lld residues, %lld MSA rows + %lld extra, %s, chunk %s%lld, on %s\n", name,
-                (long long)f.n_res, (long long)f.n_clust, (long long)f.n_extra, model, chunk ? "" : "none",
-                (long long)chunk, dev->desc);
+    if (!o->quiet) {
+        char ck[32];
+        if (chunk) snprintf(ck, sizeof ck, "%lld rows", (long long)chunk);
+        else snprintf(ck, sizeof ck, "none");
+        fprintf(stderr, FOLD_PROG ": %s: %lld residues, %lld MSA rows + %lld extra, %s, chunks of %s, on %s\n", name,
+                (long long)f.n_res, (long long)f.n_clust, (long long)f.n_extra, model, ck, dev->desc);
+    }
     fold_inputs in = {.n_res = f.n_res, .n_seq = f.n_clust, .n_extra = f.n_extra, .aatype = f.aatype,
                       .residue_index = f.residue_index, .target_feat = f.target_feat, .msa_feat = f.msa_feat,
                       .extra_msa = f.extra_msa, .extra_has_deletion = f.extra_has_deletion,

@@ -46,7 +46,7 @@ if [ "$(grep -c '^ATOM  ' "$tmp/a.pdb")" -gt 50 ] && grep -q '^TER ' "$tmp/a.pdb
     fail "ATOM records carry pLDDT as B-factors"
 elif [ "$(grep -c '^ATOM  ' "$tmp/a.pdb")" -gt 50 ]; then pass "ATOM records carry pLDDT as B-factors, TER, END"
 else fail "ATOM records carry pLDDT as B-factors"; fi
-if [ "$(grep -c '^ATOM  .\{7\} CA ' "$tmp/a.pdb")" -eq 14 ]; then pass "one CA per residue (14)"
+if [ "$(grep -c '^ATOM  .\{6\} CA ' "$tmp/a.pdb")" -eq 14 ]; then pass "one CA per residue (14)"
 else fail "one CA per residue (14)"; fi
 if grep -q '"pae": \[\[' "$tmp/a_scores.json" && grep -q '"ptm": 0\.' "$tmp/a_scores.json"; then
     pass "the scores file (PAE, pTM) of a pTM model"
@@ -73,8 +73,8 @@ if "$fold" $fast --chunk-size 4 --msa "$fx/msa.a3m" -o "$tmp/c.pdb" "$params" "$
 else fail "--chunk-size 4 gives the same PDB"; fi
 
 # mmCIF, --json
-if "$fold" $fast --cif -o "$tmp/a.cif" "$params" "$fx/query.fasta" > /dev/null 2> "$tmp/err" &&
-   head -1 "$tmp/a.cif" | grep -q '^data_' && grep -q '_atom_site' "$tmp/a.cif"; then pass "--cif writes mmCIF"
+if "$fold" $fast --cif -o "$tmp/m.cif" "$params" "$fx/query.fasta" > /dev/null 2> "$tmp/err" &&
+   head -1 "$tmp/m.cif" | grep -q '^data_' && grep -q '_atom_site' "$tmp/m.cif"; then pass "--cif writes mmCIF"
 else fail "--cif writes mmCIF"; fi
 if "$fold" $fast --json -o "$tmp/j.pdb" "$params" "$fx/query.fasta" > "$tmp/out" 2> "$tmp/err" &&
    grep -q '"length": 14, "passes": 2' "$tmp/out" && grep -q '"plddt": \[[0-9]' "$tmp/out" && grep -q '"ptm": 0\.' "$tmp/out"; then
