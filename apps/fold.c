@@ -276,7 +276,7 @@ static int fold_record(const fold_opts *o, fold_model *m, const char *model, int
     if (!o->quiet) {
         char ck[32];
         if (chunk) snprintf(ck, sizeof ck, "%lld rows", (long long)chunk);
-        else snprintf(ck, sizeof ck, "none");
+        else snprintf(ck, sizeof ck, "all rows");
         fprintf(stderr, FOLD_PROG ": %s: %lld residues, %lld MSA rows + %lld extra, %s, chunks of %s, on %s\n", name,
                 (long long)f.n_res, (long long)f.n_clust, (long long)f.n_extra, model, ck, dev->desc);
     }
