@@ -1,4 +1,4 @@
-/* checkpoint.c - the front end over safetensors and PyTorch checkpoints:
+/* checkpoint.c - the front end over safetensors, PyTorch and .npz files:
  * directory layouts, sharded indexes, lookup by name, conversion to f32.
  *
  * A checkpoint holds one or more open files (the "sources") and a flat copy
@@ -22,8 +22,9 @@
 #define INDEX_MAX_BYTES (64u << 20) /* a weight_map of ~1e5 tensors is a few MB */
 
 typedef struct {
-    col_st_file *st; /* exactly one of st, pt is set */
+    col_st_file *st; /* exactly one of st, pt, nz is set */
     col_pt_file *pt;
+    col_npz_file *nz;
 } ckpt_source;
 
 typedef struct {
@@ -32,7 +33,7 @@ typedef struct {
 } ckpt_name;
 
 struct col_ckpt {
-    const char *format;       /* "safetensors" or "pytorch" */
+    const char *format;       /* "safetensors", "pytorch" or "npz" */
     int nsrc;
     ckpt_source *src;
     int n;
@@ -41,7 +42,7 @@ struct col_ckpt {
     ckpt_name *by_name;       /* every tensor, sorted by name */
 };
 
-typedef enum { KIND_ST, KIND_PT, KIND_INDEX } file_kind;
+typedef enum { KIND_ST, KIND_PT, KIND_NPZ, KIND_INDEX } file_kind;
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -58,10 +59,25 @@ static char *join_path(const char *dir, const char *name)
     return p;
 }
 
-/* Decides how to read a file: a zip ('PK\3\4') is a PyTorch checkpoint, as
- * is a non-zip named *.bin / *.pt / *.pth (the PyTorch reader then explains
- * what it is); *.json is a shard index; anything else is read as
- * safetensors (whose parser says clearly when it is not). */
+/* Whether the zip at fd (size bytes) lists NumPy arrays and no pickle. */
+static bool zip_is_npz(int fd, off_t size)
+{
+    if (size <= 0 || (uint64_t)size > SIZE_MAX)
+        return false;
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED)
+        return false;
+    bool npz = col_npz_sniff(map, (size_t)size);   /* reads the central directory and local headers only */
+    munmap(map, (size_t)size);
+    return npz;
+}
+
+/* Decides how to read a file: a zip ('PK\3\4') is an .npz when named *.npz
+ * or when it holds *.npy entries and no pickle, else a PyTorch checkpoint;
+ * a non-zip named *.npz is read as an .npz and one named *.bin / *.pt / *.pth
+ * as PyTorch (the reader then explains what it is); *.json is a shard index;
+ * anything else is read as safetensors (whose parser says clearly when it is
+ * not). */
 static col_status detect_kind(const char *path, file_kind *kind, col_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -69,8 +85,14 @@ static col_status detect_kind(const char *path, file_kind *kind, col_err *err)
         return col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno));
     unsigned char magic[4] = {0};
     ssize_t got = read(fd, magic, sizeof magic);
+    bool zip = got == 4 && memcmp(magic, "PK\003\004", 4) == 0;
+    struct stat sb;
+    bool npz = ends_with(path, ".npz") ||
+               (zip && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && zip_is_npz(fd, sb.st_size));
     close(fd);
-    if (got == 4 && memcmp(magic, "PK\003\004", 4) == 0)
+    if (npz)
+        *kind = KIND_NPZ;
+    else if (zip)
         *kind = KIND_PT;
     else if (ends_with(path, ".json"))
         *kind = KIND_INDEX;
@@ -83,12 +105,23 @@ static col_status detect_kind(const char *path, file_kind *kind, col_err *err)
 
 static int source_count(const ckpt_source *s)
 {
-    return s->st ? col_st_count(s->st) : col_pt_count(s->pt);
+    return s->st ? col_st_count(s->st) : s->pt ? col_pt_count(s->pt) : col_npz_count(s->nz);
 }
 
 static const col_ckpt_tensor *source_get(const ckpt_source *s, int i)
 {
-    return s->st ? col_st_get(s->st, i) : col_pt_get(s->pt, i);
+    return s->st ? col_st_get(s->st, i) : s->pt ? col_pt_get(s->pt, i) : col_npz_get(s->nz, i);
+}
+
+static int source_rank(const ckpt_source *s)
+{
+    return s->st ? 0 : s->pt ? 1 : 2;
+}
+
+static const char *source_format(const ckpt_source *s)
+{
+    static const char *const names[] = {"safetensors", "pytorch", "npz"};
+    return names[source_rank(s)];
 }
 
 /* Opens one weights file (not an index) and appends it to c's sources. */
@@ -99,7 +132,9 @@ static col_status add_file(col_ckpt *c, const char *path, file_kind kind, col_er
         return col_err_set(err, COL_ENOMEM, "out of memory opening %s", path);
     c->src = src;
     ckpt_source s = {0};
-    col_status st = kind == KIND_PT ? col_pt_open(path, &s.pt, err) : col_st_open(path, &s.st, err);
+    col_status st = kind == KIND_PT    ? col_pt_open(path, &s.pt, err)
+                    : kind == KIND_NPZ ? col_npz_open(path, &s.nz, err)
+                                       : col_st_open(path, &s.st, err);
     if (st != COL_OK)
         return st;
     c->src[c->nsrc++] = s;
@@ -244,8 +279,11 @@ static col_status open_index(col_ckpt *c, const char *path, col_err *err)
         }
     }
     for (int i = 1; i < c->nsrc; i++) {
-        if (!c->src[i].st != !c->src[0].st) {
-            st = col_err_set(err, COL_EFORMAT, "%s: mixes safetensors and PyTorch shards", path);
+        int k0 = source_rank(&c->src[0]), ki = source_rank(&c->src[i]);
+        if (k0 != ki) {
+            static const char *const what[] = {"safetensors", "PyTorch", ".npz"};
+            st = col_err_set(err, COL_EFORMAT, "%s: mixes %s and %s shards", path, what[k0 < ki ? k0 : ki],
+                             what[k0 < ki ? ki : k0]);
             goto done;
         }
     }
@@ -314,7 +352,7 @@ col_status col_ckpt_open(const char *path, col_ckpt **out, col_err *err)
         col_ckpt_close(c);
         return st;
     }
-    c->format = c->src[0].st ? "safetensors" : "pytorch";
+    c->format = source_format(&c->src[0]);
     *out = c;
     return COL_OK;
 }
@@ -327,6 +365,7 @@ void col_ckpt_close(col_ckpt *c)
         col_st_close(c->src[i].st);
         if (c->src[i].pt)
             col_pt_close(c->src[i].pt);
+        col_npz_close(c->src[i].nz);
     }
     free(c->src);
     free(c->t);

@@ -1,6 +1,8 @@
 /* checkpoint.h - tensors stored in model files: safetensors (single or
- * sharded with model.safetensors.index.json) and PyTorch pickles
- * (pytorch_model.bin, single or sharded with pytorch_model.bin.index.json).
+ * sharded with model.safetensors.index.json), PyTorch pickles
+ * (pytorch_model.bin, single or sharded with pytorch_model.bin.index.json)
+ * and NumPy .npz archives (np.savez / np.savez_compressed: DeepMind's
+ * AlphaFold parameters, e.g. params_model_3_ptm.npz).
  *
  * Every file is untrusted: each length, offset, dtype and shape is checked
  * before use, and a bad file gives COL_EFORMAT with one line naming the file
@@ -9,7 +11,9 @@
  * safetensors files are memory-mapped; tensor data points into the mapping,
  * and col_ckpt_read_f32 drops the pages it has read from this process's
  * resident memory (they stay in the page cache).
- * Pickle checkpoints are read into memory (they are zip archives).
+ * PyTorch checkpoints and .npz archives are zip archives, also mapped:
+ * entries stored uncompressed are used in place, deflated ones are
+ * decompressed into memory.
  */
 #ifndef COL_CHECKPOINT_H
 #define COL_CHECKPOINT_H
@@ -50,8 +54,11 @@ typedef struct col_ckpt col_ckpt;
 /* Opens a checkpoint: a directory holding model.safetensors,
  * model.safetensors.index.json (+ shards), pytorch_model.bin or
  * pytorch_model.bin.index.json (+ shards) -- tried in that order -- or one
- * such file given directly (a zip is read as PyTorch, *.json as an index,
- * anything else as safetensors).
+ * such file given directly: a zip is read as an .npz when its name ends in
+ * .npz or, whatever its name, when it has no <prefix>/data.pkl entry and at
+ * least one *.npy entry (else as PyTorch); *.json as an index; anything else
+ * as safetensors. An .npz's tensors are named by their entry names less
+ * ".npy" ("alphafold/.../transition1//weights").
  * An index is {"weight_map": {tensor: shard file}}: shards must be plain file
  * names in the index's directory, are opened in name order, and must hold
  * every tensor mapped to them; a tensor in two shards is an error.
@@ -63,7 +70,7 @@ void col_ckpt_close(col_ckpt *c);
 int col_ckpt_count(const col_ckpt *c);
 const col_ckpt_tensor *col_ckpt_get(const col_ckpt *c, int i);
 const col_ckpt_tensor *col_ckpt_find(const col_ckpt *c, const char *name);   /* NULL if absent; O(log n) */
-/* Which format was read: "safetensors" or "pytorch". */
+/* Which format was read: "safetensors", "pytorch" or "npz". */
 const char *col_ckpt_format(const col_ckpt *c);
 
 /* Converts a stored tensor to f32 (any float or integer dtype; BOOL gives
@@ -142,5 +149,26 @@ col_status col_pt_open(const char *path, col_pt_file **out, col_err *err);
 int col_pt_count(const col_pt_file *f);
 const col_ckpt_tensor *col_pt_get(const col_pt_file *f, int i);
 void col_pt_close(col_pt_file *f);
+
+typedef struct col_npz_file col_npz_file;
+/* Parses a NumPy .npz image in memory: a zip (stored or deflated entries)
+ * holding only NAME.npy entries, each a .npy array of format 1.0, 2.0 or
+ * 3.0 whose header is exactly {'descr', 'fortran_order', 'shape'} (parsed,
+ * never evaluated) and whose data is exactly numel * itemsize bytes. Read:
+ * the little-endian dtypes <f8 <f4 <f2 <i8 <i4 <i2 |i1 |u1 |b1, C order, at
+ * most COL_MAX_DIMS dims (0: a scalar). Refused with a message naming the
+ * array: big-endian, Fortran-ordered, object, structured and other dtypes,
+ * header keys other than those three, a wrong data length, an entry that is
+ * not NAME.npy, a name twice. Tensors are named NAME and come in archive
+ * order. Stored entries are referenced in place, so data/len must outlive
+ * the file; col_npz_open maps the file and keeps the mapping. */
+col_status col_npz_parse(const void *data, size_t len, const char *name, col_npz_file **out, col_err *err);
+col_status col_npz_open(const char *path, col_npz_file **out, col_err *err);
+int col_npz_count(const col_npz_file *f);
+const col_ckpt_tensor *col_npz_get(const col_npz_file *f, int i);
+void col_npz_close(col_npz_file *f);
+/* Whether a zip image is an .npz rather than a PyTorch checkpoint: it lists
+ * no <prefix>/data.pkl and at least one *.npy (entry names only). */
+bool col_npz_sniff(const void *data, size_t len);
 
 #endif

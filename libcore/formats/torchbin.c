@@ -23,9 +23,8 @@
  */
 #include "checkpoint.h"
 #include "pickle.h"
+#include "zip_internal.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -35,12 +34,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PT_MAX_NAME 4096   /* bytes in a zip entry or tensor name */
+#define PT_MAX_NAME COL_ZIP_MAX_NAME   /* bytes in a zip entry or tensor name */
 #define PT_MAX_DEPTH 16    /* nested dicts */
 #define PT_ALIGN 16        /* in-place storages must be this aligned */
 
 typedef struct {
-    char *name;
+    const char *name;        /* the zip entry's */
     const uint8_t *data;
     size_t len;
     int dtype;             /* the storage type the pickle gave it; -1 before first use */
@@ -61,7 +60,8 @@ typedef struct {
     col_pt_file *f;
     col_err *err;
     const char *file;
-    pt_entry *entries;
+    col_zip_entry *zip;     /* the entries read, sorted by name */
+    pt_entry *entries;      /* entries[i] describes zip[i] */
     size_t nentries;
     const char *prefix;     /* "x/" */
     size_t prefix_len;
@@ -140,179 +140,45 @@ static bool pt_own(col_pt_file *f, void *p)
     return true;
 }
 
-/* ---- the zip layer ---- */
+/* ---- the zip layer (zipread.c) ---- */
 
-static int entry_cmp(const void *a, const void *b)
+static pt_entry *pt_find(const pt_ctx *c, const char *name)
 {
-    return strcmp(((const pt_entry *)a)->name, ((const pt_entry *)b)->name);
-}
-
-static const pt_entry *pt_find(const pt_ctx *c, const char *name)
-{
-    pt_entry key = {.name = (char *)name};
-    return bsearch(&key, c->entries, c->nentries, sizeof key, entry_cmp);
+    const col_zip_entry *z = col_zip_find(c->zip, c->nentries, name);
+    return z ? &c->entries[z - c->zip] : NULL;
 }
 
 /* Entries we read: "<p>/data.pkl", "<p>/byteorder", "<p>/data/<key>". */
-static bool pt_wanted(const char *name)
+static int pt_wanted(const char *name, bool regular, void *user, col_err *err)
 {
-    const char *slash = strchr(name, '/');
+    (void)user;
+    (void)err;
+    const char *slash = name && regular ? strchr(name, '/') : NULL;
     if (!slash || slash == name)
-        return false;
+        return 0;
     const char *rest = slash + 1;
     return !strcmp(rest, "data.pkl") || !strcmp(rest, "byteorder") || (!strncmp(rest, "data/", 5) && rest[5]);
 }
 
-/* Reads the current entry's bytes: in place when libarchive hands out one
- * aligned block of the input (a stored entry), else into an owned copy. */
-static col_status pt_read_entry(pt_ctx *c, struct archive *a, const uint8_t *in, size_t in_len, pt_entry *e,
-                                size_t *budget)
-{
-    const uint8_t *first = NULL;
-    uint8_t *copy = NULL;
-    size_t got = 0, cap = 0;
-    for (;;) {
-        const void *buf;
-        size_t sz;
-        la_int64_t off;
-        int r = archive_read_data_block(a, &buf, &sz, &off);
-        if (r == ARCHIVE_EOF)
-            break;
-        if (r != ARCHIVE_OK) {
-            free(copy);
-            return col_err_set(c->err, COL_EFORMAT, "%s: zip entry '%s' is corrupt or truncated: %s", c->file, e->name,
-                               archive_error_string(a) ? archive_error_string(a) : "read error");
-        }
-        if (off < 0 || (uint64_t)off != got) {
-            free(copy);
-            return col_err_set(c->err, COL_EFORMAT, "%s: zip entry '%s' has holes", c->file, e->name);
-        }
-        if (sz == 0)
-            continue;
-        if (sz > *budget) {
-            free(copy);
-            return col_err_set(c->err, COL_EFORMAT,
-                               "%s: zip entry '%s' unpacks to more than %zu bytes, too much for a %zu-byte file "
-                               "(zip bomb?)", c->file, e->name, got + *budget, in_len);
-        }
-        *budget -= sz;
-        const uint8_t *b = buf;
-        uintptr_t at = (uintptr_t)b, lo = (uintptr_t)in;
-        bool in_place = at >= lo && sz <= in_len && at - lo <= in_len - sz && at % PT_ALIGN == 0;
-        if (got == 0 && in_place) {
-            first = b;
-            got = sz;
-            continue;
-        }
-        if (got + sz > cap) {
-            size_t ncap = cap ? cap : 4096;
-            while (ncap < got + sz)
-                ncap *= 2;
-            uint8_t *nc = realloc(copy, ncap);
-            if (!nc) {
-                free(copy);
-                return pt_nomem(c);
-            }
-            if (first)
-                memcpy(nc, first, got);
-            first = NULL;
-            copy = nc;
-            cap = ncap;
-        }
-        memcpy(copy + got, b, sz);
-        got += sz;
-    }
-    e->len = got;
-    if (copy) {
-        if (!pt_own(c->f, copy)) {
-            free(copy);
-            return pt_nomem(c);
-        }
-        e->data = copy;
-    } else {
-        e->data = first ? first : (const uint8_t *)pt_empty_data;
-    }
-    return COL_OK;
-}
-
-/* The zip's end-of-central-directory record: a truncated file loses it. */
-static bool pt_has_end_record(const uint8_t *in, size_t len)
-{
-    if (len < 22)
-        return false;
-    size_t lo = len - 22 > 65535 ? len - 22 - 65535 : 0;
-    for (size_t i = len - 22 + 1; i-- > lo;)
-        if (!memcmp(in + i, "PK\5\6", 4) && i + 22 + (in[i + 20] | (size_t)in[i + 21] << 8) <= len)
-            return true;
-    return false;
-}
-
+/* Reads the zip; the bytes copied out of it become the file's. */
 static col_status pt_read_zip(pt_ctx *c, const uint8_t *in, size_t len)
 {
-    if (!pt_has_end_record(in, len))
-        return col_err_set(c->err, COL_EFORMAT, "%s: the zip's end record is missing: the file is truncated or not a "
-                           "zip archive", c->file);
-    struct archive *a = archive_read_new();
-    if (!a)
+    col_status st = col_zip_read(in, len, c->file, PT_ALIGN, false, pt_wanted, NULL, &c->zip, &c->nentries, c->err);
+    if (st != COL_OK)
+        return st;
+    c->entries = calloc(c->nentries + 1, sizeof *c->entries);
+    if (!c->entries)
         return pt_nomem(c);
-    col_status st = COL_OK;
-    size_t cap = 0;
-    /* stored entries never exceed the input; deflated weights shrink little */
-    size_t budget = len > (SIZE_MAX - (1u << 20)) / 8 ? SIZE_MAX : 8 * len + (1u << 20);
-    archive_read_support_format_zip_seekable(a);   /* reads the central directory */
-    if (archive_read_open_memory(a, in, len) != ARCHIVE_OK) {
-        st = col_err_set(c->err, COL_EFORMAT, "%s: not a readable zip archive: %s", c->file,
-                         archive_error_string(a) ? archive_error_string(a) : "unknown error");
-        goto done;
+    for (size_t i = 0; i < c->nentries; i++) {
+        col_zip_entry *z = &c->zip[i];
+        c->entries[i] = (pt_entry){.name = z->name, .data = z->data, .len = z->len, .dtype = -1};
+        if (z->copy) {
+            if (!pt_own(c->f, z->copy))
+                return pt_nomem(c);
+            z->copy = NULL;
+        }
     }
-    for (;;) {
-        struct archive_entry *ae;
-        int r = archive_read_next_header(a, &ae);
-        if (r == ARCHIVE_EOF)
-            break;
-        if (r != ARCHIVE_OK) {
-            st = col_err_set(c->err, COL_EFORMAT, "%s: corrupt or truncated zip: %s", c->file,
-                             archive_error_string(a) ? archive_error_string(a) : "unknown error");
-            goto done;
-        }
-        const char *name = archive_entry_pathname(ae);
-        if (!name || archive_entry_filetype(ae) != AE_IFREG || !pt_wanted(name))
-            continue;   /* libarchive skips the data on the next header */
-        if (strlen(name) > PT_MAX_NAME) {
-            st = col_err_set(c->err, COL_EFORMAT, "%s: zip entry name longer than %d bytes", c->file, PT_MAX_NAME);
-            goto done;
-        }
-        if (c->nentries == cap) {
-            size_t ncap = cap ? 2 * cap : 32;
-            pt_entry *ne = realloc(c->entries, ncap * sizeof *ne);
-            if (!ne) {
-                st = pt_nomem(c);
-                goto done;
-            }
-            c->entries = ne;
-            cap = ncap;
-        }
-        pt_entry *e = &c->entries[c->nentries];
-        memset(e, 0, sizeof *e);
-        e->dtype = -1;
-        e->name = strdup(name);
-        if (!e->name) {
-            st = pt_nomem(c);
-            goto done;
-        }
-        c->nentries++;
-        if ((st = pt_read_entry(c, a, in, len, e, &budget)) != COL_OK)
-            goto done;
-    }
-    qsort(c->entries, c->nentries, sizeof *c->entries, entry_cmp);
-    for (size_t i = 1; i < c->nentries; i++)
-        if (!strcmp(c->entries[i - 1].name, c->entries[i].name)) {
-            st = col_err_set(c->err, COL_EFORMAT, "%s: zip entry '%s' appears twice", c->file, c->entries[i].name);
-            goto done;
-        }
-done:
-    archive_read_free(a);
-    return st;
+    return COL_OK;
 }
 
 /* ---- from pickle objects to tensors ---- */
@@ -425,7 +291,7 @@ static col_status pt_tensor(pt_ctx *c, const col_pk_obj *call, const char *tname
     /* the storage entry */
     char ename[PT_MAX_NAME + 300];
     snprintf(ename, sizeof ename, "%.*sdata/%s", (int)c->prefix_len, c->prefix, key->s);
-    pt_entry *e = (pt_entry *)pt_find(c, ename);
+    pt_entry *e = pt_find(c, ename);
     if (!e)
         return col_err_set(c->err, COL_EFORMAT, "%s: tensor '%s': storage entry '%s' is missing from the zip", c->file,
                            tname, ename);
@@ -687,9 +553,8 @@ static col_status pt_parse(col_pt_file *f, const uint8_t *in, size_t len, col_er
 done:
     free(name);
     col_pk_free(pk);
-    for (size_t i = 0; i < c.nentries; i++)
-        free(c.entries[i].name);
     free(c.entries);
+    col_zip_free(c.zip, c.nentries);
     return st;
 }
 
