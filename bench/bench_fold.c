@@ -1,6 +1,7 @@
 /* bench_fold - AlphaFold2 inference on colossal's CPU backend: seconds and memory by length.
  *
  *   bench/bench_fold PARAMS.npz LENGTH [recycles] [chunk: 0 = none, N rows, -1 = each of none/64/16]
+ *   bench/bench_fold PARAMS.npz LENGTH plan CHUNK    (the activation arena the plan needs; nothing runs)
  *
  * PARAMS is a DeepMind-layout parameter file (bench/bench_fold_jax.py writes a full-size one with
  * random weights; speed does not depend on their values). The input is a single sequence of
@@ -8,6 +9,7 @@
  * MSA), run with `recycles` extra passes (AlphaFold's default 3). Prints one JSON line per chunk
  * setting: the seconds of all passes (the plan built once before), the plan's activation arena,
  * and the process's peak resident memory over that run (VmHWM, reset before it). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +56,10 @@ int main(int argc, char **argv)
         return 2;
     }
     int64_t n = atoll(argv[2]);
+    bool plan_only = argc > 3 && strcmp(argv[3], "plan") == 0;
     int recycles = argc > 3 ? atoi(argv[3]) : 3;
     int64_t chunk = argc > 4 ? atoll(argv[4]) : -1;
+    if (plan_only) recycles = 0;
     if (n < 1 || n > 100000 || recycles < 0) {
         fprintf(stderr, "bench_fold: bad length or recycles\n");
         return 2;
@@ -78,6 +82,15 @@ int main(int argc, char **argv)
     if (fold_sequence_make("bench", res, &seq, &err) != COL_OK || fold_msa_single(&seq, &msa, &err) != COL_OK ||
         fold_features_make(&seq, &msa, &fc, &f, &err) != COL_OK)
         die("features", &err);
+    if (plan_only) {
+        size_t bytes = 0;
+        double t = bench_now();
+        if (fold_model_arena_bytes(m, f.n_res, f.n_clust, f.n_extra, chunk < 0 ? 0 : chunk, &bytes, &err) != COL_OK)
+            die("plan", &err);
+        printf("{\"impl\": \"colossal\", \"length\": %lld, \"chunk\": %lld, \"arena_mib\": %.1f, \"plan_seconds\": %.2f}\n",
+               (long long)n, (long long)(chunk < 0 ? 0 : chunk), bytes / 1048576.0, bench_now() - t);
+        return 0;
+    }
     fold_inputs in = {.n_res = f.n_res, .n_seq = f.n_clust, .n_extra = f.n_extra, .aatype = f.aatype,
                       .residue_index = f.residue_index, .target_feat = f.target_feat, .msa_feat = f.msa_feat,
                       .extra_msa = f.extra_msa, .extra_has_deletion = f.extra_has_deletion,

@@ -6,13 +6,21 @@
  * features AlphaFold's own pipeline made, with recycling. Compared: the
  * trunk's representations, the structure module's activation, the final
  * atom positions, pLDDT, PAE and pTM; a chunked run against the unchunked
- * one; the errors of files that are not AlphaFold parameters. */
+ * one; the errors of files that are not AlphaFold parameters.
+ *
+ * Built with FOLD_TEST_CUDA (tests/test_fold_model_emu: the CUDA backend's
+ * kernels through the emulator; tests/test_fold_model_cuda on a GPU) the
+ * narrow case runs on the CUDA backend with its weights moving through a
+ * compute tier of a few MiB. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend_cpu.h"
+#ifdef FOLD_TEST_CUDA
+#include "backend_cuda.h"
+#endif
 #include "checkpoint.h"
 #include "fold_model.h"
 #include "testlib.h"
@@ -140,6 +148,9 @@ static void run_case(const col_backend *be, const char *params, const char *cs, 
     inputs x;
     fold_model *m = NULL;
     mb_store_config sc = {0};
+#ifdef FOLD_TEST_CUDA
+    sc.compute_budget = (size_t)4 << 20;   /* the narrow model's 1.8 MB of weights move through 4 MiB */
+#endif
     snprintf(path, sizeof path, "%s/%s", FIXTURES, params);
     col_status st = fold_model_open(path, be, &sc, &m, &err);
     TL_OK(st == COL_OK, "%s: open %s: %s", cs, params, st == COL_OK ? "" : err.msg);
@@ -224,11 +235,22 @@ static void bad_files(const col_backend *be)
 int main(void)
 {
     col_backend be;
+#ifdef FOLD_TEST_CUDA
+    col_err berr = {0};
+    if (col_cuda_backend_init(&be, 0, &berr) != COL_OK) {
+        printf("1..0 # SKIP no CUDA device: %s\n", berr.msg);
+        return 0;
+    }
+    col_cuda_backend_set_tf32(&be, false);   /* f32 GEMMs, as the reference */
+    run_case(&be, "narrow.npz", "narrow_msa", 5e-4);
+    col_cuda_backend_free(&be);
+#else
     tl_cpu_backend(&be);
     run_case(&be, "real.npz", "real_msa", 5e-4);
     run_case(&be, "real.npz", "real_single", 5e-4);
     run_case(&be, "narrow.npz", "narrow_msa", 5e-4);
     bad_files(&be);
     col_cpu_backend_free(&be);
+#endif
     return tl_done();
 }
