@@ -24,10 +24,13 @@
 #include "graph.h"
 #include "mb_builder.h"
 
+typedef struct fold_dap fold_dap; /* fold_dap.h: dynamic axial parallelism over several processes */
+
 typedef struct {
     mb_builder *b;      /* names, the graph (b->g) and the first error */
     int layer;          /* >= 0: weights are slice `layer` of stacked arrays; -1: plain arrays */
     int64_t chunk;      /* rows per chunk in the row-wise modules; 0: one chunk (unchunked) */
+    const fold_dap *dap; /* the trunk's processes (fold_trunk.h); NULL: one process */
 } fold_ctx;
 
 /* The weight b->prefix + NAME (+ "@layer" when c->layer >= 0) of the given shape. */

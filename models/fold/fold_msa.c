@@ -88,8 +88,26 @@ static bool msa_ok(fold_ctx *c, const char *module, const char *what, const col_
 
 /* ---- the modules ---- */
 
-col_node *fold_msa_row_attention_with_pair_bias(fold_ctx *c, const char *module, col_node *msa, col_node *pair,
-                                                const fold_attn_dims *d)
+col_node *fold_msa_row_attention_pair_bias(fold_ctx *c, const char *module, col_node *pair, int64_t heads)
+{
+    if (!module_ok(c, module)) return NULL;
+    if (!pair || pair->t.dtype != COL_F32 || pair->t.ndim != 3 || pair->t.shape[0] < 1 || pair->t.shape[1] < 1 ||
+        pair->t.shape[2] < 1 || heads < 1)
+        return mb_fail(c->b, COL_ESHAPE, "%s%s: the pair must be f32 [rows, residues, channels], with heads",
+                       c->b->prefix, module);
+    col_graph *g = c->b->g;
+    int64_t R = pair->t.shape[0], N = pair->t.shape[1], cz = pair->t.shape[2];
+    char pn[MB_NAME_MAX];
+    if (!sub(c, pn, module, "feat_2d_norm")) return NULL;
+    col_node *w2 = fold_w(c, 2, (int64_t[]){cz, heads}, "%s//feat_2d_weights", module);
+    col_node *p = fold_layer_norm(c, pair, cz, pn);
+    if (!w2 || !p) return NULL;
+    return col_reshape(g, col_matmul(g, col_reshape(g, p, 2, (int64_t[]){R * N, cz}), w2), 3,
+                       (int64_t[]){R, N, heads});
+}
+
+col_node *fold_msa_row_attention_with_bias(fold_ctx *c, const char *module, col_node *msa, col_node *bias,
+                                           const fold_attn_dims *d)
 {
     if (!module_ok(c, module) || !d || !msa_ok(c, module, "MSA", msa, 1, d->c_in)) return NULL;
     col_graph *g = c->b->g;
@@ -97,21 +115,14 @@ col_node *fold_msa_row_attention_with_pair_bias(fold_ctx *c, const char *module,
     if (d->c_out != d->c_in || H < 1)
         return mb_fail(c->b, COL_EINVAL, "%s%s: the row attention's output width must be its input's, with heads",
                        c->b->prefix, module);
-    if (!pair || pair->t.dtype != COL_F32 || pair->t.ndim != 3 || pair->t.shape[0] != N || pair->t.shape[1] != N ||
-        pair->t.shape[2] < 1)
-        return mb_fail(c->b, COL_ESHAPE, "%s%s: the pair must be f32 [%lld, %lld, channels] for an MSA of %lld residues",
-                       c->b->prefix, module, (long long)N, (long long)N, (long long)N);
-    int64_t cz = pair->t.shape[2];
-    char qn[MB_NAME_MAX], pn[MB_NAME_MAX], at[MB_NAME_MAX];
-    if (!sub(c, qn, module, "query_norm") || !sub(c, pn, module, "feat_2d_norm") || !sub(c, at, module, "attention"))
-        return NULL;
-    /* the bias [1, H, N, N] every row shares: feat_2d_norm(pair) @ feat_2d_weights */
-    col_node *w2 = fold_w(c, 2, (int64_t[]){cz, H}, "%s//feat_2d_weights", module);
-    col_node *p = fold_layer_norm(c, pair, cz, pn);
-    if (!w2 || !p) return NULL;
-    col_node *bias = col_matmul(g, col_reshape(g, p, 2, (int64_t[]){N * N, cz}), w2);
-    bias = col_contiguous(g, col_permute(g, col_reshape(g, bias, 3, (int64_t[]){N, N, H}), (int[]){2, 0, 1}));
-    bias = col_reshape(g, bias, 4, (int64_t[]){1, H, N, N});
+    if (!bias || bias->t.dtype != COL_F32 || bias->t.ndim != 3 || bias->t.shape[0] != N || bias->t.shape[1] != N ||
+        bias->t.shape[2] != H)
+        return mb_fail(c->b, COL_ESHAPE, "%s%s: the pair bias must be f32 [%lld, %lld, %lld] for an MSA of %lld residues",
+                       c->b->prefix, module, (long long)N, (long long)N, (long long)H, (long long)N);
+    char qn[MB_NAME_MAX], at[MB_NAME_MAX];
+    if (!sub(c, qn, module, "query_norm") || !sub(c, at, module, "attention")) return NULL;
+    /* the bias [1, H, N, N] every row shares */
+    bias = col_reshape(g, col_contiguous(g, col_permute(g, bias, (int[]){2, 0, 1})), 4, (int64_t[]){1, H, N, N});
     fold_parts parts;
     fold_parts_init(&parts, 0);
     int64_t rows = fold_chunk_rows(c, S);
@@ -121,6 +132,22 @@ col_node *fold_msa_row_attention_with_pair_bias(fold_ctx *c, const char *module,
         fold_parts_add(c, &parts, fold_attention(c, at, d, x, x, bias));
     }
     return fold_parts_result(c, &parts);
+}
+
+col_node *fold_msa_row_attention_with_pair_bias(fold_ctx *c, const char *module, col_node *msa, col_node *pair,
+                                                const fold_attn_dims *d)
+{
+    if (!module_ok(c, module) || !d || !msa_ok(c, module, "MSA", msa, 1, d->c_in)) return NULL;
+    int64_t N = msa->t.shape[1];
+    if (!pair || pair->t.dtype != COL_F32 || pair->t.ndim != 3 || pair->t.shape[0] != N || pair->t.shape[1] != N ||
+        pair->t.shape[2] < 1)
+        return mb_fail(c->b, COL_ESHAPE, "%s%s: the pair must be f32 [%lld, %lld, channels] for an MSA of %lld residues",
+                       c->b->prefix, module, (long long)N, (long long)N, (long long)N);
+    if (d->c_out != d->c_in || d->heads < 1)
+        return mb_fail(c->b, COL_EINVAL, "%s%s: the row attention's output width must be its input's, with heads",
+                       c->b->prefix, module);
+    return fold_msa_row_attention_with_bias(c, module, msa, fold_msa_row_attention_pair_bias(c, module, pair, d->heads),
+                                            d);
 }
 
 /* the column attentions: over the rows of each column, columns in chunks */
@@ -186,39 +213,52 @@ col_node *fold_transition(fold_ctx *c, const char *module, col_node *act, int64_
     return fold_parts_result(c, &parts);
 }
 
-col_node *fold_outer_product_mean(fold_ctx *c, const char *module, col_node *msa, int64_t c_z,
-                                  int64_t num_outer_channel)
+bool fold_outer_product_mean_projections(fold_ctx *c, const char *module, col_node *msa, int64_t num_outer_channel,
+                                         col_node **left, col_node **right)
 {
-    if (!module_ok(c, module) || !msa_ok(c, module, "MSA", msa, 0, -1)) return NULL;
-    int64_t S = msa->t.shape[0], N = msa->t.shape[1], cm = msa->t.shape[2], oc = num_outer_channel;
-    if (c_z < 1 || oc < 1 || oc > (INT64_C(1) << 20))
-        return mb_fail(c->b, COL_EINVAL, "%s%s: the outer product mean's widths must be positive", c->b->prefix,
-                       module);
-    col_graph *g = c->b->g;
-    col_node *ob = fold_w(c, 1, (int64_t[]){c_z}, "%s//output_b", module);
-    if (!ob) return NULL;
-    ob = col_reshape(g, ob, 2, (int64_t[]){1, c_z});
-    /* AlphaFold divides (sum + output_b) by 1e-3 + the rows both residues have: S */
-    col_node *den = col_fill(g, COL_F32, 2, (int64_t[]){1, 1}, 1e-3f + (float)S);
-    if (S == 0)
-        return col_reshape(g, col_div(g, col_expand(g, ob, 2, (int64_t[]){N * N, c_z}), den), 3,
-                           (int64_t[]){N, N, c_z});
+    *left = *right = NULL;
+    if (!module_ok(c, module) || !msa_ok(c, module, "MSA", msa, 1, -1)) return false;
+    int64_t cm = msa->t.shape[2], oc = num_outer_channel;
+    if (oc < 1 || oc > (INT64_C(1) << 20)) {
+        mb_fail(c->b, COL_EINVAL, "%s%s: the outer product mean's widths must be positive", c->b->prefix, module);
+        return false;
+    }
     char ln[MB_NAME_MAX], lp[MB_NAME_MAX], rp[MB_NAME_MAX];
     if (!sub(c, ln, module, "layer_norm_input") || !sub(c, lp, module, "left_projection") ||
         !sub(c, rp, module, "right_projection"))
-        return NULL;
+        return false;
     col_node *x = fold_layer_norm(c, msa, cm, ln);
-    col_node *left = fold_linear(c, x, cm, oc, true, lp);                                    /* [S, N, oc] */
-    col_node *right = fold_linear(c, x, cm, oc, true, rp);
+    *left = fold_linear(c, x, cm, oc, true, lp);                                             /* [S, N, oc] */
+    *right = fold_linear(c, x, cm, oc, true, rp);
+    return *left && *right;
+}
+
+col_node *fold_outer_product_mean_combine(fold_ctx *c, const char *module, col_node *left, col_node *right,
+                                          int64_t c_z)
+{
+    if (!module_ok(c, module) || !msa_ok(c, module, "left projection", left, 1, -1) ||
+        !msa_ok(c, module, "right projection", right, 1, left->t.shape[2]))
+        return NULL;
+    int64_t S = left->t.shape[0], R = left->t.shape[1], N = right->t.shape[1], oc = left->t.shape[2];
+    if (right->t.shape[0] != S)
+        return mb_fail(c->b, COL_ESHAPE, "%s%s: the projections have %lld and %lld rows", c->b->prefix, module,
+                       (long long)S, (long long)right->t.shape[0]);
+    if (c_z < 1) return mb_fail(c->b, COL_EINVAL, "%s%s: the outer product mean's widths must be positive",
+                                c->b->prefix, module);
+    col_graph *g = c->b->g;
+    col_node *ob = fold_w(c, 1, (int64_t[]){c_z}, "%s//output_b", module);
     col_node *w = fold_w(c, 3, (int64_t[]){oc, oc, c_z}, "%s//output_w", module);
-    if (!left || !right || !w) return NULL;
+    if (!ob || !w) return NULL;
+    ob = col_reshape(g, ob, 2, (int64_t[]){1, c_z});
+    /* AlphaFold divides (sum + output_b) by 1e-3 + the rows both residues have: S */
+    col_node *den = col_fill(g, COL_F32, 2, (int64_t[]){1, 1}, 1e-3f + (float)S);
     w = col_reshape(g, w, 2, (int64_t[]){oc * oc, c_z});
-    right = col_reshape(g, right, 2, (int64_t[]){S, N * oc});
+    right = col_reshape(g, col_contiguous(g, right), 2, (int64_t[]){S, N * oc});
     fold_parts parts;
     fold_parts_init(&parts, 0);
-    int64_t rows = fold_chunk_rows(c, N);
-    for (int64_t i0 = 0; i0 < N; i0 += rows) {
-        int64_t n = N - i0 < rows ? N - i0 : rows;
+    int64_t rows = fold_chunk_rows(c, R);
+    for (int64_t i0 = 0; i0 < R; i0 += rows) {
+        int64_t n = R - i0 < rows ? R - i0 : rows;
         /* [n*oc, S] @ [S, N*oc]: the outer products of residues i and j summed over the rows */
         col_node *l = col_contiguous(g, col_permute(g, col_slice(g, left, 1, i0, n), (int[]){1, 2, 0}));
         col_node *o = col_matmul(g, col_reshape(g, l, 2, (int64_t[]){n * oc, S}), right);
@@ -228,4 +268,25 @@ col_node *fold_outer_product_mean(fold_ctx *c, const char *module, col_node *msa
         fold_parts_add(c, &parts, o ? col_reshape(g, o, 3, (int64_t[]){n, N, c_z}) : NULL);
     }
     return fold_parts_result(c, &parts);
+}
+
+col_node *fold_outer_product_mean(fold_ctx *c, const char *module, col_node *msa, int64_t c_z,
+                                  int64_t num_outer_channel)
+{
+    if (!module_ok(c, module) || !msa_ok(c, module, "MSA", msa, 0, -1)) return NULL;
+    int64_t S = msa->t.shape[0], N = msa->t.shape[1], oc = num_outer_channel;
+    if (c_z < 1 || oc < 1 || oc > (INT64_C(1) << 20))
+        return mb_fail(c->b, COL_EINVAL, "%s%s: the outer product mean's widths must be positive", c->b->prefix,
+                       module);
+    if (S == 0) {
+        col_graph *g = c->b->g;
+        col_node *ob = fold_w(c, 1, (int64_t[]){c_z}, "%s//output_b", module);
+        if (!ob) return NULL;
+        col_node *den = col_fill(g, COL_F32, 2, (int64_t[]){1, 1}, 1e-3f);
+        return col_reshape(g, col_div(g, col_expand(g, col_reshape(g, ob, 2, (int64_t[]){1, c_z}), 2,
+                                                    (int64_t[]){N * N, c_z}), den), 3, (int64_t[]){N, N, c_z});
+    }
+    col_node *left, *right;
+    if (!fold_outer_product_mean_projections(c, module, msa, oc, &left, &right)) return NULL;
+    return fold_outer_product_mean_combine(c, module, left, right, c_z);
 }

@@ -36,6 +36,16 @@
 col_node *fold_msa_row_attention_with_pair_bias(fold_ctx *c, const char *module, col_node *msa, col_node *pair,
                                                 const fold_attn_dims *d);
 
+/* The two halves of fold_msa_row_attention_with_pair_bias, for a caller that holds a part of the pair
+ * (dynamic axial parallelism, fold_dap.h) and gathers the bias in between:
+ * fold_msa_row_attention_pair_bias: pair rows [R, N, c_z] (any R >= 1) -> feat_2d_norm(pair) @ feat_2d_weights
+ *   [R, N, heads], the bias of those rows of the pair;
+ * fold_msa_row_attention_with_bias: msa [S, N, c_m] and the whole bias [N, N, heads] -> [S, N, c_m] (chunks:
+ *   MSA rows). */
+col_node *fold_msa_row_attention_pair_bias(fold_ctx *c, const char *module, col_node *pair, int64_t heads);
+col_node *fold_msa_row_attention_with_bias(fold_ctx *c, const char *module, col_node *msa, col_node *bias,
+                                           const fold_attn_dims *d);
+
 /* MSAColumnAttention: msa [S, N, c_m]; query_norm, then MODULE/attention over the rows of each column.
  * Chunks: columns. Returns [S, N, c_m]. */
 col_node *fold_msa_column_attention(fold_ctx *c, const char *module, col_node *msa, const fold_attn_dims *d);
@@ -56,6 +66,17 @@ col_node *fold_transition(fold_ctx *c, const char *module, col_node *act, int64_
  * (the MSA node's data is never read). Chunks: output rows i. */
 col_node *fold_outer_product_mean(fold_ctx *c, const char *module, col_node *msa, int64_t c_z,
                                   int64_t num_outer_channel);
+
+/* The two halves of fold_outer_product_mean (S >= 1), for a caller that holds some residues' columns of the
+ * MSA (fold_dap.h) and gathers the right projection in between:
+ * fold_outer_product_mean_projections: msa [S, N, c_m] -> *left, *right [S, N, oc] (layer_norm_input, then
+ *   left_projection and right_projection); false (both NULL) after an error;
+ * fold_outer_product_mean_combine: left [S, R, oc] of R residues i, right [S, N, oc] of every residue j ->
+ *   [R, N, c_z], the output rows of those residues (chunks: rows i). */
+bool fold_outer_product_mean_projections(fold_ctx *c, const char *module, col_node *msa, int64_t num_outer_channel,
+                                         col_node **left, col_node **right);
+col_node *fold_outer_product_mean_combine(fold_ctx *c, const char *module, col_node *left, col_node *right,
+                                          int64_t c_z);
 
 /* Chunk results assembled in order along one axis by col_concat, at most COL_MAX_SRC sources a node, in a
  * tree built as the parts come (each part joins its first concat as soon as COL_MAX_SRC have come). */

@@ -48,4 +48,27 @@ col_node *fold_triangle_multiplication(fold_ctx *c, const char *module, col_node
 col_node *fold_triangle_attention(fold_ctx *c, const char *module, col_node *pair, const fold_attn_dims *d,
                                   bool starting);
 
+/* The parts the two builders above are made of, for a caller that holds a slice of the pair, rows or columns
+ * (dynamic axial parallelism, fold_dap.h), and gathers what a part needs of the others in between. The
+ * builders above are these parts applied to the whole pair.
+ *
+ * fold_triangle_multiplication_projections: pair [R, C, c_z] -> *act = layer_norm_input(pair) [R, C, c_z] and
+ *   the gated projections channel first, *left and *right [ci, R, C] (left[c, a, b] = left_proj_act[a, b, c]);
+ *   false (all NULL) after an error.
+ * fold_triangle_multiplication_combine: out[r, c'] = sigmoid(gating_linear(act[r, c'])) *
+ *   output_projection(center_layer_norm(sum_k a[:, r, k] b[:, k, c'])), a [ci, R, K], b [ci, K, C],
+ *   act [R, C, c_z] -> [R, C, c_z]; chunks: rows r. */
+bool fold_triangle_multiplication_projections(fold_ctx *c, const char *module, col_node *pair, int64_t intermediate,
+                                              col_node **act, col_node **left, col_node **right);
+col_node *fold_triangle_multiplication_combine(fold_ctx *c, const char *module, col_node *a, col_node *b,
+                                               col_node *act);
+
+/* fold_triangle_attention_bias: x = query_norm(pair) [R, C, c_z] -> x @ MODULE//feat_2d_weights head first,
+ *   [heads, R, C].
+ * fold_triangle_attention_rows: MODULE/attention over each of the B rows of q [B, N, c_z] (a view is fine: each
+ *   chunk of rows is made contiguous), with bias [1, heads, N, N] -> [B, N, c_z]; chunks: rows. */
+col_node *fold_triangle_attention_bias(fold_ctx *c, const char *module, col_node *x, int64_t heads);
+col_node *fold_triangle_attention_rows(fold_ctx *c, const char *module, const fold_attn_dims *d, col_node *q,
+                                       col_node *bias);
+
 #endif

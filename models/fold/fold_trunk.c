@@ -3,6 +3,7 @@
 
 #include <math.h>
 
+#include "fold_dap.h"
 #include "fold_msa.h"
 #include "fold_pair.h"
 #include "ops.h"
@@ -61,14 +62,18 @@ static void block(fold_ctx *c, const fold_stack_dims *d, int64_t c_z, col_node *
     *pair = z;
 }
 
-static void run_stack(fold_ctx *c, const char *name, const fold_stack_dims *d, int64_t c_z, col_node **msa,
-                      col_node **pair)
+/* the blocks of a stack; with several processes on their slices (n_res and n_rows: the whole sizes) */
+static void run_stack(fold_ctx *c, const char *name, const fold_stack_dims *d, int64_t c_z, int64_t n_res,
+                      int64_t n_rows, col_node **msa, col_node **pair)
 {
     mb_push(c->b, "%s/", name);
     int saved = c->layer;
     for (int i = 0; i < d->n_blocks; i++) {
         c->layer = i;
-        block(c, d, c_z, msa, pair);
+        if (c->dap)
+            fold_dap_block(c, d, c_z, n_res, n_rows, msa, pair);
+        else
+            block(c, d, c_z, msa, pair);
     }
     c->layer = saved;
     mb_pop(c->b);
@@ -92,30 +97,44 @@ void fold_trunk_build(fold_ctx *c, const fold_config *cfg, const fold_sizes *sz,
         in->extra_deletion_value = col_input(g, "extra_deletion_value", COL_F32, 2, (int64_t[]){Se, N});
     }
     c->layer = -1;
+    out->single = out->pair = out->msa_first_row = NULL;
+    /* this process's rows of the MSA, the pair and the extra MSA (all of them for one process) */
+    const fold_dap *dap = c->dap;
+    const int64_t Sp = fold_dap_part(dap, S), Np = fold_dap_part(dap, N), Sep = fold_dap_part(dap, Se);
+    if (dap && (dap->size < 1 || dap->rank < 0 || dap->rank >= dap->size)) {
+        mb_fail(c->b, COL_EINVAL, "%s: dynamic axial parallelism: rank %d of %d processes", c->b->prefix, dap->rank,
+                dap->size);
+        return;
+    }
     mb_push(c->b, "evoformer/");
 
     /* MSA activations: preprocess_1d(target)[None] + preprocess_msa(msa_feat); row 0 += LN(prev first row) */
     col_node *p1d = fold_linear(c, in->target_feat, cfg->target_feat, c_m, true, "preprocess_1d");
-    col_node *pmsa = fold_linear(c, in->msa_feat, cfg->msa_feat, c_m, true, "preprocess_msa");
+    col_node *pmsa = fold_linear(c, fold_dap_local(c, in->msa_feat, 0, S), cfg->msa_feat, c_m, true, "preprocess_msa");
     col_node *msa = col_add(g, col_expand(g, col_reshape(g, p1d, 3, (int64_t[]){1, N, c_m}), 3,
-                                          (int64_t[]){S, N, c_m}), pmsa);
+                                          (int64_t[]){Sp, N, c_m}), pmsa);
 
     /* pair activations: left[:, None] + right[None] + prev_pos_linear(dgram) + LN(prev pair) + relpos */
-    col_node *left = fold_linear(c, in->target_feat, cfg->target_feat, c_z, true, "left_single");
+    col_node *left = fold_linear(c, fold_dap_local(c, in->target_feat, 0, N), cfg->target_feat, c_z, true,
+                                 "left_single");
     col_node *right = fold_linear(c, in->target_feat, cfg->target_feat, c_z, true, "right_single");
-    col_node *pair = col_add(g, col_expand(g, col_reshape(g, left, 3, (int64_t[]){N, 1, c_z}), 3, (int64_t[]){N, N, c_z}),
-                             col_expand(g, col_reshape(g, right, 3, (int64_t[]){1, N, c_z}), 3, (int64_t[]){N, N, c_z}));
-    pair = add(c, pair, lookup_linear(c, "prev_pos_linear", cfg->prev_pos_bins, c_z, in->prev_pos_bin, true));
-    col_node *prev_row = fold_layer_norm(c, in->prev_msa_first_row, c_m, "prev_msa_first_row_norm");
-    col_node *row0 = col_add(g, col_slice(g, msa, 0, 0, 1), col_reshape(g, prev_row, 3, (int64_t[]){1, N, c_m}));
-    if (S > 1) {
-        col_node *parts[2] = {row0, col_slice(g, msa, 0, 1, S - 1)};
-        msa = col_concat(g, 2, parts, 0);
-    } else {
-        msa = row0;
+    col_node *pair = col_add(g, col_expand(g, col_reshape(g, left, 3, (int64_t[]){Np, 1, c_z}), 3, (int64_t[]){Np, N, c_z}),
+                             col_expand(g, col_reshape(g, right, 3, (int64_t[]){1, N, c_z}), 3, (int64_t[]){Np, N, c_z}));
+    pair = add(c, pair, lookup_linear(c, "prev_pos_linear", cfg->prev_pos_bins, c_z,
+                                      fold_dap_local(c, in->prev_pos_bin, 0, N), true));
+    if (fold_dap_first(dap, S) == 0) { /* the process holding row 0 */
+        col_node *prev_row = fold_layer_norm(c, in->prev_msa_first_row, c_m, "prev_msa_first_row_norm");
+        col_node *row0 = col_add(g, col_slice(g, msa, 0, 0, 1), col_reshape(g, prev_row, 3, (int64_t[]){1, N, c_m}));
+        if (Sp > 1) {
+            col_node *parts[2] = {row0, col_slice(g, msa, 0, 1, Sp - 1)};
+            msa = col_concat(g, 2, parts, 0);
+        } else {
+            msa = row0;
+        }
     }
-    pair = add(c, pair, fold_layer_norm(c, in->prev_pair, c_z, "prev_pair_norm"));
-    pair = add(c, pair, lookup_linear(c, "pair_activiations", cfg->relpos_bins, c_z, in->relpos, false));
+    pair = add(c, pair, fold_layer_norm(c, fold_dap_local(c, in->prev_pair, 0, N), c_z, "prev_pair_norm"));
+    pair = add(c, pair, lookup_linear(c, "pair_activiations", cfg->relpos_bins, c_z,
+                                      fold_dap_local(c, in->relpos, 0, N), false));
 
     /* extra MSA: one_hot(extra_msa, 23) ++ has_deletion ++ deletion_value, through extra_msa_activations */
     col_node *extra = NULL;
@@ -123,21 +142,32 @@ void fold_trunk_build(fold_ctx *c, const fold_config *cfg, const fold_sizes *sz,
         col_node *w = fold_w(c, 2, (int64_t[]){cfg->extra_feat, cfg->c_e}, "extra_msa_activations//weights");
         col_node *b = fold_w(c, 1, (int64_t[]){cfg->c_e}, "extra_msa_activations//bias");
         if (w && b) {
-            const int64_t sh[3] = {Se, N, cfg->c_e};
-            col_node *oh = col_embedding(g, col_slice(g, w, 0, 0, 23), in->extra_msa);
-            col_node *hd = col_mul(g, col_expand(g, col_reshape(g, in->extra_has_deletion, 3, (int64_t[]){Se, N, 1}), 3, sh),
+            const int64_t sh[3] = {Sep, N, cfg->c_e};
+            col_node *ids = fold_dap_local(c, in->extra_msa, 0, Se);
+            col_node *has_del = fold_dap_local(c, in->extra_has_deletion, 0, Se);
+            col_node *del_val = fold_dap_local(c, in->extra_deletion_value, 0, Se);
+            col_node *oh = col_embedding(g, col_slice(g, w, 0, 0, 23), ids);
+            col_node *hd = col_mul(g, col_expand(g, col_reshape(g, has_del, 3, (int64_t[]){Sep, N, 1}), 3, sh),
                                    col_expand(g, col_reshape(g, col_slice(g, w, 0, 23, 1), 3, (int64_t[]){1, 1, cfg->c_e}), 3, sh));
-            col_node *dv = col_mul(g, col_expand(g, col_reshape(g, in->extra_deletion_value, 3, (int64_t[]){Se, N, 1}), 3, sh),
+            col_node *dv = col_mul(g, col_expand(g, col_reshape(g, del_val, 3, (int64_t[]){Sep, N, 1}), 3, sh),
                                    col_expand(g, col_reshape(g, col_slice(g, w, 0, 24, 1), 3, (int64_t[]){1, 1, cfg->c_e}), 3, sh));
             extra = col_add(g, col_add(g, col_add(g, oh, hd), dv), col_expand(g, b, 3, sh));
         }
     }
-    run_stack(c, "extra_msa_stack", &cfg->extra, c_z, &extra, &pair);
-    run_stack(c, "evoformer_iteration", &cfg->evo, c_z, &msa, &pair);
+    /* the inputs this process reads nothing of (another's rows only) are not the caller's to upload */
+    if (fold_dap_first(dap, S) != 0) in->prev_msa_first_row = NULL;
+    if (fold_dap_real(dap, S) == 0) in->msa_feat = NULL;
+    if (fold_dap_real(dap, N) == 0) in->prev_pos_bin = in->prev_pair = in->relpos = NULL;
+    if (fold_dap_real(dap, Se) == 0) in->extra_msa = in->extra_has_deletion = in->extra_deletion_value = NULL;
+    run_stack(c, "extra_msa_stack", &cfg->extra, c_z, N, Se, &extra, &pair);
+    run_stack(c, "evoformer_iteration", &cfg->evo, c_z, N, S, &msa, &pair);
 
-    out->msa_first_row = col_reshape(g, col_slice(g, msa, 0, 0, 1), 2, (int64_t[]){N, c_m});
+    /* the MSA's first row (rank 0's first; gathered from every rank, the others' cut off) and the whole pair */
+    col_node *first = fold_dap_gather(c, col_slice(g, msa, 0, 0, 1), 0, dap ? dap->size : 1);
+    if (first && first->t.shape[0] > 1) first = col_slice(g, first, 0, 0, 1);
+    out->msa_first_row = col_reshape(g, first, 2, (int64_t[]){N, c_m});
     out->single = fold_linear(c, out->msa_first_row, c_m, cfg->c_s, true, "single_activations");
-    out->pair = pair;
+    out->pair = fold_dap_gather(c, pair, 0, N);
     mb_pop(c->b);
 }
 

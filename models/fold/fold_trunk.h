@@ -18,7 +18,10 @@ typedef struct {
     int64_t n_res, n_seq, n_extra;   /* n_seq >= 1 (the query row first); n_extra may be 0 */
 } fold_sizes;
 
-/* The input leaves the trunk creates (the caller uploads them before each run). */
+/* The input leaves the trunk creates (the caller uploads them before each
+ * run, those that are not NULL). With several processes (fold_dap.h) a
+ * process's trunk reads nothing of some (e.g. prev_msa_first_row off the
+ * process holding the MSA's first row): those are NULL there. */
 typedef struct {
     col_node *target_feat;          /* f32 [N, 22] */
     col_node *msa_feat;             /* f32 [S, N, 49] */
@@ -39,7 +42,12 @@ typedef struct {
 
 /* Builds the trunk on c->b (whose prefix must be FOLD_ROOT "evoformer/"'s
  * parent, i.e. FOLD_ROOT itself). c->chunk is the chunk size of the
- * row-wise modules. The first error is the builder's (mb_builder_status). */
+ * row-wise modules. With c->dap (fold_dap.h) the trunk is this process's
+ * part of a trunk over several (every process builds it with the same
+ * sizes, widths and chunking, and uploads the same whole inputs): the
+ * activations are split between the processes and the outputs, whole, are
+ * the same on every process. The first error is the builder's
+ * (mb_builder_status). */
 void fold_trunk_build(fold_ctx *c, const fold_config *cfg, const fold_sizes *sz, fold_trunk_inputs *in,
                       fold_trunk_outputs *out);
 
