@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "finetune.h"
+#include "procsetup.h"
 #include "lm_pipeline.h"
 
 #ifdef COL_WITH_COMM
@@ -15,15 +16,6 @@
 #include "stats_comm.h"
 
 /* whether a launcher started this process as part of a run (its environment says so) */
-static bool launched(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (getenv(vars[i]))
-            return true;
-    return false;
-}
-
 static int bad_layout(const ft_par *p, const char *msg)
 {
     if (p->rank == 0)
@@ -35,7 +27,7 @@ int ft_par_open(ft_opts *o, ft_par *p)
 {
     memset(p, 0, sizeof *p);
     p->size = p->dp_size = p->pp_size = 1;
-    if (!launched())
+    if (!col_proc_launched())
         return 0;
     col_err err = {0};
     if (col_comm_init_mpi(&p->world, &err) != COL_OK) {

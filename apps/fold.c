@@ -14,6 +14,10 @@
 #include <unistd.h>
 
 #include "apperr.h"
+#ifdef COL_WITH_COMM
+#include "comm.h"
+#endif
+#include "fold_dap.h"
 #include "fold.h"
 #include "fold_features.h"
 #include "fold_input.h"
@@ -239,7 +243,7 @@ static size_t activation_budget(const app_device *dev, size_t compute_budget)
 }
 
 static int fold_record(const fold_opts *o, fold_model *m, const char *model, int nmodels, const fold_sequence *seq,
-                       int k, int nrec, const app_device *dev, size_t compute_budget)
+                       int k, int nrec, const app_device *dev, size_t compute_budget, bool writer)
 {
     col_err err = {0};
     char name[128], path[4300], ppath[4400];
@@ -295,23 +299,23 @@ static int fold_record(const fold_opts *o, fold_model *m, const char *model, int
     int32_t *resnum = malloc((size_t)f.n_res * sizeof *resnum);
     col_strbuf b = {0};
     if (!resnum) st = col_err_set(&err, COL_ENOMEM, "out of memory");
-    if (st == COL_OK) {
+    if (st == COL_OK && writer) {
         for (int64_t i = 0; i < f.n_res; i++) resnum[i] = f.residue_index[i] + 1;
         fold_protein p = {.n_res = f.n_res, .aatype = f.aatype, .residue_index = resnum, .atom_positions = r.atom37,
                           .atom_mask = r.atom37_mask, .plddt = r.plddt};
         st = o->cif ? fold_mmcif_write(&p, name, false, &b, &err) : fold_pdb_write(&p, &b, &err);
     }
     if (st == COL_OK && b.oom) st = col_err_set(&err, COL_ENOMEM, "out of memory");
-    if (st == COL_OK) st = col_write_file_atomic(path, b.p, b.len, &err);
+    if (st == COL_OK && writer) st = col_write_file_atomic(path, b.p, b.len, &err);
     free(b.p);
     memset(&b, 0, sizeof b);
-    if (st == COL_OK && r.pae) {
+    if (st == COL_OK && r.pae && writer) {
         st = fold_json_scores(r.plddt, r.pae, r.n_res, r.ptm, &b, &err);
         if (st == COL_OK) st = col_write_file_atomic(ppath, b.p, b.len, &err);
         free(b.p);
         memset(&b, 0, sizeof b);
     }
-    if (st == COL_OK) {
+    if (st == COL_OK && writer) {
         if (o->json) {
             summary_json(name, model, path, &r, chunk, o->recycles + 1, features_s, &b);
             if (!b.oom) fwrite(b.p, 1, b.len, stdout);
@@ -341,6 +345,9 @@ static int run(fold_opts *o)
     int rc = 0;
     path_list params = {0};
     app_device dev = {0};
+#ifdef COL_WITH_COMM
+    col_comm *world = NULL;
+#endif
     if (o->msa && fasta.n > 1) {
         rc = fail_msg("--msa %s: %s holds several sequences; give one sequence with its MSA", o->msa, o->fasta);
         goto done;
@@ -349,7 +356,7 @@ static int run(fold_opts *o)
     if ((o->out && (fasta.n > 1 || params.n > 1))) {
         struct stat st;
         if (stat(o->out, &st) != 0) {
-            if (mkdir(o->out, 0777) != 0) {
+            if (mkdir(o->out, 0777) != 0 && errno != EEXIST) {
                 rc = fail_msg("--out %s: cannot create the directory: %s", o->out, strerror(errno));
                 goto done;
             }
@@ -358,6 +365,25 @@ static int run(fold_opts *o)
             goto done;
         }
     }
+    /* under mpirun / srun: the processes share each structure's work (FastFold's DAP); process 0 writes */
+    bool writer = true;
+    fold_dap dap = {0};
+    bool use_dap = false;
+#ifdef COL_WITH_COMM
+    if (col_proc_launched()) {
+        if (col_comm_init_mpi(&world, &err) != COL_OK || fold_dap_init(&dap, world, &err) != COL_OK) {
+            rc = fail(&err);
+            goto done;
+        }
+        use_dap = dap.size > 1;
+        o->device.local = col_comm_local_rank(world);   /* one GPU per process on a host */
+        writer = dap.rank == 0;
+        if (!writer) {
+            o->quiet = true;
+            o->json = false;
+        }
+    }
+#endif
     if ((rc = app_device_open(&o->device, &dev, &err)) != 0) {
         fprintf(stderr, FOLD_PROG ": %s\n", err.msg);
         goto done;
@@ -380,14 +406,18 @@ static int run(fold_opts *o)
             rc = fail(&err);
             break;
         }
+        if (use_dap) fold_model_set_dap(m, &dap);
         for (int k = 0; k < fasta.n && rc == 0; k++)
-            rc = fold_record(o, m, model, params.n, &fasta.seqs[k], k, fasta.n, &dev, mem.compute_budget);
+            rc = fold_record(o, m, model, params.n, &fasta.seqs[k], k, fasta.n, &dev, mem.compute_budget, writer);
         fold_model_free(m);
         ran++;
     }
     if (rc == 0 && ran == 0) rc = fail_msg("%s: no AlphaFold2 monomer model without templates to run%s", o->params, "");
 done:
     app_device_close(&dev);
+#ifdef COL_WITH_COMM
+    col_comm_free(world);
+#endif
     paths_free(&params);
     fold_fasta_free(&fasta);
     return rc;

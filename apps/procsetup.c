@@ -55,3 +55,11 @@ void col_proc_describe(char *buf, size_t n)
              env_or("OMP_WAIT_POLICY", "(unset)"), env_or("GOMP_SPINCOUNT", "(unset)"), omp_get_max_threads(),
              col_cpus_available(), env_or("OPENBLAS_CORETYPE", "(unset)"));
 }
+
+bool col_proc_launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return true;
+    return false;
+}

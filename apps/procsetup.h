@@ -27,6 +27,11 @@
  * has one thread. Returns only in the process that goes on. */
 void col_proc_setup(char **argv);
 
+/* Whether a launcher (mpirun, srun) started this process as one of a parallel run: its environment
+ * names a rank or a size (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE, PMI_RANK, SLURM_PROCID). */
+#include <stdbool.h>
+bool col_proc_launched(void);
+
 /* One line on the settings in force (for benchmark headers). */
 void col_proc_describe(char *buf, size_t n);
 

@@ -24,6 +24,7 @@ struct fold_model {
     fold_source_ctx src_ctx;
     mb_source src;
     mb_store *store;
+    const fold_dap *dap;
 };
 
 /* One pass's graph at one size and chunk. */
@@ -73,6 +74,11 @@ const fold_config *fold_model_config(const fold_model *m)
     return &m->cfg;
 }
 
+void fold_model_set_dap(fold_model *m, const fold_dap *dap)
+{
+    m->dap = dap;
+}
+
 static void pass_free(pass_graph *p)
 {
     mb_exec_free(p->x);
@@ -91,7 +97,7 @@ static col_status pass_build(fold_model *m, const fold_sizes *sz, int64_t chunk,
     if (!p->g) return col_err_set(err, COL_ENOMEM, "fold: out of memory");
     mb_builder_init(&p->b, p->g, false, COL_F32);
     mb_push(&p->b, "%s", FOLD_ROOT);
-    fold_ctx c = {&p->b, -1, chunk};
+    fold_ctx c = {.b = &p->b, .layer = -1, .chunk = chunk, .dap = m->dap};
     fold_trunk_build(&c, cfg, sz, &p->in, &p->trunk);
     fold_structure_module_build(&c, cfg, sz->n_res, p->trunk.single, p->trunk.pair, &p->sm);
     p->plddt_logits = fold_plddt_head(&c, p->sm.single, cfg->c_s, cfg->plddt_channels, cfg->plddt_bins);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include "backend.h"
 #include "fold_config.h"
+#include "fold_layers.h"
 #include "mb_store.h"
 #include "status.h"
 
@@ -26,6 +27,13 @@ col_status fold_model_open(const char *params, const col_backend *be, const mb_s
                            col_err *err);
 void fold_model_free(fold_model *m);
 const fold_config *fold_model_config(const fold_model *m);
+
+/* Runs every later pass with FastFold's dynamic axial parallelism over dap's
+ * processes (fold_dap.h: each computes its share of the MSA and pair and
+ * they exchange slices; every process ends with the whole result), or alone
+ * (NULL, the default). dap must outlive the model's runs; every process of
+ * the group makes the same calls with the same inputs. */
+void fold_model_set_dap(fold_model *m, const fold_dap *dap);
 
 /* The features of one sequence (fold_features.h makes them), unpadded. */
 typedef struct {
