@@ -25,7 +25,7 @@ fails=0
 close() {
     tr -c '0-9.eE+-' ' ' < "$1" | tr -s ' ' '\n' > "$tmp/a.num"
     tr -c '0-9.eE+-' ' ' < "$2" | tr -s ' ' '\n' > "$tmp/b.num"
-    [ "$(tr -d '0-9.eE+- \n' < "$1")" = "$(tr -d '0-9.eE+- \n' < "$2")" ] || return 1
+    [ "$(tr -d '0-9.eE+ \n-' < "$1")" = "$(tr -d '0-9.eE+ \n-' < "$2")" ] || return 1
     paste "$tmp/a.num" "$tmp/b.num" | awk -v tol="$3" '{ d = $1 - $2; if (d < 0) d = -d; if (d > tol) bad++ }
         END { exit bad > 0 }'
 }
