@@ -209,6 +209,21 @@ static void run_case(const col_backend *be, const char *params, const char *cs, 
                   "%.2g, pLDDT %.2g)", cs, e1, e3, e2, e4);
             TL_OK(r2.arena_bytes < r.arena_bytes, "%s: chunking shrinks the activation arena (%zu -> %zu bytes)",
                   cs, r.arena_bytes, r2.arena_bytes);
+            /* sizing without running: the same arena; the automatic chunk fits a budget between the two */
+            size_t m0 = 0, m3 = 0;
+            col_status s0 = fold_model_arena_bytes(m, x.in.n_res, x.in.n_seq, x.in.n_extra, 0, &m0, &err);
+            col_status s3 = fold_model_arena_bytes(m, x.in.n_res, x.in.n_seq, x.in.n_extra, 3, &m3, &err);
+            TL_OK(s0 == COL_OK && s3 == COL_OK && m0 == r.arena_bytes && m3 == r2.arena_bytes,
+                  "%s: the arena sized without a plan equals the plans' (%zu, %zu)", cs, m0, m3);
+            size_t budget = (r.arena_bytes + r2.arena_bytes) / 2, got = 0;
+            int64_t ck = -1;
+            st = fold_model_auto_chunk(m, x.in.n_res, x.in.n_seq, x.in.n_extra, budget, &ck, &err);
+            if (st == COL_OK) st = fold_model_arena_bytes(m, x.in.n_res, x.in.n_seq, x.in.n_extra, ck, &got, &err);
+            TL_OK(st == COL_OK && ck > 0 && got <= budget, "%s: the automatic chunk (%lld rows) fits %zu bytes (%zu)",
+                  cs, (long long)ck, budget, got);
+            st = fold_model_auto_chunk(m, x.in.n_res, x.in.n_seq, x.in.n_extra, 1024, &ck, &err);
+            TL_OK(st == COL_ENOMEM && strstr(err.msg, "even in chunks of one row"), "%s: a budget nothing fits: %s",
+                  cs, err.msg);
             fold_result_free(&r2);
         }
         fold_result_free(&r);

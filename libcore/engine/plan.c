@@ -517,6 +517,37 @@ col_status col_plan_create_for(col_graph *g, const col_backend *be, col_node *co
     return plan_finish(p, out, err);
 }
 
+col_status col_plan_measure_for(col_graph *g, col_node *const *outputs, int n, size_t *arena, size_t *scratch,
+                                col_err *err)
+{
+    *arena = *scratch = 0;
+    col_plan *p;
+    col_status st = plan_new(g, NULL, &p, err);
+    if (st != COL_OK)
+        return st;
+    for (int k = 0; st == COL_OK && k < n; k++) {
+        col_node *o = outputs ? outputs[k] : NULL;
+        if (!o || o->id < 0 || o->id >= p->nnodes || g->nodes[o->id] != o)
+            st = col_err_set(err, COL_EINVAL, "plan: output %d is %s", k, o ? "not a node of this graph" : "NULL");
+        else
+            p->at[o->id].output = true;
+    }
+    if (st == COL_OK && n < 1)
+        st = col_err_set(err, COL_EINVAL, "plan: no outputs given");
+    if (st == COL_OK)
+        st = schedule(p, err);
+    if (st == COL_OK) {
+        liveness(p);
+        st = assign_offsets(p, err);
+    }
+    if (st == COL_OK) {
+        *arena = p->arena_bytes;
+        *scratch = p->scratch_bytes;
+    }
+    col_plan_free(p);
+    return st;
+}
+
 static void mem_release(const col_plan *p, plan_mem *m)
 {
     if (m && --m->refs == 0) {

@@ -54,6 +54,11 @@ col_status col_plan_create_on(col_graph *g, const col_backend *be, col_plan **ou
 col_status col_plan_create_for(col_graph *g, const col_backend *be, col_node *const *outputs, int n, col_plan **out,
                                col_err *err);
 void col_plan_free(col_plan *p);
+/* The arena and kernel scratch bytes col_plan_create_for would give a plan of
+ * these outputs, found by the same schedule and liveness without allocating
+ * either (so a plan too large for this machine can still be sized). */
+col_status col_plan_measure_for(col_graph *g, col_node *const *outputs, int n, size_t *arena, size_t *scratch,
+                                col_err *err);
 /* Makes p use with's activation arena and kernel scratch (p's own memory is
  * freed), grown to p's needs when those are larger - remade, so whatever the
  * plans' arena nodes held is lost - so that plans that never run at the same

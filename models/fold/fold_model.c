@@ -16,6 +16,7 @@
 #include "fold_trunk.h"
 #include "graph.h"
 #include "ops.h"
+#include "plan.h"
 #include "timer.h"
 
 struct fold_model {
@@ -117,13 +118,20 @@ static col_status pass_build(fold_model *m, const fold_sizes *sz, int64_t chunk,
 col_status fold_model_arena_bytes(fold_model *m, int64_t n_res, int64_t n_seq, int64_t n_extra, int64_t chunk,
                                   size_t *bytes, col_err *err)
 {
+    /* sized by the plan's schedule and liveness alone: nothing is allocated, no weight is read */
     pass_graph p;
     fold_sizes sz = {n_res, n_seq, n_extra};
-    col_status st = pass_build(m, &sz, chunk, true, &p, err);
+    col_status st = pass_build(m, &sz, chunk, false, &p, err);
     if (st != COL_OK) return st;
-    *bytes = mb_exec_arena_bytes(p.x);
+    /* the weights live in the store, not in the arena: mark their leaves bound (to a stand-in address: this
+     * graph is measured, never run) as the store's binding would */
+    for (int i = 0; i < p.b.n; i++)
+        if (p.b.params[i].node) p.b.params[i].node->bound = p.g;
+    size_t arena = 0, scratch = 0;
+    st = col_plan_measure_for(p.g, p.outs, p.n_outs, &arena, &scratch, err);
+    *bytes = arena + scratch;
     pass_free(&p);
-    return COL_OK;
+    return st;
 }
 
 col_status fold_model_auto_chunk(fold_model *m, int64_t n_res, int64_t n_seq, int64_t n_extra, size_t budget,
