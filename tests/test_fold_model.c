@@ -258,6 +258,7 @@ int main(void)
     }
     col_cuda_backend_set_tf32(&be, false);   /* f32 GEMMs, as the reference */
     run_case(&be, "narrow.npz", "narrow_msa", 5e-4);
+    bad_files(&be);
     col_cuda_backend_free(&be);
 #else
     tl_cpu_backend(&be);
