@@ -50,7 +50,7 @@ col_status fold_model_open(const char *params, const col_backend *be, const mb_s
     col_status st = col_ckpt_open(params, &m->ckpt, err);
     if (st == COL_OK) {
         st = fold_config_read(m->ckpt, &m->cfg, err);
-        if (st != COL_OK) col_err_prefix(err, "%s: ", params);
+        if (st != COL_OK) col_err_prefix(err, "%s", params);
     }
     if (st == COL_OK) st = mb_store_create(sc, be, &m->store, err);
     if (st != COL_OK) {

@@ -48,7 +48,7 @@ static col_status src_read(const mb_source *s, const char *name, int ndim, const
     slice.nbytes = numel * col_st_dtype_size(t->dtype);
     slice.data = (const char *)t->data + (size_t)k * slice.nbytes;
     col_status st = col_ckpt_read_f32(&slice, ndim, shape, dst, err);
-    if (st != COL_OK) col_err_prefix(err, "block %ld: ", k);
+    if (st != COL_OK) col_err_prefix(err, "block %ld", k);
     return st;
 }
 
