@@ -151,6 +151,8 @@ static col_status open_data(run *r, col_err *err)
         return col_err_set(err, COL_EUNSUPPORTED, "the model's chat template is not one colossal knows (%s); choose "
                            "the format of the chat data with --template llama2|llama3|chatml|plain",
                            r->src.chat_unknown);
+    if (st == COL_OK && o->rl.method != COL_RLM_SFT)
+        return ft_rl_open_data(r, fam, err);
     col_chat_sft *sft = NULL;
     if (st == COL_OK)
         st = col_chat_sft_new(fam, &sft, err);
@@ -437,7 +439,7 @@ static int train(run *r)
     ft_opts *o = &r->o;
     col_err err = {0};
     int eval_every = o->eval_every > 0 ? o->eval_every : (o->steps >= 10 ? o->steps / 10 : 1);
-    bool can_eval = col_dataset_n_val_batches(r->ds, o->batch, o->seq) > 0 && !r->pipe;
+    bool can_eval = r->rl ? ft_rl_can_eval(r) : col_dataset_n_val_batches(r->ds, o->batch, o->seq) > 0 && !r->pipe;
     if (r->pipe && (o->eval_every > 0 || o->sample_every > 0 || o->val_percent > 0))
         say(r, "note: a pipelined run (--pp) does not evaluate or sample yet: training only");
     else if (!can_eval && o->val_percent > 0)
@@ -458,13 +460,19 @@ static int train(run *r)
         double t_step = now();
         mw_enter(&r->mw, MW_TRAIN);
         col_status st = COL_OK;
-        for (int k = 0; k < o->grad_accum && st == COL_OK; k++)
-            st = col_dataset_next_batch(r->ds, &bs, o->batch, o->seq, r->ids + k * n, r->tg + k * n, &err);
-        ft_par_share(&r->par, o->batch, o->seq, o->grad_accum, r->ids, r->tg); /* this process's rows */
         col_lm_step_info info;
-        if (st == COL_OK)
-            st = r->pipe ? col_lm_pipeline_step(r->pipe, r->ids, r->tg, &info, &err)
-                         : col_lm_trainer_step(r->tr, r->ids, r->tg, &info, &err);
+        double tokens = (double)(n * o->grad_accum);
+        char rl_line[256] = "";
+        if (r->rl) {
+            st = ft_rl_step(r, &info, &tokens, rl_line, sizeof rl_line, &err);
+        } else {
+            for (int k = 0; k < o->grad_accum && st == COL_OK; k++)
+                st = col_dataset_next_batch(r->ds, &bs, o->batch, o->seq, r->ids + k * n, r->tg + k * n, &err);
+            ft_par_share(&r->par, o->batch, o->seq, o->grad_accum, r->ids, r->tg); /* this process's rows */
+            if (st == COL_OK)
+                st = r->pipe ? col_lm_pipeline_step(r->pipe, r->ids, r->tg, &info, &err)
+                             : col_lm_trainer_step(r->tr, r->ids, r->tg, &info, &err);
+        }
         if (st != COL_OK) {
             say(r, "%s", "");
             rc = fail_on(&r->par, &err);
@@ -472,8 +480,11 @@ static int train(run *r)
         }
         r->state.batches = bs;
         double t = now();
-        progress(r, &info, (double)(n * o->grad_accum) / (t - t_step), t - t_start);
-        publish(r, &info, (double)(n * o->grad_accum) / (t - t_step), t - t_step);
+        progress(r, &info, tokens / (t - t_step), t - t_start);
+        publish(r, &info, tokens / (t - t_step), t - t_step);
+        if (rl_line[0] && !r->tty && (info.step % (o->steps >= 20 ? o->steps / 20 : 1) == 0 || info.step == 1 ||
+                                      info.step == o->steps))
+            say(r, "  %s", rl_line);
         if (r->tui) {
             mt_stats_pub_snapshot(r->pub, r->snap);
             if (top_tui_show(r->tui, r->snap))
@@ -484,16 +495,24 @@ static int train(run *r)
             double vl;
             int nb;
             mw_enter(&r->mw, MW_EVAL);
-            if (evaluate(r, &vl, &nb, &err) != COL_OK) {
+            ft_rl_eval_out ev = {0};
+            if ((r->rl ? ft_rl_eval(r, &ev, &err) : evaluate(r, &vl, &nb, &err)) != COL_OK) {
                 rc = fail_on(&r->par, &err);
                 break;
             }
-            if (o->json)
+            if (r->rl && o->json)
+                printf("{\"step\":%lld,\"val_loss\":%.9g,\"val_margin\":%.9g,\"val_accuracy\":%.9g}\n", (long long)s,
+                       ev.loss, ev.margin, ev.accuracy);
+            else if (r->rl)
+                say(r, "step %lld: held-out pairs: loss %.4f  margin %.4f  accuracy %.2f (%d batches)", (long long)s,
+                    ev.loss, ev.margin, ev.accuracy, ev.batches);
+            else if (o->json)
                 json_event("step", (double)s, NULL, NULL, "val_loss", vl);
             else
                 say(r, "step %lld: validation loss %.4f (%d batches)", (long long)s, vl, nb);
         }
-        if (o->sample_every > 0 && (s % o->sample_every == 0 || s == o->steps) && r->src.tok && !r->pipe) {
+        if (o->sample_every > 0 && (s % o->sample_every == 0 || s == o->steps) && r->src.tok && !r->pipe &&
+            o->rl.method != COL_RLM_RM) {
             char *text = NULL;
             mw_enter(&r->mw, MW_EVAL);
             if (sample(r, &text, &err) != COL_OK) {
@@ -566,6 +585,7 @@ static void cleanup(run *r)
     else
         col_lm_trainer_free(r->tr);
     col_dataset_free(r->ds);
+    ft_rl_free(r);
     col_lm_source_close(&r->src);
     col_sampler_free(&r->sampler);
     app_device_close(&r->dev);
@@ -619,6 +639,14 @@ int main(int argc, char **argv)
     }
     if (o->resume[0] && !ft_resume_options(o, &r.state, &err)) {
         rc = fail_on(&r.par, &err) + (err.code == COL_EINVAL);
+        cleanup(&r);
+        return rc;
+    }
+    if (o->resume[0] && o->rl.method != COL_RLM_SFT) {
+        col_err_set(&err, COL_EUNSUPPORTED, "%s holds a --method %s run: resuming RLHF runs is not supported yet; "
+                    "start it again (its last save is a model directory to start from)", o->resume,
+                    col_rl_method_name(o->rl.method));
+        rc = fail_on(&r.par, &err);
         cleanup(&r);
         return rc;
     }
@@ -676,6 +704,14 @@ int main(int argc, char **argv)
     if (ft_make_session(&r, &err) != COL_OK ||
         col_sampler_init(&r.sampler, r.src.config.vocab_size, &err) != COL_OK)
         goto out;
+    if (r.rl && ft_rl_open_models(&r, &err) != COL_OK)
+        goto out;
+    if (o->eval_only && r.rl) {
+        mw_enter(&r.mw, MW_EVAL);
+        if (ft_rl_eval_only(&r, &err) == COL_OK)
+            rc = 0;
+        goto out;
+    }
     if (o->eval_only) {
         double vl;
         int nbat;
@@ -714,9 +750,14 @@ int main(int argc, char **argv)
         if (r.par.size > 1)
             say(&r, "%d processes: %d data parallel (ZeRO %d) x %d pipeline stages (%d micro-batches)", r.par.size,
                 r.par.dp_size, o->zero, r.par.pp_size, o->micro_batches);
-        say(&r, "data: %s: %zu tokens, %zu for training; batch %d x %d%s, %s", o->data, col_dataset_n_tokens(r.ds),
-            col_dataset_n_train(r.ds), o->batch, o->seq, o->grad_accum > 1 ? " with accumulation" : "",
-            o->shuffle ? "shuffled" : "in order");
+        if (r.rl)
+            say(&r, "data: %s: %lld examples for --method %s; %d rows of %d tokens per step, %s", o->data,
+                (long long)r.state.data_tokens, col_rl_method_name(o->rl.method), ft_rl_rows(o), o->seq,
+                o->shuffle ? "shuffled" : "in order");
+        else
+            say(&r, "data: %s: %zu tokens, %zu for training; batch %d x %d%s, %s", o->data, col_dataset_n_tokens(r.ds),
+                col_dataset_n_train(r.ds), o->batch, o->seq, o->grad_accum > 1 ? " with accumulation" : "",
+                o->shuffle ? "shuffled" : "in order");
         say(&r, "%s; %s to %d steps into %s/", r.dev.desc, o->resume[0] ? "resuming" : "training", o->steps, o->out);
         if (r.dev.note[0])
             say(&r, "note: %s", r.dev.note);

@@ -18,8 +18,22 @@
 #include "dataset.h"
 #include "lm_trainer.h"
 #include "optim.h"
+#include "rlhf_rollout.h"
 
-enum { FT_MAX_ARGS = 64 };
+enum { FT_MAX_ARGS = 96 };
+
+/* --method and the RLHF options (finetune_rl_opts.c); floats NaN / ints 0: the method's default */
+typedef struct {
+    col_rl_method method;
+    float beta, gamma, label_smoothing, desirable_weight, undesirable_weight;
+    char ref_model[4096], reward_model[4096], critic_model[4096];
+    char reward[512];            /* grpo: "exact" or "regex:PATTERN" */
+    bool no_ref;
+    float kl_coef, clip_range, value_clip, vf_coef, gae_lambda, gamma_discount, score_clip;
+    int num_generations, rollout_batch, ppo_epochs, max_new_tokens, pairs_per_eval;
+    float temperature, top_p;
+    int top_k;
+} ft_rl_opts;
 
 typedef struct {
     /* what and where */
@@ -63,6 +77,7 @@ typedef struct {
     double comm_timeout;         /* seconds */
     /* output */
     bool json, quiet, overwrite, tui;
+    ft_rl_opts rl;               /* --method and its options */
     /* the options as given (name, value) - what a resumed run replays */
     int nargs;
     char *arg_name[FT_MAX_ARGS], *arg_value[FT_MAX_ARGS];
@@ -98,6 +113,45 @@ void ft_free(ft_opts *o);
  * corpus), with the options o was given on top; false with msg (n bytes)
  * when one of them is refused. */
 bool ft_embedded_defaults(ft_opts *o, char *msg, size_t n);
+
+/* ---- finetune_rl_opts.c ---- */
+typedef struct {
+    const char *name;
+    bool has_arg;
+} ft_rl_optdef;
+extern const ft_rl_optdef ft_rl_optdefs[];
+extern const int ft_rl_noptdefs;
+extern const char ft_rl_help[];
+void ft_rl_defaults(ft_rl_opts *r);
+/* 1 set, 0 a bad value (message in msg), -1 not an RLHF option */
+int ft_rl_set(ft_rl_opts *r, const char *name, const char *v, char *msg, size_t n);
+/* After parsing: options of another method, a method's missing options (false with msg) */
+bool ft_rl_check(const ft_opts *o, char *msg, size_t n);
+/* The method's defaults for what was not given. */
+void ft_rl_finish(ft_rl_opts *r);
+
+/* ---- finetune_rl.c: --method rm|dpo|simpo|orpo|kto|ppo|grpo ---- */
+typedef struct ft_rl ft_rl;
+struct ft_run;
+/* rows of the trained session per step (pairs: 2 per pair; rollouts: prompts x generations) */
+int ft_rl_rows(const ft_opts *o);
+/* DATA as the method's examples (r->rl made), rendered with the chat template fam */
+col_status ft_rl_open_data(struct ft_run *r, col_chat_family fam, col_err *err);
+/* After the trained session is made: the reference, the reward model and the critic the method needs */
+col_status ft_rl_open_models(struct ft_run *r, col_err *err);
+/* One step of the method; tokens gets the tokens it processed, line a summary of its figures (--json: an object
+ * of them is printed) */
+col_status ft_rl_step(struct ft_run *r, col_lm_step_info *info, double *tokens, char *line, size_t n, col_err *err);
+/* The held-out pairs (rm, dpo, simpo, orpo): whether there are enough, and their mean loss, margin, accuracy */
+typedef struct {
+    double loss, margin, accuracy;
+    int batches;
+} ft_rl_eval_out;
+bool ft_rl_can_eval(const struct ft_run *r);
+col_status ft_rl_eval(struct ft_run *r, ft_rl_eval_out *e, col_err *err);
+/* --eval-only: rm prints every pair's rewards, the other pair methods the loss, margin and accuracy of DATA */
+col_status ft_rl_eval_only(struct ft_run *r, col_err *err);
+void ft_rl_free(struct ft_run *r);
 
 /* ---- finetune_par.c: several processes (mpirun, srun) ---- */
 struct col_comm;
@@ -160,7 +214,7 @@ bool ft_check_out(const ft_opts *o, col_err *err);
 
 /* ---- finetune.c and finetune_session.c: a run ---- */
 struct col_lm_pipeline;
-typedef struct {
+typedef struct ft_run {
     ft_opts o;
     ft_state state;
     col_lm_source src;
@@ -182,6 +236,7 @@ typedef struct {
     struct col_outdir *od;         /* the output directory, locked for the run (NULL for --eval-only) */
     memwatch mw;            /* peak resident memory per phase, against the budgets' bound */
     ft_par par;             /* the run's processes (mpirun, srun); one without a launcher */
+    ft_rl *rl;              /* --method other than sft: the method's data and models (finetune_rl.c) */
 } ft_run;
 
 /* The training session of the run (finetune_session.c): the options as a trainer configuration, the session

@@ -120,7 +120,9 @@ void ft_usage(FILE *f)
         "  --quiet                no progress output\n"
         "  --tui                  show the run as colossal-top does (q stops, saving, like Ctrl-C); every run\n"
         "                         publishes its statistics for colossal-top in any case\n"
-        "Ctrl-C finishes the current step, saves, and exits with status 130.\n", app_device_help, mem_opts_help);
+        "%s"
+        "Ctrl-C finishes the current step, saves, and exits with status 130.\n", app_device_help, mem_opts_help,
+        ft_rl_help);
 }
 
 void ft_defaults(ft_opts *o)
@@ -149,6 +151,7 @@ void ft_defaults(ft_opts *o)
     o->dropout = -1;
     o->lora_alpha = 0;
     o->precision = FT_DEFAULT_PRECISION;
+    ft_rl_defaults(&o->rl);
 }
 
 const char *ft_precision_name(col_dtype dt) { return dt == COL_BF16 ? "bf16" : dt == COL_F16 ? "fp16" : "fp32"; }
@@ -223,6 +226,9 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     int mem = mem_opt_set(&o->mem, name, v, msg, n);
     if (mem >= 0)
         return mem;
+    int rl = ft_rl_set(&o->rl, name, v, msg, n);
+    if (rl >= 0)
+        return rl;
     if (!strcmp(name, "device")) return app_device_parse(v, &o->device, msg, n);
     if (!strcmp(name, "tokenizer")) return copy_str(o->tokenizer, sizeof o->tokenizer, v) || BAD("--tokenizer: path too long");
     if (!strcmp(name, "template")) {
@@ -357,10 +363,14 @@ bool ft_remember(ft_opts *o, const char *name, const char *value)
 
 bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code)
 {
-    struct option lo[NOPTS + 1];
+    struct option lo[NOPTS + 64];
+    int nlo = 0;
     for (int i = 0; i < NOPTS; i++)
-        lo[i] = (struct option){optdefs[i].name, optdefs[i].has_arg ? required_argument : no_argument, NULL, 0};
-    lo[NOPTS] = (struct option){0, 0, 0, 0};
+        lo[nlo++] = (struct option){optdefs[i].name, optdefs[i].has_arg ? required_argument : no_argument, NULL, 0};
+    for (int i = 0; i < ft_rl_noptdefs && nlo < NOPTS + 63; i++)
+        lo[nlo++] = (struct option){ft_rl_optdefs[i].name, ft_rl_optdefs[i].has_arg ? required_argument : no_argument,
+                                    NULL, 0};
+    lo[nlo] = (struct option){0, 0, 0, 0};
     *exit_code = 2;
     char msg[512];
     int idx, c;
@@ -413,6 +423,15 @@ bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code)
         return false;
     }
     o->embedded = npos == 0 && !o->resume[0];
+    if (!ft_rl_check(o, msg, sizeof msg)) {
+        fprintf(stderr, "colossal-finetune: %s\n", msg);
+        return false;
+    }
+    if (o->rl.method != COL_RLM_SFT && o->embedded) {
+        fprintf(stderr, "colossal-finetune: --method %s needs MODEL and DATA\n", col_rl_method_name(o->rl.method));
+        return false;
+    }
+    ft_rl_finish(&o->rl);
     *exit_code = 0;
     return true;
 }

@@ -62,6 +62,20 @@ col_status ft_make_session(ft_run *r, col_err *err)
     if (o->dropout >= 0)
         tc.model.dropout = o->dropout;
     tc.batch = o->batch / r->par.dp_size; /* with data parallelism, this process's share of each micro-batch */
+    unsigned load_flags = o->ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0;
+    if (o->rl.method != COL_RLM_SFT) { /* RLHF: the rows of a step, one value per token, no dropout (as TRL) */
+        tc.batch = ft_rl_rows(o);
+        tc.objective = o->rl.method == COL_RLM_RM ? COL_LM_OBJ_VALUES : COL_LM_OBJ_TOKEN_LOGPROB;
+        if (o->dropout < 0)
+            tc.model.dropout = 0;
+        if (o->rl.method == COL_RLM_RM && !tc.model.value_head) { /* a language model becomes a reward model */
+            tc.model.value_head = true;
+            load_flags |= COL_LOAD_NEW_VALUE_HEAD;
+        }
+    } else if (tc.model.value_head) {
+        return col_err_set(err, COL_EINVAL, "%s is a reward model (a value head, no language-model head): train it "
+                           "with --method rm", r->src.dir);
+    }
     tc.seq = o->seq;
     tc.dp = r->par.dp;
     tc.zero = o->zero;
@@ -109,7 +123,7 @@ col_status ft_make_session(ft_run *r, col_err *err)
                              (long long)r->state.step);
     } else if (r->src.weights) {
         col_lm_load_report rep;
-        st = col_lm_trainer_load_ex(r->tr, r->src.weights, o->ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, &rep, err);
+        st = col_lm_trainer_load_ex(r->tr, r->src.weights, load_flags, &rep, err);
         if (st != COL_OK)
             col_err_prefix(err, "%s", r->src.dir);
         else

@@ -12,7 +12,7 @@ enum { PER_LAYER = 12 };
 
 static int gpt2_param_count(const col_lm_config *c)
 {
-    return 2 + PER_LAYER * c->n_layer + 2 + (c->tie_embeddings ? 0 : 1);
+    return 2 + PER_LAYER * c->n_layer + 2 + col_lm_own_head(c);
 }
 
 static int gpt2_embed_params(const col_lm_config *c) { (void)c; return 2; }
@@ -37,8 +37,7 @@ static void gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
     k = L.k;
     col_spec_set(&s[k++], "transformer.ln_f.weight", C, 0, COL_INIT_ONE);
     col_spec_set(&s[k++], "transformer.ln_f.bias", C, 0, COL_INIT_ZERO);
-    if (!c->tie_embeddings)
-        col_spec_set(&s[k++], "lm_head.weight", c->vocab_size, C, COL_INIT_NORMAL);
+    col_lm_head_spec(c, s, k, C);
 }
 
 /* x [B, T, in] @ w [in, out] + b: GPT-2's Conv1D (wp points into out->params), plus its LoRA path */
@@ -100,7 +99,7 @@ static col_node *gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm
         return x;
     int k = 2 + PER_LAYER * c->n_layer;
     x = col_layernorm(g, x, col_lm_f32(g, p[k]), col_lm_f32(g, p[k + 1]), c->norm_eps);
-    col_node *head = c->tie_embeddings ? p[0] : p[k + 2]; /* tied: x @ wte^T */
+    col_node *head = col_lm_own_head(c) ? p[k + 2] : p[0]; /* tied: x @ wte^T */
     int64_t flat[2] = {BT, C};
     return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
 }

@@ -248,6 +248,21 @@ col_status col_hf_parse_config(const char *json, size_t len, const char *name, c
     TRY(get_token(root, "bos_token_id", &c.bos_id, name, err));
     TRY(get_token(root, "eos_token_id", &c.eos_id, name, err));
     TRY(get_token(root, "pad_token_id", &c.pad_id, name, err));
+    /* a value model: the first "architectures" entry is a *ForSequenceClassification class of one label */
+    cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const char *cls = cJSON_IsArray(archs) ? cJSON_GetStringValue(cJSON_GetArrayItem(archs, 0)) : NULL;
+    if (cls && strstr(cls, "ForSequenceClassification")) {
+        cJSON *labels = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+        cJSON *nl = cJSON_GetObjectItemCaseSensitive(root, "num_labels");
+        int n = cJSON_IsObject(labels) ? cJSON_GetArraySize(labels) : cJSON_IsNumber(nl) ? (int)nl->valuedouble : 2;
+        if (n != 1) {
+            col_err_set(err, COL_EUNSUPPORTED, "%s: %s with %d labels: only a value model of one label (a reward "
+                        "model, num_labels 1) is supported", name, cls, n);
+            cJSON_Delete(root);
+            return COL_EUNSUPPORTED;
+        }
+        c.value_head = true;
+    }
     cJSON_Delete(root);
     if (!c.n_kv_head)
         c.n_kv_head = c.n_head;
@@ -289,12 +304,12 @@ static const char *act_name(col_act a)
 }
 
 /* the transformers class a config's "architectures" names */
-static const char *arch_class(col_arch a)
+static const char *arch_class(col_arch a, bool value_head)
 {
     switch (a) {
-    case COL_ARCH_GPT2: return "GPT2LMHeadModel";
-    case COL_ARCH_OPT: return "OPTForCausalLM";
-    case COL_ARCH_LLAMA: return "LlamaForCausalLM";
+    case COL_ARCH_GPT2: return value_head ? "GPT2ForSequenceClassification" : "GPT2LMHeadModel";
+    case COL_ARCH_OPT: return value_head ? "OPTForSequenceClassification" : "OPTForCausalLM";
+    case COL_ARCH_LLAMA: return value_head ? "LlamaForSequenceClassification" : "LlamaForCausalLM";
     }
     return "?";
 }
@@ -313,7 +328,12 @@ col_status col_hf_config_json(const col_lm_config *c, char **json, col_err *err)
 #define STR(k, v) cJSON_AddStringToObject(o, k, v)
     STR("model_type", col_arch_name(c->arch));
     NUM("vocab_size", c->vocab_size);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "architectures"), cJSON_CreateString(arch_class(c->arch)));
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "architectures"),
+                         cJSON_CreateString(arch_class(c->arch, c->value_head)));
+    if (c->value_head) { /* one label: the reward (AutoModelForSequenceClassification, num_labels 1) */
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "id2label"), "0", "LABEL_0");
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "label2id"), "LABEL_0", 0);
+    }
     if (c->arch == COL_ARCH_GPT2) {
         NUM("n_positions", c->max_positions);
         NUM("n_ctx", c->max_positions);

@@ -14,7 +14,7 @@ static int per_layer(const col_lm_config *c) { return PER_LAYER + (c->attn_bias 
 
 static int llama_param_count(const col_lm_config *c)
 {
-    return 1 + per_layer(c) * c->n_layer + 1 + (c->tie_embeddings ? 0 : 1);
+    return 1 + per_layer(c) * c->n_layer + 1 + col_lm_own_head(c);
 }
 
 static int llama_embed_params(const col_lm_config *c) { (void)c; return 1; }
@@ -41,8 +41,7 @@ static void llama_param_specs(const col_lm_config *c, col_param_spec *s)
     }
     k = L.k;
     col_spec_set(&s[k++], "model.norm.weight", C, 0, COL_INIT_ONE);
-    if (!c->tie_embeddings)
-        col_spec_set(&s[k++], "lm_head.weight", c->vocab_size, C, COL_INIT_NORMAL);
+    col_lm_head_spec(c, s, k, C);
 }
 
 /* x [B, T, C] -> heads [B, H, T, D] of a projection, rotated when pos is given */
@@ -95,7 +94,7 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
     if (hi < c->n_layer)
         return x;
     x = col_rmsnorm(g, x, col_lm_f32(g, p[k++]), c->norm_eps);
-    col_node *head = c->tie_embeddings ? p[0] : p[k];
+    col_node *head = col_lm_own_head(c) ? p[k] : p[0];
     int64_t flat[2] = {(int64_t)o->batch * o->seq, c->hidden};
     return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
 }

@@ -123,6 +123,10 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
                            col_dtype_name(o->dtype));
     if ((st = col_lm_check_stage(c, o->layer_lo, o->layer_hi, err)) != COL_OK)
         return st;
+    if (o->with_loss && (o->objective == COL_LM_OBJ_VALUES) != c->value_head)
+        return col_err_set(err, COL_EINVAL, "%s: %s", col_arch_name(c->arch), c->value_head
+                           ? "a value model's graph ends in its values (objective COL_LM_OBJ_VALUES)"
+                           : "only a value model (config value_head) has values to end in");
     int lo, hi;
     col_lm_layer_range(c, o->layer_lo, o->layer_hi, &lo, &hi);
     bool partial = lo > 0 || hi < c->n_layer;
@@ -172,7 +176,8 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
     int64_t bt[2] = {o->batch, o->seq}, bth[3] = {o->batch, o->seq, c->hidden};
     bool last = hi == c->n_layer;
     out->ids = lo == 0 ? col_input(g, "ids", COL_I32, 2, bt) : NULL;
-    out->targets = o->with_loss && last ? col_input(g, "targets", COL_I32, 2, bt) : NULL;
+    out->targets = o->with_loss && last && o->objective != COL_LM_OBJ_VALUES ? col_input(g, "targets", COL_I32, 2, bt)
+                                                                            : NULL;
     out->hidden_in = NULL;
     out->hidden_out = NULL;
     if (lo > 0) {
@@ -197,13 +202,16 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
             return col_err_set(err, col_graph_status(g), "%s: %s", col_arch_name(c->arch), col_graph_error(g)->msg);
         return COL_OK;
     }
-    int64_t lshape[3] = {o->batch, o->seq, c->vocab_size};
+    int64_t lshape[3] = {o->batch, o->seq, col_lm_out_width(c)};
     out->logits = col_reshape(g, logits2, 3, lshape);
     out->loss = NULL;
-    if (o->with_loss) {
-        int64_t flat[1] = {(int64_t)o->batch * o->seq};
+    int64_t flat[1] = {(int64_t)o->batch * o->seq};
+    if (o->with_loss && o->objective == COL_LM_OBJ_MEAN_CE)
         out->loss = col_cross_entropy(g, logits2, col_reshape(g, out->targets, 1, flat), -1);
-    }
+    else if (o->with_loss && o->objective == COL_LM_OBJ_TOKEN_LOGPROB)
+        out->loss = col_reshape(g, col_token_logprob(g, logits2, col_reshape(g, out->targets, 1, flat), -1), 2, bt);
+    else if (o->with_loss && o->objective == COL_LM_OBJ_VALUES)
+        out->loss = col_reshape(g, logits2, 2, bt);
     if (col_graph_status(g) != COL_OK)
         return col_err_set(err, col_graph_status(g), "%s: %s", col_arch_name(c->arch), col_graph_error(g)->msg);
     return COL_OK;

@@ -39,7 +39,17 @@ typedef struct {
     bool attn_bias, mlp_bias;
     /* special tokens, -1 if unknown */
     int bos_id, eos_id, pad_id;
+    /* A value model (a reward model or a critic, transformers' *ForSequenceClassification with num_labels 1):
+     * the language-model head is replaced by "score.weight" [1, head input] (no bias), so the "logits" are one
+     * value per token [batch, seq, 1]; no lm_head.weight even when the embeddings are untied. */
+    bool value_head;
 } col_lm_config;
+
+/* Whether the model has a head tensor of its own after the body (lm_head.weight or score.weight), the last
+ * parameter; else the head is the input embedding (tied). */
+static inline bool col_lm_own_head(const col_lm_config *c) { return c->value_head || !c->tie_embeddings; }
+/* The width of the head's output: the vocabulary, or 1 for a value model. */
+static inline int col_lm_out_width(const col_lm_config *c) { return c->value_head ? 1 : c->vocab_size; }
 
 const char *col_arch_name(col_arch a);
 /* Checks the config; the message names the wrong field. */
@@ -64,9 +74,18 @@ int64_t col_param_numel(const col_param_spec *s);
  * depend only on (seed, tensor index, element). */
 void col_lm_init_param(const col_lm_config *c, const col_param_spec *s, int index, float *data, uint64_t seed);
 
+/* What a graph with_loss ends in (out->loss), and what its backward pass is seeded on. */
+typedef enum {
+    COL_LM_OBJ_MEAN_CE = 0,   /* the mean cross-entropy of the targets: a scalar */
+    COL_LM_OBJ_TOKEN_LOGPROB, /* log p(target) per token [batch, seq] (0 where the target is -1): RLHF policies,
+                                 whose loss the caller computes from them and seeds per token */
+    COL_LM_OBJ_VALUES,        /* a value model's value per token [batch, seq] (no targets input) */
+} col_lm_objective;
+
 typedef struct {
     int batch, seq;         /* tokens per row in this graph */
-    bool with_loss;         /* add targets [batch, seq] (-1 = ignored) and the mean cross-entropy */
+    bool with_loss;         /* add targets [batch, seq] (-1 = ignored) and the objective's output as out->loss */
+    col_lm_objective objective;
     bool training;          /* dropout on (when config dropout > 0) */
     bool checkpoint;        /* recompute each block in backward */
     uint64_t dropout_seed;
@@ -96,8 +115,8 @@ typedef struct {
 typedef struct {
     col_node *ids;          /* input [batch, seq] i32 */
     col_node *targets;      /* input [batch, seq] i32, or NULL */
-    col_node *logits;       /* [batch, seq, vocab] */
-    col_node *loss;         /* scalar, or NULL */
+    col_node *logits;       /* [batch, seq, vocab] ([batch, seq, 1] for a value model) */
+    col_node *loss;         /* the objective's output: the scalar mean loss, or per token [batch, seq]; or NULL */
     col_node **params;      /* col_lm_param_count() nodes, spec order (caller-provided array) */
     /* with a cache: k/v cache leaves [batch, n_kv_head, cache_len, head_dim] per layer (2 per layer,
      * caller-provided array of 2*n_layer) and the i64 [1] start position */

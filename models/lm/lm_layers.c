@@ -13,6 +13,14 @@ void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, c
     s->init = init;
 }
 
+void col_lm_head_spec(const col_lm_config *c, col_param_spec *s, int k, int64_t in)
+{
+    if (c->value_head)
+        col_spec_set(&s[k], "score.weight", 1, in, COL_INIT_NORMAL);
+    else if (!c->tie_embeddings)
+        col_spec_set(&s[k], "lm_head.weight", c->vocab_size, in, COL_INIT_NORMAL);
+}
+
 void col_spec_layer(col_spec_list *L, const char *fmt, int layer)
 {
     snprintf(L->prefix, sizeof L->prefix, fmt, layer);

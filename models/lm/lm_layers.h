@@ -9,6 +9,9 @@
 
 /* A parameter spec: name, shape [d0] (d1 = 0) or [d0, d1]; matrices get weight decay. */
 void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, col_init_kind init);
+/* The head's spec at s[k] when the model has one of its own (col_lm_own_head): lm_head.weight [vocab, in], or
+ * a value model's score.weight [1, in] (transformers' *ForSequenceClassification names it so in every family). */
+void col_lm_head_spec(const col_lm_config *c, col_param_spec *s, int k, int64_t in);
 /* A family's parameter list as it is written, layer by layer: col_spec_layer
  * names the layer ("model.layers.3."), then each weight and its bias are
  * added in order under it. */

@@ -32,10 +32,16 @@ static const col_ckpt_tensor *find_param(const col_ckpt *ck, const char *name)
 }
 
 /* each parameter's tensor into src; a missing one is an error naming it */
-static col_status resolve(const col_lm_trainer *t, const col_ckpt *ck, const col_ckpt_tensor **src, col_err *err)
+static col_status resolve(const col_lm_trainer *t, const col_ckpt *ck, const col_ckpt_tensor **src, unsigned flags,
+                          col_lm_load_report *rep, col_err *err)
 {
     for (int i = 0; i < t->np; i++) {
         src[i] = find_param(ck, t->specs[i].name);
+        if (!src[i] && (flags & COL_LOAD_NEW_VALUE_HEAD) && t->cfg.model.value_head && i == t->np - 1) {
+            if (rep) /* a language model becoming a value model: its value head keeps its initialisation */
+                rep->new_value_head = true;
+            continue;
+        }
         if (!src[i])
             return col_err_set(err, COL_EFORMAT, "the checkpoint has no tensor '%s', which a %d-layer %s model needs",
                                t->specs[i].name, t->cfg.model.n_layer, col_arch_name(t->cfg.model.arch));
@@ -98,7 +104,8 @@ static col_status check_unused(const col_lm_trainer *t, const col_ckpt *ck, cons
     for (int i = 0; i < col_ckpt_count(ck) && st == COL_OK; i++) {
         const col_ckpt_tensor *x = col_ckpt_get(ck, i);
         if (bsearch(&x, used, (size_t)t->np, sizeof *used, cmp_ptr) || col_lm_unused_ok(f, x->name) ||
-            (c->tie_embeddings && strcmp(x->name, HEAD) == 0 && same_tensor(x, src[0])))
+            (c->tie_embeddings && strcmp(x->name, HEAD) == 0 && same_tensor(x, src[0])) ||
+            (c->value_head && (flags & COL_LOAD_NEW_VALUE_HEAD) && strcmp(x->name, HEAD) == 0))
             continue;
         if (!(flags & COL_LOAD_IGNORE_EXTRA))
             st = unused_error(t, x, src[0], err);
@@ -134,6 +141,8 @@ static col_status copy_params(col_lm_trainer *t, const col_ckpt_tensor **src, co
     col_status st = COL_OK;
     for (int i = 0; i < t->np && st == COL_OK; i++) {
         const col_param_spec *s = &t->specs[i];
+        if (!src[i]) /* a new value head (COL_LOAD_NEW_VALUE_HEAD) */
+            continue;
         /* into the parameter; under mixed precision into the master (or the conversion buffer without one),
          * then rounded into the parameter */
         void *w = t->conv;
@@ -159,7 +168,7 @@ col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigne
     const col_ckpt_tensor **src = calloc((size_t)t->np, sizeof *src);
     if (!src)
         return col_err_set(err, COL_ENOMEM, "loading the checkpoint: out of memory");
-    col_status st = resolve(t, ck, src, err);
+    col_status st = resolve(t, ck, src, flags, report, err);
     if (st == COL_OK)
         st = check_unused(t, ck, src, flags, report, err);
     if (st == COL_OK)

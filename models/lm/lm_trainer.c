@@ -18,6 +18,8 @@ static col_status bind_params(col_lm_trainer *t, col_lm_graph *gg, bool grads, c
 {
     for (int i = 0; i < t->nt; i++) {
         col_node *n = i < t->np ? gg->params[lmt_global(t, i)] : gg->lora[i - t->np];
+        if (!n) /* an adapter in a graph built without them (lmt_forward_pass's base model) */
+            continue;
         col_status st = col_bind(n, lmt_bind_addr(t, 0, i), err);
         if (st == COL_OK && grads && i >= t->train0)
             st = col_bind_grad(n, lmt_bind_addr(t, 1, i), err);
@@ -32,7 +34,7 @@ static col_status bind_params(col_lm_trainer *t, col_lm_graph *gg, bool grads, c
  * tiers go, to be made again on their next use with the larger arena reserved from the budget. */
 static col_status share_memory(col_lm_trainer *t, col_plan *plan, col_err *err)
 {
-    col_plan *all[] = {t->plan, t->eplan, t->fplan, t->dec[0].plan, t->dec[1].plan};
+    col_plan *all[] = {t->plan, t->eplan, t->fplan, t->bplan, t->dec[0].plan, t->dec[1].plan};
     col_plan *with = NULL;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && !with; i++)
         if (all[i] && all[i] != plan)
@@ -42,7 +44,7 @@ static col_status share_memory(col_lm_trainer *t, col_plan *plan, col_err *err)
     size_t before = col_plan_memory_bytes(with);
     col_status st = col_plan_share_memory(plan, with, err);
     if (st == COL_OK && col_plan_memory_bytes(with) > before) {
-        lmt_tier *tiers[] = {&t->tier, &t->etier, &t->ftier, &t->dec[0].tier, &t->dec[1].tier};
+        lmt_tier *tiers[] = {&t->tier, &t->etier, &t->ftier, &t->btier, &t->dec[0].tier, &t->dec[1].tier};
         for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
             lmt_tier_free(tiers[i]);
     }
@@ -79,7 +81,7 @@ static col_status build_train(col_lm_trainer *t, col_err *err)
     if (!t->g || !graph_arrays(t, &t->gg))
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     col_lm_build_opts o = {.batch = t->cfg.batch, .seq = t->cfg.seq, .with_loss = true, .training = true,
-                            .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed,
+                            .objective = t->cfg.objective, .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed,
                             .layer_lo = t->cfg.layer_lo, .layer_hi = t->cfg.layer_hi};
     lora_opts(t, &o);
     col_status st = col_lm_build(t->g, &t->cfg.model, &o, &t->gg, err);
@@ -100,49 +102,51 @@ static col_status build_train(col_lm_trainer *t, col_err *err)
 }
 
 /* the forward-only graph, built on first use for a given batch size: for
- * what the training graph cannot serve (forward_pass) */
-static col_status build_forward(col_lm_trainer *t, int batch, col_err *err)
+ * what the training graph cannot serve (forward_pass); base: the base model
+ * of a LoRA session, its adapters left out (a graph of its own) */
+static col_status build_forward(col_lm_trainer *t, int batch, bool base, col_err *err)
 {
-    if (t->fg && t->fbatch == batch)
+    col_graph **g = base ? &t->bg : &t->fg;
+    col_plan **plan = base ? &t->bplan : &t->fplan;
+    lmt_tier *tier = base ? &t->btier : &t->ftier;
+    col_lm_graph *gg = base ? &t->bgg : &t->fgg;
+    int *fb = base ? &t->bbatch : &t->fbatch;
+    if (*g && *fb == batch)
         return COL_OK;
-    lmt_tier_free(&t->ftier);
-    col_plan_free(t->fplan);
-    col_graph_free(t->fg);
-    graph_arrays_free(&t->fgg);
-    t->fplan = NULL;
-    t->fg = col_graph_new();
-    t->fbatch = batch;
-    if (!t->fg || !graph_arrays(t, &t->fgg))
+    lmt_tier_free(tier);
+    col_plan_free(*plan);
+    col_graph_free(*g);
+    graph_arrays_free(gg);
+    *plan = NULL;
+    *g = col_graph_new();
+    *fb = batch;
+    if (!*g || !graph_arrays(t, gg))
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
-    col_lm_build_opts o = {.batch = batch, .seq = t->cfg.seq, .with_loss = true, .training = false};
+    col_lm_build_opts o = {.batch = batch, .seq = t->cfg.seq, .with_loss = true, .training = false,
+                           .objective = t->cfg.objective};
     lora_opts(t, &o);
-    col_status st = col_lm_build(t->fg, &t->cfg.model, &o, &t->fgg, err);
+    if (base)
+        o.lora_of = NULL;
+    col_status st = col_lm_build(*g, &t->cfg.model, &o, gg, err);
     if (st == COL_OK) {
-        col_mark_output(t->fgg.loss);
-        col_mark_output(t->fgg.logits);
-        st = bind_params(t, &t->fgg, false, err);
+        col_mark_output(gg->loss);
+        col_mark_output(gg->logits);
+        st = bind_params(t, gg, false, err);
     }
     if (st == COL_OK)
-        st = col_plan_create_on(t->fg, t->be, &t->fplan, err);
+        st = col_plan_create_on(*g, t->be, plan, err);
     if (st == COL_OK)
-        st = share_memory(t, t->fplan, err);
+        st = share_memory(t, *plan, err);
     if (st != COL_OK) { /* rebuilt on the next call */
-        col_plan_free(t->fplan);
-        col_graph_free(t->fg);
-        graph_arrays_free(&t->fgg);
-        t->fplan = NULL;
-        t->fg = NULL;
+        col_plan_free(*plan);
+        col_graph_free(*g);
+        graph_arrays_free(gg);
+        *plan = NULL;
+        *g = NULL;
     }
     return st;
 }
 
-/* the session's forward pass for `batch` rows: the training graph's evaluation
- * plan when the shapes match, else the forward-only graph */
-typedef struct {
-    col_plan *plan;
-    col_lm_graph *gg;
-    lmt_tier *tier;
-} fwd_pass;
 
 /* the message of what a pipeline stage's session cannot do alone */
 static col_status stage_refuses(const col_lm_trainer *t, const char *what, col_err *err)
@@ -151,11 +155,18 @@ static col_status stage_refuses(const col_lm_trainer *t, const char *what, col_e
                        "through the pipeline (lm_pipeline.h)", what, t->cfg.layer_lo, t->cfg.layer_hi);
 }
 
-static col_status forward_pass(col_lm_trainer *t, int batch, fwd_pass *f, col_err *err)
+static col_status forward_pass(col_lm_trainer *t, int batch, lmt_fwd_pass *f, col_err *err)
+{
+    return lmt_forward_pass(t, batch, false, f, err);
+}
+
+col_status lmt_forward_pass(col_lm_trainer *t, int batch, bool base, lmt_fwd_pass *f, col_err *err)
 {
     if (lmt_partial(t))
         return stage_refuses(t, "evaluation", err);
-    if (t->g && batch == t->cfg.batch) {
+    if (base && !t->lora_of)
+        base = false; /* no adapters to leave out: the model is its base */
+    if (t->g && batch == t->cfg.batch && !base) {
         if (!t->eplan) {
             col_node *outs[2] = {t->gg.loss, t->gg.logits};
             col_status st = col_plan_create_for(t->g, t->be, outs, 2, &t->eplan, err);
@@ -168,12 +179,12 @@ static col_status forward_pass(col_lm_trainer *t, int batch, fwd_pass *f, col_er
             }
             col_plan_set_dropout(t->eplan, false);
         }
-        *f = (fwd_pass){t->eplan, &t->gg, &t->etier};
+        *f = (lmt_fwd_pass){t->eplan, &t->gg, &t->etier};
         return COL_OK;
     }
-    col_status st = build_forward(t, batch, err);
+    col_status st = build_forward(t, batch, base, err);
     if (st == COL_OK)
-        *f = (fwd_pass){t->fplan, &t->fgg, &t->ftier};
+        *f = base ? (lmt_fwd_pass){t->bplan, &t->bgg, &t->btier} : (lmt_fwd_pass){t->fplan, &t->fgg, &t->ftier};
     return st;
 }
 
@@ -192,6 +203,11 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     if (partial && (cfg->lora.rank > 0 || cfg->compute_dtype != COL_F32 || cfg->inference))
         return col_err_set(err, COL_EUNSUPPORTED, "a pipeline stage session (layers [%d, %d)) trains in f32 without "
                            "LoRA", cfg->layer_lo, cfg->layer_hi);
+    if (cfg->objective != COL_LM_OBJ_MEAN_CE && (partial || cfg->dp))
+        return col_err_set(err, COL_EUNSUPPORTED, "a session ending in values per token holds the whole model in one "
+                           "process (no pipeline stages, no data parallelism)");
+    if ((unsigned)cfg->objective > COL_LM_OBJ_VALUES)
+        return col_err_set(err, COL_EINVAL, "objective %d is not one of lm.h's", (int)cfg->objective);
     if (cfg->grad_accum < 0 || cfg->grad_accum > 65536)
         return col_err_set(err, COL_EINVAL, "gradient accumulation of %d micro-batches (1..65536)", cfg->grad_accum);
     if (be && be->mem && !cfg->compute_budget)
@@ -301,7 +317,7 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     if (st == COL_OK && cfg->compute_budget > 0) {
         if (!cfg->inference)
             st = mt_resident_create(t->pool, t->plan, cfg->compute_budget, &t->tier.res, err);
-        else if ((st = build_forward(t, 1, err)) == COL_OK)
+        else if ((st = build_forward(t, 1, false, err)) == COL_OK)
             st = mt_resident_create(t->pool, t->fplan, cfg->compute_budget, &t->ftier.res, err);
     }
     if (st != COL_OK) {
@@ -379,7 +395,7 @@ static col_status hlog_reserve(col_lm_trainer *t, size_t n, col_err *err)
 static col_status get_logits(col_lm_trainer *t, col_plan *plan, col_node *lg, size_t row, size_t rows,
                              const float **out, col_err *err)
 {
-    size_t v = (size_t)t->cfg.model.vocab_size, n = (row + rows) * v;
+    size_t v = (size_t)col_lm_out_width(&t->cfg.model), n = (row + rows) * v;
     if (!lmt_dev(t)) {
         *out = (const float *)col_plan_data(plan, lg) + row * v;
         return COL_OK;
@@ -408,6 +424,7 @@ void col_lm_trainer_free(col_lm_trainer *t)
     lmt_tier_free(&t->tier);
     lmt_tier_free(&t->etier);
     lmt_tier_free(&t->ftier);
+    lmt_tier_free(&t->btier);
     mt_stage_free(t->stage);
     mt_stage_free(t->view);
     free(t->ref);
@@ -418,6 +435,9 @@ void col_lm_trainer_free(col_lm_trainer *t)
     col_plan_free(t->fplan);
     col_graph_free(t->fg);
     graph_arrays_free(&t->fgg);
+    col_plan_free(t->bplan);
+    col_graph_free(t->bg);
+    graph_arrays_free(&t->bgg);
     mt_destroy(t->pool);
     lmt_mixed_free(t);
     lmt_dp_free(t);
@@ -431,11 +451,11 @@ void col_lm_trainer_free(col_lm_trainer *t)
 }
 
 /* the batch into the graph's inputs (a memcpy on a host plan) */
-static col_status load_batch(col_plan *plan, col_lm_graph *gg, const int32_t *ids, const int32_t *targets, int64_t n,
-                             col_err *err)
+col_status lmt_load_batch(col_plan *plan, col_lm_graph *gg, const int32_t *ids, const int32_t *targets, int64_t n,
+                          col_err *err)
 {
     col_status st = col_plan_upload(plan, gg->ids, ids, sizeof(int32_t) * (size_t)n, err);
-    if (st == COL_OK)
+    if (st == COL_OK && gg->targets) /* a value model's graph has none */
         st = col_plan_upload(plan, gg->targets, targets, sizeof(int32_t) * (size_t)n, err);
     return st;
 }
@@ -450,9 +470,12 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
         return col_err_set(err, COL_ESTATE, "this session was created for inference: it cannot train");
     if (lmt_partial(t))
         return stage_refuses(t, "training step", err);
+    if (t->cfg.objective != COL_LM_OBJ_MEAN_CE)
+        return col_err_set(err, COL_ESTATE, "training step: the session ends in values per token: train it with "
+                           "col_lm_trainer_backward_tokens");
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
-    col_status st = load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
+    col_status st = lmt_load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
     float seed = t->scale * weight;
     if (st == COL_OK)
         st = col_plan_upload(t->plan, t->seed, &seed, sizeof seed, err);
@@ -579,8 +602,11 @@ col_status col_lm_trainer_step(col_lm_trainer *t, const int32_t *ids, const int3
 col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, float *loss,
                                const float **logits, col_err *err)
 {
-    fwd_pass f;
+    lmt_fwd_pass f;
     float w = 1;
+    if (t->cfg.objective != COL_LM_OBJ_MEAN_CE)
+        return col_err_set(err, COL_ESTATE, "evaluation: the session ends in values per token: use "
+                           "col_lm_trainer_forward_tokens");
     col_status st = lmt_dp_need_params(t, err);
     if (st == COL_OK)
         st = lmt_dp_weights(t, targets, 1, &w, err);
@@ -588,7 +614,7 @@ col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int3
         st = forward_pass(t, t->cfg.batch, &f, err);
     if (st != COL_OK)
         return st;
-    st = load_batch(f.plan, f.gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
+    st = lmt_load_batch(f.plan, f.gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);
     if (st == COL_OK)
@@ -605,7 +631,7 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
 {
     if (n < 1 || n > t->cfg.seq)
         return col_err_set(err, COL_EINVAL, "sampling: %d context tokens (1..%d)", n, t->cfg.seq);
-    fwd_pass f;
+    lmt_fwd_pass f;
     col_status st = lmt_dp_need_params(t, err);
     if (st == COL_OK)
         st = forward_pass(t, 1, &f, err);
@@ -619,7 +645,7 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
         tg[i] = -1;
     }
     tg[0] = 0; /* the loss needs one counted row; its value is not used */
-    st = load_batch(f.plan, f.gg, ids, tg, t->cfg.seq, err);
+    st = lmt_load_batch(f.plan, f.gg, ids, tg, t->cfg.seq, err);
     free(ids);
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);

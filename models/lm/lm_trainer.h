@@ -79,6 +79,10 @@ typedef struct {
      * hidden states (its backward seeded with their gradient) unless layer_hi is n_layer. Such a session is
      * driven by lm_pipeline.c: col_lm_trainer_step, _grads, _eval and decoding refuse it. f32, no LoRA. */
     int layer_lo, layer_hi;
+    /* What the graphs end in (lm.h): the mean cross-entropy (the default), or one value per token for RLHF (see
+     * col_lm_trainer_forward_tokens below): the targets' log-probabilities (a policy), or a value model's values
+     * (model.value_head: a reward model or a critic). One process, the whole model. */
+    col_lm_objective objective;
 } col_lm_train_config;
 
 /* kinds of tensor memory, for nvme_kinds and host views */
@@ -274,6 +278,10 @@ col_status col_lm_trainer_load_adapter(col_lm_trainer *t, const char *dir, col_e
  * infinite are loaded as they are; report (if not NULL) says which
  * parameters hold them. */
 enum { COL_LOAD_IGNORE_EXTRA = 1u << 0 };
+/* A value model (model.value_head) from a language model's checkpoint: score.weight may be missing (the head then
+ * keeps its initialisation, N(0, 0.02) as transformers gives a new one) and the checkpoint's lm_head.weight is
+ * left out, as transformers' *ForSequenceClassification.from_pretrained does with a *ForCausalLM checkpoint. */
+enum { COL_LOAD_NEW_VALUE_HEAD = 1u << 1 };
 enum { COL_LM_LOAD_NAMES = 16, COL_LM_LOAD_NAME_MAX = 128 };
 typedef struct {
     int n_nonfinite; /* parameters holding NaN or Inf values after loading */
@@ -283,11 +291,33 @@ typedef struct {
     } nonfinite[COL_LM_LOAD_NAMES]; /* the first min(n_nonfinite, COL_LM_LOAD_NAMES), in parameter order */
     int n_extra;     /* tensors the model does not use, accepted under COL_LOAD_IGNORE_EXTRA */
     char extra[COL_LM_LOAD_NAMES][COL_LM_LOAD_NAME_MAX]; /* the first ones, in checkpoint order */
+    bool new_value_head;  /* COL_LOAD_NEW_VALUE_HEAD: the checkpoint had no score.weight (initialised instead) */
 } col_lm_load_report;
 col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigned flags, col_lm_load_report *report,
                                   col_err *err);
 /* = col_lm_trainer_load_ex(t, ck, 0, NULL, err) */
 col_status col_lm_trainer_load(col_lm_trainer *t, const col_ckpt *ck, col_err *err);
+
+/* Per-token objectives (cfg.objective COL_LM_OBJ_TOKEN_LOGPROB or COL_LM_OBJ_VALUES; lm_trainer_tokens.c). The
+ * graphs end in out [batch, seq]: log p(target) per token (0 where the target is -1), or a value model's value
+ * per token (targets unused, may be NULL). A caller computes its loss from them and that loss's derivative
+ * with respect to each, dout, which seeds the backward pass: the gradients are then exactly those of the loss.
+ * ids and targets are [batch, seq].
+ *   forward_tokens   out without gradients (dropout off); flags COL_LM_FWD_BASE: a LoRA session's base model,
+ *                    adapters left out (a frozen reference without a second copy; the model itself without LoRA)
+ *   zero_grads       starts a step: gradients to zero
+ *   backward_tokens  forward+backward seeded with dout, adding into the gradients (call it once per micro-batch
+ *                    with dout the derivative of the whole step's loss); out (may be NULL) receives the pass's
+ *                    out, the forward_tokens values when dropout is 0
+ *   apply            the optimizer step on the gradients so far (clipping, schedule, loss scaling as a step);
+ *                    loss is only reported in info */
+enum { COL_LM_FWD_BASE = 1u << 0 };
+col_status col_lm_trainer_forward_tokens(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, unsigned flags,
+                                         float *out, col_err *err);
+void col_lm_trainer_zero_grads(col_lm_trainer *t);
+col_status col_lm_trainer_backward_tokens(col_lm_trainer *t, const int32_t *ids, const int32_t *targets,
+                                          const float *dout, float *out, col_err *err);
+col_status col_lm_trainer_apply(col_lm_trainer *t, float loss, col_lm_step_info *info, col_err *err);
 
 /* Incremental decoding of one sequence with a key/value cache: reset with
  * the longest sequence wanted (<= the model's positions), then feed tokens

@@ -68,6 +68,14 @@ struct col_lm_trainer {
     lmt_tier ftier;
     col_lm_graph fgg;
     int fbatch;
+    /* LoRA: the base model's forward-only graph (adapters left out), for a frozen reference without a copy */
+    col_graph *bg;
+    col_plan *bplan;
+    lmt_tier btier;
+    col_lm_graph bgg;
+    int bbatch;
+    double tok_t0, tok_wait0; /* per-token objectives: when the step's first backward pass began (its clock) */
+    bool tok_started;
     int64_t step;
     /* decoding: one graph for the prompt, one for single tokens */
     struct dec_graph {
@@ -196,6 +204,17 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err);
  * else in place. */
 col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t reserve, col_err *err);
 void lmt_tier_free(lmt_tier *tier);
+/* A forward pass of `batch` rows, dropout off: the training graph's evaluation plan when the shapes match, else a
+ * forward-only graph; base: a LoRA session's base model (its adapters left out; the model itself without LoRA). */
+typedef struct {
+    col_plan *plan;
+    col_lm_graph *gg;
+    lmt_tier *tier;
+} lmt_fwd_pass;
+col_status lmt_forward_pass(col_lm_trainer *t, int batch, bool base, lmt_fwd_pass *f, col_err *err);
+/* ids and targets (n tokens each) into a graph's inputs; targets not when the graph has none (a value model) */
+col_status lmt_load_batch(col_plan *plan, col_lm_graph *gg, const int32_t *ids, const int32_t *targets, int64_t n,
+                          col_err *err);
 /* The optimizer step over the trained tensors when any of their parameter,
  * gradient or state chunks is on NVMe: gradients averaged over na
  * micro-batches, the global norm (clipped to clip when > 0) into *norm, the

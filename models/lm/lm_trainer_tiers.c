@@ -235,7 +235,7 @@ col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *er
 /* any existing compute tier of the session other than tier: the memory to share */
 static mt_resident *anchor(col_lm_trainer *t, const lmt_tier *tier)
 {
-    lmt_tier *all[] = {&t->tier, &t->etier, &t->ftier, &t->dec[0].tier, &t->dec[1].tier};
+    lmt_tier *all[] = {&t->tier, &t->etier, &t->ftier, &t->btier, &t->dec[0].tier, &t->dec[1].tier};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i] != tier && all[i]->res)
             return all[i]->res;
@@ -473,7 +473,7 @@ void col_lm_trainer_memory(const col_lm_trainer *t, col_lm_memory *m)
     bool dev = lmt_dev(t) != NULL;
     if (t->cfg.compute_budget && !dev)
         m->compute = t->cfg.compute_budget;
-    col_plan *plans[] = {t->plan, t->eplan, t->fplan, t->dec[0].plan, t->dec[1].plan};
+    col_plan *plans[] = {t->plan, t->eplan, t->fplan, t->bplan, t->dec[0].plan, t->dec[1].plan};
     size_t act = 0;
     for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) /* one arena when shared: the largest */
         act = plans[i] && col_plan_memory_bytes(plans[i]) > act ? col_plan_memory_bytes(plans[i]) : act;
@@ -484,7 +484,7 @@ void col_lm_trainer_memory(const col_lm_trainer *t, col_lm_memory *m)
                             : 0;
     }
     m->staging = mt_stage_limit(t->stage);
-    const lmt_tier *tiers[] = {&t->tier, &t->etier, &t->ftier, &t->dec[0].tier, &t->dec[1].tier};
+    const lmt_tier *tiers[] = {&t->tier, &t->etier, &t->ftier, &t->btier, &t->dec[0].tier, &t->dec[1].tier};
     for (size_t i = 0; dev && i < sizeof tiers / sizeof tiers[0]; i++)
         m->device_staging += tiers[i]->res ? largest_nvme_chunk(t) : 0;
     if (dev)
@@ -494,7 +494,7 @@ void col_lm_trainer_memory(const col_lm_trainer *t, col_lm_memory *m)
         m->merge = t->lora_of[i] >= 0 && b > m->merge ? b : m->merge;
     }
     m->convert = sizeof(float) * t->conv_n;
-    size_t nodes = graph_nodes(t->g) + graph_nodes(t->fg) + graph_nodes(t->dec[0].g) + graph_nodes(t->dec[1].g);
+    size_t nodes = graph_nodes(t->g) + graph_nodes(t->fg) + graph_nodes(t->bg) + graph_nodes(t->dec[0].g) + graph_nodes(t->dec[1].g);
     m->tables = nodes * TABLE_BYTES_PER_NODE + (size_t)mt_chunk_count(t->pool) * TABLE_BYTES_PER_CHUNK +
                 sizeof(col_param_spec) * (size_t)t->nt + RUNTIME_ALLOWANCE;
     m->overhead = m->activations + m->kv_cache + m->staging + m->device_staging + m->logits + m->merge + m->tables +

@@ -14,7 +14,7 @@ static bool final_norm(const col_lm_config *c) { return c->pre_ln; }
 
 static int opt_param_count(const col_lm_config *c)
 {
-    return 2 + (projected(c) ? 2 : 0) + PER_LAYER * c->n_layer + (final_norm(c) ? 2 : 0) + (c->tie_embeddings ? 0 : 1);
+    return 2 + (projected(c) ? 2 : 0) + PER_LAYER * c->n_layer + (final_norm(c) ? 2 : 0) + col_lm_own_head(c);
 }
 
 static int opt_embed_params(const col_lm_config *c) { return 2 + (projected(c) ? 1 : 0); }
@@ -48,8 +48,7 @@ static void opt_param_specs(const col_lm_config *c, col_param_spec *s)
     }
     if (projected(c))
         col_spec_set(&s[k++], "model.decoder.project_out.weight", E, C, COL_INIT_NORMAL);
-    if (!c->tie_embeddings)
-        col_spec_set(&s[k++], "lm_head.weight", c->vocab_size, E, COL_INIT_NORMAL);
+    col_lm_head_spec(c, s, k, E);
 }
 
 /* lp: k, v, q, out projections (weight, bias) */
@@ -117,7 +116,7 @@ static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_
         x = col_linear(g, col_lm_operand(g, x, p[k]), p[k], NULL);
         k++;
     }
-    col_node *head = c->tie_embeddings ? wte : p[k];
+    col_node *head = col_lm_own_head(c) ? p[k] : wte;
     int64_t flat[2] = {(int64_t)o->batch * o->seq, c->word_embed_proj_dim};
     return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
 }
