@@ -459,7 +459,8 @@ def make_ppo_adv():
     for B, T, kl_coef, gamma, lam, score_clip, whiten, kind in [
             (1, 6, 0.05, 1.0, 0.95, 0.0, True, "prefix"), (4, 8, 0.05, 1.0, 0.95, 0.0, True, "prefix"),
             (6, 12, 0.1, 0.99, 0.9, 2.0, True, "prefix"), (3, 5, 0.02, 0.9, 1.0, 0.0, False, "prefix"),
-            (4, 7, 0.05, 1.0, 0.95, 1.0, True, "hole"), (5, 3, 0.0, 1.0, 0.0, 0.0, True, "prefix")]:
+            (4, 7, 0.05, 1.0, 0.95, 1.0, True, "hole"), (5, 3, 0.0, 1.0, 0.0, 0.0, True, "prefix"),
+            (4, 6, 0.0, 1.0, 0.95, 0.0, True, "small")]:
         mask = prefix_mask(rng, B, T)
         if kind == "hole":
             mask[:, :] = 1
@@ -468,6 +469,8 @@ def make_ppo_adv():
         ref = f32(old + rng.normal(0, 0.3, (B, T)))
         vals = f32(rng.normal(0, 1, (B, T)))
         scores = f32(rng.normal(0, 2, B))
+        if kind == "small":  # advantages of ~1e-2: the whitening's 1e-8 under the square root shows
+            vals, scores = f32(vals * 0.01), f32(scores * 0.01)
         t = lambda a: torch.tensor(a.astype(np.float64))  # noqa: E731
         rw, adv, ret, stats = ppo_ref.rewards_advantages(t(old), t(ref), t(vals), torch.tensor(mask), t(scores),
                                                          kl_coef, gamma, lam, score_clip, whiten)
