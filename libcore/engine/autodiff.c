@@ -28,6 +28,7 @@ col_backward_fn col_backward_of(col_op op)
     case COL_OP_ROPE: return col_bwd_rope;
     case COL_OP_ATTENTION: return col_bwd_attention;
     case COL_OP_CROSS_ENTROPY: return col_bwd_cross_entropy;
+    case COL_OP_TOKEN_LOGPROB: return col_bwd_token_logprob;
     case COL_OP_DROPOUT: return col_bwd_dropout;
     case COL_OP_CONV2D: return col_bwd_conv2d;
     case COL_OP_UPSAMPLE_NEAREST: return col_bwd_upsample;

@@ -84,6 +84,7 @@ void col_bwd_norm(col_graph *g, col_node *n, col_node *d);    /* layernorm, rmsn
 void col_bwd_embedding(col_graph *g, col_node *n, col_node *d);
 void col_bwd_rope(col_graph *g, col_node *n, col_node *d);
 void col_bwd_cross_entropy(col_graph *g, col_node *n, col_node *d);
+void col_bwd_token_logprob(col_graph *g, col_node *n, col_node *d);
 /* ops_attention_bwd.c */
 void col_bwd_attention(col_graph *g, col_node *n, col_node *d);
 /* ops_image_bwd.c */

@@ -27,6 +27,7 @@ const char *col_op_name(col_op op)
         [COL_OP_CONV2D] = "conv2d", [COL_OP_CONV2D_BWD_DATA] = "conv2d_bwd_data",
         [COL_OP_CONV2D_BWD_FILTER] = "conv2d_bwd_filter", [COL_OP_UPSAMPLE_NEAREST] = "upsample_nearest",
         [COL_OP_UPSAMPLE_NEAREST_BWD] = "upsample_nearest_bwd", [COL_OP_EXTERN] = "extern",
+        [COL_OP_TOKEN_LOGPROB] = "token_logprob", [COL_OP_TOKEN_LOGPROB_BWD] = "token_logprob_bwd",
     };
     if ((unsigned)op < COL_OP_COUNT && names[op])
         return names[op];

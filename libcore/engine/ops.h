@@ -82,6 +82,11 @@ typedef enum {
     COL_OP_UPSAMPLE_NEAREST_BWD, /* src0 = dy [B,C,sH,sW]; i[0] = s; out dx [B,C,H,W]: each s x s block's sum */
     COL_OP_EXTERN,         /* the caller's function (node->ext_fn, ext_user; col_extern below), called by the
                               plan runner itself: no backend has a kernel for it. Sources contiguous */
+    COL_OP_TOKEN_LOGPROB,  /* src0 = logits [N,V], src1 = targets (i32/i64) [N]; i[0] = ignore_index;
+                              out: the targets' shape (N elements), log_softmax(row)[target], 0 where ignored;
+                              extra: per-row logsumexp [N] f32 (0 where ignored) */
+    COL_OP_TOKEN_LOGPROB_BWD, /* src0 = logits, src1 = targets, src2 = token_logprob node, src3 = d [N];
+                              out [N,V]: d[r] (onehot(target) - softmax(row)), 0 rows where ignored */
 
     COL_OP_COUNT
 } col_op;
@@ -174,6 +179,12 @@ struct col_node *col_arange(struct col_graph *g, struct col_node *start, int64_t
  * read at run time; the kernel checks start+T <= S) and returns the cache. */
 struct col_node *col_kv_write(struct col_graph *g, struct col_node *cache, struct col_node *x, struct col_node *start);
 struct col_node *col_cross_entropy(struct col_graph *g, struct col_node *logits, struct col_node *targets,
+                                   int64_t ignore_index);
+/* log p(target) per row: logits [..., V] f32, targets (i32/i64) [...] -> f32 [...] (the targets' shape);
+ * log_softmax(logits)[target], and 0 where target == ignore_index. Its gradient, for an upstream d [...]:
+ * dlogits = d * (onehot(target) - softmax(logits)) per row, 0 rows where ignored. Out-of-range targets
+ * (not ignore_index) fail at run time like cross_entropy's. */
+struct col_node *col_token_logprob(struct col_graph *g, struct col_node *logits, struct col_node *targets,
                                    int64_t ignore_index);
 struct col_node *col_dropout(struct col_graph *g, struct col_node *x, float p, uint64_t seed);
 struct col_node *col_matmul(struct col_graph *g, struct col_node *a, struct col_node *b);

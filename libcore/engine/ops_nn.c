@@ -1,5 +1,6 @@
 /* ops_nn.c - transformer pieces: token embedding, rotary position embedding
- * (RoPE) and fused cross-entropy; their gradients are in ops_nn_bwd.c.
+ * (RoPE), fused cross-entropy and per-token log-probabilities; their
+ * gradients are in ops_nn_bwd.c.
  *
  * Kernels are in cpu_nn.c. Integer sources (token ids, positions, targets)
  * are made contiguous here so the kernels can index them flat. */
@@ -119,28 +120,28 @@ col_node *col_rope(col_graph *g, col_node *x, col_node *pos, const col_rope_cfg 
  * counted rows as an int64 at an 8-byte aligned offset. */
 static size_t ce_count_offset(int64_t N) { return ((size_t)N * sizeof(float) + 7) & ~(size_t)7; }
 
-/* logits: [..., V] f32, targets: [...] i32/i64 -> scalar. Class dim last
- * (like F.cross_entropy(logits.view(-1, V), targets.view(-1))). Rows whose
- * target is ignore_index do not count; if every row is ignored the mean is
- * 0/0 = NaN, as in PyTorch. */
-col_node *col_cross_entropy(col_graph *g, col_node *logits, col_node *targets, int64_t ignore_index)
+/* logits [..., V] f32 and targets [...] i32/i64 of the same leading dims, for op (cross_entropy,
+ * token_logprob); false with the graph's error set if not */
+static bool check_logits_targets(col_graph *g, const char *op, const col_node *logits, const col_node *targets)
 {
-    if (!logits || !targets)
-        return NULL;
     char b1[96], b2[96];
-    if (!col_check(g, logits->t.dtype == COL_F32, COL_EDTYPE, "cross_entropy: logits must be f32, got %s",
+    if (!col_check(g, logits->t.dtype == COL_F32, COL_EDTYPE, "%s: logits must be f32, got %s", op,
                    col_dtype_name(logits->t.dtype)) ||
-        !col_check(g, is_index_dtype(targets->t.dtype), COL_EDTYPE, "cross_entropy: targets must be i32 or i64, got %s",
+        !col_check(g, is_index_dtype(targets->t.dtype), COL_EDTYPE, "%s: targets must be i32 or i64, got %s", op,
                    col_dtype_name(targets->t.dtype)) ||
-        !col_check(g, logits->t.ndim >= 1, COL_ESHAPE, "cross_entropy: logits must have a class dim, got a scalar"))
-        return NULL;
+        !col_check(g, logits->t.ndim >= 1, COL_ESHAPE, "%s: logits must have a class dim, got a scalar", op))
+        return false;
     bool same = targets->t.ndim == logits->t.ndim - 1;
     for (int i = 0; same && i < targets->t.ndim; i++)
         same = targets->t.shape[i] == logits->t.shape[i];
-    if (!col_check(g, same, COL_ESHAPE, "cross_entropy: targets %s do not match logits %s (expected logits [..., V], "
-                   "targets [...])",
-                   col_shape_str(&targets->t, b1, sizeof b1), col_shape_str(&logits->t, b2, sizeof b2)))
-        return NULL;
+    return col_check(g, same, COL_ESHAPE, "%s: targets %s do not match logits %s (expected logits [..., V], "
+                     "targets [...])", op,
+                     col_shape_str(&targets->t, b1, sizeof b1), col_shape_str(&logits->t, b2, sizeof b2));
+}
+
+/* logits as contiguous [N, V] and targets as contiguous [N] into src[0..1]; false on a graph error */
+static bool rows_of(col_graph *g, col_node *logits, col_node *targets, col_node **src)
+{
     int64_t V = logits->t.shape[logits->t.ndim - 1];
     int64_t N = col_numel(&targets->t);
     if (logits->t.ndim != 2) {
@@ -148,8 +149,22 @@ col_node *col_cross_entropy(col_graph *g, col_node *logits, col_node *targets, i
         logits = col_reshape(g, logits, 2, s2);
         targets = col_reshape(g, targets, 1, &N);
     }
-    col_node *src[2] = {col_contiguous(g, logits), col_contiguous(g, targets)};
-    if (!src[0] || !src[1])
+    src[0] = col_contiguous(g, logits);
+    src[1] = col_contiguous(g, targets);
+    return src[0] && src[1];
+}
+
+/* logits: [..., V] f32, targets: [...] i32/i64 -> scalar. Class dim last
+ * (like F.cross_entropy(logits.view(-1, V), targets.view(-1))). Rows whose
+ * target is ignore_index do not count; if every row is ignored the mean is
+ * 0/0 = NaN, as in PyTorch. */
+col_node *col_cross_entropy(col_graph *g, col_node *logits, col_node *targets, int64_t ignore_index)
+{
+    if (!logits || !targets || !check_logits_targets(g, "cross_entropy", logits, targets))
+        return NULL;
+    int64_t N = col_numel(&targets->t);
+    col_node *src[2];
+    if (!rows_of(g, logits, targets, src))
         return NULL;
     col_node *n = col_new_node(g, COL_OP_CROSS_ENTROPY, COL_F32, 0, NULL, 2, src);
     if (!n)
@@ -157,6 +172,31 @@ col_node *col_cross_entropy(col_graph *g, col_node *logits, col_node *targets, i
     n->p.i[0] = ignore_index;
     n->p.i[1] = (int64_t)ce_count_offset(N); /* byte offset of the count in the extra area */
     n->extra_bytes = ce_count_offset(N) + sizeof(int64_t);
+    return n;
+}
+
+/* ---- per-token log-probabilities ---- */
+
+/* logits: [..., V] f32, targets: [...] i32/i64 -> f32 [...] (the targets' shape):
+ * log_softmax(logits)[target] (torch: log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0]),
+ * 0 where target == ignore_index. One node over rows [N, V]; the extra area keeps
+ * each row's logsumexp for the backward. */
+col_node *col_token_logprob(col_graph *g, col_node *logits, col_node *targets, int64_t ignore_index)
+{
+    if (!logits || !targets || !check_logits_targets(g, "token_logprob", logits, targets))
+        return NULL;
+    int64_t N = col_numel(&targets->t);
+    int nd = targets->t.ndim;
+    int64_t shape[COL_MAX_DIMS];
+    memcpy(shape, targets->t.shape, sizeof(int64_t) * (size_t)nd);
+    col_node *src[2];
+    if (!rows_of(g, logits, targets, src))
+        return NULL;
+    col_node *n = col_new_node(g, COL_OP_TOKEN_LOGPROB, COL_F32, nd, shape, 2, src);
+    if (!n)
+        return NULL;
+    n->p.i[0] = ignore_index;
+    n->extra_bytes = sizeof(float) * (size_t)N;
     return n;
 }
 

@@ -1,5 +1,6 @@
 /* cpu_nn.c - CPU kernels: embedding (+ its dense scatter-add gradient),
- * rotary position embedding, fused cross-entropy (+ its gradient).
+ * rotary position embedding, fused cross-entropy and per-token
+ * log-probabilities (+ their gradients).
  *
  * Every output element has one owning thread and a fixed summation order,
  * so results do not depend on the number of threads. */
@@ -183,6 +184,26 @@ static float row_logsumexp(const float *x, int64_t V)
     return (float)((double)m + log(s));
 }
 
+/* every target of [N] is ign or in [0, V); *count: the rows not ignored */
+static col_status check_targets(const char *op, const col_tensor *tt, int64_t V, int64_t ign, int64_t *count,
+                                col_err *err)
+{
+    int64_t N = col_numel(tt), c = 0;
+    for (int64_t r = 0; r < N; r++) {
+        int64_t t = index_at(tt, r);
+        if (t == ign)
+            continue;
+        if (t < 0 || t >= V)
+            return col_err_set(err, COL_EINVAL,
+                               "%s: target %lld at row %lld is outside the classes (0..%lld) and is not "
+                               "ignore_index (%lld)",
+                               op, (long long)t, (long long)r, (long long)(V - 1), (long long)ign);
+        c++;
+    }
+    *count = c;
+    return COL_OK;
+}
+
 /* logits [N, V], targets [N] -> mean over counted rows of lse - x[target];
  * extra: lse [N] f32, count (int64 at byte offset p.i[1]) */
 static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err *err)
@@ -192,17 +213,9 @@ static col_status k_cross_entropy(const col_node *n, const col_exec *ex, col_err
     const float *x = lt->data;
     float *lse = col_extra(n);
     int64_t count = 0;
-    for (int64_t r = 0; r < N; r++) {
-        int64_t t = index_at(tt, r);
-        if (t == ign)
-            continue;
-        if (t < 0 || t >= V)
-            return col_err_set(err, COL_EINVAL,
-                               "cross_entropy: target %lld at row %lld is outside the classes (0..%lld) and is not "
-                               "ignore_index (%lld)",
-                               (long long)t, (long long)r, (long long)(V - 1), (long long)ign);
-        count++;
-    }
+    col_status st = check_targets("cross_entropy", tt, V, ign, &count, err);
+    if (st != COL_OK)
+        return st;
 #pragma omp parallel for schedule(static) if (N * V > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < N; r++)
         lse[r] = index_at(tt, r) == ign ? 0.0f : row_logsumexp(x + r * V, V);
@@ -247,6 +260,60 @@ static col_status k_cross_entropy_bwd(const col_node *n, const col_exec *ex, col
     return COL_OK;
 }
 
+/* ---- per-token log-probabilities ---- */
+
+/* logits [N, V], targets [N] -> out [N] = x[target] - lse (0 where ignored); extra: lse [N] f32 */
+static col_status k_token_logprob(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_tensor *lt = &n->src[0]->t, *tt = &n->src[1]->t;
+    int64_t N = lt->shape[0], V = lt->shape[1], ign = n->p.i[0], count;
+    col_status st = check_targets("token_logprob", tt, V, ign, &count, err);
+    if (st != COL_OK)
+        return st;
+    const float *x = lt->data;
+    float *out = n->t.data, *lse = col_extra(n);
+#pragma omp parallel for schedule(static) if (N * V > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
+    for (int64_t r = 0; r < N; r++) {
+        int64_t t = index_at(tt, r);
+        if (t == ign) {
+            lse[r] = 0.0f;
+            out[r] = 0.0f;
+            continue;
+        }
+        float l = row_logsumexp(x + r * V, V);
+        lse[r] = l;
+        out[r] = x[r * V + t] - l;
+    }
+    return COL_OK;
+}
+
+/* dlogits [N, V] = d[r] (onehot(target) - softmax(row)); ignored rows (and, never reached after the forward's
+ * check, out-of-range targets) 0 */
+static col_status k_token_logprob_bwd(const col_node *n, const col_exec *ex, col_err *err)
+{
+    (void)err;
+    const col_tensor *lt = &n->src[0]->t, *tt = &n->src[1]->t;
+    int64_t N = lt->shape[0], V = lt->shape[1], ign = n->p.i[0];
+    const float *x = lt->data, *lse = col_extra(n->src[2]), *d = n->src[3]->t.data;
+    float *out = n->t.data;
+#pragma omp parallel for schedule(static) if (N * V > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
+    for (int64_t r = 0; r < N; r++) {
+        float *o = out + r * V;
+        int64_t t = index_at(tt, r);
+        if (t == ign || t < 0 || t >= V) {
+            memset(o, 0, sizeof(float) * (size_t)V);
+            continue;
+        }
+        const float *xr = x + r * V;
+        float l = lse[r], g = d[r];
+#pragma omp simd
+        for (int64_t j = 0; j < V; j++)
+            o[j] = -(expf(xr[j] - l) * g);
+        o[t] += g;
+    }
+    return COL_OK;
+}
+
 void col_cpu_register_nn(col_backend *be)
 {
     be->kernel[COL_OP_EMBEDDING] = k_embedding;
@@ -254,4 +321,6 @@ void col_cpu_register_nn(col_backend *be)
     be->kernel[COL_OP_ROPE] = k_rope;
     be->kernel[COL_OP_CROSS_ENTROPY] = k_cross_entropy;
     be->kernel[COL_OP_CROSS_ENTROPY_BWD] = k_cross_entropy_bwd;
+    be->kernel[COL_OP_TOKEN_LOGPROB] = k_token_logprob;
+    be->kernel[COL_OP_TOKEN_LOGPROB_BWD] = k_token_logprob_bwd;
 }

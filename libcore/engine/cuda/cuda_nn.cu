@@ -1,5 +1,5 @@
 /* cuda_nn.cu - CUDA kernels: embedding (+ its gradient), fused
- * cross-entropy (+ its gradient).
+ * cross-entropy and per-token log-probabilities (+ their gradients).
  *
  * Token ids and targets are checked on the device without stopping the
  * host: a bad one is reported as COL_EINVAL with the CPU kernel's message at
@@ -255,6 +255,21 @@ static col_status k_embedding_bwd(const col_node *n, const col_exec *ex, col_err
 
 /* ---- cross-entropy ---- */
 
+/* logsumexp of the row xr [V], by the whole block (every thread gets it; shf, shd: 32 slots of shared memory) */
+__device__ __forceinline__ float row_lse(const float *__restrict__ xr, int64_t V, float *shf, double *shd)
+{
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+        m = xr[j] > m ? xr[j] : m;
+    m = cu_block_max(m, shf);
+    double s = 0.0;
+    if (m != -INFINITY)
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+            s += (double)expf(xr[j] - m);
+    s = cu_block_sum(s, shd);
+    return (float)((double)m + log(s));
+}
+
 /* lse[r] = logsumexp(x[r, :]) (0 for ignored rows) */
 __global__ void k_ce_lse(float *__restrict__ lse, const float *__restrict__ x, const void *tg, int i64, int64_t N,
                          int64_t V, int64_t ign)
@@ -267,18 +282,9 @@ __global__ void k_ce_lse(float *__restrict__ lse, const float *__restrict__ x, c
                 lse[r] = 0.0f;
             continue;
         }
-        const float *xr = x + r * V;
-        float m = -INFINITY;
-        for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
-            m = xr[j] > m ? xr[j] : m;
-        m = cu_block_max(m, shf);
-        double s = 0.0;
-        if (m != -INFINITY)
-            for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
-                s += (double)expf(xr[j] - m);
-        s = cu_block_sum(s, shd);
+        float l = row_lse(x + r * V, V, shf, shd);
         if (threadIdx.x == 0)
-            lse[r] = (float)((double)m + log(s));
+            lse[r] = l;
     }
 }
 
@@ -390,10 +396,78 @@ static col_status k_cross_entropy_bwd(const col_node *n, const col_exec *ex, col
     return cu_launch(err, "cross_entropy_bwd");
 }
 
+/* ---- per-token log-probabilities ---- */
+
+/* a block per row: lse[r] = logsumexp(x[r, :]), out[r] = x[r, target] - lse[r]; ignored rows 0, 0; a bad
+ * target (reported at the sync) gives out 0 */
+__global__ void k_tlp(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ x, const void *tg,
+                      int i64, int64_t N, int64_t V, int64_t ign)
+{
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
+        int64_t t = index_at(tg, i64, r);
+        if (t == ign) {
+            if (threadIdx.x == 0)
+                lse[r] = out[r] = 0.0f;
+            continue;
+        }
+        float l = row_lse(x + r * V, V, shf, shd);
+        if (threadIdx.x == 0) {
+            lse[r] = l;
+            out[r] = t >= 0 && t < V ? x[r * V + t] - l : 0.0f;
+        }
+    }
+}
+
+static col_status k_token_logprob(const col_node *n, const col_exec *ex, col_err *err)
+{
+    col_cuda_ctx *c = cu_ctx(ex);
+    const col_tensor *lt = &n->src[0]->t, *tt = &n->src[1]->t;
+    int64_t N = lt->shape[0], V = lt->shape[1], ign = n->p.i[0];
+    col_status st = check_ids(c, tt, V, true, ign, err, "token_logprob");
+    if (st != COL_OK || N == 0)
+        return st;
+    int64_t cap = (int64_t)c->sm_count * 64;
+    CU_LAUNCH(k_tlp, (unsigned)(N < cap ? N : cap), cu_row_threads(V), 0, c->stream)(
+        (float *)n->t.data, (float *)col_extra(n), (const float *)lt->data, tt->data, tt->dtype == COL_I64, N, V, ign);
+    return cu_launch(err, "token_logprob");
+}
+
+/* dlogits [N, V] = d[r] (onehot(target) - softmax(row)); ignored rows and bad targets 0 */
+__global__ void k_tlp_bwd(float *__restrict__ out, const float *__restrict__ x, const float *__restrict__ lse,
+                          const float *__restrict__ d, const void *tg, int i64, int64_t N, int64_t V, int64_t ign)
+{
+    CU_GRID_LOOP(i, N * V) {
+        int64_t r = i / V, j = i % V, t = index_at(tg, i64, r);
+        if (t == ign || t < 0 || t >= V) {
+            out[i] = 0.0f;
+            continue;
+        }
+        float g = d[r], o = -__fmul_rn(expf(x[i] - lse[r]), g);
+        out[i] = j == t ? __fadd_rn(o, g) : o;
+    }
+}
+
+static col_status k_token_logprob_bwd(const col_node *n, const col_exec *ex, col_err *err)
+{
+    const col_cuda_ctx *c = cu_ctx(ex);
+    const col_tensor *lt = &n->src[0]->t, *tt = &n->src[1]->t;
+    int64_t N = lt->shape[0], V = lt->shape[1];
+    if (N * V == 0)
+        return COL_OK;
+    CU_LAUNCH(k_tlp_bwd, cu_blocks(c, N * V), CU_THREADS, 0, c->stream)(
+        (float *)n->t.data, (const float *)lt->data, (const float *)col_extra(n->src[2]),
+        (const float *)n->src[3]->t.data, tt->data, tt->dtype == COL_I64, N, V, n->p.i[0]);
+    return cu_launch(err, "token_logprob_bwd");
+}
+
 void cu_register_nn(col_backend *be)
 {
     be->kernel[COL_OP_EMBEDDING] = k_embedding;
     be->kernel[COL_OP_EMBEDDING_BWD] = k_embedding_bwd;
     be->kernel[COL_OP_CROSS_ENTROPY] = k_cross_entropy;
     be->kernel[COL_OP_CROSS_ENTROPY_BWD] = k_cross_entropy_bwd;
+    be->kernel[COL_OP_TOKEN_LOGPROB] = k_token_logprob;
+    be->kernel[COL_OP_TOKEN_LOGPROB_BWD] = k_token_logprob_bwd;
 }
