@@ -250,7 +250,7 @@ static void run_case(tcase *c)
         }
         col_dtype dt = n->op == COL_OP_KV_WRITE ? n->src[0]->t.dtype : n->t.dtype;
         int64_t num = (int64_t)(bytes[id] / col_dtype_size(dt));
-        if (n->extra_bytes) /* cross_entropy: loss, lse [N] f32, count i64 */
+        if (n->extra_bytes) /* cross_entropy: loss, lse [N] f32, count i64; attention, token_logprob: lse f32 */
             num = col_numel(&n->t);
         if (dt == COL_F32) {
             double w = compare_f32(back, host[id], num);
@@ -265,7 +265,8 @@ static void run_case(tcase *c)
             }
             if (n->op == COL_OP_EMBEDDING_BWD && memcmp(back, host[id], (size_t)num * sizeof(float)) != 0)
                 w = INFINITY; /* each element summed in row order, as on the CPU: the same bits */
-            if (n->op == COL_OP_ATTENTION) { /* and the logsumexp [B,Hq,T] saved for the backward */
+            /* and the logsumexp saved for the backward: attention [B,Hq,T], token_logprob [N] */
+            if (n->op == COL_OP_ATTENTION || n->op == COL_OP_TOKEN_LOGPROB) {
                 size_t off = col_extra_offset(n);
                 double w2 = compare_f32((float *)((char *)back + off), (float *)((char *)host[id] + off),
                                         (int64_t)(n->extra_bytes / sizeof(float)));

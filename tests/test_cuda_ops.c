@@ -10,8 +10,8 @@
  * its result is compared with the CPU's (f32: |d - c| <= tol (|c| + mean |c|),
  * tol 1e-5, TF32 matmul 2e-3; other dtypes bitwise); the harness is
  * tests/cuda_opcase.h (tests/test_cuda_image_ops.c uses it too). Also: bad ids,
- * targets and cache positions give COL_EINVAL at the next synchronisation,
- * an impossible allocation COL_ENOMEM.
+ * targets (cross_entropy, token_logprob) and cache positions give COL_EINVAL
+ * at the next synchronisation, an impossible allocation COL_ENOMEM.
  *
  * Without a CUDA device it prints "1..0 # SKIP ..." and passes.
  * Run alone: make tests/test_cuda_ops && ./tests/test_cuda_ops */
@@ -306,6 +306,25 @@ static void case_cross_entropy(col_dtype tdt, int64_t N, int64_t V)
     finish(&c);
 }
 
+/* token_logprob of logits [B, T, V] with two ignored targets; the backward of sum(y * r) */
+static void case_token_logprob(col_dtype tdt, int64_t B, int64_t T, int64_t V)
+{
+    char name[80];
+    snprintf(name, sizeof name, "token_logprob %s [%lld,%lld,%lld]", col_dtype_name(tdt), (long long)B, (long long)T,
+             (long long)V);
+    tcase c = begin(name, TOL);
+    int64_t sl[3] = {B, T, V}, st[2] = {B, T}, N = B * T;
+    col_node *x = param(&c, "logits", 3, sl, R_NORMAL);
+    col_node *t = input(&c, "targets", tdt, 2, st, R_NORMAL, V, false);
+    for (int64_t r = 0; r < N; r += N > 2 ? N - 2 : 1) /* rows 0 and N - 2 */
+        if (tdt == COL_I64)
+            ((int64_t *)t->bound)[r] = -100;
+        else
+            ((int32_t *)t->bound)[r] = -100;
+    backward_of(&c, col_token_logprob(c.g, x, t, -100));
+    finish(&c);
+}
+
 static void case_data_movement(void)
 {
     tcase c = begin("concat/slice/arange/kv_write", TOL);
@@ -495,6 +514,7 @@ static void case_errors(void)
     col_node *t = col_input(g, "t", COL_I32, 1, &n);
     col_node *lg = col_input(g, "lg", COL_F32, 2, (int64_t[]){4, 5});
     col_node *ce = col_cross_entropy(g, lg, t, -1);
+    col_node *tl = col_token_logprob(g, lg, t, -1);
     col_node *eb = NULL; /* embedding_bwd, from the graph's backward */
     if (e && col_graph_backward(g, col_sum(g, e, 3u, 0), &err) == COL_OK)
         for (int i = 0; i < col_graph_count(g); i++)
@@ -514,8 +534,9 @@ static void case_errors(void)
     for (int i = 0; i < 4; i++)
         hnew[i] = -1.0f - (float)i;
     void *dw = NULL, *dids = NULL, *de = NULL, *dt = NULL, *dl = NULL, *dce = NULL, *ddy = NULL, *deb = NULL;
-    void *dcache = NULL, *dnew = NULL, *dstart = NULL;
-    bool ok = e && ce && eb && kv && col_cuda_alloc(&gpu, sizeof hw, &dw, &err) == COL_OK &&
+    void *dcache = NULL, *dnew = NULL, *dstart = NULL, *dtl = NULL;
+    bool ok = e && ce && tl && eb && kv && col_cuda_alloc(&gpu, sizeof hw, &dw, &err) == COL_OK &&
+              col_cuda_alloc(&gpu, 256, &dtl, &err) == COL_OK &&
               col_cuda_alloc(&gpu, 64, &dids, &err) == COL_OK && col_cuda_alloc(&gpu, 256, &de, &err) == COL_OK &&
               col_cuda_alloc(&gpu, 64, &dt, &err) == COL_OK && col_cuda_alloc(&gpu, 128, &dl, &err) == COL_OK &&
               col_cuda_alloc(&gpu, 256, &dce, &err) == COL_OK && col_cuda_alloc(&gpu, 64, &ddy, &err) == COL_OK &&
@@ -566,6 +587,20 @@ static void case_errors(void)
               "cross_entropy: the bad row adds nothing: loss %g, ln 5 over the good rows", (double)loss);
         col_err_clear(&e2);
         TL_OK(col_cuda_sync(&gpu, &e2) == COL_OK, "the next sync is clean: %s", e2.msg);
+        /* token_logprob, the same targets: rows 0 and 3 ln(1/5) (zero logits), the ignored and the bad row 0 */
+        tl->t.data = dtl;
+        st = gpu.kernel[COL_OP_TOKEN_LOGPROB](tl, &ex, &e2);
+        TL_OK(st == COL_OK, "token_logprob: a bad target is queued: %s", e2.msg);
+        float lp[4] = {1, 1, 1, 1};
+        st = col_cuda_to_host(&gpu, lp, dtl, sizeof lp, &e2);
+        TL_OK(st == COL_EINVAL &&
+                  strstr(e2.msg, "token_logprob: target 9 at row 2 is outside the classes (0..4) and is not ignore_index (-1)"),
+              "token_logprob: bad target is COL_EINVAL at a copy to the host: %s", e2.msg);
+        TL_OK(fabsf(lp[0] + logf(5.0f)) < 1e-6f && lp[1] == 0.0f && lp[2] == 0.0f && fabsf(lp[3] + logf(5.0f)) < 1e-6f,
+              "token_logprob: -ln 5, 0 (ignored), 0 (the bad row), -ln 5: %g %g %g %g", (double)lp[0], (double)lp[1],
+              (double)lp[2], (double)lp[3]);
+        col_err_clear(&e2);
+        TL_OK(col_cuda_sync(&gpu, &e2) == COL_OK, "the next sync is clean: %s", e2.msg);
         st = gpu.kernel[COL_OP_EMBEDDING_BWD](eb, &ex, &e2);
         if (st == COL_OK)
             st = col_cuda_sync(&gpu, &e2);
@@ -611,7 +646,7 @@ static void case_errors(void)
     col_cuda_free(&gpu, dw), col_cuda_free(&gpu, dids), col_cuda_free(&gpu, de);
     col_cuda_free(&gpu, dt), col_cuda_free(&gpu, dl), col_cuda_free(&gpu, dce);
     col_cuda_free(&gpu, ddy), col_cuda_free(&gpu, deb), col_cuda_free(&gpu, dcache);
-    col_cuda_free(&gpu, dnew), col_cuda_free(&gpu, dstart);
+    col_cuda_free(&gpu, dnew), col_cuda_free(&gpu, dstart), col_cuda_free(&gpu, dtl);
     col_graph_free(g);
 }
 
@@ -668,6 +703,9 @@ int main(void)
     case_cross_entropy(COL_I64, 9, 13);
     case_cross_entropy(COL_I32, 5, 3001);
     case_cross_entropy(COL_I64, 2500, 7); /* the loss in two passes: 2 parts */
+    case_token_logprob(COL_I64, 2, 5, 13);
+    case_token_logprob(COL_I32, 1, 5, 3001);
+    case_token_logprob(COL_I64, 3, 900, 7); /* more rows than the grid's blocks */
     case_data_movement();
     case_rope(2, 3, 17, 64, 0, false, false, 10000.0f, false, 4096);
     case_rope(2, 4, 9, 128, 64, true, true, 500000.0f, true, 131072);
