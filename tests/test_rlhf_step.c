@@ -14,6 +14,7 @@
 #endif
 
 enum { SEQ = 32 };
+static col_backend be;
 static const double TOL = 1e-5; /* the bound: max |ours - TRL| / max |TRL| per tensor, and the loss */
 
 static col_ckpt *open_ref(const char *name)
@@ -58,7 +59,7 @@ static col_lm_trainer *session(const char *dir, int batch, bool inference, col_l
                               .opt = col_opt_defaults(COL_OPT_ADAMW), .inference = inference};
     tc.lr = (col_lr_sched){.kind = COL_LR_CONSTANT, .lr_max = 1e-3f, .total_steps = 10};
     col_lm_trainer *t = NULL;
-    if (col_lm_trainer_create(&tc, NULL, &t, &err) != COL_OK || col_lm_trainer_load(t, src->weights, &err) != COL_OK) {
+    if (col_lm_trainer_create(&tc, &be, &t, &err) != COL_OK || col_lm_trainer_load(t, src->weights, &err) != COL_OK) {
         printf("# %s: %s\n", dir, err.msg);
         col_lm_trainer_free(t);
         return NULL;
@@ -378,11 +379,13 @@ out:
 int main(void)
 {
     const int32_t pad = 256; /* the byte tokenizer's <|endoftext|>: EOS and padding, as TRL sets it */
+    tl_cpu_backend(&be);
     test_pairs(COL_RLM_DPO, "dpo", pad);
     test_pairs(COL_RLM_RM, "rm", pad);
     test_cpo_style(COL_RLM_SIMPO, "simpo");
     test_cpo_style(COL_RLM_ORPO, "orpo");
     test_kto(pad);
     test_grpo(pad);
+    col_cpu_backend_free(&be);
     return tl_done();
 }
