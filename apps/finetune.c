@@ -450,13 +450,13 @@ static int train(run *r)
     int64_t n = (int64_t)o->batch * o->seq;
     double t_start = now();
     int rc = 0;
-    r->start_step = col_lm_trainer_steps(r->tr);
+    r->start_step = ft_steps_done(r);
     /* SA_RESTART: a signal during a save must not turn a write into EINTR */
     struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND | SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    while (col_lm_trainer_steps(r->tr) < o->steps && !g_interrupted) {
+    while (ft_steps_done(r) < o->steps && !g_interrupted) {
         double t_step = now();
         mw_enter(&r->mw, MW_TRAIN);
         col_status st = COL_OK;
@@ -556,13 +556,13 @@ static int train(run *r)
         say(r, "%s", "");
         if (ft_par_leader(&r->par))
             fprintf(stderr, "colossal-finetune: interrupted: step %lld saved in %s; continue with --resume %s\n",
-                (long long)col_lm_trainer_steps(r->tr), o->out, o->out);
+                (long long)ft_steps_done(r), o->out, o->out);
         return 130;
     }
     if (rc == 0 && !o->quiet && !o->json) {
         if (r->tty)
             fputc('\n', stderr);
-        printf("done: %lld steps in %.1f s; the model is in %s/\n", (long long)col_lm_trainer_steps(r->tr),
+        printf("done: %lld steps in %.1f s; the model is in %s/\n", (long long)ft_steps_done(r),
                now() - r->t0, o->out);
         if (r->src.tok)
             printf("talk to it: colossal-chat %s%s\n", o->out,
@@ -670,6 +670,11 @@ int main(int argc, char **argv)
         goto out;
     if (col_lm_source_open(o->model, o->tokenizer[0] ? o->tokenizer : NULL, false, &r.src, &err) != COL_OK)
         goto out;
+    if (r.src.config.value_head && o->rl.method != COL_RLM_RM) {
+        col_err_set(&err, COL_EINVAL, "%s is a reward model (a value head, no language-model head): it trains with "
+                    "--method rm only; give it to ppo or grpo as --reward-model", o->model);
+        goto out;
+    }
     if ((rc = ft_par_check_layers(o, &r.par, r.src.config.n_layer)) != 0) {
         cleanup(&r);
         return rc;

@@ -133,6 +133,9 @@ void ft_rl_finish(ft_rl_opts *r);
 /* ---- finetune_rl.c: --method rm|dpo|simpo|orpo|kto|ppo|grpo ---- */
 typedef struct ft_rl ft_rl;
 struct ft_run;
+/* The run's steps done: the session's optimizer steps, or for ppo and grpo its rollouts (each followed by
+ * --ppo-epochs optimizer steps) */
+int64_t ft_steps_done(const struct ft_run *r);
 /* rows of the trained session per step (pairs: 2 per pair; rollouts: prompts x generations) */
 int ft_rl_rows(const ft_opts *o);
 /* DATA as the method's examples (r->rl made), rendered with the chat template fam */

@@ -26,6 +26,14 @@ struct ft_rl {
     bool warned_cut;
 };
 
+static bool online(col_rl_method m) { return m == COL_RLM_PPO || m == COL_RLM_GRPO; }
+
+int64_t ft_steps_done(const ft_run *r)
+{
+    int64_t s = col_lm_trainer_steps(r->tr);
+    return r->rl && online(r->o.rl.method) ? s / r->o.rl.ppo_epochs : s;
+}
+
 int ft_rl_rows(const ft_opts *o)
 {
     switch (o->rl.method) {
@@ -257,6 +265,7 @@ col_status ft_rl_step(ft_run *r, col_lm_step_info *info, double *tokens, char *l
         for (int e = 0; e < o->rl.ppo_epochs && st == COL_OK; e++)
             st = col_rl_update(&x->cfg, &x->m, &ro, true, info, &out, err);
         double train_s = col_seconds() - t0;
+        info->step = ft_steps_done(r);
         if (st == COL_OK) {
             double mean = 0, var = 0, len = 0;
             for (int i = 0; i < ro.rows.B; i++)

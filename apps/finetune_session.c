@@ -72,9 +72,6 @@ col_status ft_make_session(ft_run *r, col_err *err)
             tc.model.value_head = true;
             load_flags |= COL_LOAD_NEW_VALUE_HEAD;
         }
-    } else if (tc.model.value_head) {
-        return col_err_set(err, COL_EINVAL, "%s is a reward model (a value head, no language-model head): train it "
-                           "with --method rm", r->src.dir);
     }
     tc.seq = o->seq;
     tc.dp = r->par.dp;
@@ -88,6 +85,10 @@ col_status ft_make_session(ft_run *r, col_err *err)
         warm = o->steps - 1;
     tc.lr = (col_lr_sched){.kind = o->schedule, .lr_max = tc.opt.lr, .lr_min = tc.opt.lr * o->min_lr_ratio,
                            .warmup_steps = warm, .total_steps = o->steps};
+    if (o->rl.method == COL_RLM_PPO || o->rl.method == COL_RLM_GRPO) { /* the schedule counts optimizer steps */
+        tc.lr.total_steps *= o->rl.ppo_epochs;
+        tc.lr.warmup_steps *= o->rl.ppo_epochs;
+    }
     tc.grad_clip = o->grad_clip;
     tc.checkpoint = o->checkpointing;
     tc.compute_dtype = o->precision;
