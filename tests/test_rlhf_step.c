@@ -1,4 +1,4 @@
-/* test_rlhf_step.c - one step of each RLHF method against TRL's trainers on a tiny GPT-2
+/* test_rlhf_step.c - one step of each RLHF method against TRL's trainers (PPO: tools/refgen/ppo_ref.py) on a tiny GPT-2
  * (tools/refgen/make_rlhf_step_fixtures.py): the batch's tokens, the loss and every parameter's gradient. */
 #include <math.h>
 #include <stdio.h>
@@ -72,7 +72,7 @@ static void check_grads(const char *what, col_lm_trainer *t, const col_ckpt *ck,
 {
     int64_t n;
     double *l = ref_values(ck, "loss", &n, NULL);
-    TL_OK(l && fabs(loss - l[0]) <= TOL * fabs(l[0]) + 1e-7, "%s: loss %.8f, TRL %.8f", what, loss, l ? l[0] : NAN);
+    TL_OK(l && fabs(loss - l[0]) <= TOL * fabs(l[0]) + 1e-7, "%s: loss %.8f, reference %.8f", what, loss, l ? l[0] : NAN);
     free(l);
     double worst = 0;
     int missing = 0, compared = 0;
@@ -376,6 +376,105 @@ out:
     col_lm_source_close(&rsrc);
 }
 
+/* the critic's gradients ("cgrad.<param>") */
+static void check_critic(col_lm_trainer *t, const col_ckpt *ck, double value_loss)
+{
+    int64_t n;
+    double *l = ref_values(ck, "value_loss", &n, NULL), worst = 0;
+    TL_OK(l && fabs(value_loss - l[0]) <= TOL * fabs(l[0]) + 1e-7, "ppo: value loss %.8f, reference %.8f", value_loss,
+          l ? l[0] : NAN);
+    free(l);
+    int bad = 0;
+    for (int i = 0; i < col_lm_trainer_n_params(t); i++) {
+        const col_param_spec *s;
+        col_lm_trainer_param(t, i, &s);
+        const float *g = col_lm_trainer_grad(t, i);
+        char name[128];
+        snprintf(name, sizeof name, "cgrad.%s", s->name);
+        int64_t m;
+        double *r = ref_values(ck, name, &m, NULL), diff = 0, scale = 0;
+        if (!r || !g || m != col_param_numel(s)) {
+            bad++;
+            free(r);
+            continue;
+        }
+        for (int64_t k = 0; k < m; k++)
+            diff = fmax(diff, fabs((double)g[k] - r[k])), scale = fmax(scale, fabs(r[k]));
+        worst = fmax(worst, scale > 0 ? diff / scale : diff);
+        free(r);
+    }
+    TL_OK(bad == 0 && worst <= TOL, "ppo: the critic's %d gradients, worst relative error %.2e",
+          col_lm_trainer_n_params(t), worst);
+}
+
+/* PPO against tools/refgen/ppo_ref.py: the GRPO case's rollout, scored by rm/, with a critic started from rm/ */
+static void test_ppo(int32_t pad)
+{
+    col_lm_source src = {0}, rsrc = {0}, wsrc = {0}, csrc = {0};
+    col_lm_trainer *t = session("policy", 4, false, COL_LM_OBJ_TOKEN_LOGPROB, &src);
+    col_lm_trainer *ref = session("ref", 4, true, COL_LM_OBJ_TOKEN_LOGPROB, &rsrc);
+    col_lm_trainer *rw = session("rm", 4, true, COL_LM_OBJ_VALUES, &wsrc);
+    col_lm_trainer *cr = session("rm", 4, false, COL_LM_OBJ_VALUES, &csrc);
+    col_rl_data *d = src.tok ? load_data(FIXTURES "/grpo_prompts.jsonl", COL_RL_PROMPTS, src.tok) : NULL;
+    col_ckpt *ck = open_ref("ppo");
+    TL_OK(t && ref && rw && cr && d && ck, "ppo: models, prompts and reference open");
+    if (t && ref && rw && cr && d && ck) {
+        const col_rl_example **ex = examples(d, 2);
+        int64_t n, L, nm;
+        double *ids = ref_values(ck, "input_ids", &n, &L), *mask = ref_values(ck, "completion_mask", &nm, NULL);
+        int64_t W = mask ? nm / 4 : 0; /* the completions' width: the mask is [4, W], the ids [4, prompt + W] */
+        double *want = ref_values(ck, "scores", &nm, NULL);
+        int32_t comp[4][SEQ];
+        const int32_t *cp[4];
+        int cn[4];
+        for (int i = 0; i < 4 && ids && mask; i++) {
+            cn[i] = 0;
+            for (int64_t p = 0; p < W; p++)
+                if (mask[i * W + p] != 0)
+                    comp[i][cn[i]++] = (int32_t)ids[i * L + (L - W) + p];
+            cp[i] = comp[i];
+        }
+        col_rl_rollout ro = {0};
+        col_err err = {0};
+        col_rl_config c = {.method = COL_RLM_PPO,
+                           .ppo = {.kl_coef = 0.05, .clip_range = 0.2, .value_clip = 0.2, .gamma = 1, .lambda = 0.95,
+                                   .vf_coef = 0.1, .whiten_advantages = true}};
+        col_rl_models m = {.policy = t, .ref = ref, .reward = rw, .critic = cr};
+        col_rl_pg_out out;
+        col_status st = ids && mask && want ? col_rl_rollout_set(t, ex, 2, 2, cp, cn, pad, &ro, &err) : COL_EINVAL;
+        if (st == COL_OK)
+            st = col_rl_model_score(&m, &ro, &err);
+        double worst = 0;
+        for (int i = 0; i < 4 && st == COL_OK; i++)
+            worst = fmax(worst, fabs(ro.scores[i] - want[i]));
+        TL_OK(st == COL_OK && worst < 1e-5, "ppo: the reward model's scores (max error %.2e) (%s)", worst, err.msg);
+        if (st == COL_OK)
+            st = col_rl_prepare(&c, &m, &ro, &out, &err);
+        if (st == COL_OK)
+            st = col_rl_update(&c, &m, &ro, false, NULL, &out, &err);
+        TL_OK(st == COL_OK, "ppo: update (%s)", err.msg);
+        if (st == COL_OK) {
+            check_grads("ppo", t, ck, out.loss);
+            check_critic(cr, ck, out.value_loss);
+        }
+        col_rl_rollout_free(&ro);
+        free(ids);
+        free(mask);
+        free(want);
+        free(ex);
+    }
+    col_ckpt_close(ck);
+    col_rl_data_free(d);
+    col_lm_trainer_free(t);
+    col_lm_trainer_free(ref);
+    col_lm_trainer_free(rw);
+    col_lm_trainer_free(cr);
+    col_lm_source_close(&src);
+    col_lm_source_close(&rsrc);
+    col_lm_source_close(&wsrc);
+    col_lm_source_close(&csrc);
+}
+
 int main(void)
 {
     const int32_t pad = 256; /* the byte tokenizer's <|endoftext|>: EOS and padding, as TRL sets it */
@@ -386,6 +485,7 @@ int main(void)
     test_cpo_style(COL_RLM_ORPO, "orpo");
     test_kto(pad);
     test_grpo(pad);
+    test_ppo(pad);
     col_cpu_backend_free(&be);
     return tl_done();
 }

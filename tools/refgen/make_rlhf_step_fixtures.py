@@ -20,6 +20,9 @@ Per method, <method>.safetensors holds "loss" [1] (float64), "grad.<param>" for 
          rm/), pairs 0..1; pad = EOS, so the reward is read before the final EOS
   grpo   GRPOTrainer._compute_loss on fixed completions: 2 prompts x 2 completions, given advantages-producing
          rewards, beta 0.04 with the reference's per-token log-probabilities, loss_type grpo, epsilon 0.2
+  ppo    tools/refgen/ppo_ref.py (TRL has no PPO trainer any more) on the same rollout: rewards from rm/, the
+         critic started from rm/, kl_coef 0.05, GAE gamma 1 lambda 0.95, clip 0.2, value clip 0.2, vf_coef 0.1;
+         "loss" is the policy loss, "value_loss" the value loss, "cgrad.<param>" the critic's gradients
 """
 import json
 import os
@@ -214,6 +217,58 @@ def run_grpo(tmp, tok):
          {"rewards": rewards.reshape(-1).double().contiguous(), "advantages": adv.double().contiguous()})
 
 
+def run_ppo(tmp, tok):
+    """One PPO update on fixed rollouts with tools/refgen/ppo_ref.py's formulas (TRL ships no PPO trainer): the
+    GRPO case's prompts and completions, the reward model rm/ as the scorer and as the critic's start."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import ppo_ref
+    policy, ref = load(f"{OUT}/policy"), load(f"{OUT}/ref")
+    rm = GPT2ForSequenceClassification.from_pretrained(f"{OUT}/rm").float()
+    critic = GPT2ForSequenceClassification.from_pretrained(f"{OUT}/rm").float()
+    prompts = ["Q: 1+2=", "Q: 3+1="]
+    comps = [["3" + tok.eos_token, "12"], ["4" + tok.eos_token, "five" + tok.eos_token]]
+    pids = [tok(p)["input_ids"] for p in prompts]
+    cids = [tok(c)["input_ids"] for row in comps for c in row]
+    P, W = len(pids[0]), max(len(c) for c in cids)
+    comp = torch.full((4, W), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((4, W), dtype=torch.long)
+    for i, c in enumerate(cids):
+        comp[i, :len(c)] = torch.tensor(c)
+        mask[i, :len(c)] = 1
+    ids = torch.cat([torch.tensor([pids[i // 2] for i in range(4)]), comp], 1)
+    att = torch.cat([torch.ones((4, P), dtype=torch.long), mask], 1)
+
+    def logps(model):
+        logits = model(input_ids=ids, attention_mask=att).logits[:, P - 1:-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+
+    def values(model):  # the value of the state before each completion token, as the log-probabilities
+        h = model.transformer(input_ids=ids, attention_mask=att).last_hidden_state
+        return model.score(h).squeeze(-1)[:, P - 1:-1]
+
+    with torch.no_grad():
+        old_logp, ref_logp, old_values = logps(policy), logps(ref), values(critic)
+        scores = rm(input_ids=ids, attention_mask=att).logits.squeeze(-1)  # at the last non-padding token
+    cfg = dict(kl_coef=0.05, gamma=1.0, lam=0.95)
+    _, adv, ret, _ = ppo_ref.rewards_advantages(old_logp.double(), ref_logp.double(), old_values.double(), mask,
+                                               scores.double(), **cfg)
+    policy.train()
+    critic.train()
+    loss, pg, vf, _ = ppo_ref.losses(logps(policy).double(), old_logp.double(), values(critic).double(),
+                                     old_values.double(), adv, ret, mask, clip_range=0.2, value_clip=0.2, vf_coef=0.1)
+    loss.backward()  # pg reaches the policy only, vf_coef * vf the critic only
+    t = {"loss": torch.tensor([pg.item()], dtype=torch.float64),
+         "value_loss": torch.tensor([vf.item()], dtype=torch.float64),
+         "scores": scores.double().contiguous(), "input_ids": ids.contiguous(), "completion_mask": mask.contiguous()}
+    t.update(grads_of(policy))
+    for name, p in critic.named_parameters():
+        if p.grad is not None:
+            t["cgrad." + name] = p.grad.detach().double().contiguous()
+    save_file(t, f"{OUT}/ppo.safetensors")
+    print(f"ppo: policy loss {pg.item():.6f}, value loss {vf.item():.6f}")
+
+
 def load(d):
     m = GPT2LMHeadModel.from_pretrained(d).float()
     m.config.pad_token_id = 256
@@ -240,7 +295,7 @@ def main():
     with open(f"{OUT}/grpo_prompts.jsonl", "w") as f:
         for p, a in (("Q: 1+2=", "3"), ("Q: 3+1=", "4")):
             f.write(json.dumps({"prompt": p, "gt_answer": a}) + "\n")
-    for run in (run_dpo, run_simpo, run_orpo, run_kto, run_rm, run_grpo):
+    for run in (run_dpo, run_simpo, run_orpo, run_kto, run_rm, run_grpo, run_ppo):
         with tempfile.TemporaryDirectory() as tmp:
             run(tmp, tok)
     import trl
