@@ -276,6 +276,10 @@ static void test_bad(const col_tokenizer *tok)
                "implicit prompt, nothing shared");
     expect_bad(tok, COL_RL_PAIRS, "{\"chosen\":\"\",\"rejected\":\"x\"}", 1, "no common start",
                "implicit prompt, an empty text");
+    expect_bad(tok, COL_RL_PAIRS, "{\"prompt\":\"a\\u0000b\",\"chosen\":\"b\",\"rejected\":\"c\"}", 1, "NUL",
+               "a \\u0000 in a string");
+    expect_bad(tok, COL_RL_PAIRS, "{\"prompt\":\"a\\\\u0000b\",\"chosen\":\"b\",\"rejected\":\"c\"}\n{\"x\":1}", 2,
+               "no \"chosen\"", "an escaped backslash before u0000 is no NUL");
     expect_bad(tok, COL_RL_PAIRS, "", 0, "no examples", "an empty file");
     expect_bad(tok, COL_RL_PAIRS, "\n  \r\n\t\n", 0, "no examples", "a blank file");
 

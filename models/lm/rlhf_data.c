@@ -622,9 +622,26 @@ static bool blank(const char *s, size_t n)
     return true;
 }
 
+/* Whether s[0..n) holds a NUL: a byte, or a \u0000 escape (cJSON would cut
+ * the string there without a word). */
+static bool has_nul(const char *s, size_t n)
+{
+    if (memchr(s, 0, n))
+        return true;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == '\\') {
+            if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0)
+                return true;
+            i++; /* the escaped character */
+        }
+    return false;
+}
+
 /* One non-blank line -> d (or counted as dropped). */
 static col_status one_line(const at *a, const tokctx *t, col_rl_kind kind, const char *s, size_t n, col_rl_data *d)
 {
+    if (has_nul(s, n))
+        return bad(a, "a NUL character (a zero byte or \\u0000), which the text of a line may not hold");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(s, n, &end, 0);
     if (!root)

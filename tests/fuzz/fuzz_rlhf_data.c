@@ -34,7 +34,8 @@ static void check(const col_rl_data *d, col_rl_kind kind, const col_tokenizer *t
             abort();
         if (o->max_completion && (na > o->max_completion || nb > o->max_completion))
             abort();
-        if (o->max_length && (e->n_prompt + na > o->max_length || e->n_prompt + nb > o->max_length))
+        if (o->max_length && kind != COL_RL_PROMPTS &&
+            (e->n_prompt + na > o->max_length || e->n_prompt + nb > o->max_length))
             abort();
         for (int k = 0; k < na; k++)
             if (e->a[k] < 0 || e->a[k] >= vocab)
