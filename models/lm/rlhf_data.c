@@ -226,7 +226,7 @@ static col_status split_strings(const at *a, rl_val *p, rl_val *c, rl_val *r, ch
     if (k == lx && k == ly)
         return bad(a, "\"chosen\" and \"rejected\" are the same text: no prompt can be told apart");
     if (k == lx || k == ly)
-        k = cp_start(x, k - 1); /* TRL: the loop ran out at the last character */
+        k = k ? cp_start(x, k - 1) : 0; /* TRL: the loop ran out at the last character */
     else {
         k = cp_start(x, k);
         if (k > 0 && x[k - 1] == ' ')
@@ -263,7 +263,7 @@ static col_status split_lists(const at *a, rl_val *p, rl_val *c, rl_val *r)
         return bad(a, "\"chosen\" and \"rejected\" are the same conversation: no prompt can be told apart");
     if (k == c->n || k == r->n)
         k--; /* as TRL: the loop ran out at the last message of the shorter one */
-    if (k == 0)
+    if (k <= 0)
         return bad(a, "\"chosen\" and \"rejected\" differ from their first message: no prompt to take");
     col_chat_message *pm = malloc((size_t)k * sizeof *pm);
     if (!pm)
@@ -622,9 +622,26 @@ static bool blank(const char *s, size_t n)
     return true;
 }
 
+/* Whether s[0..n) holds a NUL: a byte, or a \u0000 escape (cJSON would cut
+ * the string there without a word). */
+static bool has_nul(const char *s, size_t n)
+{
+    if (memchr(s, 0, n))
+        return true;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == '\\') {
+            if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0)
+                return true;
+            i++; /* the escaped character */
+        }
+    return false;
+}
+
 /* One non-blank line -> d (or counted as dropped). */
 static col_status one_line(const at *a, const tokctx *t, col_rl_kind kind, const char *s, size_t n, col_rl_data *d)
 {
+    if (has_nul(s, n))
+        return bad(a, "a NUL character (a zero byte or \\u0000), which the text of a line may not hold");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(s, n, &end, 0);
     if (!root)
@@ -712,8 +729,8 @@ col_status col_rl_data_parse(const char *text, size_t len, const char *path, col
     }
     if (st == COL_OK && d->n == 0)
         st = d->dropped ? col_err_set(err, COL_EFORMAT,
-                                      "%s: no examples left: the prompts of all %lld are at least as long as the "
-                                      "length limit of %d tokens", path, (long long)d->dropped, o->max_length)
+                                      "%s: no examples left: each of the %lld has a prompt of at least the length "
+                                      "limit (%d tokens)", path, (long long)d->dropped, o->max_length)
                         : col_err_set(err, COL_EFORMAT, "%s: no examples (the file is empty or blank)", path);
     if (st != COL_OK) {
         col_rl_data_free(d);
