@@ -484,11 +484,10 @@ static col_status tokenize(const at *a, const tokctx *t, const rl_val *p, const 
         size_t k = common_prefix(&pi, &full[i]);
         cut = k < cut ? k : cut;
     }
+    static const char *const what[2][2] = {{"completion", ""}, {"chosen completion", "rejected completion"}};
     for (int i = 0; i < nc && st == COL_OK; i++)
         if (full[i].n <= cut)
-            st = bad(a, "the %s gives no tokens after the prompt's", nc == 2 ? (i ? "rejected completion"
-                                                                                  : "chosen completion")
-                                                                            : "completion");
+            st = bad(a, "the %s gives no tokens after the prompt's", what[nc - 1][i]);
     const col_rl_data_opts *o = t->o;
     size_t p0 = o->max_prompt > 0 && cut > (size_t)o->max_prompt ? cut - (size_t)o->max_prompt : 0;
     if (st == COL_OK)
