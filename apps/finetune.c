@@ -403,6 +403,7 @@ static void publish(run *r, const col_lm_step_info *info, double tok_s, double s
         return;
     mt_stats_data *d = r->sd;
     mt_stats_fill_from_pool(d, col_lm_trainer_pool(r->tr));
+    ft_rl_publish(r, d); /* RLHF: each model's share, and the others' memory in the totals */
     d->tier_used[MT_TIER_GPU] = col_lm_trainer_arena_bytes(r->tr);
     d->tier_budget[MT_TIER_HOST] = r->o.mem.cpu_mem;
     d->nvme_written = mt_nvme_bytes_written(col_lm_trainer_pool(r->tr));

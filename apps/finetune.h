@@ -154,6 +154,8 @@ bool ft_rl_can_eval(const struct ft_run *r);
 col_status ft_rl_eval(struct ft_run *r, ft_rl_eval_out *e, col_err *err);
 /* --eval-only: rm prints every pair's rewards, the other pair methods the loss, margin and accuracy of DATA */
 col_status ft_rl_eval_only(struct ft_run *r, col_err *err);
+/* colossal-top: the share of each model of the method (policy, reference, reward model, critic) */
+void ft_rl_publish(const struct ft_run *r, mt_stats_data *d);
 void ft_rl_free(struct ft_run *r);
 
 /* ---- finetune_par.c: several processes (mpirun, srun) ---- */

@@ -381,3 +381,18 @@ col_status ft_rl_eval_only(ft_run *r, col_err *err)
         printf("%lld pairs: loss %.6f  margin %.4f  accuracy %.3f\n", (long long)(nb * x->per_step), loss, margin, acc);
     return COL_OK;
 }
+
+void ft_rl_publish(const ft_run *r, mt_stats_data *d)
+{
+    const ft_rl *x = r->rl;
+    if (!x)
+        return;
+    mt_stats_add_model(d, x->cfg.method == COL_RLM_RM ? "reward model (trained)" : "policy", col_lm_trainer_pool(r->tr),
+                       true);
+    if (x->m.ref)
+        mt_stats_add_model(d, "reference", col_lm_trainer_pool(x->m.ref), false);
+    if (x->m.reward)
+        mt_stats_add_model(d, "reward model", col_lm_trainer_pool(x->m.reward), false);
+    if (x->m.critic)
+        mt_stats_add_model(d, "critic", col_lm_trainer_pool(x->m.critic), false);
+}

@@ -203,6 +203,12 @@ static cJSON *proc_json(const top_proc *p)
     /* the chunk map as strings, one character per chunk: tier c/h/n/-, kind p/g/o, flags d (dirty) u (in use) */
     int shown = d->nchunks < MT_STATS_MAX_CHUNKS ? (int)d->nchunks : MT_STATS_MAX_CHUNKS;
     char *tier = malloc((size_t)shown + 1), *kind = malloc((size_t)shown + 1), *flags = malloc((size_t)shown + 1);
+    cJSON *models = cJSON_AddArrayToObject(o, "models"); /* a run of several models: each one's share */
+    for (uint32_t m = 0; m < d->nmodels && m < MT_STATS_MAX_MODELS; m++) {
+        cJSON *x = tier_triplet(d->models[m].bytes);
+        cJSON_AddStringToObject(x, "name", d->models[m].name);
+        cJSON_AddItemToArray(models, x);
+    }
     cJSON *ch = cJSON_AddObjectToObject(o, "chunks");
     cJSON_AddNumberToObject(ch, "count", d->nchunks);
     if (tier && kind && flags) {

@@ -433,6 +433,12 @@ static void draw_chunks(const canvas *c, const top_proc *p)
             top_fmt_bytes((double)d->kind_bytes[k][k_tiers[t]], b[t], sizeof b[t]);
         put(c, y++, 1, A_NORMAL, "%-10s %10s %10s %10s", k_kind_label[k], b[0], b[1], b[2]);
     }
+    for (uint32_t m = 0; m < d->nmodels && m < MT_STATS_MAX_MODELS; m++) { /* a run of several models */
+        char b[MT_NTIERS][16];
+        for (int t = 0; t < MT_NTIERS; t++)
+            top_fmt_bytes((double)d->models[m].bytes[k_tiers[t]], b[t], sizeof b[t]);
+        put(c, y++, 1, A_NORMAL, "%-10.10s %10s %10s %10s", d->models[m].name, b[0], b[1], b[2]);
+    }
     y++;
     /* one grid per kind, in allocation order */
     int per_line = c->cols - 2 > 1 ? c->cols - 2 : 1;

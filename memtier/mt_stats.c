@@ -181,6 +181,32 @@ void mt_stats_fill_from_pool(mt_stats_data *d, const mt_pool *pool)
     }
 }
 
+void mt_stats_add_model(mt_stats_data *d, const char *name, const mt_pool *pool, bool first)
+{
+    if (first)
+        d->nmodels = 0;
+    if (d->nmodels >= MT_STATS_MAX_MODELS)
+        return;
+    mt_pool_stats ps;
+    mt_stats(pool, &ps);
+    uint32_t m = d->nmodels++;
+    snprintf(d->models[m].name, sizeof d->models[m].name, "%s", name);
+    for (int t = 0; t < MT_NTIERS; t++) {
+        uint64_t b = 0;
+        for (int k = 0; k < MT_NKINDS; k++)
+            b += ps.bytes[k][t];
+        d->models[m].bytes[t] = b;
+    }
+    d->models[m].bytes[MT_TIER_HOST] = ps.host_bytes;
+    if (first)
+        return;
+    for (int k = 0; k < MT_NKINDS; k++)
+        for (int t = 0; t < MT_NTIERS; t++)
+            d->kind_bytes[k][t] += ps.bytes[k][t];
+    d->tier_used[MT_TIER_HOST] += ps.host_bytes;
+    d->tier_used[MT_TIER_NVME] += d->models[m].bytes[MT_TIER_NVME];
+}
+
 const char *mt_stats_tier_name(mt_tier tier)
 {
     switch (tier) {

@@ -31,9 +31,11 @@
 #include "status.h"
 
 #define MT_STATS_MAGIC 0x53544154534c4f43ULL /* the bytes "COLSTATS" (little-endian); any other value: not ours */
-#define MT_STATS_VERSION 3u /* 2: the compute tier's device (name, memory used and total); 3: the rank of a
+#define MT_STATS_VERSION 4u /* 4: the models of a run of several (RLHF: policy, reference, reward, critic); */
+/* 2: the compute tier's device (name, memory used and total); 3: the rank of a
                               parallel run (run id, world rank and size) and its collectives' traffic */
 #define MT_STATS_MAX_CHUNKS 4096 /* the chunk map holds the first this many chunks */
+#define MT_STATS_MAX_MODELS 4     /* models of one run shown apart */
 #define MT_STATS_LOSS_RING 256   /* the last this many losses */
 #define MT_STATS_NAME_MAX 64     /* program and run names, NUL included */
 #define MT_STATS_SHM_PREFIX "colossal-"
@@ -76,6 +78,14 @@ typedef struct {
     double comm_wait;                       /* cumulative seconds blocked waiting for the collectives */
     uint64_t comm_ops;                      /* collective and point-to-point operations completed */
     double updated;                         /* wall-clock time (epoch seconds) of the last publish; set by publish */
+    /* A run of several models (version 4; RLHF: the policy, its reference, a reward model, a critic): each one's
+       bytes per tier (its parameters, gradients and optimizer states), the first nmodels entries; the totals above
+       are their sums. nmodels 0: one model, the totals are its own. */
+    uint32_t nmodels, pad_models;
+    struct {
+        char name[32];
+        uint64_t bytes[MT_NTIERS];
+    } models[MT_STATS_MAX_MODELS];
     uint32_t nchunks;                       /* true number of chunks (may exceed MT_STATS_MAX_CHUNKS) */
     uint32_t nlosses;                       /* losses pushed so far; the ring holds the last min(nlosses, RING) */
     float loss_ring[MT_STATS_LOSS_RING];    /* loss of push n at loss_ring[n % MT_STATS_LOSS_RING] */
@@ -115,6 +125,10 @@ void mt_stats_add_step_times(mt_stats_data *d, double compute, double wait, doub
  * caller knows its arena), kind_bytes, nchunks and chunk_map from a pool.
  * The in-use flag of every chunk is cleared. */
 void mt_stats_fill_from_pool(mt_stats_data *d, const mt_pool *pool);
+/* After mt_stats_fill_from_pool of the first model's pool (which this call names, pool the same): records the
+ * model's share as models[nmodels++]; a later model's pool (not the first) is also added to tier_used and
+ * kind_bytes (its chunks are not in the map). Beyond MT_STATS_MAX_MODELS models nothing is recorded. */
+void mt_stats_add_model(mt_stats_data *d, const char *name, const mt_pool *pool, bool first);
 
 static inline uint8_t mt_stats_chunk_code(mt_tier tier, mt_kind kind, bool dirty, bool in_use)
 {

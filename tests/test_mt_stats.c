@@ -188,6 +188,20 @@ static void test_helpers(void)
                   d->chunk_map[3] == mt_stats_chunk_code(MT_TIER_HOST, MT_OPTSTATE, false, false) &&
                   mt_stats_chunk_tier(d->chunk_map[4]) == MT_TIER_NONE && d->chunk_map[10] == 0,
               "pool: the chunk map (kinds, the dirty one, the refused one without a tier, the rest cleared)");
+        /* a run of several models: the first pool is already in the totals, a second one is added to them */
+        mt_stats_add_model(d, "policy", pool, true);
+        mt_stats_add_model(d, "reference", pool, false);
+        TL_OK(d->nmodels == 2 && !strcmp(d->models[1].name, "reference") &&
+                  d->models[0].bytes[MT_TIER_HOST] == 1024 * 3 + 3008 && d->models[1].bytes[MT_TIER_NVME] == 0,
+              "models: each one's bytes per tier");
+        TL_OK(d->tier_used[MT_TIER_HOST] == 2 * (1024 * 3 + 3008) && d->kind_bytes[MT_PARAM][MT_TIER_HOST] == 4096,
+              "models: the second model's memory joins the totals (host %llu)",
+              (unsigned long long)d->tier_used[MT_TIER_HOST]);
+        for (int k = 0; k < MT_STATS_MAX_MODELS + 2; k++)
+            mt_stats_add_model(d, "more", pool, false);
+        TL_OK(d->nmodels == MT_STATS_MAX_MODELS, "models: at most %d recorded", MT_STATS_MAX_MODELS);
+        mt_stats_add_model(d, "again", pool, true);
+        TL_OK(d->nmodels == 1, "models: the first model starts the list again");
         mt_destroy(pool);
     } else {
         TL_OK(false, "mt_create: %s", e.msg);

@@ -49,7 +49,7 @@ G=1073741824
 ok $? "--json exits 0"
 # our object, cut out of the array (other colossal processes may be running)
 sed 's/.*{"pid":'"$A"',/{"pid":'"$A"',/; s/\("flags":"[^"]*"}}\).*/\1/' "$tmp/json" >"$tmp/obj"
-grep -q '^{"format_version":3,"processes":\[{"pid":'"$A"',"program":"top-test-pub","run":"gpt2-test",' "$tmp/json"
+grep -q '^{"format_version":4,"processes":\[{"pid":'"$A"',"program":"top-test-pub","run":"gpt2-test",' "$tmp/json"
 ok $? "--json: one object with an array; pid, program and run name"
 want='"step":120,"total_steps":600,"loss":2.5,"tokens_per_s":1234.5,'
 want=$want'"tiers":{"compute":{"used":'$((48 * M))',"budget":'$((64 * M))'},"host":{"used":'$((12 * M))
@@ -66,12 +66,12 @@ grep -qF '"step_time":{"last":{"compute":0.5,"wait":0.25,"optimizer":0.25},"tota
 ok $? "--json: the step-time split, last step and all steps"
 grep -qF '"losses":[4,3.875,3.75,3.625,3.5,3.375,3.25,3.125,3,2.875,2.75,2.625,2.5]' "$tmp/obj"
 ok $? "--json: the losses, oldest first"
-grep -qF '"chunks":{"count":10,"tier":"ccchcchnn-","kind":"ppppggoooo","flags":".d..u.d..."}}' "$tmp/obj"
+grep -qF '"models":[],"chunks":{"count":10,"tier":"ccchcchnn-","kind":"ppppggoooo","flags":".d..u.d..."}}' "$tmp/obj"
 ok $? "--json: the chunk map (tier, kind, dirty / in use)"
 "$TOP" --json | grep -q '"pid":'"$B"',"program":"top-test-pub","run":"second-run"'
 ok $? "--json without -p lists the other publisher too"
 out=$("$TOP" --json -p 1)
-[ "$out" = '{"format_version":3,"processes":[],"runs":[]}' ]
+[ "$out" = '{"format_version":4,"processes":[],"runs":[]}' ]
 ok $? "--json with no matching process: an empty array"
 
 # ---- --once: one frame as text ----
