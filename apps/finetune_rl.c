@@ -199,6 +199,10 @@ col_status ft_rl_open_models(ft_run *r, col_err *err)
                           &x->m.critic, "critic-model", err);
     if (st == COL_OK && ro->reward[0])
         st = col_rl_rule_new(ro->reward, &x->rule, err);
+    col_lm_trainer *side[] = {x->m.ref, x->m.reward, x->m.critic}; /* their memory joins the bound */
+    for (int i = 0; i < 3 && st == COL_OK; i++)
+        if (side[i])
+            mw_add_session(&r->mw, side[i]);
     if (st != COL_OK)
         return st;
     x->gen = (col_rl_gen_opts){.G = ro->num_generations, .max_new = ro->max_new_tokens, .eos = col_tok_eos_id(r->src.tok),

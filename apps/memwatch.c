@@ -23,6 +23,13 @@ void mw_start(memwatch *w)
 
 void mw_set_runtime(memwatch *w, size_t bytes) { w->runtime = bytes; }
 
+void mw_add_session(memwatch *w, const col_lm_trainer *t)
+{
+    col_lm_memory m;
+    col_lm_trainer_memory(t, &m);
+    w->others += m.bound;
+}
+
 void mw_enter(memwatch *w, mw_phase p)
 {
     close_phase(w);
@@ -57,7 +64,7 @@ void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
     close_phase(w);
     col_lm_memory m;
     col_lm_trainer_memory(t, &m);
-    size_t peak = session_peak(w), bound = w->base + m.bound + w->runtime;
+    size_t peak = session_peak(w), bound = w->base + m.bound + w->runtime + w->others;
     if (json) {
         fprintf(out, "{\"memory\":{\"peak_rss\":%zu,\"bound\":%zu,\"within\":%s,\"process_base\":%zu,"
                 "\"host_budget\":%zu,\"host\":%zu,\"compute\":%zu,\"overhead\":%zu,\"activations\":%zu,"
@@ -66,6 +73,8 @@ void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
                 m.activations, m.staging, m.tables, w->resets ? "true" : "false");
         if (w->runtime) /* (the field is there on a GPU only: the CPU's report is as it was) */
             fprintf(out, "\"gpu_runtime\":%zu,", w->runtime);
+        if (w->others) /* (RLHF runs only) */
+            fprintf(out, "\"other_models\":%zu,", w->others);
         fprintf(out, "\"phases\":{");
         bool first = true;
         for (int p = 0; p < MW_NPHASES; p++) {
@@ -78,7 +87,7 @@ void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
         fflush(out);
         return;
     }
-    char a[32], b[32], c[32], d[32], e[32], f[32], g[48] = "";
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[48] = "", o[48] = "";
     fmt(peak, a, sizeof a);
     fmt(bound, b, sizeof b);
     fmt(m.host_budget ? m.host_budget : m.host, c, sizeof c);
@@ -89,8 +98,12 @@ void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
         fmt(w->runtime, g + 15, sizeof g - 15);
         memcpy(g, " + gpu runtime ", 15);
     }
-    fprintf(out, "memory: peak resident %s %s the bound %s (host %s + compute tier %s + overhead %s%s + before the "
-            "session %s);", a, peak <= bound ? "within" : "OVER", b, c, d, e, g, f);
+    if (w->others) {
+        fmt(w->others, o + 16, sizeof o - 16);
+        memcpy(o, " + other models ", 16);
+    }
+    fprintf(out, "memory: peak resident %s %s the bound %s (host %s + compute tier %s + overhead %s%s%s + before the "
+            "session %s);", a, peak <= bound ? "within" : "OVER", b, c, d, e, g, o, f);
     for (int p = 0; p < MW_NPHASES; p++) {
         if (!w->peak[p])
             continue;

@@ -24,6 +24,7 @@ typedef struct {
     size_t base;                /* resident when the session was about to be made */
     size_t peak[MW_NPHASES];    /* the most resident during each phase (0: the phase did not happen) */
     size_t runtime;             /* an allowance for a GPU runtime's host memory (0 on the CPU): mw_set_runtime */
+    size_t others;              /* the bounds of the run's other sessions (RLHF: reference, reward model, critic) */
 } memwatch;
 
 void mw_start(memwatch *w);                   /* the setup phase begins */
@@ -32,6 +33,8 @@ void mw_start(memwatch *w);                   /* the setup phase begins */
  * are allowed beside the bound (reported as "gpu runtime"). */
 enum { MW_GPU_RUNTIME_ALLOWANCE = 256 << 20 }; /* gpt2-bytes on an H100 grew by about 150 MiB */
 void mw_set_runtime(memwatch *w, size_t bytes);
+/* A run of several sessions: the others' bounds (col_lm_memory.bound of each), added to the bound. */
+void mw_add_session(memwatch *w, const col_lm_trainer *t);
 /* The current phase ends and p begins; entering MW_LOAD records the base. */
 void mw_enter(memwatch *w, mw_phase p);
 /* Ends the current phase; writes the peaks and the bound, as one JSON object
