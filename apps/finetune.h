@@ -106,6 +106,9 @@ const char *ft_flag_of(col_setting s);
 bool ft_given(const ft_opts *o, const char *name);
 /* --precision's spelling of a compute dtype: fp32, bf16, fp16. */
 const char *ft_precision_name(col_dtype dt);
+/* An option's number: an integer in [lo, hi], a finite float in [lo, hi] (lo excluded when lo_open) */
+bool ft_int_in(const char *v, long lo, long hi, int *out);
+bool ft_num_in(const char *v, double lo, double hi, bool lo_open, float *out);
 /* Records an option as given (for the run state); false when out of room. */
 bool ft_remember(ft_opts *o, const char *name, const char *value);
 void ft_free(ft_opts *o);

@@ -183,7 +183,7 @@ bool ft_runtime_option(const char *name)
     return false;
 }
 
-static bool int_in(const char *v, long lo, long hi, int *out)
+bool ft_int_in(const char *v, long lo, long hi, int *out)
 {
     char *end;
     errno = 0;
@@ -194,7 +194,7 @@ static bool int_in(const char *v, long lo, long hi, int *out)
     return true;
 }
 
-static bool num_in(const char *v, double lo, double hi, bool lo_open, float *out)
+bool ft_num_in(const char *v, double lo, double hi, bool lo_open, float *out)
 {
     char *end;
     errno = 0;
@@ -241,16 +241,16 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "out")) return (*v && copy_str(o->out, sizeof o->out, v)) || BAD("--out: give a directory path");
     if (!strcmp(name, "resume")) return (*v && copy_str(o->resume, sizeof o->resume, v)) || BAD("--resume: give a directory");
     if (!strcmp(name, "overwrite")) return o->overwrite = true;
-    if (!strcmp(name, "steps")) return int_in(v, 1, 100000000, &o->steps) || BAD("--steps must be an integer in 1..1e8 (got '%s')", v);
-    if (!strcmp(name, "batch")) return int_in(v, 1, 65536, &o->batch) || BAD("--batch must be an integer in 1..65536 (got '%s')", v);
-    if (!strcmp(name, "seq")) return int_in(v, 1, 1 << 20, &o->seq) || BAD("--seq must be an integer in 1..1048576 (got '%s')", v);
-    if (!strcmp(name, "dp")) return int_in(v, 1, 65536, &o->dp) || BAD("--dp must be an integer in 1..65536 (got '%s')", v);
-    if (!strcmp(name, "pp")) return int_in(v, 1, 65536, &o->pp) || BAD("--pp must be an integer in 1..65536 (got '%s')", v);
-    if (!strcmp(name, "zero")) return int_in(v, 1, 3, &o->zero) || BAD("--zero must be 1, 2 or 3 (got '%s')", v);
+    if (!strcmp(name, "steps")) return ft_int_in(v, 1, 100000000, &o->steps) || BAD("--steps must be an integer in 1..1e8 (got '%s')", v);
+    if (!strcmp(name, "batch")) return ft_int_in(v, 1, 65536, &o->batch) || BAD("--batch must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "seq")) return ft_int_in(v, 1, 1 << 20, &o->seq) || BAD("--seq must be an integer in 1..1048576 (got '%s')", v);
+    if (!strcmp(name, "dp")) return ft_int_in(v, 1, 65536, &o->dp) || BAD("--dp must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "pp")) return ft_int_in(v, 1, 65536, &o->pp) || BAD("--pp must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "zero")) return ft_int_in(v, 1, 3, &o->zero) || BAD("--zero must be 1, 2 or 3 (got '%s')", v);
     if (!strcmp(name, "virtual-stages"))
-        return int_in(v, 1, 64, &o->virtual_stages) || BAD("--virtual-stages must be an integer in 1..64 (got '%s')", v);
+        return ft_int_in(v, 1, 64, &o->virtual_stages) || BAD("--virtual-stages must be an integer in 1..64 (got '%s')", v);
     if (!strcmp(name, "micro-batches"))
-        return int_in(v, 1, 65536, &o->micro_batches) || BAD("--micro-batches must be an integer in 1..65536 (got '%s')", v);
+        return ft_int_in(v, 1, 65536, &o->micro_batches) || BAD("--micro-batches must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "comm-timeout")) {
         char *end;
         errno = 0;
@@ -258,7 +258,7 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
         return (*v && !*end && !errno && x > 0 && x <= 86400 && (o->comm_timeout = x, true)) ||
                BAD("--comm-timeout must be seconds in (0, 86400] (got '%s')", v);
     }
-    if (!strcmp(name, "grad-accum")) return int_in(v, 1, 65536, &o->grad_accum) || BAD("--grad-accum must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "grad-accum")) return ft_int_in(v, 1, 65536, &o->grad_accum) || BAD("--grad-accum must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "no-shuffle")) return !(o->shuffle = false);
     if (!strcmp(name, "seed")) {
         char *end;
@@ -270,7 +270,7 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
         return true;
     }
     if (!strcmp(name, "val-percent")) {
-        if (!num_in(v, 0, 100, false, &f) || f >= 100)
+        if (!ft_num_in(v, 0, 100, false, &f) || f >= 100)
             return BAD("--val-percent must be a number in [0, 100) (got '%s')", v);
         o->val_percent = f;
         return true;
@@ -282,15 +282,15 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
         o->data_max = b;
         return true;
     }
-    if (!strcmp(name, "eval-every")) return int_in(v, 0, 100000000, &o->eval_every) || BAD("--eval-every must be an integer >= 0 (got '%s')", v);
-    if (!strcmp(name, "eval-batches")) return int_in(v, 1, 1000000, &o->eval_batches) || BAD("--eval-batches must be an integer >= 1 (got '%s')", v);
+    if (!strcmp(name, "eval-every")) return ft_int_in(v, 0, 100000000, &o->eval_every) || BAD("--eval-every must be an integer >= 0 (got '%s')", v);
+    if (!strcmp(name, "eval-batches")) return ft_int_in(v, 1, 1000000, &o->eval_batches) || BAD("--eval-batches must be an integer >= 1 (got '%s')", v);
     if (!strcmp(name, "eval-only")) return o->eval_only = true;
     if (!strcmp(name, "ignore-extra-tensors")) return o->ignore_extra = true;
-    if (!strcmp(name, "sample-every")) return int_in(v, 0, 100000000, &o->sample_every) || BAD("--sample-every must be an integer >= 0 (got '%s')", v);
-    if (!strcmp(name, "sample-len")) return int_in(v, 1, 100000, &o->sample_len) || BAD("--sample-len must be an integer in 1..100000 (got '%s')", v);
+    if (!strcmp(name, "sample-every")) return ft_int_in(v, 0, 100000000, &o->sample_every) || BAD("--sample-every must be an integer >= 0 (got '%s')", v);
+    if (!strcmp(name, "sample-len")) return ft_int_in(v, 1, 100000, &o->sample_len) || BAD("--sample-len must be an integer in 1..100000 (got '%s')", v);
     if (!strcmp(name, "sample-prompt")) return copy_str(o->sample_prompt, sizeof o->sample_prompt, v) || BAD("--sample-prompt: at most 255 bytes");
-    if (!strcmp(name, "sample-temperature")) return num_in(v, 0, 100, false, &o->sample_temperature) || BAD("--sample-temperature must be a number in [0, 100] (got '%s')", v);
-    if (!strcmp(name, "save-every")) return int_in(v, 0, 100000000, &o->save_every) || BAD("--save-every must be an integer >= 0 (got '%s')", v);
+    if (!strcmp(name, "sample-temperature")) return ft_num_in(v, 0, 100, false, &o->sample_temperature) || BAD("--sample-temperature must be a number in [0, 100] (got '%s')", v);
+    if (!strcmp(name, "save-every")) return ft_int_in(v, 0, 100000000, &o->save_every) || BAD("--save-every must be an integer >= 0 (got '%s')", v);
     if (!strcmp(name, "optimizer")) {
         static const char *const names[] = {"sgd", "adamw", "lamb", "lars"};
         static const col_opt_kind kinds[] = {COL_OPT_SGD, COL_OPT_ADAMW, COL_OPT_LAMB, COL_OPT_LARS};
@@ -299,12 +299,12 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
                 return (o->optimizer = kinds[i]), true;
         return BAD("--optimizer must be sgd, adamw, lamb or lars (got '%s')", v);
     }
-    if (!strcmp(name, "lr")) return num_in(v, 0, 10, true, &o->lr) || BAD("--lr must be a number in (0, 10] (got '%s')", v);
-    if (!strcmp(name, "beta1")) return (num_in(v, 0, 1, false, &o->beta1) && o->beta1 < 1) || BAD("--beta1 must be in [0, 1) (got '%s')", v);
-    if (!strcmp(name, "beta2")) return (num_in(v, 0, 1, false, &o->beta2) && o->beta2 < 1) || BAD("--beta2 must be in [0, 1) (got '%s')", v);
-    if (!strcmp(name, "eps")) return num_in(v, 0, 1, false, &o->eps) || BAD("--eps must be in [0, 1] (got '%s')", v);
-    if (!strcmp(name, "weight-decay")) return num_in(v, 0, 10, false, &o->weight_decay) || BAD("--weight-decay must be in [0, 10] (got '%s')", v);
-    if (!strcmp(name, "momentum")) return (num_in(v, 0, 1, false, &o->momentum) && o->momentum < 1) || BAD("--momentum must be in [0, 1) (got '%s')", v);
+    if (!strcmp(name, "lr")) return ft_num_in(v, 0, 10, true, &o->lr) || BAD("--lr must be a number in (0, 10] (got '%s')", v);
+    if (!strcmp(name, "beta1")) return (ft_num_in(v, 0, 1, false, &o->beta1) && o->beta1 < 1) || BAD("--beta1 must be in [0, 1) (got '%s')", v);
+    if (!strcmp(name, "beta2")) return (ft_num_in(v, 0, 1, false, &o->beta2) && o->beta2 < 1) || BAD("--beta2 must be in [0, 1) (got '%s')", v);
+    if (!strcmp(name, "eps")) return ft_num_in(v, 0, 1, false, &o->eps) || BAD("--eps must be in [0, 1] (got '%s')", v);
+    if (!strcmp(name, "weight-decay")) return ft_num_in(v, 0, 10, false, &o->weight_decay) || BAD("--weight-decay must be in [0, 10] (got '%s')", v);
+    if (!strcmp(name, "momentum")) return (ft_num_in(v, 0, 1, false, &o->momentum) && o->momentum < 1) || BAD("--momentum must be in [0, 1) (got '%s')", v);
     if (!strcmp(name, "nesterov")) return o->nesterov = true;
     if (!strcmp(name, "schedule")) {
         if (!strcmp(v, "cosine")) o->schedule = COL_LR_COSINE;
@@ -313,15 +313,15 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
         else return BAD("--schedule must be cosine, linear or constant (got '%s')", v);
         return true;
     }
-    if (!strcmp(name, "min-lr-ratio")) return num_in(v, 0, 1, false, &o->min_lr_ratio) || BAD("--min-lr-ratio must be in [0, 1] (got '%s')", v);
+    if (!strcmp(name, "min-lr-ratio")) return ft_num_in(v, 0, 1, false, &o->min_lr_ratio) || BAD("--min-lr-ratio must be in [0, 1] (got '%s')", v);
     if (!strcmp(name, "warmup")) {
-        if (!int_in(v, 0, 100000000, &i))
+        if (!ft_int_in(v, 0, 100000000, &i))
             return BAD("--warmup must be an integer >= 0 (got '%s')", v);
         o->warmup = i;
         return true;
     }
-    if (!strcmp(name, "grad-clip")) return num_in(v, 0, 1e6, false, &o->grad_clip) || BAD("--grad-clip must be a number >= 0 (got '%s')", v);
-    if (!strcmp(name, "dropout")) return (num_in(v, 0, 1, false, &o->dropout) && o->dropout < 1) || BAD("--dropout must be in [0, 1) (got '%s')", v);
+    if (!strcmp(name, "grad-clip")) return ft_num_in(v, 0, 1e6, false, &o->grad_clip) || BAD("--grad-clip must be a number >= 0 (got '%s')", v);
+    if (!strcmp(name, "dropout")) return (ft_num_in(v, 0, 1, false, &o->dropout) && o->dropout < 1) || BAD("--dropout must be in [0, 1) (got '%s')", v);
     if (!strcmp(name, "checkpointing")) return o->checkpointing = true;
     if (!strcmp(name, "precision")) {
         static const col_dtype dts[] = {COL_F32, COL_BF16, COL_F16};
@@ -330,8 +330,8 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
                 return (o->precision = dts[i]), true;
         return BAD("--precision must be fp32, bf16 or fp16 (got '%s')", v);
     }
-    if (!strcmp(name, "lora-rank")) return int_in(v, 1, 65536, &o->lora_rank) || BAD("--lora-rank must be an integer in 1..65536 (got '%s')", v);
-    if (!strcmp(name, "lora-alpha")) return num_in(v, 0, 1e6, true, &o->lora_alpha) || BAD("--lora-alpha must be a number > 0 (got '%s')", v);
+    if (!strcmp(name, "lora-rank")) return ft_int_in(v, 1, 65536, &o->lora_rank) || BAD("--lora-rank must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "lora-alpha")) return ft_num_in(v, 0, 1e6, true, &o->lora_alpha) || BAD("--lora-alpha must be a number > 0 (got '%s')", v);
     if (!strcmp(name, "lora-targets")) return (*v && copy_str(o->lora_targets, sizeof o->lora_targets, v)) || BAD("--lora-targets: give module names like q_proj,v_proj");
     if (!strcmp(name, "merge-lora")) return o->merge_lora = true;
     if (!strcmp(name, "json")) return o->json = true;

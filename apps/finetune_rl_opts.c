@@ -1,6 +1,5 @@
 /* finetune_rl_opts.c - colossal-finetune's RLHF options (--method and what each method takes), named as users know
  * them from ColossalChat and TRL, set by name from text like every other option (finetune_opts.c). */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,28 +64,6 @@ void ft_rl_defaults(ft_rl_opts *r)
     r->top_p = 1.0f;
 }
 
-static bool num(const char *v, double lo, double hi, float *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno || !isfinite(x) || x < lo || x > hi)
-        return false;
-    *out = (float)x;
-    return true;
-}
-
-static bool integer(const char *v, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi)
-        return false;
-    *out = (int)x;
-    return true;
-}
-
 static bool path(char *dst, size_t n, const char *v)
 {
     if (!*v || strlen(v) >= n)
@@ -104,14 +81,14 @@ int ft_rl_set(ft_rl_opts *r, const char *name, const char *v, char *msg, size_t 
         return col_rl_method_parse(v, &r->method, &e) == COL_OK ||
                BAD("--method must be sft, rm, dpo, simpo, orpo, kto, ppo or grpo (got '%s')", v);
     }
-    if (!strcmp(name, "beta")) return num(v, 0, 1e4, &r->beta) || BAD("--beta must be a number in [0, 1e4] (got '%s')", v);
-    if (!strcmp(name, "gamma")) return num(v, -1e4, 1e4, &r->gamma) || BAD("--gamma must be a number (got '%s')", v);
+    if (!strcmp(name, "beta")) return ft_num_in(v, 0, 1e4, false, &r->beta) || BAD("--beta must be a number in [0, 1e4] (got '%s')", v);
+    if (!strcmp(name, "gamma")) return ft_num_in(v, -1e4, 1e4, false, &r->gamma) || BAD("--gamma must be a number (got '%s')", v);
     if (!strcmp(name, "label-smoothing"))
-        return (num(v, 0, 0.5, &r->label_smoothing)) || BAD("--label-smoothing must be in [0, 0.5] (got '%s')", v);
+        return (ft_num_in(v, 0, 0.5, false, &r->label_smoothing)) || BAD("--label-smoothing must be in [0, 0.5] (got '%s')", v);
     if (!strcmp(name, "desirable-weight"))
-        return num(v, 0, 1e4, &r->desirable_weight) || BAD("--desirable-weight must be a number >= 0 (got '%s')", v);
+        return ft_num_in(v, 0, 1e4, false, &r->desirable_weight) || BAD("--desirable-weight must be a number >= 0 (got '%s')", v);
     if (!strcmp(name, "undesirable-weight"))
-        return num(v, 0, 1e4, &r->undesirable_weight) || BAD("--undesirable-weight must be a number >= 0 (got '%s')", v);
+        return ft_num_in(v, 0, 1e4, false, &r->undesirable_weight) || BAD("--undesirable-weight must be a number >= 0 (got '%s')", v);
     if (!strcmp(name, "ref-model")) return path(r->ref_model, sizeof r->ref_model, v) || BAD("--ref-model: give a model directory");
     if (!strcmp(name, "no-ref")) return r->no_ref = true;
     if (!strcmp(name, "reward-model"))
@@ -123,31 +100,31 @@ int ft_rl_set(ft_rl_opts *r, const char *name, const char *v, char *msg, size_t 
             return BAD("--reward must be exact or regex:PATTERN (got '%s')", v);
         return path(r->reward, sizeof r->reward, v) || BAD("--reward: the pattern is too long");
     }
-    if (!strcmp(name, "kl-coef")) return num(v, 0, 100, &r->kl_coef) || BAD("--kl-coef must be in [0, 100] (got '%s')", v);
+    if (!strcmp(name, "kl-coef")) return ft_num_in(v, 0, 100, false, &r->kl_coef) || BAD("--kl-coef must be in [0, 100] (got '%s')", v);
     if (!strcmp(name, "clip-range"))
-        return (num(v, 0, 10, &r->clip_range) && r->clip_range > 0) || BAD("--clip-range must be in (0, 10] (got '%s')", v);
+        return (ft_num_in(v, 0, 10, false, &r->clip_range) && r->clip_range > 0) || BAD("--clip-range must be in (0, 10] (got '%s')", v);
     if (!strcmp(name, "value-clip"))
-        return (num(v, 0, 1e4, &r->value_clip) && r->value_clip > 0) || BAD("--value-clip must be a number > 0 (got '%s')", v);
-    if (!strcmp(name, "vf-coef")) return num(v, 0, 1e4, &r->vf_coef) || BAD("--vf-coef must be a number >= 0 (got '%s')", v);
-    if (!strcmp(name, "gae-lambda")) return num(v, 0, 1, &r->gae_lambda) || BAD("--gae-lambda must be in [0, 1] (got '%s')", v);
+        return (ft_num_in(v, 0, 1e4, false, &r->value_clip) && r->value_clip > 0) || BAD("--value-clip must be a number > 0 (got '%s')", v);
+    if (!strcmp(name, "vf-coef")) return ft_num_in(v, 0, 1e4, false, &r->vf_coef) || BAD("--vf-coef must be a number >= 0 (got '%s')", v);
+    if (!strcmp(name, "gae-lambda")) return ft_num_in(v, 0, 1, false, &r->gae_lambda) || BAD("--gae-lambda must be in [0, 1] (got '%s')", v);
     if (!strcmp(name, "gamma-discount"))
-        return num(v, 0, 1, &r->gamma_discount) || BAD("--gamma-discount must be in [0, 1] (got '%s')", v);
-    if (!strcmp(name, "score-clip")) return num(v, 0, 1e6, &r->score_clip) || BAD("--score-clip must be a number >= 0 (got '%s')", v);
+        return ft_num_in(v, 0, 1, false, &r->gamma_discount) || BAD("--gamma-discount must be in [0, 1] (got '%s')", v);
+    if (!strcmp(name, "score-clip")) return ft_num_in(v, 0, 1e6, false, &r->score_clip) || BAD("--score-clip must be a number >= 0 (got '%s')", v);
     if (!strcmp(name, "num-generations"))
-        return integer(v, 1, 4096, &r->num_generations) || BAD("--num-generations must be an integer in 1..4096 (got '%s')", v);
+        return ft_int_in(v, 1, 4096, &r->num_generations) || BAD("--num-generations must be an integer in 1..4096 (got '%s')", v);
     if (!strcmp(name, "rollout-batch"))
-        return integer(v, 1, 65536, &r->rollout_batch) || BAD("--rollout-batch must be an integer in 1..65536 (got '%s')", v);
+        return ft_int_in(v, 1, 65536, &r->rollout_batch) || BAD("--rollout-batch must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "ppo-epochs"))
-        return integer(v, 1, 1000, &r->ppo_epochs) || BAD("--ppo-epochs must be an integer in 1..1000 (got '%s')", v);
+        return ft_int_in(v, 1, 1000, &r->ppo_epochs) || BAD("--ppo-epochs must be an integer in 1..1000 (got '%s')", v);
     if (!strcmp(name, "max-new-tokens"))
-        return integer(v, 1, 1 << 20, &r->max_new_tokens) || BAD("--max-new-tokens must be an integer >= 1 (got '%s')", v);
+        return ft_int_in(v, 1, 1 << 20, &r->max_new_tokens) || BAD("--max-new-tokens must be an integer >= 1 (got '%s')", v);
     if (!strcmp(name, "temperature"))
-        return num(v, 0, 100, &r->temperature) || BAD("--temperature must be in [0, 100] (got '%s')", v);
-    if (!strcmp(name, "top-k")) return integer(v, 0, 1 << 24, &r->top_k) || BAD("--top-k must be an integer >= 0 (got '%s')", v);
+        return ft_num_in(v, 0, 100, false, &r->temperature) || BAD("--temperature must be in [0, 100] (got '%s')", v);
+    if (!strcmp(name, "top-k")) return ft_int_in(v, 0, 1 << 24, &r->top_k) || BAD("--top-k must be an integer >= 0 (got '%s')", v);
     if (!strcmp(name, "top-p"))
-        return (num(v, 0, 1, &r->top_p) && r->top_p > 0) || BAD("--top-p must be in (0, 1] (got '%s')", v);
+        return (ft_num_in(v, 0, 1, false, &r->top_p) && r->top_p > 0) || BAD("--top-p must be in (0, 1] (got '%s')", v);
     if (!strcmp(name, "pairs-per-eval"))
-        return integer(v, 1, 1 << 20, &r->pairs_per_eval) || BAD("--pairs-per-eval must be an integer >= 1 (got '%s')", v);
+        return ft_int_in(v, 1, 1 << 20, &r->pairs_per_eval) || BAD("--pairs-per-eval must be an integer >= 1 (got '%s')", v);
     return -1;
 }
 
