@@ -183,6 +183,9 @@ bool ft_rl_check(const ft_opts *o, char *msg, size_t n)
         return BAD("--num-generations must be at least 2 for grpo (its advantages compare completions of a prompt)");
     if (r->no_ref && r->ref_model[0])
         return BAD("--no-ref and --ref-model contradict each other");
+    if (r->method == COL_RLM_RM && o->lora_rank > 0)
+        return BAD("--method rm trains a new value head, which LoRA adapters alone cannot (PEFT's modules_to_save): "
+                   "train the reward model without --lora-rank");
     if (o->grad_accum > 1)
         return BAD("--grad-accum applies to --method sft only (RLHF steps take --batch or --rollout-batch rows)");
     if (o->pp > 1 || o->dp > 1)

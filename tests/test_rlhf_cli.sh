@@ -115,6 +115,7 @@ check "ppo without a reward model" 2 "needs --reward-model" -- "$pol" "$fx/grpo_
 check "--no-ref with --ref-model" 2 "contradict" -- "$pol" "$fx/pairs.jsonl" --method dpo --no-ref --ref-model "$pol" \
     --out x
 check "an RLHF method needs MODEL and DATA" 2 "needs MODEL and DATA" -- --method dpo
+check "a reward model with LoRA" 2 "without --lora-rank" -- "$pol" "$fx/pairs.jsonl" --method rm --lora-rank 4 --out x
 check "a bad reward pattern" 1 "not a regular expression" -- "$pol" "$fx/grpo_prompts.jsonl" --method grpo \
     --reward 'regex:(' --rollout-batch 2 --num-generations 2 --seq 32 --out x
 check "a language model as --reward-model" 1 "not a reward model" -- "$pol" "$fx/grpo_prompts.jsonl" --method ppo \
