@@ -398,7 +398,8 @@ static void test_no_eos(void)
     int checked = 0, bad = 0;
     const cJSON *x;
     int i = 0;
-    cJSON_ArrayForEach(x, ref ? get(ref, "examples") : NULL)
+    const cJSON *examples = ref ? get(ref, "examples") : NULL;
+    cJSON_ArrayForEach(x, examples)
     {
         const col_rl_example *e = col_rl_data_get(d, i++);
         if (!e)
