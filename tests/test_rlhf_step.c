@@ -32,14 +32,14 @@ static col_ckpt *open_ref(const char *name)
 static double *ref_values(const col_ckpt *ck, const char *name, int64_t *n, int64_t *cols)
 {
     const col_ckpt_tensor *x = col_ckpt_find(ck, name);
-    if (!x)
+    if (!x || (x->dtype != COL_ST_I64 && x->dtype != COL_ST_F64))
         return NULL;
     int64_t m = 1;
     for (int d = 0; d < x->ndim; d++)
         m *= x->shape[d];
     double *v = malloc(sizeof *v * (size_t)(m ? m : 1));
     for (int64_t i = 0; i < m; i++)
-        v[i] = x->dtype == COL_I64 ? (double)((const int64_t *)x->data)[i] : ((const double *)x->data)[i];
+        v[i] = x->dtype == COL_ST_I64 ? (double)((const int64_t *)x->data)[i] : ((const double *)x->data)[i];
     *n = m;
     if (cols)
         *cols = x->ndim == 2 ? x->shape[1] : m;
