@@ -30,7 +30,7 @@ typedef struct {
     char reward[512];            /* grpo: "exact" or "regex:PATTERN" */
     bool no_ref;
     float kl_coef, clip_range, value_clip, vf_coef, gae_lambda, gamma_discount, score_clip;
-    int num_generations, rollout_batch, ppo_epochs, max_new_tokens, pairs_per_eval;
+    int num_generations, rollout_batch, ppo_epochs, max_new_tokens;
     float temperature, top_p;
     int top_k;
 } ft_rl_opts;

@@ -15,7 +15,7 @@ const ft_rl_optdef ft_rl_optdefs[] = {
     {"gae-lambda", true},     {"gamma-discount", true}, {"num-generations", true}, {"rollout-batch", true},
     {"ppo-epochs", true},     {"max-new-tokens", true}, {"temperature", true},    {"top-k", true},
     {"top-p", true},          {"reward", true},        {"desirable-weight", true}, {"undesirable-weight", true},
-    {"score-clip", true},     {"pairs-per-eval", true},
+    {"score-clip", true},
 };
 const int ft_rl_noptdefs = (int)(sizeof ft_rl_optdefs / sizeof ft_rl_optdefs[0]);
 
@@ -123,8 +123,6 @@ int ft_rl_set(ft_rl_opts *r, const char *name, const char *v, char *msg, size_t 
     if (!strcmp(name, "top-k")) return ft_int_in(v, 0, 1 << 24, &r->top_k) || BAD("--top-k must be an integer >= 0 (got '%s')", v);
     if (!strcmp(name, "top-p"))
         return (ft_num_in(v, 0, 1, false, &r->top_p) && r->top_p > 0) || BAD("--top-p must be in (0, 1] (got '%s')", v);
-    if (!strcmp(name, "pairs-per-eval"))
-        return ft_int_in(v, 1, 1 << 20, &r->pairs_per_eval) || BAD("--pairs-per-eval must be an integer >= 1 (got '%s')", v);
     return -1;
 }
 
@@ -158,7 +156,6 @@ static const struct {
     {"temperature", M(PPO) | M(GRPO)},
     {"top-k", M(PPO) | M(GRPO)},
     {"top-p", M(PPO) | M(GRPO)},
-    {"pairs-per-eval", M(RM) | M(DPO) | M(SIMPO) | M(ORPO)},
 #undef M
 };
 
