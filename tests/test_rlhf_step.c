@@ -1,5 +1,7 @@
 /* test_rlhf_step.c - one step of each RLHF method against TRL's trainers (PPO: tools/refgen/ppo_ref.py) on a tiny GPT-2
- * (tools/refgen/make_rlhf_step_fixtures.py): the batch's tokens, the loss and every parameter's gradient. */
+ * (tools/refgen/make_rlhf_step_fixtures.py): the batch's tokens, the loss and every parameter's gradient.
+ * Built with RLHF_TEST_CUDA (tests/test_rlhf_step_emu: the CUDA backend's kernels through the emulator;
+ * tests/test_rlhf_step_cuda on a GPU) every session runs on the CUDA backend through a compute tier. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +10,9 @@
 #include "lm_source.h"
 #include "rlhf_rollout.h"
 #include "testlib.h"
+#ifdef RLHF_TEST_CUDA
+#include "backend_cuda.h"
+#endif
 
 #ifndef FIXTURES
 #define FIXTURES "tests/fixtures/rlhf_step"
@@ -57,6 +62,9 @@ static col_lm_trainer *session(const char *dir, int batch, bool inference, col_l
     }
     col_lm_train_config tc = {.model = src->config, .batch = batch, .seq = SEQ, .objective = obj,
                               .opt = col_opt_defaults(COL_OPT_ADAMW), .inference = inference};
+#ifdef RLHF_TEST_CUDA
+    tc.compute_budget = (size_t)64 << 20; /* the device reaches the weights through a compute tier */
+#endif
     tc.lr = (col_lr_sched){.kind = COL_LR_CONSTANT, .lr_max = 1e-3f, .total_steps = 10};
     col_lm_trainer *t = NULL;
     if (col_lm_trainer_create(&tc, &be, &t, &err) != COL_OK || col_lm_trainer_load(t, src->weights, &err) != COL_OK) {
@@ -478,7 +486,16 @@ static void test_ppo(int32_t pad)
 int main(void)
 {
     const int32_t pad = 256; /* the byte tokenizer's <|endoftext|>: EOS and padding, as TRL sets it */
+#ifdef RLHF_TEST_CUDA
+    col_err berr = {0};
+    if (col_cuda_backend_init(&be, 0, &berr) != COL_OK) {
+        printf("1..0 # SKIP no CUDA device: %s\n", berr.msg);
+        return 0;
+    }
+    col_cuda_backend_set_tf32(&be, false); /* f32 GEMMs, as the reference */
+#else
     tl_cpu_backend(&be);
+#endif
     test_pairs(COL_RLM_DPO, "dpo", pad);
     test_pairs(COL_RLM_RM, "rm", pad);
     test_cpo_style(COL_RLM_SIMPO, "simpo");
@@ -486,6 +503,10 @@ int main(void)
     test_kto(pad);
     test_grpo(pad);
     test_ppo(pad);
+#ifdef RLHF_TEST_CUDA
+    col_cuda_backend_free(&be);
+#else
     col_cpu_backend_free(&be);
+#endif
     return tl_done();
 }
