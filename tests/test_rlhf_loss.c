@@ -324,6 +324,9 @@ static void test_grpo(void)
             check_stat(name, st, "clip_frac", s.clip_frac, TOL_F);
             check_stat(name, st, "clip_low_min", s.clip_low_min, TOL_F);
             check_stat(name, st, "clip_high_max", s.clip_high_max, TOL_F);
+            check_stat(name, st, "approx_kl", s.approx_kl, TOL_D);
+            check_stat(name, st, "ratio_mean", s.ratio_mean, TOL_D);
+            check_stat(name, st, "response_length", s.response_length, TOL_D);
         }
         release();
     }

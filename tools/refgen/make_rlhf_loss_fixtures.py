@@ -406,6 +406,12 @@ def grpo_loss_ref(logp, old, ref, mask, adv, beta, eps_low, eps_high):
              "clip_high_max": m["clip_ratio/high_max"][-1]}
     if beta != 0:
         stats["kl"] = m["kl"][-1]
+    # not logged by TRL: the masked means colossal adds (what PPO logs as policy/approxkl_avg, val/ratio)
+    mk = torch.tensor(mask, dtype=D)
+    diff = lp.detach() - (inputs["old_per_token_logps"] if old is not None else lp.detach())
+    stats["approx_kl"] = ((0.5 * diff**2 * mk).sum() / mk.sum().clamp(min=1.0)).item()
+    stats["ratio_mean"] = ((torch.exp(diff) * mk).sum() / mk.sum()).item()
+    stats["response_length"] = mk.sum(1).mean().item()
     return loss.item(), lp.grad, stats
 
 
