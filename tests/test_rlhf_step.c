@@ -76,11 +76,13 @@ static col_lm_trainer *session(const char *dir, int batch, bool inference, col_l
 }
 
 /* the loss and every parameter's gradient against the reference */
-static void check_grads(const char *what, col_lm_trainer *t, const col_ckpt *ck, double loss)
+/* loss_key's reference against loss, and every parameter's gradient against "<prefix><param>" */
+static void check_against(const char *what, col_lm_trainer *t, const col_ckpt *ck, const char *loss_key, double loss,
+                          const char *prefix)
 {
     int64_t n;
-    double *l = ref_values(ck, "loss", &n, NULL);
-    TL_OK(l && fabs(loss - l[0]) <= TOL * fabs(l[0]) + 1e-7, "%s: loss %.8f, reference %.8f", what, loss, l ? l[0] : NAN);
+    double *l = ref_values(ck, loss_key, &n, NULL);
+    TL_OK(l && fabs(loss - l[0]) <= TOL * fabs(l[0]) + 1e-7, "%s: %s %.8f, reference %.8f", what, loss_key, loss, l ? l[0] : NAN);
     free(l);
     double worst = 0;
     int missing = 0, compared = 0;
@@ -90,7 +92,7 @@ static void check_grads(const char *what, col_lm_trainer *t, const col_ckpt *ck,
         col_lm_trainer_param(t, i, &s);
         const float *g = col_lm_trainer_grad(t, i);
         char name[128];
-        snprintf(name, sizeof name, "grad.%s", s->name);
+        snprintf(name, sizeof name, "%s%s", prefix, s->name);
         int64_t m;
         double *r = ref_values(ck, name, &m, NULL);
         if (!r || !g || m != col_param_numel(s)) {
@@ -114,6 +116,11 @@ static void check_grads(const char *what, col_lm_trainer *t, const col_ckpt *ck,
     }
     TL_OK(missing == 0 && compared > 0 && worst <= TOL, "%s: %d gradients, worst relative error %.2e (%s)", what,
           compared, worst, worst_name);
+}
+
+static void check_grads(const char *what, col_lm_trainer *t, const col_ckpt *ck, double loss)
+{
+    check_against(what, t, ck, "loss", loss, "grad.");
 }
 
 /* row i of a TRL batch (input_ids with its completion mask): does our row hold the same tokens and span? */
@@ -384,37 +391,6 @@ out:
     col_lm_source_close(&rsrc);
 }
 
-/* the critic's gradients ("cgrad.<param>") */
-static void check_critic(col_lm_trainer *t, const col_ckpt *ck, double value_loss)
-{
-    int64_t n;
-    double *l = ref_values(ck, "value_loss", &n, NULL), worst = 0;
-    TL_OK(l && fabs(value_loss - l[0]) <= TOL * fabs(l[0]) + 1e-7, "ppo: value loss %.8f, reference %.8f", value_loss,
-          l ? l[0] : NAN);
-    free(l);
-    int bad = 0;
-    for (int i = 0; i < col_lm_trainer_n_params(t); i++) {
-        const col_param_spec *s;
-        col_lm_trainer_param(t, i, &s);
-        const float *g = col_lm_trainer_grad(t, i);
-        char name[128];
-        snprintf(name, sizeof name, "cgrad.%s", s->name);
-        int64_t m;
-        double *r = ref_values(ck, name, &m, NULL), diff = 0, scale = 0;
-        if (!r || !g || m != col_param_numel(s)) {
-            bad++;
-            free(r);
-            continue;
-        }
-        for (int64_t k = 0; k < m; k++)
-            diff = fmax(diff, fabs((double)g[k] - r[k])), scale = fmax(scale, fabs(r[k]));
-        worst = fmax(worst, scale > 0 ? diff / scale : diff);
-        free(r);
-    }
-    TL_OK(bad == 0 && worst <= TOL, "ppo: the critic's %d gradients, worst relative error %.2e",
-          col_lm_trainer_n_params(t), worst);
-}
-
 /* PPO against tools/refgen/ppo_ref.py: the GRPO case's rollout, scored by rm/, with a critic started from rm/ */
 static void test_ppo(int32_t pad)
 {
@@ -463,7 +439,7 @@ static void test_ppo(int32_t pad)
         TL_OK(st == COL_OK, "ppo: update (%s)", err.msg);
         if (st == COL_OK) {
             check_grads("ppo", t, ck, out.loss);
-            check_critic(cr, ck, out.value_loss);
+            check_against("ppo critic", cr, ck, "value_loss", out.value_loss, "cgrad.");
         }
         col_rl_rollout_free(&ro);
         free(ids);

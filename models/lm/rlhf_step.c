@@ -171,7 +171,6 @@ size_t col_rl_rows_reward_pos(const col_rl_rows *r, int i)
     return (size_t)i * (size_t)r->T + (size_t)(p >= 0 ? p : r->T - 1);
 }
 
-static size_t last_pos(const col_rl_rows *r, int i) { return col_rl_rows_reward_pos(r, i); }
 
 /* the step's working memory: rows and three [B, T] float arrays */
 typedef struct {
@@ -239,7 +238,7 @@ static col_status pair_rows(work *w, const col_rl_example *const *ex, int n, int
 static void rewards_of(const col_rl_rows *r, const float *tok, double *out)
 {
     for (int i = 0; i < r->B; i++)
-        out[i] = (double)tok[last_pos(r, i)];
+        out[i] = (double)tok[col_rl_rows_reward_pos(r, i)];
 }
 
 static col_pref_kind pref_kind(col_rl_method m)
@@ -315,7 +314,7 @@ col_status col_rl_pref_step(const col_rl_config *c, const col_rl_models *m, cons
         if (rm) {
             memset(w.dout, 0, sizeof *w.dout * (size_t)w.rows.B * (size_t)w.rows.T);
             for (int i = 0; i < 2 * n; i++)
-                w.dout[last_pos(&w.rows, i)] = (float)w.d[i];
+                w.dout[col_rl_rows_reward_pos(&w.rows, i)] = (float)w.d[i];
         } else {
             col_rl_rows_spread(&w.rows, w.d, w.dout);
         }
@@ -342,11 +341,13 @@ col_status col_rl_rm_score(const col_rl_models *m, const col_rl_example *const *
     st = pair_rows(&w, ex, n, pad, &cut, err);
     if (st == COL_OK)
         st = col_lm_trainer_forward_tokens(m->policy, w.rows.ids, NULL, 0, w.tok, err);
-    if (st == COL_OK)
+    if (st == COL_OK) {
+        rewards_of(&w.rows, w.tok, w.sum); /* rows: the chosen, then the rejected */
         for (int i = 0; i < n; i++) {
-            r[2 * i] = (double)w.tok[last_pos(&w.rows, i)];
-            r[2 * i + 1] = (double)w.tok[last_pos(&w.rows, n + i)];
+            r[2 * i] = w.sum[i];
+            r[2 * i + 1] = w.sum[n + i];
         }
+    }
     work_free(&w);
     return st;
 }
