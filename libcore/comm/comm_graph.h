@@ -38,4 +38,52 @@ col_node *col_comm_graph_all_gather(col_graph *g, col_comm *c, col_node *x, int 
  * split_axis must divide evenly (COL_ESHAPE otherwise). Axes as above. */
 col_node *col_comm_graph_all_to_all(col_graph *g, col_comm *c, col_node *x, int split_axis, int concat_axis);
 
+/* ---- collectives with gradients (issue 18: tensor and sequence parallelism) ----
+ *
+ * Every rank of c builds the same graph. A tensor is replicated over c (the
+ * same values on every rank, and the same gradient) or partitioned (each rank
+ * its own part, or its own partial sum); the model's loss is replicated (each
+ * rank computes the same scalar and seeds it with 1). Each builder's backward
+ * is the one that then gives every rank the gradients the single process
+ * computing the whole model gets. `use` says how the output is used:
+ *   COL_CG_SAME  the same way on every rank (the work after it is replicated):
+ *                its gradient is replicated, and taken as it is;
+ *   COL_CG_SPLIT differently on each rank (the work after it is partitioned):
+ *                the ranks' gradients are summed.
+ * Collective nodes (and their backward nodes) run in graph order on every
+ * rank; c must outlive the plans. These run on host plans over MPI and on
+ * device plans over NCCL, as the builders above. */
+typedef enum { COL_CG_SAME = 0, COL_CG_SPLIT } col_cg_use;
+
+/* op over the ranks of x (same shape everywhere). Gradient: sum/avg with COL_CG_SAME: dy as it is (times 1/P for
+ * avg) - Megatron's "reduce from the tensor-parallel region"; with COL_CG_SPLIT: the all-reduce (sum or avg) of dy;
+ * max/min: none (the result is a constant to autodiff, e.g. a softmax's shift). */
+col_node *col_comm_graph_all_reduce(col_graph *g, col_comm *c, col_node *x, col_red_op op, col_cg_use use);
+/* x itself; its gradient is the sum over the ranks of dy (Megatron's "copy to the tensor-parallel region"): a
+ * replicated x entering partitioned work, or a weight held whole by ranks that see different data. */
+col_node *col_comm_graph_copy(col_graph *g, col_comm *c, col_node *x);
+/* as col_comm_graph_all_gather, with a gradient: COL_CG_SAME: this rank's part of dy along axis; COL_CG_SPLIT:
+ * the reduce-scatter of dy along axis (the sum over ranks of this rank's part). */
+col_node *col_comm_graph_all_gather_grad(col_graph *g, col_comm *c, col_node *x, int axis, col_cg_use use);
+/* the sum over ranks of x, cut along axis into P parts, part `rank` kept: x's shape with axis divided by P
+ * (COL_ESHAPE unless it divides). Gradient: the all-gather of dy along axis. */
+col_node *col_comm_graph_reduce_scatter(col_graph *g, col_comm *c, col_node *x, int axis);
+/* this rank's part of a replicated x along axis (no transfer). Gradient: the all-gather of dy along axis. */
+col_node *col_comm_graph_split(col_graph *g, col_comm *c, col_node *x, int axis);
+/* col_comm_graph_all_to_all with a gradient: the all-to-all of dy with the axes swapped. */
+col_node *col_comm_graph_all_to_all_grad(col_graph *g, col_comm *c, col_node *x, int split_axis, int concat_axis);
+/* A ring pass: x goes to rank (rank + by) mod P, and the result is what rank (rank - by) mod P sent (its x's
+ * shape). Gradient: dy passed back by -by. */
+col_node *col_comm_graph_shift(col_graph *g, col_comm *c, col_node *x, int by);
+
+/* Ring self-attention (Colossal-AI's sequence parallelism): the sequence of T positions is cut into P = size(c)
+ * consecutive blocks, rank r holding positions [r*Tl, (r+1)*Tl); q [B, H, Tl, D], k and v [B, Hkv, Tl, D] (H a
+ * multiple of Hkv: grouped queries) of this rank's block. The result [B, H, Tl, D] is attention of this rank's
+ * queries over the whole sequence's keys (causal: key position <= query position), softmax(q k^T * scale) v
+ * (scale 0: 1/sqrt(D)), as col_attention over the whole sequence gives for these rows. The key/value blocks go
+ * around the ring (P - 1 passes forward; the backward passes them again with their gradients), and the softmax is
+ * merged block by block (online), so memory grows with Tl, not T. f32. */
+col_node *col_comm_graph_ring_attention(col_graph *g, col_comm *c, col_node *q, col_node *k, col_node *v, int causal,
+                                        float scale);
+
 #endif

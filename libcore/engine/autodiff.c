@@ -91,6 +91,7 @@ static col_node *recompute_clone(col_graph *g, col_node *n)
     c->scratch_bytes = n->scratch_bytes;
     c->ext_fn = n->ext_fn; /* an EXTERN node's function is called again */
     c->ext_user = n->ext_user;
+    c->ext_bwd = n->ext_bwd;
     c->flags = (n->flags & ~(COL_NODE_OUTPUT | COL_NODE_BACKWARD)) | COL_NODE_RECOMPUTE;
     c->segment = 0;
     if (n->flags & COL_NODE_VIEW) {
@@ -133,6 +134,18 @@ col_status col_graph_backward_seeded(col_graph *g, col_node *loss, col_node *see
         col_node *n = g->nodes[i];
         if (!n->grad || n->op == COL_OP_LEAF)
             continue;
+        if (n->op == COL_OP_EXTERN && n->ext_bwd) {
+            for (int s = 0; s < n->nsrc && g->err.code == COL_OK; s++) {
+                col_node *x = n->src[s];
+                if (!(x->flags & COL_NODE_NEEDS_GRAD))
+                    continue;
+                col_node *d = n->ext_bwd(g, n, n->grad, s, n->ext_user);
+                if (d && d->t.dtype != x->t.dtype)
+                    d = col_cast(g, d, x->t.dtype);
+                col_accum_grad(g, x, d);
+            }
+            continue;
+        }
         col_backward_fn fn = col_backward_of(n->op);
         if (!fn && n->op == COL_OP_EXTERN) {
             col_graph_fail(g, COL_EUNSUPPORTED,

@@ -57,6 +57,7 @@ typedef struct col_node {
     char name[48];
     col_extern_fn ext_fn;           /* EXTERN: the caller's function and its user pointer (ops.h) */
     void *ext_user;
+    col_extern_bwd_fn ext_bwd;      /* EXTERN: the caller's gradient builder, or NULL (no gradient; ops.h) */
 
     /* autodiff */
     struct col_node *grad;          /* gradient accumulated so far (during backward build) */

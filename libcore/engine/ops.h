@@ -232,7 +232,8 @@ struct col_node *col_upsample_nearest(struct col_graph *g, struct col_node *x, i
  * return stops the run with that status and the function's message.
  *
  * Liveness and the arena treat the node as any other (its output gets a range
- * of the arena). It has no gradient: backward through it fails (COL_EUNSUPPORTED).
+ * of the arena). It has no gradient: backward through it fails (COL_EUNSUPPORTED)
+ * (col_extern_grad below makes one that has).
  * A checkpointed segment's extern node is called again when recomputed.
  * fn and user must stay valid as long as plans of the graph run. At most
  * COL_MAX_SRC sources (0 is fine); non-contiguous ones are copied first
@@ -241,5 +242,16 @@ typedef col_status (*col_extern_fn)(void *user, const struct col_backend *be, co
                                     const col_tensor *const *src, int nsrc, col_err *err);
 struct col_node *col_extern(struct col_graph *g, col_extern_fn fn, void *user, col_dtype dt, int ndim,
                             const int64_t *shape, int nsrc, struct col_node *const *src);
+/* An extern node with a gradient: the same, and while autodiff builds the
+ * backward pass it calls bwd(g, node, dy, s, user) once for each source s
+ * that needs a gradient, dy the node's gradient (its shape and dtype); bwd
+ * returns the gradient of source s (its shape, f32 or the source's dtype)
+ * built from graph ops (other extern nodes among them), or NULL: no gradient
+ * flows to s (a stop, as for a value treated as a constant). A failing
+ * builder inside bwd records its error in g as usual. */
+typedef struct col_node *(*col_extern_bwd_fn)(struct col_graph *g, struct col_node *node, struct col_node *dy, int s,
+                                              void *user);
+struct col_node *col_extern_grad(struct col_graph *g, col_extern_fn fn, col_extern_bwd_fn bwd, void *user,
+                                 col_dtype dt, int ndim, const int64_t *shape, int nsrc, struct col_node *const *src);
 
 #endif

@@ -30,3 +30,12 @@ col_node *col_extern(col_graph *g, col_extern_fn fn, void *user, col_dtype dt, i
     }
     return n;
 }
+
+col_node *col_extern_grad(col_graph *g, col_extern_fn fn, col_extern_bwd_fn bwd, void *user, col_dtype dt, int ndim,
+                          const int64_t *shape, int nsrc, col_node *const *src)
+{
+    col_node *n = col_extern(g, fn, user, dt, ndim, shape, nsrc, src);
+    if (n)
+        n->ext_bwd = bwd;
+    return n;
+}
