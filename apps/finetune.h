@@ -16,6 +16,7 @@
 #include "sampling.h"
 #include "mt_stats.h"
 #include "dataset.h"
+#include "lm_par.h"
 #include "lm_trainer.h"
 #include "optim.h"
 #include "rlhf_rollout.h"
@@ -74,6 +75,12 @@ typedef struct {
     bool merge_lora;
     /* several processes: 0 = the default (dp = processes / pp, pp 1, micro-batches pp) */
     int dp, pp, zero, micro_batches, virtual_stages;
+    /* tensor and sequence parallelism (lm_par.h): 0 = none (1) */
+    int tp, tp_depth, sp;        /* tp ranks, 2.5D's depth d, sequence-parallel ranks */
+    col_tp_mode tp_mode;
+    col_sp_mode sp_mode;
+    bool parallel_auto;          /* --parallel auto: the planner picks dp/tp/pp/sp, ZeRO and micro-batches */
+    bool plan_only;              /* --plan-only: print the planner's ranking and exit */
     double comm_timeout;         /* seconds */
     /* output */
     bool json, quiet, overwrite, tui;

@@ -40,6 +40,9 @@ static const ft_optdef optdefs[] = {
      * hold whole tensors whatever the layout, so another run may start from them as MODEL under any other */
     {"dp", true, false},          {"pp", true, false},           {"zero", true, false},
     {"micro-batches", true, false}, {"comm-timeout", true, true}, {"virtual-stages", true, false},
+    {"tp", true, false},          {"tp-mode", true, false},      {"tp-depth", true, false},
+    {"sp", true, false},          {"sp-mode", true, false},      {"parallel", true, false},
+    {"plan-only", false, true},
 };
 
 /* The compute precision when --precision is not given. On the CPU backend f32: bf16 measured 5-10% slower per
@@ -111,6 +114,13 @@ void ft_usage(FILE *f)
         "  --micro-batches M      pipeline micro-batches per batch (default P)\n"
         "  --virtual-stages V     V stages per process, taken in turn (the interleaved schedule: a smaller bubble\n"
         "                         for more messages; M a multiple of P); default 1\n"
+        "  --tp N --tp-mode M     tensor parallelism over N processes: 1d (Megatron, default), 2d (q x q = N),\n"
+        "                         2.5d (q x q x d = N, --tp-depth d), 3d (q x q x q = N)\n"
+        "  --sp N --sp-mode M     sequence parallelism over N processes: ring (ring attention, default) or\n"
+        "                         ulysses (all-to-all of heads); D x P x N(tp) x N(sp) = the process count\n"
+        "  --parallel auto        let the planner choose --dp/--tp/--pp/--sp, --zero and --micro-batches from the\n"
+        "                         model, the budgets and a short probe of this machine; --plan-only prints its\n"
+        "                         ranking and exits\n"
         "  --comm-timeout SECS    give up when a process waits this long for the others (default 45)\n"
         "  --lora-rank R          train rank-R LoRA adapters instead of all weights; --lora-alpha A (default R)\n"
         "  --lora-targets LIST    modules to adapt, e.g. q_proj,v_proj (default: the architecture's usual)\n"
@@ -247,6 +257,17 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "dp")) return ft_int_in(v, 1, 65536, &o->dp) || BAD("--dp must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "pp")) return ft_int_in(v, 1, 65536, &o->pp) || BAD("--pp must be an integer in 1..65536 (got '%s')", v);
     if (!strcmp(name, "zero")) return ft_int_in(v, 1, 3, &o->zero) || BAD("--zero must be 1, 2 or 3 (got '%s')", v);
+    if (!strcmp(name, "tp")) return ft_int_in(v, 1, 65536, &o->tp) || BAD("--tp must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "sp")) return ft_int_in(v, 1, 65536, &o->sp) || BAD("--sp must be an integer in 1..65536 (got '%s')", v);
+    if (!strcmp(name, "tp-depth"))
+        return ft_int_in(v, 1, 256, &o->tp_depth) || BAD("--tp-depth must be an integer in 1..256 (got '%s')", v);
+    if (!strcmp(name, "tp-mode"))
+        return col_tp_mode_parse(v, &o->tp_mode, NULL) == COL_OK || BAD("--tp-mode must be 1d, 2d, 2.5d or 3d (got '%s')", v);
+    if (!strcmp(name, "sp-mode"))
+        return col_sp_mode_parse(v, &o->sp_mode, NULL) == COL_OK || BAD("--sp-mode must be ring or ulysses (got '%s')", v);
+    if (!strcmp(name, "parallel"))
+        return (!strcmp(v, "auto") && (o->parallel_auto = true)) || BAD("--parallel takes 'auto' (got '%s')", v);
+    if (!strcmp(name, "plan-only")) return o->plan_only = true;
     if (!strcmp(name, "virtual-stages"))
         return ft_int_in(v, 1, 64, &o->virtual_stages) || BAD("--virtual-stages must be an integer in 1..64 (got '%s')", v);
     if (!strcmp(name, "micro-batches"))
