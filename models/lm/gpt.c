@@ -22,21 +22,26 @@ static void gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
 {
     int64_t C = c->hidden, F = c->ffn;
     int k = 0;
-    col_spec_set(&s[k++], "transformer.wte.weight", c->vocab_size, C, COL_INIT_NORMAL);
-    col_spec_set(&s[k++], "transformer.wpe.weight", c->max_positions, C, COL_INIT_NORMAL);
+    col_spec_set(&s[k], "transformer.wte.weight", c->vocab_size, C, COL_INIT_NORMAL);
+    col_spec_role(&s[k++], COL_ROLE_EMBED, 1);
+    col_spec_set(&s[k], "transformer.wpe.weight", c->max_positions, C, COL_INIT_NORMAL);
+    col_spec_role(&s[k++], COL_ROLE_POS, 1);
     col_spec_list L = {.s = s, .k = k};
     for (int l = 0; l < c->n_layer; l++) { /* Conv1D weights are [in, out] */
         col_spec_layer(&L, "transformer.h.%d.", l);
         col_spec_norm(&L, "ln_1", C, true);
-        col_spec_weight(&L, "attn.c_attn", C, 3 * C, COL_INIT_NORMAL, 3 * C);
-        col_spec_weight(&L, "attn.c_proj", C, C, COL_INIT_RESID, C);
+        col_spec_weight(&L, "attn.c_attn", C, 3 * C, COL_INIT_NORMAL, 3 * C, COL_ROLE_FIRST);
+        L.s[L.k - 2].groups = L.s[L.k - 1].groups = 3; /* the columns are q | k | v */
+        col_spec_weight(&L, "attn.c_proj", C, C, COL_INIT_RESID, C, COL_ROLE_SECOND);
         col_spec_norm(&L, "ln_2", C, true);
-        col_spec_weight(&L, "mlp.c_fc", C, F, COL_INIT_NORMAL, F);
-        col_spec_weight(&L, "mlp.c_proj", F, C, COL_INIT_RESID, C);
+        col_spec_weight(&L, "mlp.c_fc", C, F, COL_INIT_NORMAL, F, COL_ROLE_FIRST);
+        col_spec_weight(&L, "mlp.c_proj", F, C, COL_INIT_RESID, C, COL_ROLE_SECOND);
     }
     k = L.k;
-    col_spec_set(&s[k++], "transformer.ln_f.weight", C, 0, COL_INIT_ONE);
-    col_spec_set(&s[k++], "transformer.ln_f.bias", C, 0, COL_INIT_ZERO);
+    col_spec_set(&s[k], "transformer.ln_f.weight", C, 0, COL_INIT_ONE);
+    col_spec_role(&s[k++], COL_ROLE_NORM, 1);
+    col_spec_set(&s[k], "transformer.ln_f.bias", C, 0, COL_INIT_ZERO);
+    col_spec_role(&s[k++], COL_ROLE_NORM, 1);
     col_lm_head_spec(c, s, k, C);
 }
 

@@ -24,23 +24,25 @@ static void llama_param_specs(const col_lm_config *c, col_param_spec *s)
     int64_t C = c->hidden, Hq = (int64_t)c->n_head * c->head_dim, Hkv = (int64_t)c->n_kv_head * c->head_dim,
             F = c->ffn;
     int k = 0;
-    col_spec_set(&s[k++], "model.embed_tokens.weight", c->vocab_size, C, COL_INIT_NORMAL);
+    col_spec_set(&s[k], "model.embed_tokens.weight", c->vocab_size, C, COL_INIT_NORMAL);
+    col_spec_role(&s[k++], COL_ROLE_EMBED, 1);
     int64_t ab = c->attn_bias, mb = c->mlp_bias; /* 1: the projection has a bias */
     col_spec_list L = {.s = s, .k = k};
     for (int l = 0; l < c->n_layer; l++) {
         col_spec_layer(&L, "model.layers.%d.", l);
         col_spec_norm(&L, "input_layernorm", C, false);
-        col_spec_weight(&L, "self_attn.q_proj", Hq, C, COL_INIT_NORMAL, ab * Hq);
-        col_spec_weight(&L, "self_attn.k_proj", Hkv, C, COL_INIT_NORMAL, ab * Hkv);
-        col_spec_weight(&L, "self_attn.v_proj", Hkv, C, COL_INIT_NORMAL, ab * Hkv);
-        col_spec_weight(&L, "self_attn.o_proj", C, Hq, COL_INIT_RESID, ab * C);
+        col_spec_weight(&L, "self_attn.q_proj", Hq, C, COL_INIT_NORMAL, ab * Hq, COL_ROLE_FIRST);
+        col_spec_weight(&L, "self_attn.k_proj", Hkv, C, COL_INIT_NORMAL, ab * Hkv, COL_ROLE_FIRST);
+        col_spec_weight(&L, "self_attn.v_proj", Hkv, C, COL_INIT_NORMAL, ab * Hkv, COL_ROLE_FIRST);
+        col_spec_weight(&L, "self_attn.o_proj", C, Hq, COL_INIT_RESID, ab * C, COL_ROLE_SECOND);
         col_spec_norm(&L, "post_attention_layernorm", C, false);
-        col_spec_weight(&L, "mlp.gate_proj", F, C, COL_INIT_NORMAL, mb * F);
-        col_spec_weight(&L, "mlp.up_proj", F, C, COL_INIT_NORMAL, mb * F);
-        col_spec_weight(&L, "mlp.down_proj", C, F, COL_INIT_RESID, mb * C);
+        col_spec_weight(&L, "mlp.gate_proj", F, C, COL_INIT_NORMAL, mb * F, COL_ROLE_FIRST);
+        col_spec_weight(&L, "mlp.up_proj", F, C, COL_INIT_NORMAL, mb * F, COL_ROLE_FIRST);
+        col_spec_weight(&L, "mlp.down_proj", C, F, COL_INIT_RESID, mb * C, COL_ROLE_SECOND);
     }
     k = L.k;
-    col_spec_set(&s[k++], "model.norm.weight", C, 0, COL_INIT_ONE);
+    col_spec_set(&s[k], "model.norm.weight", C, 0, COL_INIT_ONE);
+    col_spec_role(&s[k++], COL_ROLE_NORM, 1);
     col_lm_head_spec(c, s, k, C);
 }
 

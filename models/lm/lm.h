@@ -57,12 +57,27 @@ col_status col_lm_check_config(const col_lm_config *c, col_err *err);
 
 typedef enum { COL_INIT_NORMAL, COL_INIT_RESID, COL_INIT_ZERO, COL_INIT_ONE } col_init_kind;
 
+/* Tensor parallelism (lm_par.h): What a parameter is to the layer using it; a mode's shard function decides its block from this. */
+typedef enum {
+    COL_ROLE_REPLICATED = 0, /* held whole by every rank (positions, OPT's projections, a value head) */
+    COL_ROLE_FIRST,          /* a projection widening from the hidden size: attention's q/k/v, MLP's fc/gate/up */
+    COL_ROLE_FIRST_BIAS,     /* its bias [out] */
+    COL_ROLE_SECOND,         /* a projection back to the hidden size: attention's output, MLP's down/fc2 */
+    COL_ROLE_SECOND_BIAS,    /* its bias [hidden] */
+    COL_ROLE_NORM,           /* a norm's weight or bias [hidden] */
+    COL_ROLE_EMBED,          /* the token embedding [vocab, hidden] (also the head when tied) */
+    COL_ROLE_POS,            /* learned positions [positions, hidden] */
+    COL_ROLE_HEAD,           /* an untied lm_head [vocab, hidden] */
+} col_param_role;
+
 typedef struct {
     char name[80];          /* Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight" */
     int ndim;
     int64_t shape[2];
     bool decay;             /* weight decay applies (matrices), not biases or norms */
     col_init_kind init;
+    col_param_role role;    /* what it is to its layer: how tensor parallelism splits it */
+    int groups;             /* the number of equal segments its split dimension holds (GPT-2's fused q|k|v: 3) */
 } col_param_spec;
 
 int col_lm_param_count(const col_lm_config *c);
@@ -110,6 +125,10 @@ typedef struct {
      * the other entries of out->params stay NULL. Its dropouts draw the masks the whole model's graph
      * draws for those layers. No key/value cache, no LoRA. */
     int layer_lo, layer_hi;
+    /* Tensor and sequence parallelism (lm_par.h): this rank's place in the layout, or NULL. The graph then has
+     * this rank's shapes: batch and seq are its rows and positions, params its blocks, and with_loss adds the
+     * inv_count input; the collectives are nodes of the graph. Whole model, no cache, no LoRA. */
+    const struct col_lm_par *par;
 } col_lm_build_opts;
 
 typedef struct {
@@ -125,6 +144,7 @@ typedef struct {
     col_node **lora;        /* with opts.lora_of: 2 per adapter, A then B (caller-provided array) */
     col_node *hidden_in;    /* a stage after the first: input [batch, seq, hidden] f32; NULL otherwise (ids then) */
     col_node *hidden_out;   /* a stage before the last: its output [batch, seq, hidden]; NULL otherwise */
+    col_node *inv_count;    /* with par and with_loss: f32 [1] input, 1 / the targets counted in the whole step */
 } col_lm_graph;
 
 /* Pipeline stages. The layer range [*lo, *hi) that opts' layer_lo/layer_hi

@@ -11,14 +11,24 @@ void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, c
     s->shape[1] = d1;
     s->decay = d1 != 0;
     s->init = init;
+    s->role = COL_ROLE_REPLICATED;
+    s->groups = 1;
+}
+
+void col_spec_role(col_param_spec *s, col_param_role role, int groups)
+{
+    s->role = role;
+    s->groups = groups;
 }
 
 void col_lm_head_spec(const col_lm_config *c, col_param_spec *s, int k, int64_t in)
 {
     if (c->value_head)
         col_spec_set(&s[k], "score.weight", 1, in, COL_INIT_NORMAL);
-    else if (!c->tie_embeddings)
+    else if (!c->tie_embeddings) {
         col_spec_set(&s[k], "lm_head.weight", c->vocab_size, in, COL_INIT_NORMAL);
+        col_spec_role(&s[k], COL_ROLE_HEAD, 1);
+    }
 }
 
 void col_spec_layer(col_spec_list *L, const char *fmt, int layer)
@@ -26,20 +36,24 @@ void col_spec_layer(col_spec_list *L, const char *fmt, int layer)
     snprintf(L->prefix, sizeof L->prefix, fmt, layer);
 }
 
-void col_spec_weight(col_spec_list *L, const char *name, int64_t d0, int64_t d1, col_init_kind init, int64_t bias)
+void col_spec_weight(col_spec_list *L, const char *name, int64_t d0, int64_t d1, col_init_kind init, int64_t bias,
+                     col_param_role role)
 {
     char n[sizeof L->s->name];
     snprintf(n, sizeof n, "%s%s.weight", L->prefix, name);
-    col_spec_set(&L->s[L->k++], n, d0, d1, init);
+    col_spec_set(&L->s[L->k], n, d0, d1, init);
+    col_spec_role(&L->s[L->k++], role, 1);
     if (bias > 0) {
         snprintf(n, sizeof n, "%s%s.bias", L->prefix, name);
-        col_spec_set(&L->s[L->k++], n, bias, 0, COL_INIT_ZERO);
+        col_spec_set(&L->s[L->k], n, bias, 0, COL_INIT_ZERO);
+        col_spec_role(&L->s[L->k++], role == COL_ROLE_FIRST ? COL_ROLE_FIRST_BIAS
+                                     : role == COL_ROLE_SECOND ? COL_ROLE_SECOND_BIAS : role, 1);
     }
 }
 
 void col_spec_norm(col_spec_list *L, const char *name, int64_t C, bool with_bias)
 {
-    col_spec_weight(L, name, C, 0, COL_INIT_ONE, with_bias ? C : 0);
+    col_spec_weight(L, name, C, 0, COL_INIT_ONE, with_bias ? C : 0, COL_ROLE_NORM);
 }
 
 col_node *col_lm_dropout(col_graph *g, col_node *x, const col_lm_config *c, const col_lm_build_opts *o)

@@ -21,8 +21,12 @@ typedef struct {
     char prefix[64];    /* the current layer's name prefix */
 } col_spec_list;
 void col_spec_layer(col_spec_list *L, const char *fmt, int layer);
-/* prefix+name.weight [d0, d1] with init, then prefix+name.bias [bias] (zeros) when bias > 0 */
-void col_spec_weight(col_spec_list *L, const char *name, int64_t d0, int64_t d1, col_init_kind init, int64_t bias);
+/* prefix+name.weight [d0, d1] with init and role (lm_par.h), then prefix+name.bias [bias] (zeros) when bias > 0,
+ * whose role is FIRST_BIAS or SECOND_BIAS for a FIRST or SECOND weight (the weight's otherwise) */
+void col_spec_weight(col_spec_list *L, const char *name, int64_t d0, int64_t d1, col_init_kind init, int64_t bias,
+                     col_param_role role);
+/* a spec's role and groups (col_spec_set makes REPLICATED, 1 group) */
+void col_spec_role(col_param_spec *s, col_param_role role, int groups);
 /* a norm's weight [C] (ones), and its bias [C] (zeros) when with_bias */
 void col_spec_norm(col_spec_list *L, const char *name, int64_t C, bool with_bias);
 /* Mixed precision: a graph's weights are leaves of its compute dtype (f32, or bf16/f16), and activations,

@@ -60,18 +60,7 @@ typedef struct {
  * split them, hidden and MLP widths by the ranks splitting them, Ulysses' heads by sp, sequence length by sp. */
 col_status col_par_layout_check(col_par_layout *l, const col_lm_config *c, int seq, int batch, col_err *err);
 
-/* What a parameter is to the layer using it; a mode's shard function decides its block from this. */
-typedef enum {
-    COL_ROLE_REPLICATED = 0, /* held whole by every rank (positions, OPT's projections, a value head) */
-    COL_ROLE_FIRST,          /* a projection widening from the hidden size: attention's q/k/v, MLP's fc/gate/up */
-    COL_ROLE_FIRST_BIAS,     /* its bias [out] */
-    COL_ROLE_SECOND,         /* a projection back to the hidden size: attention's output, MLP's down/fc2 */
-    COL_ROLE_SECOND_BIAS,    /* its bias [hidden] */
-    COL_ROLE_NORM,           /* a norm's weight or bias [hidden] */
-    COL_ROLE_EMBED,          /* the token embedding [vocab, hidden] (also the head when tied) */
-    COL_ROLE_POS,            /* learned positions [positions, hidden] */
-    COL_ROLE_HEAD,           /* an untied lm_head [vocab, hidden] */
-} col_param_role;
+/* col_param_role (what a parameter is to the layer using it) is in lm.h: the specs carry it. */
 
 /* The block of a whole tensor a rank holds: along each of the (up to 2) dimensions, the dimension is `groups`
  * equal segments (3 for GPT-2's fused q|k|v columns, else 1), each cut into `parts` equal parts, and the rank
@@ -89,5 +78,67 @@ bool col_shard_whole(const col_shard *s);
  * copies the block's elements out of whole into block, else block's into whole. */
 void col_shard_copy(const col_shard *s, int ndim, const int64_t *whole_shape, size_t esize, void *whole, void *block,
                     bool to_block);
+
+/* ---- a rank's place in a layout, and what its mode builds ---- */
+typedef struct col_lm_par col_lm_par;
+
+/* The functions of a tensor-parallel mode (lm_par_1d.c, lm_par_grid.c). Activations between the layers are
+ * [b, t, h] on each rank: rows(), the step's rows this rank computes (1D: all; the grids: a share), t the
+ * positions (the sequence-parallel share), h = hidden_local() of the hidden size. Builders follow graph.h's
+ * rules (NULL after an error, recorded in g). */
+typedef struct {
+    col_tp_mode mode;
+    /* the block of a parameter (its spec's role, groups and whole shape) this rank holds */
+    void (*shard)(const col_lm_par *p, const col_param_spec *s, col_shard *out);
+    /* the step's rows this rank computes: [*row0, *row0 + *n) of B */
+    void (*rows)(const col_lm_par *p, int B, int *row0, int *n);
+    /* the activations' hidden width on this rank (of C), and the attention heads it computes (of H) */
+    int64_t (*hidden_local)(const col_lm_par *p, int64_t C);
+    int (*heads_local)(const col_lm_par *p, int H);
+    /* the node the layers read for parameter leaf w of role r: w itself, or w through col_comm_graph_copy over
+     * the ranks holding the same block while seeing other data (so its gradient is summed over them) */
+    col_node *(*use)(col_graph *g, const col_lm_par *p, col_param_role r, col_node *w);
+    /* x [b, t, in_l] times a FIRST or SECOND weight's block (stored [in, out] when in_out: GPT-2's Conv1D, else
+     * [out, in]: nn.Linear) plus its bias block (or NULL) -> [b, t, out_l]: FIRST gives this rank's share of the
+     * widened activations (whole heads), SECOND the hidden layout again */
+    col_node *(*linear)(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *b, col_param_role r,
+                        bool in_out);
+    /* LayerNorm (b may be NULL only with rms) or RMSNorm over the whole hidden size of x [b, t, h] */
+    col_node *(*norm)(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *b, float eps, bool rms);
+    /* the token embedding: the EMBED block w, ids [b, t] (the whole vocabulary's ids) -> [b, t, h] */
+    col_node *(*embed)(col_graph *g, const col_lm_par *p, col_node *w, col_node *ids);
+    /* learned positions: the POS block w (a REPLICATED role's leaf under 1D), pos [t] -> [t, h] */
+    col_node *(*positions)(col_graph *g, const col_lm_par *p, col_node *w, col_node *pos);
+    /* The head and the loss: x [b, t, h] (after the final norm), the head's block w (EMBED when tied, else
+     * HEAD: [vocab, hidden] as stored), targets [b, t] of this rank's rows and positions (whole-vocabulary ids,
+     * -1 ignored), inv_count an f32 [1] input holding 1 / (the targets counted in the whole step of the
+     * model-parallel group). Returns the replicated mean cross-entropy of the whole step (the sum over every
+     * rank's counted targets times inv_count, summed over the ranks splitting rows and positions: sp as well,
+     * p->sp). *logits (when not NULL) gets this rank's logits [b*t, vocab] gathered whole (for evaluation and
+     * decoding; NULL in a training graph: with_logits false). */
+    col_node *(*loss)(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *targets,
+                      col_node *inv_count, bool with_logits, col_node **logits);
+    /* The whole-vocabulary logits of x [b, t, h] with the head block w: [b*t, vocab] on every rank (forward
+     * graphs, decoding). */
+    col_node *(*logits)(col_graph *g, const col_lm_par *p, col_node *x, col_node *w);
+} col_tp_ops;
+
+struct col_lm_par {
+    col_par_layout layout;
+    const col_tp_ops *ops;
+    /* the communicators (NULL where the count is 1): tp the tensor-parallel group (rank tp_rank), sp the
+     * sequence-parallel group (rank sp_rank), and for the grids the rows, columns and depth of the tp group
+     * (1D: none): rank tp_rank = (k * q + i) * q + j, with i the row, j the column, k the depth; row = the ranks
+     * of the same i and k (their j differ), col = same j and k, dep = same i and j. */
+    struct col_comm *tp, *sp, *row, *col, *dep;
+    int tp_rank, sp_rank, i, j, k;
+};
+
+/* The modes' tables. */
+extern const col_tp_ops col_tp_1d_ops, col_tp_2d_ops, col_tp_25d_ops, col_tp_3d_ops;
+const col_tp_ops *col_tp_ops_of(col_tp_mode m);
+
+/* Whether the tp and sp groups hold more than one rank. */
+static inline bool col_par_active(const col_lm_par *p) { return p && (p->layout.tp > 1 || p->layout.sp > 1); }
 
 #endif

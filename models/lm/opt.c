@@ -25,26 +25,30 @@ static void opt_param_specs(const col_lm_config *c, col_param_spec *s)
 {
     int64_t C = c->hidden, E = c->word_embed_proj_dim, F = c->ffn;
     int k = 0;
-    col_spec_set(&s[k++], "model.decoder.embed_tokens.weight", c->vocab_size, E, COL_INIT_NORMAL);
-    col_spec_set(&s[k++], "model.decoder.embed_positions.weight", c->max_positions + POS_OFFSET, C, COL_INIT_NORMAL);
+    col_spec_set(&s[k], "model.decoder.embed_tokens.weight", c->vocab_size, E, COL_INIT_NORMAL);
+    col_spec_role(&s[k++], COL_ROLE_EMBED, 1);
+    col_spec_set(&s[k], "model.decoder.embed_positions.weight", c->max_positions + POS_OFFSET, C, COL_INIT_NORMAL);
+    col_spec_role(&s[k++], COL_ROLE_POS, 1);
     if (projected(c))
         col_spec_set(&s[k++], "model.decoder.project_in.weight", C, E, COL_INIT_NORMAL);
     col_spec_list L = {.s = s, .k = k};
     for (int l = 0; l < c->n_layer; l++) {
         col_spec_layer(&L, "model.decoder.layers.%d.", l);
-        col_spec_weight(&L, "self_attn.k_proj", C, C, COL_INIT_NORMAL, C);
-        col_spec_weight(&L, "self_attn.v_proj", C, C, COL_INIT_NORMAL, C);
-        col_spec_weight(&L, "self_attn.q_proj", C, C, COL_INIT_NORMAL, C);
-        col_spec_weight(&L, "self_attn.out_proj", C, C, COL_INIT_RESID, C);
+        col_spec_weight(&L, "self_attn.k_proj", C, C, COL_INIT_NORMAL, C, COL_ROLE_FIRST);
+        col_spec_weight(&L, "self_attn.v_proj", C, C, COL_INIT_NORMAL, C, COL_ROLE_FIRST);
+        col_spec_weight(&L, "self_attn.q_proj", C, C, COL_INIT_NORMAL, C, COL_ROLE_FIRST);
+        col_spec_weight(&L, "self_attn.out_proj", C, C, COL_INIT_RESID, C, COL_ROLE_SECOND);
         col_spec_norm(&L, "self_attn_layer_norm", C, true);
-        col_spec_weight(&L, "fc1", F, C, COL_INIT_NORMAL, F);
-        col_spec_weight(&L, "fc2", C, F, COL_INIT_RESID, C);
+        col_spec_weight(&L, "fc1", F, C, COL_INIT_NORMAL, F, COL_ROLE_FIRST);
+        col_spec_weight(&L, "fc2", C, F, COL_INIT_RESID, C, COL_ROLE_SECOND);
         col_spec_norm(&L, "final_layer_norm", C, true);
     }
     k = L.k;
     if (final_norm(c)) {
-        col_spec_set(&s[k++], "model.decoder.final_layer_norm.weight", C, 0, COL_INIT_ONE);
-        col_spec_set(&s[k++], "model.decoder.final_layer_norm.bias", C, 0, COL_INIT_ZERO);
+        col_spec_set(&s[k], "model.decoder.final_layer_norm.weight", C, 0, COL_INIT_ONE);
+        col_spec_role(&s[k++], COL_ROLE_NORM, 1);
+        col_spec_set(&s[k], "model.decoder.final_layer_norm.bias", C, 0, COL_INIT_ZERO);
+        col_spec_role(&s[k++], COL_ROLE_NORM, 1);
     }
     if (projected(c))
         col_spec_set(&s[k++], "model.decoder.project_out.weight", E, C, COL_INIT_NORMAL);
