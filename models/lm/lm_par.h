@@ -134,9 +134,15 @@ struct col_lm_par {
     int tp_rank, sp_rank, i, j, k;
 };
 
-/* The modes' tables. */
+/* The modes' tables: 1D (lm_par_1d.c), the grids 2D, 2.5D and 3D (lm_par_grid.c). */
 extern const col_tp_ops col_tp_1d_ops, col_tp_2d_ops, col_tp_25d_ops, col_tp_3d_ops;
 const col_tp_ops *col_tp_ops_of(col_tp_mode m);
+
+/* A rank's place from the model-parallel group mp (tp x sp ranks, rank m = sp_rank * tp + tp_rank; NULL when
+ * both are 1) and a checked layout: the communicators split from mp (collective over mp), the mode's table.
+ * col_lm_par_close frees the communicators it made (not mp). */
+col_status col_lm_par_open(col_lm_par *p, const col_par_layout *l, struct col_comm *mp, col_err *err);
+void col_lm_par_close(col_lm_par *p);
 
 /* Whether the tp and sp groups hold more than one rank. */
 static inline bool col_par_active(const col_lm_par *p) { return p && (p->layout.tp > 1 || p->layout.sp > 1); }
