@@ -45,27 +45,14 @@ static void gpt2_param_specs(const col_lm_config *c, col_param_spec *s)
     col_lm_head_spec(c, s, k, C);
 }
 
-/* x [B, T, in] @ w [in, out] + b: GPT-2's Conv1D (wp points into out->params), plus its LoRA path */
-static col_node *conv1d(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *wp,
-                        col_node *b)
-{
-    if (!x)
-        return NULL;
-    col_node *w = *wp;
-    int64_t flat[2] = {-1, w->t.shape[0]};
-    col_node *y = col_add(g, col_matmul(g, col_reshape(g, col_lm_operand(g, x, w), 2, flat), w), col_lm_f32(g, b));
-    int64_t shape[3] = {x->t.shape[0], x->t.shape[1], w->t.shape[1]};
-    return col_lm_lora(g, o, out, x, col_reshape(g, y, 3, shape), wp);
-}
-
 /* causal self-attention; x [B, T, C] -> [B, T, C] */
 static col_node *attention(col_graph *g, col_node *x, col_node **p, int l, const col_lm_config *c,
                            const col_lm_build_opts *o, col_lm_graph *out)
 {
     if (!x)
         return NULL;
-    int64_t B = x->t.shape[0], T = x->t.shape[1], H = c->n_head, D = c->head_dim;
-    col_node *qkv = conv1d(g, o, out, x, &p[0], p[1]); /* [B, T, 3C] */
+    int64_t B = x->t.shape[0], T = x->t.shape[1], H = col_lm_heads(o, c->n_head), D = c->head_dim;
+    col_node *qkv = col_lm_conv1d(g, o, out, x, &p[0], p[1], COL_ROLE_FIRST); /* [B, T, 3C] */
     /* q, k, v as strided views of qkv: [B,T,3,H,D] -> [3,B,H,T,D] */
     int64_t split[5] = {B, T, 3, H, D}, heads[4] = {B, H, T, D};
     col_node *qkv5 = col_permute(g, col_reshape(g, qkv, 5, split), (int[]){2, 0, 3, 1, 4});
@@ -73,40 +60,37 @@ static col_node *attention(col_graph *g, col_node *x, col_node **p, int l, const
     col_node *k = col_reshape(g, col_slice(g, qkv5, 0, 1, 1), 4, heads);
     col_node *v = col_reshape(g, col_slice(g, qkv5, 0, 2, 1), 4, heads);
     col_node *y = col_lm_attend(g, o, out, l, q, k, v, 0.0f);
-    return col_lm_dropout(g, conv1d(g, o, out, y, &p[2], p[3]), c, o);
+    return col_lm_dropout(g, col_lm_conv1d(g, o, out, y, &p[2], p[3], COL_ROLE_SECOND), c, o);
 }
 
 static col_node *gpt2_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
 {
     col_node **p = out->params;
-    int64_t BT = (int64_t)o->batch * o->seq, C = c->hidden;
     int lo, hi;
     col_lm_layer_range(c, o->layer_lo, o->layer_hi, &lo, &hi);
     col_node *x = out->hidden_in;
     if (lo == 0) {
-        col_node *tok = col_embedding(g, p[0], out->ids);                   /* [B, T, C] */
-        col_node *pos = col_embedding(g, p[1], col_lm_positions(g, o, out)); /* [T, C] */
+        col_node *tok = col_lm_embed(g, o, p[0], out->ids);                            /* [B, T, C] */
+        col_node *pos = col_lm_pos_embed(g, o, p[1], col_lm_positions(g, o, out, 0)); /* [T, C] */
         x = col_lm_dropout(g, col_add(g, tok, pos), c, o);
     }
     for (int l = lo; l < hi; l++) {
         col_node **lp = p + 2 + PER_LAYER * l;
         if (o->checkpoint)
             col_checkpoint_begin(g);
-        col_node *h = col_layernorm(g, x, col_lm_f32(g, lp[0]), col_lm_f32(g, lp[1]), c->norm_eps);
+        col_node *h = col_lm_norm(g, o, x, lp[0], lp[1], c->norm_eps, false);
         x = col_add(g, x, attention(g, h, lp + 2, l, c, o, out));
-        h = col_layernorm(g, x, col_lm_f32(g, lp[6]), col_lm_f32(g, lp[7]), c->norm_eps);
-        h = col_lm_activation(g, conv1d(g, o, out, h, &lp[8], lp[9]), c->act);
-        x = col_add(g, x, col_lm_dropout(g, conv1d(g, o, out, h, &lp[10], lp[11]), c, o));
+        h = col_lm_norm(g, o, x, lp[6], lp[7], c->norm_eps, false);
+        h = col_lm_activation(g, col_lm_conv1d(g, o, out, h, &lp[8], lp[9], COL_ROLE_FIRST), c->act);
+        x = col_add(g, x, col_lm_dropout(g, col_lm_conv1d(g, o, out, h, &lp[10], lp[11], COL_ROLE_SECOND), c, o));
         if (o->checkpoint)
             col_checkpoint_end(g);
     }
     if (hi < c->n_layer)
         return x;
     int k = 2 + PER_LAYER * c->n_layer;
-    x = col_layernorm(g, x, col_lm_f32(g, p[k]), col_lm_f32(g, p[k + 1]), c->norm_eps);
-    col_node *head = col_lm_own_head(c) ? p[k + 2] : p[0]; /* tied: x @ wte^T */
-    int64_t flat[2] = {BT, C};
-    return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
+    x = col_lm_norm(g, o, x, p[k], p[k + 1], c->norm_eps, false);
+    return col_lm_head(g, o, x, col_lm_own_head(c) ? p[k + 2] : p[0]); /* tied: x @ wte^T */
 }
 
 static const char *const lora_modules[] = {"c_attn", "c_proj", "c_fc", NULL};

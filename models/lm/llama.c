@@ -52,8 +52,8 @@ static col_node *heads(col_graph *g, const col_lm_build_opts *o, col_lm_graph *o
 {
     if (!x)
         return NULL;
-    int64_t split[4] = {x->t.shape[0], x->t.shape[1], H, D};
-    col_node *h = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, w, b), 4, split), 1, 2);
+    int64_t split[4] = {x->t.shape[0], x->t.shape[1], col_lm_heads(o, H), D};
+    col_node *h = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, w, b, COL_ROLE_FIRST), 4, split), 1, 2);
     return pos ? col_rope(g, h, pos, rope) : h;
 }
 
@@ -63,8 +63,8 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
     int64_t H = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
     int lo, hi;
     col_lm_layer_range(c, o->layer_lo, o->layer_hi, &lo, &hi);
-    col_node *x = lo == 0 ? col_embedding(g, p[0], out->ids) : out->hidden_in; /* [B, T, C] */
-    col_node *pos = col_lm_positions(g, o, out);
+    col_node *x = lo == 0 ? col_lm_embed(g, o, p[0], out->ids) : out->hidden_in; /* [B, T, C] */
+    col_node *pos = col_lm_positions(g, o, out, 0);
     int k = 1 + per_layer(c) * lo;
     for (int l = lo; l < hi; l++) {
         col_node **lp = p + k;
@@ -81,24 +81,23 @@ static col_node *llama_forward(col_graph *g, const col_lm_config *c, const col_l
         if (o->checkpoint)
             col_checkpoint_begin(g);
         /* each norm's output is cast once for the projections that read it */
-        col_node *h = col_lm_operand(g, col_rmsnorm(g, x, col_lm_f32(g, ln1), c->norm_eps), *wq);
+        col_node *h = col_lm_operand(g, col_lm_norm(g, o, x, ln1, NULL, c->norm_eps, true), *wq);
         col_node *q = heads(g, o, out, h, wq, bq, H, D, pos, &c->rope);
         col_node *kk = heads(g, o, out, h, wk, bk, Hkv, D, pos, &c->rope);
         col_node *v = heads(g, o, out, h, wv, bv, Hkv, D, NULL, NULL);
         col_node *y = col_lm_attend(g, o, out, l, q, kk, v, 0.0f);
-        x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, y, wo, bo), c, o));
-        h = col_lm_operand(g, col_rmsnorm(g, x, col_lm_f32(g, ln2), c->norm_eps), *wg);
-        h = col_swiglu(g, col_lm_linear(g, o, out, h, wg, bg), col_lm_linear(g, o, out, h, wu, bu));
-        x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, h, wd, bd), c, o));
+        x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, y, wo, bo, COL_ROLE_SECOND), c, o));
+        h = col_lm_operand(g, col_lm_norm(g, o, x, ln2, NULL, c->norm_eps, true), *wg);
+        h = col_swiglu(g, col_lm_linear(g, o, out, h, wg, bg, COL_ROLE_FIRST),
+                       col_lm_linear(g, o, out, h, wu, bu, COL_ROLE_FIRST));
+        x = col_add(g, x, col_lm_dropout(g, col_lm_linear(g, o, out, h, wd, bd, COL_ROLE_SECOND), c, o));
         if (o->checkpoint)
             col_checkpoint_end(g);
     }
     if (hi < c->n_layer)
         return x;
-    x = col_rmsnorm(g, x, col_lm_f32(g, p[k++]), c->norm_eps);
-    col_node *head = col_lm_own_head(c) ? p[k] : p[0];
-    int64_t flat[2] = {(int64_t)o->batch * o->seq, c->hidden};
-    return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
+    x = col_lm_norm(g, o, x, p[k++], NULL, c->norm_eps, true);
+    return col_lm_head(g, o, x, col_lm_own_head(c) ? p[k] : p[0]);
 }
 
 static const char *const lora_modules[] = {"q_proj",    "k_proj",  "v_proj",    "o_proj",

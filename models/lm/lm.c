@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "lm_family.h"
+#include "lm_par.h"
 #include "rng.h"
 
 int col_lm_param_count(const col_lm_config *c)
@@ -21,8 +22,11 @@ int col_lm_param_count(const col_lm_config *c)
 void col_lm_param_specs(const col_lm_config *c, col_param_spec *s)
 {
     const col_lm_family *f = col_lm_family_of(c->arch);
-    if (f)
-        f->param_specs(c, s);
+    if (!f)
+        return;
+    f->param_specs(c, s);
+    for (int i = 0; i < f->param_count(c); i++)
+        s[i].in_out = f->conv1d && s[i].ndim == 2 && (s[i].role == COL_ROLE_FIRST || s[i].role == COL_ROLE_SECOND);
 }
 
 int64_t col_param_numel(const col_param_spec *s) { return s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1); }
@@ -133,6 +137,10 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
     if (partial && (o->cache_len || o->lora_of))
         return col_err_set(err, COL_EUNSUPPORTED, "%s: a pipeline stage (layers [%d, %d)) takes no key/value cache "
                            "and no LoRA adapters", col_arch_name(c->arch), lo, hi);
+    const col_lm_par *par = o->par;
+    if (par && (o->cache_len || o->lora_of || partial || (o->with_loss && o->objective != COL_LM_OBJ_MEAN_CE)))
+        return col_err_set(err, COL_EUNSUPPORTED, "%s: a tensor- or sequence-parallel graph takes no key/value cache, "
+                           "no LoRA adapters, no pipeline stage and no per-token objective yet", col_arch_name(c->arch));
     uint64_t drop_off = 0;
     if (partial && (st = dropout_offset_at(c, o, lo, &drop_off, err)) != COL_OK)
         return st;
@@ -149,10 +157,25 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         out->params[i] = NULL;
     for (int u = 0; u < nu; u++) { /* in the stage's first-use order */
         int i = used[u];
+        if (par) { /* this rank's block */
+            col_shard sh;
+            par->ops->shard(par, &specs[i], &sh);
+            col_shard_shape(&sh, specs[i].ndim, specs[i].shape, specs[i].shape);
+        }
         out->params[i] = o->lora_of ? col_input(g, specs[i].name, o->dtype, specs[i].ndim, specs[i].shape)
                                     : col_param(g, specs[i].name, o->dtype, specs[i].ndim, specs[i].shape);
     }
     free(used);
+    /* under tensor or sequence parallelism the layers read each leaf through the mode's use (lm_par.h) */
+    col_node **leaves = out->params, **uses = NULL;
+    if (par) {
+        if (!(uses = calloc((size_t)np, sizeof *uses))) {
+            free(specs);
+            return col_err_set(err, COL_ENOMEM, "model: out of memory");
+        }
+        for (int i = 0; i < np; i++)
+            uses[i] = par->ops->use(g, par, specs[i].role, leaves[i]);
+    }
     /* adapters after the base leaves, in adapter order (lora_of numbers them in spec order) */
     for (int i = 0; o->lora_of && i < np; i++) {
         int j = o->lora_of[i];
@@ -194,7 +217,32 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         for (int l = 0; l < 2 * c->n_layer; l++)
             out->cache[l] = col_input(g, l % 2 ? "v_cache" : "k_cache", COL_F32, 4, cs);
     }
-    col_node *logits2 = family->forward(g, c, o, out); /* [B*T, V]; a stage before the last: [B, T, C] */
+    out->inv_count = NULL;
+    if (par && o->with_loss) {
+        int64_t one[1] = {1};
+        out->inv_count = col_input(g, "inv_count", COL_F32, 1, one);
+    }
+    if (par)
+        out->params = uses;
+    /* [B*T, V]; a stage before the last: [B, T, C]; under par the final hidden states [B, T, C] */
+    col_node *logits2 = family->forward(g, c, o, out);
+    if (par) {
+        col_node *head = uses[col_lm_own_head(c) ? np - 1 : 0];
+        out->params = leaves;
+        free(uses);
+        out->loss = out->logits = NULL;
+        if (o->with_loss)
+            out->loss = par->ops->loss(g, par, logits2, head, out->targets, out->inv_count, false, NULL);
+        else
+            out->logits = par->ops->logits(g, par, logits2, head);
+        if (out->logits) {
+            int64_t lshape[3] = {o->batch, o->seq, col_lm_out_width(c)};
+            out->logits = col_reshape(g, out->logits, 3, lshape);
+        }
+        if (col_graph_status(g) != COL_OK)
+            return col_err_set(err, col_graph_status(g), "%s: %s", col_arch_name(c->arch), col_graph_error(g)->msg);
+        return COL_OK;
+    }
     out->logits = out->loss = NULL;
     if (!last) {
         out->hidden_out = logits2;

@@ -78,6 +78,7 @@ typedef struct {
     col_init_kind init;
     col_param_role role;    /* what it is to its layer: how tensor parallelism splits it */
     int groups;             /* the number of equal segments its split dimension holds (GPT-2's fused q|k|v: 3) */
+    bool in_out;            /* a FIRST or SECOND weight stored [in, out] (GPT-2's Conv1D), else [out, in] */
 } col_param_spec;
 
 int col_lm_param_count(const col_lm_config *c);

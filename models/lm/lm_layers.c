@@ -1,6 +1,10 @@
 /* lm_layers.c - the building blocks of the model families (lm_layers.h). */
 #include "lm_layers.h"
 
+#ifdef COL_WITH_COMM
+#include "comm_graph.h"
+#endif
+
 #include <stdio.h>
 
 void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, col_init_kind init)
@@ -98,15 +102,64 @@ col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *ou
 }
 
 col_node *col_lm_linear(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
-                        col_node *b)
+                        col_node *b, col_param_role r)
 {
+    if (o->par)
+        return o->par->ops->linear(g, o->par, x, *w, b, r, false);
     /* col_linear itself when the weight is f32 */
     return col_lm_lora(g, o, out, x, col_linear(g, col_lm_operand(g, x, *w), *w, col_lm_f32(g, b)), w);
 }
 
-col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out)
+col_node *col_lm_conv1d(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *wp,
+                        col_node *b, col_param_role r)
 {
-    return col_arange(g, o->cache_len ? out->start : NULL, o->seq, 0);
+    if (!x)
+        return NULL;
+    if (o->par)
+        return o->par->ops->linear(g, o->par, x, *wp, b, r, true);
+    col_node *w = *wp;
+    int64_t flat[2] = {-1, w->t.shape[0]};
+    col_node *y = col_add(g, col_matmul(g, col_reshape(g, col_lm_operand(g, x, w), 2, flat), w), col_lm_f32(g, b));
+    int64_t shape[3] = {x->t.shape[0], x->t.shape[1], w->t.shape[1]};
+    return col_lm_lora(g, o, out, x, col_reshape(g, y, 3, shape), wp);
+}
+
+int64_t col_lm_heads(const col_lm_build_opts *o, int64_t H)
+{
+    return o->par ? o->par->ops->heads_local(o->par, (int)H) : H;
+}
+
+col_node *col_lm_norm(col_graph *g, const col_lm_build_opts *o, col_node *x, col_node *w, col_node *b, float eps,
+                      bool rms)
+{
+    if (o->par)
+        return o->par->ops->norm(g, o->par, x, w, b, eps, rms);
+    return rms ? col_rmsnorm(g, x, col_lm_f32(g, w), eps) : col_layernorm(g, x, col_lm_f32(g, w), col_lm_f32(g, b), eps);
+}
+
+col_node *col_lm_embed(col_graph *g, const col_lm_build_opts *o, col_node *w, col_node *ids)
+{
+    return o->par ? o->par->ops->embed(g, o->par, w, ids) : col_embedding(g, w, ids);
+}
+
+col_node *col_lm_pos_embed(col_graph *g, const col_lm_build_opts *o, col_node *w, col_node *pos)
+{
+    return o->par ? o->par->ops->positions(g, o->par, w, pos) : col_embedding(g, w, pos);
+}
+
+col_node *col_lm_head(col_graph *g, const col_lm_build_opts *o, col_node *x, col_node *head)
+{
+    if (o->par || !x)
+        return x;
+    int64_t flat[2] = {x->t.shape[0] * x->t.shape[1], x->t.shape[2]};
+    return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
+}
+
+col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, int64_t offset)
+{
+    if (o->par)
+        offset += (int64_t)o->par->sp_rank * o->seq;
+    return col_arange(g, o->cache_len ? out->start : NULL, o->seq, offset);
 }
 
 col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, int l, col_node *q, col_node *k,
@@ -119,6 +172,16 @@ col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *
         col_node *kc = col_kv_write(g, out->cache[2 * l], k, out->start);
         col_node *vc = col_kv_write(g, out->cache[2 * l + 1], v, out->start);
         y = col_attention_cached(g, q, kc, vc, out->start, scale);
+#ifdef COL_WITH_COMM
+    } else if (o->par && o->par->sp && o->par->layout.sp_mode == COL_SP_RING) {
+        y = col_comm_graph_ring_attention(g, o->par->sp, q, k, v, 1, scale);
+    } else if (o->par && o->par->sp) { /* Ulysses: whole sequences of a share of the heads, then back */
+        col_comm *sp = o->par->sp;
+        q = col_comm_graph_all_to_all_grad(g, sp, q, 1, 2);
+        k = col_comm_graph_all_to_all_grad(g, sp, k, 1, 2);
+        v = col_comm_graph_all_to_all_grad(g, sp, v, 1, 2);
+        y = col_comm_graph_all_to_all_grad(g, sp, col_attention(g, q, k, v, 1, scale), 2, 1);
+#endif
     } else {
         y = col_attention(g, q, k, v, 1, scale);
     }

@@ -6,6 +6,7 @@
 #define COL_MODELS_LM_LAYERS_H
 
 #include "lm.h"
+#include "lm_par.h"
 
 /* A parameter spec: name, shape [d0] (d1 = 0) or [d0, d1]; matrices get weight decay. */
 void col_spec_set(col_param_spec *s, const char *name, int64_t d0, int64_t d1, col_init_kind init);
@@ -48,10 +49,26 @@ col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *
  * the LoRA path when that weight is adapted (two small matmuls, never B@A) */
 col_node *col_lm_lora(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *y,
                       col_node *const *w);
-/* col_linear (weight [out, in]) with the LoRA path */
+/* col_linear (weight [out, in]) with the LoRA path; with tensor parallelism (o->par) the mode's product of a
+ * weight of role r (COL_ROLE_FIRST or COL_ROLE_SECOND) instead */
 col_node *col_lm_linear(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
-                        col_node *b);
-/* positions 0..seq-1 (or start..start+seq-1 with a cache) as an i32 [seq] node */
-col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out);
+                        col_node *b, col_param_role r);
+/* the same for GPT-2's Conv1D weights [in, out]: x @ w + b */
+col_node *col_lm_conv1d(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, col_node *x, col_node *const *w,
+                        col_node *b, col_param_role r);
+/* the heads of h (of H) this rank computes: H, or the tensor-parallel share */
+int64_t col_lm_heads(const col_lm_build_opts *o, int64_t H);
+/* LayerNorm (rms false, bias b) or RMSNorm of x over the hidden size, weights as f32 (the mode's under o->par) */
+col_node *col_lm_norm(col_graph *g, const col_lm_build_opts *o, col_node *x, col_node *w, col_node *b, float eps,
+                      bool rms);
+/* the token embedding of ids, and learned positions pos (the mode's under o->par) */
+col_node *col_lm_embed(col_graph *g, const col_lm_build_opts *o, col_node *w, col_node *ids);
+col_node *col_lm_pos_embed(col_graph *g, const col_lm_build_opts *o, col_node *w, col_node *pos);
+/* The head: x [B, T, in] (after the final norm) times head [out, in]^T -> [B*T, out]. Under o->par the
+ * family's forward ends at x instead (lm.c builds the mode's loss or logits from it): returns x. */
+col_node *col_lm_head(col_graph *g, const col_lm_build_opts *o, col_node *x, col_node *head);
+/* positions 0..seq-1 (or start..start+seq-1 with a cache; from the sequence-parallel rank's first position under
+ * o->par), plus offset, as an i32 [seq] node */
+col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_graph *out, int64_t offset);
 
 #endif

@@ -165,7 +165,9 @@ void col_shard_copy(const col_shard *s, int ndim, const int64_t *whole_shape, si
 const col_tp_ops *col_tp_ops_of(col_tp_mode m)
 {
     switch (m) {
+#ifdef COL_WITH_COMM
     case COL_TP_1D: return &col_tp_1d_ops;
+#endif
     default: return NULL; /* the grids (lm_par_grid.c) are not written yet */
     }
 }

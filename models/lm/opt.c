@@ -61,15 +61,15 @@ static col_node *attention(col_graph *g, col_node *x, col_node **lp, int l, cons
 {
     if (!x)
         return NULL;
-    int64_t B = x->t.shape[0], T = x->t.shape[1], H = c->n_head, D = c->head_dim;
+    int64_t B = x->t.shape[0], T = x->t.shape[1], H = col_lm_heads(o, c->n_head), D = c->head_dim;
     int64_t split[4] = {B, T, H, D};
     x = col_lm_operand(g, x, lp[0]); /* cast once for the three projections */
     /* [B, H, T, D] each */
-    col_node *k = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[0], lp[1]), 4, split), 1, 2);
-    col_node *v = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[2], lp[3]), 4, split), 1, 2);
-    col_node *q = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[4], lp[5]), 4, split), 1, 2);
+    col_node *k = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[0], lp[1], COL_ROLE_FIRST), 4, split), 1, 2);
+    col_node *v = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[2], lp[3], COL_ROLE_FIRST), 4, split), 1, 2);
+    col_node *q = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[4], lp[5], COL_ROLE_FIRST), 4, split), 1, 2);
     col_node *y = col_lm_attend(g, o, out, l, q, k, v, 0.0f); /* scale head_dim^-0.5, as OPT's q scaling */
-    return col_lm_dropout(g, col_lm_linear(g, o, out, y, &lp[6], lp[7]), c, o);
+    return col_lm_dropout(g, col_lm_linear(g, o, out, y, &lp[6], lp[7], COL_ROLE_SECOND), c, o);
 }
 
 static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out)
@@ -81,11 +81,11 @@ static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_
     col_node *wte = p[k++], *wpe = p[k++], *proj_in = projected(c) ? p[k++] : NULL;
     col_node *x = out->hidden_in;
     if (lo == 0) {
-        x = col_embedding(g, wte, out->ids); /* [B, T, E] */
+        x = col_lm_embed(g, o, wte, out->ids); /* [B, T, E] */
         if (proj_in)
             x = col_linear(g, col_lm_operand(g, x, proj_in), proj_in, NULL);
-        col_node *pos = col_arange(g, o->cache_len ? out->start : NULL, o->seq, POS_OFFSET);
-        x = col_lm_dropout(g, col_add(g, x, col_embedding(g, wpe, pos)), c, o);
+        col_node *pos = col_lm_positions(g, o, out, POS_OFFSET);
+        x = col_lm_dropout(g, col_add(g, x, col_lm_pos_embed(g, o, wpe, pos)), c, o);
     }
     k += PER_LAYER * lo;
     for (int l = lo; l < hi; l++, k += PER_LAYER) {
@@ -93,19 +93,16 @@ static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_
         if (o->checkpoint)
             col_checkpoint_begin(g);
         if (c->pre_ln) {
-            x = col_add(g, x, attention(g, col_layernorm(g, x, col_lm_f32(g, lp[8]), col_lm_f32(g, lp[9]), c->norm_eps),
-                                        lp, l, c, o, out));
-            col_node *h = col_layernorm(g, x, col_lm_f32(g, lp[14]), col_lm_f32(g, lp[15]), c->norm_eps);
-            h = col_lm_activation(g, col_lm_linear(g, o, out, h, &lp[10], lp[11]), c->act);
-            h = col_lm_linear(g, o, out, h, &lp[12], lp[13]);
+            x = col_add(g, x, attention(g, col_lm_norm(g, o, x, lp[8], lp[9], c->norm_eps, false), lp, l, c, o, out));
+            col_node *h = col_lm_norm(g, o, x, lp[14], lp[15], c->norm_eps, false);
+            h = col_lm_activation(g, col_lm_linear(g, o, out, h, &lp[10], lp[11], COL_ROLE_FIRST), c->act);
+            h = col_lm_linear(g, o, out, h, &lp[12], lp[13], COL_ROLE_SECOND);
             x = col_add(g, x, col_lm_dropout(g, h, c, o));
         } else {
-            x = col_layernorm(g, col_add(g, x, attention(g, x, lp, l, c, o, out)), col_lm_f32(g, lp[8]),
-                              col_lm_f32(g, lp[9]), c->norm_eps);
-            col_node *h = col_lm_activation(g, col_lm_linear(g, o, out, x, &lp[10], lp[11]), c->act);
-            h = col_lm_linear(g, o, out, h, &lp[12], lp[13]);
-            x = col_layernorm(g, col_add(g, x, col_lm_dropout(g, h, c, o)), col_lm_f32(g, lp[14]),
-                              col_lm_f32(g, lp[15]), c->norm_eps);
+            x = col_lm_norm(g, o, col_add(g, x, attention(g, x, lp, l, c, o, out)), lp[8], lp[9], c->norm_eps, false);
+            col_node *h = col_lm_activation(g, col_lm_linear(g, o, out, x, &lp[10], lp[11], COL_ROLE_FIRST), c->act);
+            h = col_lm_linear(g, o, out, h, &lp[12], lp[13], COL_ROLE_SECOND);
+            x = col_lm_norm(g, o, col_add(g, x, col_lm_dropout(g, h, c, o)), lp[14], lp[15], c->norm_eps, false);
         }
         if (o->checkpoint)
             col_checkpoint_end(g);
@@ -113,16 +110,14 @@ static col_node *opt_forward(col_graph *g, const col_lm_config *c, const col_lm_
     if (hi < c->n_layer)
         return x;
     if (final_norm(c)) {
-        x = col_layernorm(g, x, col_lm_f32(g, p[k]), col_lm_f32(g, p[k + 1]), c->norm_eps);
+        x = col_lm_norm(g, o, x, p[k], p[k + 1], c->norm_eps, false);
         k += 2;
     }
     if (projected(c)) {
         x = col_linear(g, col_lm_operand(g, x, p[k]), p[k], NULL);
         k++;
     }
-    col_node *head = col_lm_own_head(c) ? p[k] : wte;
-    int64_t flat[2] = {(int64_t)o->batch * o->seq, c->word_embed_proj_dim};
-    return col_matmul(g, col_reshape(g, col_lm_operand(g, x, head), 2, flat), col_transpose(g, head, 0, 1));
+    return col_lm_head(g, o, x, col_lm_own_head(c) ? p[k] : wte);
 }
 
 static const char *const lora_modules[] = {"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2", NULL};
