@@ -83,6 +83,14 @@ typedef struct {
      * col_lm_trainer_forward_tokens below): the targets' log-probabilities (a policy), or a value model's values
      * (model.value_head: a reward model or a critic). One process, the whole model. */
     col_lm_objective objective;
+    /* Tensor and sequence parallelism (lm_par.h): this process's place in the model-parallel group, or NULL.
+     * batch and seq stay the group's rows and positions per micro-batch (every process of the group passes the
+     * same ids and targets); each holds its blocks of the parameters and computes its rows and positions, and
+     * together they compute the step one process computes (dp then splits rows between such groups). Every
+     * process of the group creates the session with the same configuration and calls the same functions in the
+     * same order. The whole model in f32, host memory or a compute tier; no LoRA, NVMe tier, pipeline stages
+     * or per-token objectives yet. par must outlive the session. */
+    const struct col_lm_par *par;
 } col_lm_train_config;
 
 /* kinds of tensor memory, for nvme_kinds and host views */
