@@ -58,7 +58,7 @@ static int64_t rows_of(const ring_dims *d) { return d->B * d->H * d->T; }
 
 /* host memory and an MPI communicator, the sources' shapes as built */
 static col_status run_check(col_comm *c, const col_backend *be, const col_tensor *const *src, int nsrc, int want,
-                            const col_tensor *params, ring_dims *d, col_err *err)
+                            ring_dims *d, col_err *err)
 {
     if (be->mem)
         return col_err_set(err, COL_EUNSUPPORTED,
@@ -68,9 +68,9 @@ static col_status run_check(col_comm *c, const col_backend *be, const col_tensor
         return col_err_set(err, COL_EUNSUPPORTED,
                            "ring attention runs on host plans over MPI; this communicator's transport is %s",
                            col_comm_transport_name(c));
-    if (nsrc != want || src[0]->ndim != 4 || src[1]->ndim != 4 || col_numel(params) != 2)
+    if (nsrc != want || src[0]->ndim != 4 || src[1]->ndim != 4 || col_numel(src[want - 1]) != 2)
         return col_err_set(err, COL_EINTERNAL, "ring attention: the node's sources are not those it was built with");
-    const float *pv = params->data;
+    const float *pv = src[want - 1]->data; /* {scale, causal} */
     *d = (ring_dims){.B = src[0]->shape[0], .H = src[0]->shape[1], .T = src[0]->shape[2], .D = src[0]->shape[3],
                      .Hkv = src[1]->shape[1], .scale = pv[0], .causal = pv[1] != 0.0f};
     return COL_OK;
@@ -150,7 +150,7 @@ static col_status ring_fwd_fn(void *user, const col_backend *be, col_tensor *out
 {
     col_comm *c = user;
     ring_dims d;
-    col_status st = run_check(c, be, src, nsrc, 4, src[nsrc - 1], &d, err);
+    col_status st = run_check(c, be, src, nsrc, 4, &d, err);
     if (st != COL_OK)
         return st;
     int P = col_comm_size(c), r = col_comm_rank(c), next = (r + 1) % P, prev = (r + P - 1) % P;
@@ -239,7 +239,7 @@ static col_status ring_bwd_fn(void *user, const col_backend *be, col_tensor *out
 {
     col_comm *c = user;
     ring_dims d;
-    col_status st = run_check(c, be, src, nsrc, 6, src[nsrc - 1], &d, err);
+    col_status st = run_check(c, be, src, nsrc, 6, &d, err);
     if (st != COL_OK)
         return st;
     int P = col_comm_size(c), r = col_comm_rank(c), next = (r + 1) % P, prev = (r + P - 1) % P;
@@ -369,6 +369,9 @@ col_node *col_comm_graph_ring_attention(col_graph *g, col_comm *c, col_node *q, 
         !col_check(g, H % Hkv == 0, COL_ESHAPE,
                    "comm graph: ring attention: %lld query heads are not a multiple of %lld kv heads",
                    (long long)H, (long long)Hkv) ||
+        !col_check(g, col_numel(&q->t) <= INT64_MAX / 16 && col_numel(&k->t) <= INT64_MAX / 16, COL_ESHAPE,
+                   "comm graph: ring attention: q %s or k %s is too large", col_shape_str(&q->t, b1, sizeof b1),
+                   col_shape_str(&k->t, b2, sizeof b2)) ||
         !col_check(g, scale >= 0.0f && isfinite(scale), COL_EINVAL,
                    "comm graph: ring attention: scale %g (0 for 1/sqrt(head_dim), or a positive number)",
                    (double)scale))
