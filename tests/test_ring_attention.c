@@ -8,8 +8,8 @@
  * value (causal and not, grouped queries and not, a given scale and the default). Checked too: the communicator's
  * counters (forward P-1 passes of this rank's K|V block, backward 2(P-1) passes of K|V and of dK|dV, bytes equal to
  * that formula); the plan's arena and scratch on P ranks equal those of the same block on a 1-rank communicator (the
- * memory grows with Tl, not with T); finite differences on a 1-rank communicator; bad shapes, dtypes and a device
- * plan refused with messages. */
+ * memory grows with Tl, not with T); the ring inside a checkpointed segment; finite differences on a 1-rank
+ * communicator; bad shapes, dtypes and a device plan refused with messages. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
