@@ -80,8 +80,10 @@ static void par_opts(const col_lm_trainer *t, col_lm_build_opts *o)
 {
     if (!t->par)
         return;
+    int row0, rows;
+    t->par->ops->rows(t->par, o->batch, &row0, &rows);
     o->par = t->par;
-    o->batch = o->batch == t->cfg.batch ? t->prows : o->batch;
+    o->batch = rows;
     o->seq = t->pseq;
 }
 
@@ -490,7 +492,7 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
                            "col_lm_trainer_backward_tokens");
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
-    col_status st = t->par ? lmt_par_load_inputs(t, t->plan, &t->gg, ids + k * n, targets + k * n, err)
+    col_status st = t->par ? lmt_par_load_inputs(t, t->plan, &t->gg, ids + k * n, targets + k * n, t->cfg.batch, err)
                            : lmt_load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
     float seed = t->scale * weight;
     if (st == COL_OK)
@@ -630,7 +632,7 @@ col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int3
         st = forward_pass(t, t->cfg.batch, &f, err);
     if (st != COL_OK)
         return st;
-    st = t->par ? lmt_par_load_inputs(t, f.plan, f.gg, ids, targets, err)
+    st = t->par ? lmt_par_load_inputs(t, f.plan, f.gg, ids, targets, t->cfg.batch, err)
                 : lmt_load_batch(f.plan, f.gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);
@@ -670,7 +672,7 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
         tg[i] = -1;
     }
     tg[0] = 0; /* the loss needs one counted row; its value is not used */
-    st = t->par ? lmt_par_load_inputs(t, f.plan, f.gg, ids, tg, err) : lmt_load_batch(f.plan, f.gg, ids, tg, t->cfg.seq, err);
+    st = t->par ? lmt_par_load_inputs(t, f.plan, f.gg, ids, tg, 1, err) : lmt_load_batch(f.plan, f.gg, ids, tg, t->cfg.seq, err);
     free(ids);
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);
@@ -767,9 +769,40 @@ col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n
     return COL_OK;
 }
 
+static int argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int v = 1; v < n; v++)
+        if (x[v] > x[best])
+            best = v;
+    return best;
+}
+
+static col_status par_greedy(col_lm_trainer *t, const int32_t *prompt, int n_prompt, int n_new, int32_t *out,
+                             col_err *err)
+{
+    if (n_prompt < 1 || n_prompt + n_new > t->cfg.seq + 1)
+        return col_err_set(err, COL_EINVAL, "greedy decoding under tensor parallelism: %d + %d tokens do not fit the "
+                           "session's %d positions", n_prompt, n_new, t->cfg.seq);
+    int32_t *ctx = malloc(sizeof *ctx * (size_t)(n_prompt + n_new));
+    if (!ctx)
+        return col_err_set(err, COL_ENOMEM, "greedy decoding: out of memory");
+    memcpy(ctx, prompt, sizeof *ctx * (size_t)n_prompt);
+    col_status st = COL_OK;
+    for (int k = 0; k < n_new && st == COL_OK; k++) {
+        const float *lg;
+        if ((st = col_lm_trainer_next_logits(t, ctx, n_prompt + k, &lg, err)) == COL_OK)
+            out[k] = ctx[n_prompt + k] = argmax(lg, t->cfg.model.vocab_size);
+    }
+    free(ctx);
+    return st;
+}
+
 col_status col_lm_trainer_greedy(col_lm_trainer *t, const int32_t *prompt, int n_prompt, int n_new, int32_t *out,
                                  col_err *err)
 {
+    if (t->par) /* no key/value cache under tensor parallelism yet: a whole forward pass per token */
+        return par_greedy(t, prompt, n_prompt, n_new, out, err);
     col_status st = col_lm_trainer_decode_reset(t, n_prompt + n_new, err);
     const float *lg;
     if (st == COL_OK)

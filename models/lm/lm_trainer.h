@@ -193,6 +193,12 @@ col_status col_lm_trainer_sync_params(col_lm_trainer *t, col_err *err);
  * process handed to them (a reduce-scatter's whole input, an all-gather's piece). */
 void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *blocked, uint64_t *bytes);
 
+/* Tensor parallelism (cfg.par): base tensor i's whole spec (its spec otherwise), and, collective over the
+ * tensor-parallel group, its kind-k memory (0 weights, 1 gradient) gathered whole into whole (numel of the whole
+ * spec floats) on every process of the group (a copy without par). */
+const col_param_spec *col_lm_trainer_whole_spec(const col_lm_trainer *t, int i);
+col_status col_lm_trainer_gather(col_lm_trainer *t, int i, int k, float *whole, col_err *err);
+
 /* Optimizer state slot (0: first moment / momentum, 1: second moment) of
  * parameter i, or NULL when the optimizer has no such slot. */
 float *col_lm_trainer_state(col_lm_trainer *t, int i, int slot);

@@ -64,21 +64,22 @@ void lmt_par_block(const col_lm_trainer *t, int i, float *whole, float *block)
 }
 
 col_status lmt_par_load_inputs(col_lm_trainer *t, col_plan *plan, col_lm_graph *gg, const int32_t *ids,
-                               const int32_t *targets, col_err *err)
+                               const int32_t *targets, int B, col_err *err)
 {
-    int B = t->cfg.batch, T = t->cfg.seq, s0 = t->par->sp_rank * t->pseq;
-    int32_t *li = (int32_t *)t->pbuf, *lt = li + (size_t)t->prows * t->pseq;
+    int T = t->cfg.seq, s0 = t->par->sp_rank * t->pseq, row0, rows;
+    t->par->ops->rows(t->par, B, &row0, &rows);
+    int32_t *li = (int32_t *)t->pbuf, *lt = li + (size_t)rows * t->pseq;
     int64_t counted = 0;
     for (int64_t k = 0; k < (int64_t)B * T; k++)
         counted += targets[k] != -1;
-    for (int r = 0; r < t->prows; r++)
+    for (int r = 0; r < rows; r++)
         for (int s = 0; s < t->pseq; s++) {
-            size_t from = (size_t)(t->prow0 + r) * (size_t)T + (size_t)(s0 + s), to = (size_t)r * t->pseq + s;
+            size_t from = (size_t)(row0 + r) * (size_t)T + (size_t)(s0 + s), to = (size_t)r * t->pseq + s;
             li[to] = ids[from];
             lt[to] = targets[from];
         }
     float inv = counted > 0 ? 1.0f / (float)counted : 0.0f;
-    col_status st = lmt_load_batch(plan, gg, li, lt, (int64_t)t->prows * t->pseq, err);
+    col_status st = lmt_load_batch(plan, gg, li, lt, (int64_t)rows * t->pseq, err);
     if (st == COL_OK && gg->inv_count)
         st = col_plan_upload(plan, gg->inv_count, &inv, sizeof inv, err);
     return st;
@@ -160,4 +161,21 @@ col_status lmt_par_gather(col_lm_trainer *t, int i, const float *block, float *w
     (void)err;
     return COL_OK;
 #endif
+}
+
+const col_param_spec *col_lm_trainer_whole_spec(const col_lm_trainer *t, int i)
+{
+    return t->par && i < t->np ? &t->whole[i] : &t->specs[i];
+}
+
+col_status col_lm_trainer_gather(col_lm_trainer *t, int i, int k, float *whole, col_err *err)
+{
+    if (i < 0 || i >= t->nt || k < 0 || k > 1 || (k == 1 && !t->ot[i].g) || !t->ot[i].w)
+        return col_err_set(err, COL_EINVAL, "gathering tensor %d: no such tensor or kind %d (f32 host memory)", i, k);
+    const float *d = k == 0 ? t->ot[i].w : t->ot[i].g;
+    if (!t->par) {
+        memcpy(whole, d, sizeof(float) * (size_t)t->ot[i].n);
+        return COL_OK;
+    }
+    return lmt_par_gather(t, i, d, whole, err);
 }
