@@ -9,11 +9,13 @@
  * Megatron compositions against the same model computed whole in one graph of this process (no collective):
  * a column-parallel then row-parallel MLP, and the sequence-parallel block (LayerNorm on the rows of this rank,
  * all-gather, the MLP, reduce-scatter), loss and every gradient within 1e-5. A shift and its inverse give x back.
+ * A bf16 all-reduce and its gradient are checked exactly (values in eighths).
  * Bad arguments are refused when the graph is built, with a message. On a communicator of this rank alone
  * (col_comm_split) every builder is an identity: col_gradcheck checks a chain of all of them against finite
  * differences, and a plan on a device's memory (a fake device) runs them. The largest errors measured are printed
  * as TAP comments. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,6 +446,71 @@ static void test_shift(int by)
           "shifted back) and the loss", by, by, -by);
 }
 
+/* ---- bf16: an all-reduce SPLIT of a bf16 x, and its gradient (eighths: exact in bf16 and in every sum here) ---- */
+
+static double eighth(int tag, int r, int64_t i) { return (double)((tag * 5 + r * 3 + i * 7) % 17 - 8) / 8.0; }
+
+static void test_bf16(void)
+{
+    enum { N = 8 };
+    int64_t sh[1] = {N};
+    res r = {true, ""};
+    uint16_t xb[N], gbuf[N] = {0}, yb[N];
+    float w[N], loss = 0;
+    col_tensor xt = {.dtype = COL_BF16, .ndim = 1, .shape = {N}, .data = xb},
+               gt = {.dtype = COL_BF16, .ndim = 1, .shape = {N}, .data = gbuf},
+               yt = {.dtype = COL_BF16, .ndim = 1, .shape = {N}, .data = yb};
+    col_set_contiguous_strides(&xt);
+    col_set_contiguous_strides(&gt);
+    col_set_contiguous_strides(&yt);
+    for (int64_t i = 0; i < N; i++) {
+        col_set_from_f64(&xt, i, eighth(70, rank, i));
+        w[i] = (float)eighth(71, rank, i);
+    }
+    col_graph *g = col_graph_new();
+    col_node *x = col_param(g, "x", COL_BF16, 1, sh), *wn = col_input(g, "w", COL_F32, 1, sh);
+    col_bind(x, xb, NULL);
+    col_bind_grad(x, gbuf, NULL);
+    col_bind(wn, w, NULL);
+    col_node *y = col_comm_graph_all_reduce(g, world, x, COL_RED_SUM, COL_CG_SPLIT);
+    col_node *l = replicated(g, dot(g, col_cast(g, y, COL_F32), wn));
+    col_err err = {0};
+    col_plan *p = NULL;
+    col_status st = col_graph_status(g) == COL_OK ? COL_OK : col_err_copy(&err, col_graph_error(g));
+    if (st == COL_OK) {
+        col_mark_output(y);
+        col_mark_output(l);
+        st = col_graph_backward(g, l, &err);
+    }
+    if (st == COL_OK)
+        st = col_plan_create(g, &p, &err);
+    if (st == COL_OK)
+        st = col_plan_run(p, &be, &err);
+    if (st == COL_OK)
+        st = col_plan_download(p, y, yb, sizeof yb, &err);
+    if (st == COL_OK)
+        st = col_plan_download(p, l, &loss, sizeof loss, &err);
+    expect_ok(&r, st, &err, "backward, plan and run");
+    double el = 0;
+    for (int64_t i = 0; r.ok && i < N; i++) {
+        double ey = 0, edx = 0;
+        for (int q = 0; q < size; q++) {
+            ey += eighth(70, q, i);
+            edx += eighth(71, q, i);
+        }
+        for (int q = 0; q < size; q++)
+            el += eighth(71, q, i) * ey;
+        if (col_get_as_f64(&yt, i) != ey || col_get_as_f64(&gt, i) != edx)
+            fail(&r, "element %lld: y %g (expected %g), dx %g (expected %g)", (long long)i, col_get_as_f64(&yt, i), ey,
+                 col_get_as_f64(&gt, i), edx);
+    }
+    if (r.ok && loss != el)
+        fail(&r, "loss %g, expected %g", loss, el);
+    col_plan_free(p);
+    col_graph_free(g);
+    check(r.ok, r.detail, "bf16: all-reduce SPLIT of x, its sum and x's gradient (the all-reduce of dy) exactly");
+}
+
 /* ---- Megatron: the column-parallel then row-parallel MLP, and the sequence-parallel block ---- */
 
 enum { T = 8, H = 4, F = 8 }; /* T and F divide by 1, 2 and 4 */
@@ -707,6 +774,7 @@ int main(int argc, char **argv)
     test_all_reduce(COL_RED_SUM, COL_CG_SPLIT);
     test_all_reduce(COL_RED_AVG, COL_CG_SPLIT);
     test_copy();
+    test_bf16();
     static const int axes[4] = {0, 1, 2, -1};
     for (int i = 0; i < 4; i++) {
         test_all_gather(axes[i], COL_CG_SAME);
