@@ -676,13 +676,13 @@ int main(int argc, char **argv)
                     "--method rm only; give it to ppo or grpo as --reward-model", o->model);
         goto out;
     }
-    if ((rc = ft_par_check_layers(o, &r.par, r.src.config.n_layer)) != 0) {
+    if (o->seq == 0)
+        o->seq = r.src.config.max_positions < 256 ? r.src.config.max_positions : 256;
+    if ((rc = ft_par_check_layers(o, &r.par, &r.src.config)) != 0) {
         cleanup(&r);
         return rc;
     }
     rc = 1;
-    if (o->seq == 0)
-        o->seq = r.src.config.max_positions < 256 ? r.src.config.max_positions : 256;
     if (o->seq > r.src.config.max_positions) {
         col_err_set(&err, COL_EINVAL, "--seq %d is longer than %s allows (%d positions)", o->seq, o->model,
                     r.src.config.max_positions);
@@ -753,7 +753,11 @@ int main(int argc, char **argv)
         say(&r, "model: %s (%s, %d layers, width %d, %.2fM parameters, %.2fM trained%s)", o->model,
             col_arch_name(c->arch), c->n_layer, c->hidden, total / 1e6, trained / 1e6,
             o->lora_rank ? " by LoRA" : r.src.weights || o->resume[0] ? "" : ", from scratch");
-        if (r.par.size > 1)
+        if (r.par.size > 1 && r.par.tp_size * r.par.sp_size > 1)
+            say(&r, "%d processes: %d data parallel (ZeRO %d) x %d tensor parallel (%s) x %d sequence parallel (%s)",
+                r.par.size, r.par.dp_size, o->zero, r.par.tp_size, col_tp_mode_name(o->tp_mode), r.par.sp_size,
+                col_sp_mode_name(o->sp_mode));
+        else if (r.par.size > 1)
             say(&r, "%d processes: %d data parallel (ZeRO %d) x %d pipeline stages (%d micro-batches)", r.par.size,
                 r.par.dp_size, o->zero, r.par.pp_size, o->micro_batches);
         if (r.rl)

@@ -176,6 +176,12 @@ typedef struct {
     int rank, size;              /* in the run */
     int dp_size, dp_rank;        /* the data parallel group: processes splitting a step's rows */
     int pp_size;                 /* pipeline stages (1 without --pp) */
+    /* tensor and sequence parallelism (--tp, --sp): the tp x sp processes of a model-parallel group (mp, NULL
+     * without), this process's place in the layout (lpar; lpar.ops NULL without), world rank r =
+     * (d * pp + p) * (tp * sp) + s * tp + t */
+    int tp_size, sp_size;
+    struct col_comm *mp;
+    col_lm_par lpar;
 } ft_par;
 /* Joins the run when a launcher started this process (MPI's environment): 0, or 1 after one line on stderr. A
  * process started alone is a run of one (p->world NULL). */
@@ -185,8 +191,10 @@ void ft_par_close(ft_par *p);
  * split), the rows split between the groups and the micro-batches - else exit code 2 after one line from process
  * 0 (1 for a failure to split) - and the other processes made quiet. */
 int ft_par_check(ft_opts *o, ft_par *p);
-/* Once the model is known: its n_layer layers hold the pipeline's stages (else exit code 2 as above). */
-int ft_par_check_layers(const ft_opts *o, const ft_par *p, int n_layer);
+/* Once the model and the sequence length are known: its layers hold the pipeline's stages, and the tensor and
+ * sequence parallel layout splits it (then p->lpar is opened) - else exit code 2 as above (1 for a failure to
+ * split the processes). */
+int ft_par_check_layers(const ft_opts *o, ft_par *p, const col_lm_config *c);
 /* whether this process prints and writes files: process 0, or the only one */
 static inline bool ft_par_leader(const ft_par *p) { return p->rank == 0; }
 /* This process's rows of na micro-batches of batch rows of seq tokens, moved to the front of ids and tg. */

@@ -26,7 +26,7 @@ static int bad_layout(const ft_par *p, const char *msg)
 int ft_par_open(ft_opts *o, ft_par *p)
 {
     memset(p, 0, sizeof *p);
-    p->size = p->dp_size = p->pp_size = 1;
+    p->size = p->dp_size = p->pp_size = p->tp_size = p->sp_size = 1;
     if (!col_proc_launched())
         return 0;
     col_err err = {0};
@@ -44,24 +44,28 @@ int ft_par_open(ft_opts *o, ft_par *p)
     return 0;
 }
 
-/* the layout from the final options: D x P processes, the groups split */
+/* the layout from the final options: D x P x TP x SP processes, the groups split */
 static int layout(ft_opts *o, ft_par *p)
 {
-    int pp = o->pp ? o->pp : 1, dp = o->dp ? o->dp : p->size / pp;
+    int pp = o->pp ? o->pp : 1, tp = o->tp ? o->tp : 1, sp = o->sp ? o->sp : 1, m = tp * sp;
+    int dp = o->dp ? o->dp : p->size / (pp * m);
     char msg[300];
     if (!p->world) {
-        if (dp * pp > 1) {
-            fprintf(stderr, "colossal-finetune: --dp %d --pp %d need %d processes: start them with mpirun -np %d "
-                    "(or srun)\n", dp, pp, dp * pp, dp * pp);
+        if (dp * pp * m > 1) {
+            fprintf(stderr, "colossal-finetune: --dp %d --pp %d --tp %d --sp %d need %d processes: start them with "
+                    "mpirun -np %d (or srun)\n", dp, pp, tp, sp, dp * pp * m, dp * pp * m);
             return 2;
         }
         return 0;
     }
-    if (dp * pp != p->size) {
-        snprintf(msg, sizeof msg, "--dp %d x --pp %d = %d processes, but the run has %d: make D x P the process "
-                 "count", dp, pp, dp * pp, p->size);
+    if (dp < 1 || dp * pp * m != p->size) {
+        snprintf(msg, sizeof msg, "--dp %d x --pp %d x --tp %d x --sp %d = %d processes, but the run has %d: make "
+                 "their product the process count", dp, pp, tp, sp, dp * pp * m, p->size);
         return bad_layout(p, msg);
     }
+    if (m > 1 && pp > 1)
+        return bad_layout(p, "--tp/--sp with --pp: pipeline stages do not split their layers between processes yet "
+                             "(use --tp/--sp with --dp, or --pp with --dp)");
     if (o->tui) {
         snprintf(msg, sizeof msg, "--tui shows one process: watch a parallel run with colossal-top");
         return bad_layout(p, msg);
@@ -72,26 +76,44 @@ static int layout(ft_opts *o, ft_par *p)
         return 2;
     }
     p->dp_size = dp;
-    p->dp_rank = p->rank / pp;
+    p->dp_rank = p->rank / (pp * m);
     p->pp_size = pp;
-    /* rank r = d * P + p: the data parallel group of stage p, the pipeline of d */
-    if ((p->size > 1 && col_comm_split(p->world, p->rank % pp, p->rank / pp, &p->dp, &err) != COL_OK) ||
-        (pp > 1 && col_comm_split(p->world, p->rank / pp, p->rank % pp, &p->pipe, &err) != COL_OK)) {
+    p->tp_size = tp;
+    p->sp_size = sp;
+    /* rank r = (d * P + p) * M + q (M = tp x sp): the data parallel group of (p, q), the pipeline of (d, q), the
+     * model-parallel group of (d, p) */
+    int d = p->rank / (pp * m), s = (p->rank / m) % pp, q = p->rank % m;
+    if ((dp > 1 && col_comm_split(p->world, s * m + q, d, &p->dp, &err) != COL_OK) ||
+        (pp > 1 && col_comm_split(p->world, d * m + q, s, &p->pipe, &err) != COL_OK) ||
+        (m > 1 && col_comm_split(p->world, d * pp + s, q, &p->mp, &err) != COL_OK)) {
         fprintf(stderr, "colossal-finetune: process %d: %s\n", p->rank, err.msg);
         return 1;
     }
     return 0;
 }
 
-int ft_par_check_layers(const ft_opts *o, const ft_par *p, int n_layer)
+int ft_par_check_layers(const ft_opts *o, ft_par *p, const col_lm_config *c)
 {
     col_err err = {0};
     int v = o->virtual_stages > 1 ? o->virtual_stages : 1;
+    char msg[COL_ERR_MSG_MAX + 64];
     if (p->pp_size == 1 && v > 1)
         return bad_layout(p, "--virtual-stages needs a pipeline (--pp 2 or more)");
-    if (p->pp_size > 1 && col_pp_check(n_layer, p->pp_size, v, o->micro_batches, &err) != COL_OK) {
-        char msg[COL_ERR_MSG_MAX + 16];
+    if (p->pp_size > 1 && col_pp_check(c->n_layer, p->pp_size, v, o->micro_batches, &err) != COL_OK) {
         snprintf(msg, sizeof msg, "--pp %d: %s", p->pp_size, err.msg);
+        return bad_layout(p, msg);
+    }
+    if (p->tp_size * p->sp_size == 1)
+        return 0;
+    col_par_layout l = {.mode = o->tp_mode, .tp = p->tp_size, .d = o->tp_depth, .sp = p->sp_size,
+                        .sp_mode = o->sp_mode};
+    if (col_par_layout_check(&l, c, o->seq, o->batch / p->dp_size, &err) != COL_OK) {
+        snprintf(msg, sizeof msg, "--tp %d --tp-mode %s --sp %d: %s", p->tp_size, col_tp_mode_name(o->tp_mode),
+                 p->sp_size, err.msg);
+        return bad_layout(p, msg);
+    }
+    if (col_lm_par_open(&p->lpar, &l, p->mp, &err) != COL_OK) {
+        snprintf(msg, sizeof msg, "--tp-mode %s: %s", col_tp_mode_name(o->tp_mode), err.msg);
         return bad_layout(p, msg);
     }
     return 0;
@@ -135,6 +157,9 @@ int ft_par_check(ft_opts *o, ft_par *p)
 
 void ft_par_close(ft_par *p)
 {
+    col_lm_par_close(&p->lpar);
+    col_comm_free(p->mp);
+    p->mp = NULL;
     col_comm_free(p->pipe);
     p->pipe = NULL;
     col_comm_free(p->dp);
@@ -144,7 +169,8 @@ void ft_par_close(ft_par *p)
 
 void ft_par_set_timeout(const ft_par *p, double seconds)
 {
-    struct col_comm *all[] = {p->world, p->dp, p->pipe};
+    struct col_comm *all[] = {p->world, p->dp, p->pipe, p->mp, p->lpar.tp, p->lpar.sp, p->lpar.row, p->lpar.col,
+                              p->lpar.dep};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             col_comm_set_timeout(all[i], seconds, NULL);
@@ -177,8 +203,9 @@ void ft_par_stats_step(const ft_par *p, mt_stats_data *d)
 {
     if (!p->world)
         return;
-    const col_comm *comms[] = {p->world, p->dp, p->pipe};
-    app_stats_set_comm(d, comms, 3);
+    const col_comm *comms[] = {p->world, p->dp, p->pipe, p->lpar.tp, p->lpar.sp, p->lpar.row, p->lpar.col,
+                               p->lpar.dep};
+    app_stats_set_comm(d, comms, 8);
 }
 
 #else /* a build without MPI: every run is one process */
@@ -187,7 +214,7 @@ int ft_par_open(ft_opts *o, ft_par *p)
 {
     (void)o;
     memset(p, 0, sizeof *p);
-    p->size = p->dp_size = p->pp_size = 1;
+    p->size = p->dp_size = p->pp_size = p->tp_size = p->sp_size = 1;
     return 0;
 }
 
@@ -198,14 +225,14 @@ void ft_par_stats_step(const ft_par *p, mt_stats_data *d) { (void)p, (void)d; }
 int ft_par_check(ft_opts *o, ft_par *p)
 {
     (void)p;
-    if (o->dp > 1 || o->pp > 1) {
-        fprintf(stderr, "colossal-finetune: --dp/--pp need MPI, and this build has none: install OpenMPI "
+    if (o->dp > 1 || o->pp > 1 || o->tp > 1 || o->sp > 1) {
+        fprintf(stderr, "colossal-finetune: --dp/--pp/--tp/--sp need MPI, and this build has none: install OpenMPI "
                 "(libopenmpi-dev) and rebuild\n");
         return 2;
     }
     return 0;
 }
-int ft_par_check_layers(const ft_opts *o, const ft_par *p, int n_layer) { return (void)o, (void)p, (void)n_layer, 0; }
+int ft_par_check_layers(const ft_opts *o, ft_par *p, const col_lm_config *c) { return (void)o, (void)p, (void)c, 0; }
 bool ft_par_all_ok(const ft_par *p, bool ok, col_err *why) { return (void)p, (void)why, ok; }
 #endif
 

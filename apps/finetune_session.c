@@ -75,6 +75,8 @@ col_status ft_make_session(ft_run *r, col_err *err)
     }
     tc.seq = o->seq;
     tc.dp = r->par.dp;
+    if (r->par.lpar.ops && r->par.tp_size * r->par.sp_size > 1)
+        tc.par = &r->par.lpar;
     tc.zero = o->zero;
     tc.grad_accum = o->grad_accum;
     tc.opt = ft_opt_config(o);

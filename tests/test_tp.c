@@ -30,7 +30,7 @@
 #include "testlib.h"
 #include "mpi_testutil.h"
 
-enum { B = 4, T = 8, V = 96, STEPS = 5, NEW = 5 };
+enum { B = 4, T = 8, V = 97, STEPS = 5, NEW = 5 }; /* 97: the vocabulary pads to the tensor-parallel parts */
 
 static col_backend be;
 static col_comm *world;
@@ -47,10 +47,10 @@ typedef struct {
 static const char *const families[] = {
     "gpt2",
     /* grouped queries: 4 heads over 2 key/value heads, a bias on the attention projections */
-    "{\"model_type\":\"llama\",\"vocab_size\":96,\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":2,"
+    "{\"model_type\":\"llama\",\"vocab_size\":97,\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":2,"
     "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":32,\"rms_norm_eps\":1e-5,"
     "\"tie_word_embeddings\":false,\"attention_bias\":true}",
-    "{\"model_type\":\"opt\",\"vocab_size\":96,\"hidden_size\":32,\"ffn_dim\":64,\"num_hidden_layers\":2,"
+    "{\"model_type\":\"opt\",\"vocab_size\":97,\"hidden_size\":32,\"ffn_dim\":64,\"num_hidden_layers\":2,"
     "\"num_attention_heads\":4,\"max_position_embeddings\":32,\"do_layer_norm_before\":true,"
     "\"word_embed_proj_dim\":32,\"activation_function\":\"relu\",\"dropout\":0.0}",
 };

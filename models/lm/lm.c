@@ -232,9 +232,10 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         free(uses);
         out->loss = out->logits = NULL;
         if (o->with_loss)
-            out->loss = par->ops->loss(g, par, logits2, head, out->targets, out->inv_count, !o->training, &out->logits);
+            out->loss = par->ops->loss(g, par, logits2, head, out->targets, out->inv_count, col_lm_out_width(c),
+                                       !o->training, &out->logits);
         else
-            out->logits = par->ops->logits(g, par, logits2, head);
+            out->logits = par->ops->logits(g, par, logits2, head, col_lm_out_width(c));
         if (out->logits) {
             int64_t lshape[3] = {o->batch, o->seq, col_lm_out_width(c)};
             out->logits = col_reshape(g, out->logits, 3, lshape);

@@ -349,9 +349,15 @@ static col_status load_items(col_lm_trainer *t, int n, const int *kind, const in
         float *whole = NULL; /* a state of which this process holds a span: read whole, then its span kept */
         if (kind[j] >= 2 && t->zn && (st = lmt_dp_buffer(t, col_param_numel(s), &whole, err)) != COL_OK)
             break;
-        if ((st = lmt_get(t, kind[j], idx[j], true, &d, err)) == COL_OK &&
-            (st = col_ckpt_read_f32(x[j], s->ndim, s->shape, whole ? whole : d, err)) == COL_OK)
+        if (t->par && kind[j] >= 2) { /* the whole tensor read, this rank's block kept (whole: its span then) */
+            const col_param_spec *ws = &t->whole[idx[j]];
+            if ((st = lmt_get(t, kind[j], idx[j], true, &d, err)) == COL_OK &&
+                (st = col_ckpt_read_f32(x[j], ws->ndim, ws->shape, t->pbuf, err)) == COL_OK)
+                lmt_par_block(t, idx[j], t->pbuf, whole ? whole : d);
+        } else if ((st = lmt_get(t, kind[j], idx[j], true, &d, err)) == COL_OK &&
+                   (st = col_ckpt_read_f32(x[j], s->ndim, s->shape, whole ? whole : d, err)) == COL_OK) {
             st = lmt_read_ahead(t, kind[j], idx[j], 1, err);
+        }
         if (st == COL_OK && whole)
             memcpy(d, whole + off, sizeof(float) * (size_t)n);
     }
@@ -439,8 +445,9 @@ static col_status load_optimizer(col_lm_trainer *t, const char *dir, col_err *er
             kind[n] = 2 + slot, idx[n] = i, x[n] = st_find(f, name);
             if (!x[n])
                 st = col_err_set(err, COL_EFORMAT, "%s has no '%s'", path, name);
-            else
-                st = col_ckpt_check_f32(x[n], t->specs[i].ndim, t->specs[i].shape, err);
+            else /* under tensor parallelism the file holds whole tensors: this rank's blocks are read from them */
+                st = col_ckpt_check_f32(x[n], col_lm_trainer_whole_spec(t, i)->ndim,
+                                        col_lm_trainer_whole_spec(t, i)->shape, err);
             n++;
         }
     if (st == COL_OK)

@@ -97,9 +97,6 @@ col_status col_par_layout_check(col_par_layout *l, const col_lm_config *c, int s
         st = divides(c->ffn, split, "MLP width", "tensor-parallel parts", err);
     if (st == COL_OK && l->mode != COL_TP_1D)
         st = divides(c->hidden, l->mode == COL_TP_3D ? l->q * l->q : l->q, "hidden size", "tensor-parallel parts", err);
-    if (st == COL_OK && l->mode == COL_TP_1D && !c->value_head)
-        st = divides(c->vocab_size, tp, "vocabulary", "tensor-parallel parts (the embedding and the loss split it)",
-                     err);
     if (st == COL_OK && tp > 1 && c->word_embed_proj_dim != 0 && c->word_embed_proj_dim != c->hidden)
         st = col_err_set(err, COL_EUNSUPPORTED, "tensor parallelism does not split OPT's embedding projections "
                          "(word_embed_proj_dim %d != hidden %d) yet", c->word_embed_proj_dim, c->hidden);
@@ -119,18 +116,28 @@ col_status col_par_layout_check(col_par_layout *l, const col_lm_config *c, int s
     return st;
 }
 
+/* the block's length along dimension d of a whole length n */
+static int64_t block_len(const col_shard *s, int d, int64_t n)
+{
+    int64_t parts = s->parts[d] > 0 ? s->parts[d] : 1;
+    return s->ceil[d] ? (n + parts - 1) / parts : n / parts;
+}
+
 void col_shard_shape(const col_shard *s, int ndim, const int64_t *whole, int64_t *local)
 {
     for (int d = 0; d < ndim && d < 2; d++)
-        local[d] = whole[d] / (s->parts[d] > 0 ? s->parts[d] : 1);
+        local[d] = block_len(s, d, whole[d]);
 }
 
 bool col_shard_whole(const col_shard *s) { return s->parts[0] <= 1 && s->parts[1] <= 1; }
 
-/* along one dimension of n elements: local index k -> whole index */
+/* along one dimension of n elements: local index k -> whole index (>= n: padding) */
 static int64_t whole_index(const col_shard *s, int d, int64_t n, int64_t k)
 {
-    int parts = s->parts[d] > 0 ? s->parts[d] : 1, groups = s->groups[d] > 0 ? s->groups[d] : 1;
+    int groups = s->groups[d] > 0 ? s->groups[d] : 1;
+    if (s->ceil[d])
+        return (int64_t)s->index[d] * block_len(s, d, n) + k;
+    int parts = s->parts[d] > 0 ? s->parts[d] : 1;
     int64_t seg = n / groups, part = seg / parts;
     return (k / part) * seg + (int64_t)s->index[d] * part + k % part;
 }
@@ -139,21 +146,19 @@ void col_shard_copy(const col_shard *s, int ndim, const int64_t *whole_shape, si
                     bool to_block)
 {
     int64_t n0 = whole_shape[0], n1 = ndim > 1 ? whole_shape[1] : 1;
-    int64_t l0 = n0 / (s->parts[0] > 0 ? s->parts[0] : 1);
-    int64_t l1 = ndim > 1 ? n1 / (s->parts[1] > 0 ? s->parts[1] : 1) : 1;
+    int64_t l0 = block_len(s, 0, n0), l1 = ndim > 1 ? block_len(s, 1, n1) : 1;
     char *w = whole, *b = block;
     for (int64_t i = 0; i < l0; i++) {
         int64_t wi = whole_index(s, 0, n0, i);
-        if (ndim < 2) {
-            if (to_block)
-                memcpy(b + (size_t)i * esize, w + (size_t)wi * esize, esize);
-            else
-                memcpy(w + (size_t)wi * esize, b + (size_t)i * esize, esize);
-            continue;
-        }
         for (int64_t j = 0; j < l1; j++) {
-            int64_t wj = whole_index(s, 1, n1, j);
-            char *pw = w + (size_t)(wi * n1 + wj) * esize, *pb = b + (size_t)(i * l1 + j) * esize;
+            int64_t wj = ndim > 1 ? whole_index(s, 1, n1, j) : 0;
+            char *pb = b + (size_t)(i * l1 + j) * esize;
+            if (wi >= n0 || wj >= n1) { /* padding: zeros in the block, nothing in the whole tensor */
+                if (to_block)
+                    memset(pb, 0, esize);
+                continue;
+            }
+            char *pw = w + (size_t)(wi * n1 + wj) * esize;
             if (to_block)
                 memcpy(pb, pw, esize);
             else

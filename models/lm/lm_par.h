@@ -69,6 +69,9 @@ col_status col_par_layout_check(col_par_layout *l, const col_lm_config *c, int s
 typedef struct {
     int parts[2], index[2], groups[2];
     int replicas;
+    /* a dimension that does not divide (the vocabulary: GPT-2's 50257): parts of ceil(n / parts) elements, the
+     * last one padded past n (zeros in the block, never written to the whole tensor); groups must be 1 */
+    bool ceil[2];
 } col_shard;
 
 /* The local shape of a block (shape of the whole tensor in), and whether the block is the whole tensor. */
@@ -117,10 +120,10 @@ typedef struct {
      * p->sp). *logits (when not NULL) gets this rank's logits [b*t, vocab] gathered whole (for evaluation and
      * decoding; NULL in a training graph: with_logits false). */
     col_node *(*loss)(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *targets,
-                      col_node *inv_count, bool with_logits, col_node **logits);
+                      col_node *inv_count, int64_t vocab, bool with_logits, col_node **logits);
     /* The whole-vocabulary logits of x [b, t, h] with the head block w: [b*t, vocab] on every rank (forward
-     * graphs, decoding). */
-    col_node *(*logits)(col_graph *g, const col_lm_par *p, col_node *x, col_node *w);
+     * graphs, decoding). (vocab: the model's vocabulary, which a block's rows may pad past.) */
+    col_node *(*logits)(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, int64_t vocab);
 } col_tp_ops;
 
 struct col_lm_par {

@@ -50,6 +50,8 @@ static void shard_1d(const col_lm_par *p, const col_param_spec *s, col_shard *ou
     out->parts[dim] = P;
     out->index[dim] = p->tp_rank;
     out->groups[dim] = s->groups > 0 ? s->groups : 1;
+    /* the vocabulary need not divide: equal parts, the last one padded (Megatron pads the vocabulary too) */
+    out->ceil[dim] = s->role == COL_ROLE_EMBED || s->role == COL_ROLE_HEAD;
 }
 
 static void rows_1d(const col_lm_par *p, int B, int *row0, int *n)
@@ -108,11 +110,24 @@ static col_node *at_least(col_graph *g, col_node *t, float a)
     return col_sub(g, col_relu(g, col_scale(g, t, 1.0f, 1.0f - a)), col_relu(g, col_scale(g, t, 1.0f, -a)));
 }
 
-/* this rank's vocabulary part [v0, v0 + n) of a [vocab, ...] block w */
+/* this rank's vocabulary part [v0, v0 + n) of a [vocab, ...] block w: its rows past the vocabulary (the last
+ * part's padding) hold zeros */
 static void vocab_part(const col_lm_par *p, const col_node *w, int64_t *v0, int64_t *n)
 {
     *n = w->t.shape[0];
     *v0 = (int64_t)p->tp_rank * *n;
+}
+
+/* logits l [N, n] of this rank's part with its padding columns (past vocab) pushed to -1e30: they weigh nothing in
+ * a softmax and get no gradient */
+static col_node *mask_padding(col_graph *g, const col_lm_par *p, col_node *l, int64_t vocab)
+{
+    int64_t n = l ? l->t.shape[1] : 0, v0 = (int64_t)p->tp_rank * n, pad = v0 + n - vocab;
+    if (!l || pad <= 0)
+        return l;
+    int64_t a[2] = {1, n - pad}, b[2] = {1, pad};
+    col_node *parts[2] = {col_fill(g, COL_F32, 2, a, 0.0f), col_fill(g, COL_F32, 2, b, -1e30f)};
+    return col_add(g, l, col_concat(g, 2, parts, 1));
 }
 
 /* ids' f32 values, whether each is in [v0, v0 + n) (f32 0/1), and its index there as i32 (miss where it is not) */
@@ -146,33 +161,42 @@ static col_node *positions_1d(col_graph *g, const col_lm_par *p, col_node *w, co
     return col_embedding(g, w, pos);
 }
 
-/* this rank's logits [b*t, V/P] of x [b, t, C] with the head block w [V/P, C] */
-static col_node *local_logits(col_graph *g, const col_lm_par *p, col_node *x, col_node *w)
+/* this rank's logits [b*t, n] of x [b, t, C] with the head block w [n, C] (n = ceil(vocab / P)), padding masked */
+static col_node *local_logits(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, int64_t vocab)
 {
     if (!x || !w)
         return NULL;
     int64_t flat[2] = {x->t.shape[0] * x->t.shape[1], x->t.shape[2]};
     if (p->tp)
         x = col_comm_graph_copy(g, p->tp, x);
-    return col_matmul(g, col_reshape(g, col_lm_operand(g, x, w), 2, flat), col_transpose(g, w, 0, 1));
+    col_node *l = col_matmul(g, col_reshape(g, col_lm_operand(g, x, w), 2, flat), col_transpose(g, w, 0, 1));
+    return p->tp ? mask_padding(g, p, l, vocab) : l;
 }
 
-static col_node *logits_1d(col_graph *g, const col_lm_par *p, col_node *x, col_node *w)
+/* the whole vocabulary's logits [N, vocab] from every rank's part */
+static col_node *gather_logits(col_graph *g, const col_lm_par *p, col_node *l, int64_t vocab)
 {
-    col_node *l = local_logits(g, p, x, w);
-    return p->tp ? col_comm_graph_all_gather_grad(g, p->tp, l, 1, COL_CG_SAME) : l;
+    if (!p->tp || !l)
+        return l;
+    col_node *all = col_comm_graph_all_gather_grad(g, p->tp, l, 1, COL_CG_SAME);
+    return all && all->t.shape[1] != vocab ? col_contiguous(g, col_slice(g, all, 1, 0, vocab)) : all;
+}
+
+static col_node *logits_1d(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, int64_t vocab)
+{
+    return gather_logits(g, p, local_logits(g, p, x, w, vocab), vocab);
 }
 
 static col_node *loss_1d(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *targets,
-                         col_node *inv_count, bool with_logits, col_node **logits)
+                         col_node *inv_count, int64_t vocab, bool with_logits, col_node **logits)
 {
-    col_node *l = local_logits(g, p, x, w); /* [N, V/P] */
+    col_node *l = local_logits(g, p, x, w, vocab); /* [N, V/P] */
     if (!l || !targets)
         return NULL;
-    int64_t N = l->t.shape[0], n1[1] = {N}, n2[2] = {N, 1};
+    int64_t N = l->t.shape[0], n1[1] = {N};
     col_node *t = col_reshape(g, targets, 1, n1);
     if (logits)
-        *logits = with_logits ? (p->tp ? col_comm_graph_all_gather_grad(g, p->tp, l, 1, COL_CG_SAME) : l) : NULL;
+        *logits = with_logits ? gather_logits(g, p, l, vocab) : NULL;
     col_node *counted = at_least(g, col_cast(g, t, COL_F32), 0.0f);
     col_node *ce;
     if (!p->tp) {
@@ -193,7 +217,6 @@ static col_node *loss_1d(col_graph *g, const col_lm_par *p, col_node *x, col_nod
         lt = col_comm_graph_all_reduce(g, p->tp, lt, COL_RED_SUM, COL_CG_SAME);
         /* CE = log s + m - l_t */
         ce = col_sub(g, col_add(g, lse, col_reshape(g, m, 1, n1)), lt);
-        (void)n2;
     }
     col_node *sum = col_sum(g, col_mul(g, ce, counted), 1u, 0); /* [] */
     int64_t one[1] = {1};
