@@ -48,7 +48,7 @@ int ft_par_open(ft_opts *o, ft_par *p)
 static int layout(ft_opts *o, ft_par *p)
 {
     int pp = o->pp ? o->pp : 1, tp = o->tp ? o->tp : 1, sp = o->sp ? o->sp : 1, m = tp * sp;
-    int dp = o->dp ? o->dp : p->size / (pp * m);
+    int dp = o->dp ? o->dp : p->size / (pp * m) > 0 ? p->size / (pp * m) : 1;
     char msg[300];
     if (!p->world) {
         if (dp * pp * m > 1) {
