@@ -148,7 +148,7 @@ static col_node *attend(col_graph *g, col_node *q, col_node *k, col_node *v, int
 }
 
 static col_node *chain(col_graph *g, const col_lm_par *p, const col_tp_ops *ops, const model *m, col_node **w,
-                       col_node *ids, col_node *pos, col_node *targets, col_node *inv_count)
+                       col_node *ids, col_node *pos, col_node *targets, col_node *inv_count, col_node **logits)
 {
     int heads = ops->heads_local(p, H);
     col_node *x = col_add(g, ops->embed(g, p, w[m->wte], ids), ops->positions(g, p, w[m->wpe], pos));
@@ -175,7 +175,7 @@ static col_node *chain(col_graph *g, const col_lm_par *p, const col_tp_ops *ops,
         x = col_add(g, x, ops->linear(g, p, f, w[m->l[l].pr_w], w[m->l[l].pr_b], COL_ROLE_SECOND, io));
     }
     x = ops->norm(g, p, x, w[m->lnf_w], w[m->lnf_b], EPS, false);
-    return ops->loss(g, p, x, w[m->wte], targets, inv_count, false, NULL);
+    return ops->loss(g, p, x, w[m->wte], targets, inv_count, true, logits);
 }
 
 /* ---- the reference: the same model whole, from plain operations ---- */
@@ -219,9 +219,12 @@ static col_node *ref_logits(col_graph *g, const col_lm_par *p, col_node *x, col_
 static col_node *ref_loss(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *targets,
                           col_node *inv_count, bool with_logits, col_node **logits)
 {
-    (void)inv_count, (void)with_logits, (void)logits;
+    (void)inv_count;
     int64_t n[1] = {x->t.shape[0] * x->t.shape[1]}, one[1] = {1};
-    col_node *ce = col_cross_entropy(g, ref_logits(g, p, x, w), col_reshape(g, targets, 1, n), -1);
+    col_node *l = ref_logits(g, p, x, w);
+    if (logits)
+        *logits = with_logits ? l : NULL;
+    col_node *ce = col_cross_entropy(g, l, col_reshape(g, targets, 1, n), -1);
     return col_reshape(g, ce, 1, one);
 }
 static const col_tp_ops ref_ops = {
@@ -237,6 +240,8 @@ typedef struct {
     col_shard sh[MAXP];
     int64_t local[MAXP][2];
     float loss;
+    float *logits; /* [rows * T, V] of rows [row0, row0 + rows) */
+    int row0, rows;
     col_comm_stats bytes; /* what the step moved, over the rank's row, column and depth */
 } step;
 
@@ -244,6 +249,7 @@ static void step_free(step *s, int n)
 {
     for (int t = 0; t < n; t++)
         free(s->data[t]), free(s->grad[t]);
+    free(s->logits);
 }
 
 static void comm_stats(const col_lm_par *p, col_comm_stats *out)
@@ -300,7 +306,9 @@ static bool run_step(const col_lm_par *p, const col_tp_ops *ops, const spec_list
     col_node *ids_n = col_input(g, "ids", COL_I32, 2, bt), *tg_n = col_input(g, "targets", COL_I32, 2, bt);
     col_node *pos_n = col_input(g, "pos", COL_I32, 1, tt), *inv_n = col_input(g, "inv_count", COL_F32, 1, one);
     col_bind(ids_n, ids, NULL), col_bind(tg_n, tg, NULL), col_bind(pos_n, pos, NULL), col_bind(inv_n, &inv, NULL);
-    col_node *loss = chain(g, p, ops, m, w, ids_n, pos_n, tg_n, inv_n);
+    col_node *logits = NULL;
+    col_node *loss = chain(g, p, ops, m, w, ids_n, pos_n, tg_n, inv_n, &logits);
+    s->row0 = row0, s->rows = n;
     col_err err = {0};
     col_plan *plan = NULL;
     col_status st = col_graph_status(g);
@@ -308,6 +316,8 @@ static bool run_step(const col_lm_par *p, const col_tp_ops *ops, const spec_list
         err = *col_graph_error(g);
     if (st == COL_OK) {
         col_mark_output(loss);
+        if (logits)
+            col_mark_output(logits);
         st = col_graph_backward(g, loss, &err);
     }
     if (st == COL_OK)
@@ -320,8 +330,13 @@ static bool run_step(const col_lm_par *p, const col_tp_ops *ops, const spec_list
     s->bytes.bytes_sent = after.bytes_sent - before.bytes_sent;
     s->bytes.bytes_recv = after.bytes_recv - before.bytes_recv;
     s->bytes.ops = after.ops - before.ops;
-    if (st == COL_OK)
+    if (st == COL_OK && (!logits || logits->t.shape[0] != (int64_t)n * T || logits->t.shape[1] != V))
+        st = COL_ESHAPE, snprintf(err.msg, sizeof err.msg, "the logits are not [%d, %d]", n * T, V);
+    if (st == COL_OK) {
         s->loss = *(const float *)col_plan_data(plan, loss);
+        s->logits = malloc(sizeof(float) * (size_t)(n * T * V));
+        memcpy(s->logits, col_plan_data(plan, logits), sizeof(float) * (size_t)(n * T * V));
+    }
     else
         snprintf(why, whylen, "%s: %.300s", col_status_name(st), err.msg);
     col_plan_free(plan);
@@ -451,6 +466,17 @@ static void run_mode(col_tp_mode mode, int tp, int d)
         double worst_l = lerr;
         MPI_Allreduce(MPI_IN_PLACE, &worst_l, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         check(lerr <= TOL, d1, "%s: the loss equals the whole model's (worst relative error %.2e)", what, worst_l);
+
+        /* this rank's rows of the whole-vocabulary logits */
+        double lmax = 0, lerr2 = 0;
+        for (int64_t i = 0; i < (int64_t)B * T * V; i++)
+            lmax = fmax(lmax, fabs(whole.logits[i]));
+        for (int64_t i = 0; i < (int64_t)mine.rows * T * V; i++)
+            lerr2 = fmax(lerr2, fabs((double)mine.logits[i] - whole.logits[(int64_t)mine.row0 * T * V + i]));
+        double worst_lg = lerr2 / lmax;
+        MPI_Allreduce(MPI_IN_PLACE, &worst_lg, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        check(lerr2 / lmax <= TOL, "", "%s: the logits of this rank's rows equal the whole model's (worst relative "
+              "error %.2e)", what, worst_lg);
 
         /* every rank's block of every gradient against the whole model's */
         res gr = {true, ""};

@@ -47,9 +47,26 @@
  * the depth (and sequence-parallel ranks). Attention is local: whole heads
  * (H/q per rank) of whole rows.
  *
- * Bytes per rank moved by the linears (each all-gather or reduce-scatter of
- * n elements over P ranks: (P-1)/P n, as comm.h counts; forward and backward
- * the same): see docs/PERF.md and the test's report (tests/test_lm_par_grid.c). */
+ * Bytes per rank of one linear [in -> out], forward and backward (comm.h's
+ * model: an all-gather or reduce-scatter moves (P-1) blocks, an all-reduce
+ * 2(P-1)/P of the tensor), with M = b*s*h the whole step's activations:
+ *   2D, 2.5D: X's gather and its reduce-scatter back 2(q-1)/(d q^2) B*T*in,
+ *     W's gather and back 2(q-1)/q^2 in*out, 2.5D the depth's sum of dW
+ *     2(d-1)/(d q^2) in*out. A square linear: 2(q-1)/(d q^2) M + the weights.
+ *     SUMMA (Optimus) broadcasts X and W again in the backward pass: 6(q-1)/q^2
+ *     per rank where the gathered copies are kept here (4(q-1)/q^2, counting
+ *     h*h like M as the papers' square matrices do; the published 6(q-1)/q is a
+ *     row's q ranks together). 2.5D at q = d = 2: 1.0 M per rank (x q = 2.0
+ *     against the published 3(q-1)(d+1)/(dq) = 2.25).
+ *   3D: X's gather and back 2(q-1)/q^3 B*T*in, Y's reduce-scatter and its
+ *     gather back 2(q-1)/q^3 B*T*out, W's gather and back 2(q-1)/q^3 in*out:
+ *     a square linear 6(q-1)/q^3 M, the published figure.
+ * Apart from the linears: each norm all-reduces [b, T, 1] twice (RMSNorm
+ * once) over the row, forward and backward; the head all-reduces the logits
+ * [b*T, V] over the row (forward only); the replicated blocks' gradients are
+ * all-reduced over their copies. tests/test_lm_par_grid.c checks every rank's
+ * bytes against this count. Each FIRST linear gathers its X itself: separate
+ * q, k and v projections (LLaMA, OPT) gather the same X three times. */
 #include "lm_par.h"
 
 #ifdef COL_WITH_COMM /* without MPI no layout opens (col_lm_par_open) */
