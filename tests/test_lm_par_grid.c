@@ -1,6 +1,7 @@
 /* test_lm_par_grid.c - the grid modes of tensor parallelism (models/lm/lm_par_grid.c: 2D, 2.5D, 3D) under
  * mpirun (tests/test_lm_par_grid.sh): 1 process (every mode with one rank), 4 (2D, q = 2; 2.5D with d = 1)
- * and 8 (2.5D, q = 2, d = 2; 3D, q = 2).
+ * and 8 (2.5D, q = 2, d = 2; 3D, q = 2; 2D q = 2 with ring sequence parallelism over 2 ranks: the
+ * weights' copies over the sequence's ranks and the loss summed over them).
  *
  * A small transformer built through a mode's functions exactly as a family builds one: token embedding plus
  * learned positions; two blocks of [LayerNorm, FIRST projection(s), causal attention over this rank's heads,
@@ -23,6 +24,7 @@
 #include <mpi.h>
 
 #include "comm.h"
+#include "comm_graph.h"
 #include "graph.h"
 #include "lm_par.h"
 #include "plan.h"
@@ -31,7 +33,7 @@
 
 #define check(ok, detail, ...) tl_mpi_check((ok), (detail), __VA_ARGS__)
 
-enum { B = 4, T = 5, C = 16, H = 4, F = 32, V = 11, NPOS = 8 };
+enum { B = 4, T = 6, C = 16, H = 4, F = 32, V = 11, NPOS = 8 };
 static const float EPS = 1e-5f;
 static const double TOL = 1e-5;
 
@@ -133,8 +135,8 @@ static int target_id(int b, int t) { return (b + t) % 4 == 3 ? -1 : (b * 5 + t *
 
 /* ---- the chain, through a mode's functions ---- */
 
-/* q, k, v [b, t, h*D] -> causal attention over those h heads -> [b, t, h*D] */
-static col_node *attend(col_graph *g, col_node *q, col_node *k, col_node *v, int heads)
+/* q, k, v [b, t, h*D] -> causal attention over those h heads -> [b, t, h*D] (sequence-parallel: over the ring) */
+static col_node *attend(col_graph *g, const col_lm_par *p, col_node *q, col_node *k, col_node *v, int heads)
 {
     if (!q || !k || !v)
         return NULL;
@@ -142,7 +144,8 @@ static col_node *attend(col_graph *g, col_node *q, col_node *k, col_node *v, int
     col_node *x[3] = {q, k, v};
     for (int i = 0; i < 3; i++)
         x[i] = col_contiguous(g, col_transpose(g, col_reshape(g, col_contiguous(g, x[i]), 4, sh), 1, 2));
-    col_node *y = col_attention(g, x[0], x[1], x[2], 1, 0.0f);
+    col_node *y = p->sp ? col_comm_graph_ring_attention(g, p->sp, x[0], x[1], x[2], 1, 0.0f)
+                        : col_attention(g, x[0], x[1], x[2], 1, 0.0f);
     int64_t merged[3] = {b, t, hd};
     return col_reshape(g, col_contiguous(g, col_transpose(g, y, 1, 2)), 3, merged);
 }
@@ -167,7 +170,7 @@ static col_node *chain(col_graph *g, const col_lm_par *p, const col_tp_ops *ops,
             k = ops->linear(g, p, a, w[m->l[l].k_w], w[m->l[l].k_b], COL_ROLE_FIRST, false);
             v = ops->linear(g, p, a, w[m->l[l].v_w], w[m->l[l].v_b], COL_ROLE_FIRST, false);
         }
-        col_node *o = ops->linear(g, p, attend(g, q, k, v, heads), w[m->l[l].o_w], w[m->l[l].o_b], COL_ROLE_SECOND,
+        col_node *o = ops->linear(g, p, attend(g, p, q, k, v, heads), w[m->l[l].o_w], w[m->l[l].o_b], COL_ROLE_SECOND,
                                   io);
         x = col_add(g, x, o);
         col_node *n2 = ops->norm(g, p, x, w[m->l[l].ln2_w], m->l[l].ln2_b >= 0 ? w[m->l[l].ln2_b] : NULL, EPS, l == 1);
@@ -240,8 +243,8 @@ typedef struct {
     col_shard sh[MAXP];
     int64_t local[MAXP][2];
     float loss;
-    float *logits; /* [rows * T, V] of rows [row0, row0 + rows) */
-    int row0, rows;
+    float *logits; /* [rows * tl, V] of rows [row0, row0 + rows), positions [t0, t0 + tl) */
+    int row0, rows, t0, tl;
     col_comm_stats bytes; /* what the step moved, over the rank's row, column and depth */
 } step;
 
@@ -255,7 +258,7 @@ static void step_free(step *s, int n)
 static void comm_stats(const col_lm_par *p, col_comm_stats *out)
 {
     memset(out, 0, sizeof *out);
-    col_comm *all[] = {p->row, p->col, p->dep, p->sp};
+    col_comm *all[] = {p->row, p->col, p->dep};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         col_comm_stats s;
         col_comm_get_stats(all[i], &s);
@@ -290,25 +293,26 @@ static bool run_step(const col_lm_par *p, const col_tp_ops *ops, const spec_list
     }
     int row0, n;
     ops->rows(p, B, &row0, &n);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * T)), *tg = malloc(sizeof(int32_t) * (size_t)(n * T));
+    int tl = T / (p->layout.sp > 1 ? p->layout.sp : 1), t0 = p->sp_rank * tl;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * tl)), *tg = malloc(sizeof(int32_t) * (size_t)(n * tl));
     int32_t pos[T];
     int counted = 0;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             counted += target_id(b, t) >= 0;
     for (int b = 0; b < n; b++)
-        for (int t = 0; t < T; t++)
-            ids[b * T + t] = token_id(row0 + b, t), tg[b * T + t] = target_id(row0 + b, t);
-    for (int t = 0; t < T; t++)
-        pos[t] = t;
+        for (int t = 0; t < tl; t++)
+            ids[b * tl + t] = token_id(row0 + b, t0 + t), tg[b * tl + t] = target_id(row0 + b, t0 + t);
+    for (int t = 0; t < tl; t++)
+        pos[t] = t0 + t;
     float inv = 1.0f / (float)counted;
-    int64_t bt[2] = {n, T}, tt[1] = {T}, one[1] = {1};
+    int64_t bt[2] = {n, tl}, tt[1] = {tl}, one[1] = {1};
     col_node *ids_n = col_input(g, "ids", COL_I32, 2, bt), *tg_n = col_input(g, "targets", COL_I32, 2, bt);
     col_node *pos_n = col_input(g, "pos", COL_I32, 1, tt), *inv_n = col_input(g, "inv_count", COL_F32, 1, one);
     col_bind(ids_n, ids, NULL), col_bind(tg_n, tg, NULL), col_bind(pos_n, pos, NULL), col_bind(inv_n, &inv, NULL);
     col_node *logits = NULL;
     col_node *loss = chain(g, p, ops, m, w, ids_n, pos_n, tg_n, inv_n, &logits);
-    s->row0 = row0, s->rows = n;
+    s->row0 = row0, s->rows = n, s->t0 = t0, s->tl = tl;
     col_err err = {0};
     col_plan *plan = NULL;
     col_status st = col_graph_status(g);
@@ -330,12 +334,12 @@ static bool run_step(const col_lm_par *p, const col_tp_ops *ops, const spec_list
     s->bytes.bytes_sent = after.bytes_sent - before.bytes_sent;
     s->bytes.bytes_recv = after.bytes_recv - before.bytes_recv;
     s->bytes.ops = after.ops - before.ops;
-    if (st == COL_OK && (!logits || logits->t.shape[0] != (int64_t)n * T || logits->t.shape[1] != V))
-        st = COL_ESHAPE, snprintf(err.msg, sizeof err.msg, "the logits are not [%d, %d]", n * T, V);
+    if (st == COL_OK && (!logits || logits->t.shape[0] != (int64_t)n * tl || logits->t.shape[1] != V))
+        st = COL_ESHAPE, snprintf(err.msg, sizeof err.msg, "the logits are not [%d, %d]", n * tl, V);
     if (st == COL_OK) {
         s->loss = *(const float *)col_plan_data(plan, loss);
-        s->logits = malloc(sizeof(float) * (size_t)(n * T * V));
-        memcpy(s->logits, col_plan_data(plan, logits), sizeof(float) * (size_t)(n * T * V));
+        s->logits = malloc(sizeof(float) * (size_t)(n * tl * V));
+        memcpy(s->logits, col_plan_data(plan, logits), sizeof(float) * (size_t)(n * tl * V));
     }
     else
         snprintf(why, whylen, "%s: %.300s", col_status_name(st), err.msg);
@@ -354,13 +358,14 @@ typedef struct {
     double acts, weights, small; /* the linears' activations, the weights' gathers and gradient sums, the rest */
 } traffic;
 
-/* one linear [in -> out] of whole rows B, in the mode of l */
+/* one linear [in -> out] of whole rows B, in the mode of l (T / sp positions per rank) */
 static void linear_bytes(const col_par_layout *l, int64_t in, int64_t out, bool first, traffic *t)
 {
     int q = l->q, d = l->d;
+    const double tl = (double)(T / (l->sp > 1 ? l->sp : 1));
     if (l->mode != COL_TP_3D) {
         double rows = (double)B / (q * d);
-        t->acts += 2 * gather_bytes(q, rows * T * (double)in / q); /* X over the row, and back */
+        t->acts += 2 * gather_bytes(q, rows * tl * (double)in / q); /* X over the row, and back */
         t->weights += 2 * gather_bytes(q, (double)in * out / (q * q)); /* W over the column, and back */
         if (d > 1)
             t->weights += reduce_bytes(d, (double)in * out / (q * q)); /* the depth's copies of dW */
@@ -368,8 +373,8 @@ static void linear_bytes(const col_par_layout *l, int64_t in, int64_t out, bool 
         return;
     }
     double rows = (double)B / (q * q);
-    t->acts += 2 * gather_bytes(q, rows * T * (double)in / q);           /* X over the depth (row) */
-    t->acts += 2 * gather_bytes(q, rows * T * (double)out / q);          /* Y's reduce-scatter and its gather */
+    t->acts += 2 * gather_bytes(q, rows * tl * (double)in / q);           /* X over the depth (row) */
+    t->acts += 2 * gather_bytes(q, rows * tl * (double)out / q);          /* Y's reduce-scatter and its gather */
     t->weights += 2 * gather_bytes(q, (double)in * out / (q * q * q));   /* W over the column */
     t->small += 2 * reduce_bytes(q, (double)out / q);                    /* the bias's dB */
     (void)first;
@@ -381,6 +386,7 @@ static traffic model_bytes(const col_par_layout *l)
     if (l->tp <= 1)
         return t;
     int q = l->q, d = l->d;
+    const double tl = (double)(T / (l->sp > 1 ? l->sp : 1));
     double rows = l->mode == COL_TP_3D ? (double)B / (q * q) : (double)B / (q * d);
     int cd = l->mode == COL_TP_3D ? q : d; /* the depth's size */
     linear_bytes(l, C, 3 * C, true, &t);
@@ -390,30 +396,31 @@ static traffic model_bytes(const col_par_layout *l)
     linear_bytes(l, C, F, true, &t), linear_bytes(l, C, F, true, &t);
     linear_bytes(l, F, C, false, &t), linear_bytes(l, F, C, false, &t);
     /* norms: 4 LayerNorms (2 sums over the row, forward and backward each), 1 RMSNorm (1); their weights' dW */
-    t.small += (4 * 4 + 2) * reduce_bytes(q, rows * T);
+    t.small += (4 * 4 + 2) * reduce_bytes(q, rows * tl);
     t.small += 9 * (reduce_bytes(q, (double)C / q) + reduce_bytes(cd, (double)C / q));
     /* the embeddings' dW, the logits' sum over the row, the loss over the column and the depth */
     t.small += reduce_bytes(q, (double)(V + NPOS) * C / q) + reduce_bytes(cd, (double)(V + NPOS) * C / q);
-    t.small += reduce_bytes(q, rows * T * V) + reduce_bytes(q, 1) + reduce_bytes(cd, 1);
+    t.small += reduce_bytes(q, rows * tl * V) + reduce_bytes(q, 1) + reduce_bytes(cd, 1);
     return t;
 }
 
 /* ---- one mode ---- */
 
-static void run_mode(col_tp_mode mode, int tp, int d)
+static void run_mode(col_tp_mode mode, int tp, int d, int sp)
 {
-    col_par_layout l = {.mode = mode, .tp = tp, .d = d, .sp = 1};
+    col_par_layout l = {.mode = mode, .tp = tp, .d = d, .sp_mode = COL_SP_RING, .sp = sp};
     col_lm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.n_head = cfg.n_kv_head = H, cfg.hidden = C, cfg.ffn = F, cfg.vocab_size = V, cfg.max_positions = NPOS;
     col_err err = {0};
     char what[64];
-    snprintf(what, sizeof what, "%s tp=%d (q=%d, d=%d)", col_tp_mode_name(mode), tp, 0, d);
+    snprintf(what, sizeof what, "%s tp=%d", col_tp_mode_name(mode), tp);
     col_status st = col_par_layout_check(&l, &cfg, T, B, &err);
     col_lm_par p;
     if (st == COL_OK)
-        st = col_lm_par_open(&p, &l, tp > 1 ? world : NULL, &err);
-    snprintf(what, sizeof what, "%s tp=%d (q=%d, d=%d)", col_tp_mode_name(mode), tp, l.q, l.d);
+        st = col_lm_par_open(&p, &l, tp * sp > 1 ? world : NULL, &err);
+    snprintf(what, sizeof what, "%s tp=%d (q=%d, d=%d)%s", col_tp_mode_name(mode), tp, l.q, l.d,
+             sp > 1 ? " x ring sp=2" : "");
     if (!check(st == COL_OK, err.msg, "%s: the layout opens", what))
         return;
     spec_list L;
@@ -471,8 +478,11 @@ static void run_mode(col_tp_mode mode, int tp, int d)
         double lmax = 0, lerr2 = 0;
         for (int64_t i = 0; i < (int64_t)B * T * V; i++)
             lmax = fmax(lmax, fabs(whole.logits[i]));
-        for (int64_t i = 0; i < (int64_t)mine.rows * T * V; i++)
-            lerr2 = fmax(lerr2, fabs((double)mine.logits[i] - whole.logits[(int64_t)mine.row0 * T * V + i]));
+        for (int64_t b = 0; b < mine.rows; b++)
+            for (int64_t t = 0; t < mine.tl; t++)
+                for (int64_t v = 0; v < V; v++)
+                    lerr2 = fmax(lerr2, fabs((double)mine.logits[(b * mine.tl + t) * V + v] -
+                                             whole.logits[((mine.row0 + b) * T + mine.t0 + t) * V + v]));
         double worst_lg = lerr2 / lmax;
         MPI_Allreduce(MPI_IN_PLACE, &worst_lg, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         check(lerr2 / lmax <= TOL, "", "%s: the logits of this rank's rows equal the whole model's (worst relative "
@@ -480,7 +490,7 @@ static void run_mode(col_tp_mode mode, int tp, int d)
 
         /* every rank's block of every gradient against the whole model's */
         res gr = {true, ""};
-        double worst = 0, all_max = 0;
+        double worst = 0, worst_own = 0, all_max = 0; /* worst_own: of the tensors measured by their own maximum */
         const char *worst_name = "";
         for (int t = 0; t < L.n; t++)
             for (int64_t i = 0; i < numel(&L.s[t]); i++)
@@ -500,14 +510,17 @@ static void run_mode(col_tp_mode mode, int tp, int d)
             double rel = mx > 0 ? e / mx : e;
             if (rel > worst)
                 worst = rel, worst_name = sp->name;
+            if (mx > 1e-3 * all_max)
+                worst_own = fmax(worst_own, rel);
             if (!(rel <= TOL) || all_max == 0)
                 fail(&gr, "%s: max |error| %.3g of max |gradient| %.3g", sp->name, e, mx);
             free(ref);
         }
-        double all_worst = worst;
-        MPI_Allreduce(MPI_IN_PLACE, &all_worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        double all_worst[2] = {worst, worst_own};
+        MPI_Allreduce(MPI_IN_PLACE, all_worst, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         check(gr.ok, gr.detail, "%s: every rank's gradient blocks equal the whole model's (worst relative error %.2e, "
-              "this rank's in %s)", what, all_worst, worst_name);
+              "this rank's in %s; %.2e where a tensor's own largest gradient is the scale)", what, all_worst[0],
+              worst_name, all_worst[1]);
 
         /* the bytes: what the layouts move, per rank (every rank the same) */
         traffic tr = model_bytes(&l);
@@ -552,15 +565,16 @@ int main(int argc, char **argv)
     }
     col_comm_set_timeout(world, 120.0, &err);
     if (size == 1) {
-        run_mode(COL_TP_2D, 1, 1);
-        run_mode(COL_TP_25D, 1, 1);
-        run_mode(COL_TP_3D, 1, 1);
+        run_mode(COL_TP_2D, 1, 1, 1);
+        run_mode(COL_TP_25D, 1, 1, 1);
+        run_mode(COL_TP_3D, 1, 1, 1);
     } else if (size == 4) {
-        run_mode(COL_TP_2D, 4, 1);
-        run_mode(COL_TP_25D, 4, 1);
+        run_mode(COL_TP_2D, 4, 1, 1);
+        run_mode(COL_TP_25D, 4, 1, 1);
     } else {
-        run_mode(COL_TP_25D, 8, 2);
-        run_mode(COL_TP_3D, 8, 1);
+        run_mode(COL_TP_25D, 8, 2, 1);
+        run_mode(COL_TP_3D, 8, 1, 1);
+        run_mode(COL_TP_2D, 4, 1, 2); /* with ring sequence parallelism: 2 x (2 x 2) */
     }
     col_cpu_backend_free(&be);
     col_comm_free(world);
