@@ -52,7 +52,16 @@ col_node *col_comm_graph_all_to_all(col_graph *g, col_comm *c, col_node *x, int 
  *                the ranks' gradients are summed.
  * Collective nodes (and their backward nodes) run in graph order on every
  * rank; c must outlive the plans. These run on host plans over MPI and on
- * device plans over NCCL, as the builders above. */
+ * device plans over NCCL, as the builders above; with a communicator of one
+ * rank each is a copy made in the plan's memory, host or device (no
+ * transport), so single-process graphs can use them. copy and split never
+ * move data between ranks (a copy in the plan's memory, any transport). Each
+ * backward is built of these builders (all-reduce SAME <-> copy, all-gather
+ * SAME <-> split, all-gather SPLIT <-> reduce-scatter, ...), so a backward
+ * pass can be differentiated again. A shift's messages use point-to-point
+ * tag 32700 on c. Builders refuse bad arguments as above (axes out of range
+ * and sizes that do not split: COL_ESHAPE; a reduction or use that does not
+ * exist: COL_EINVAL; avg of integers: COL_EDTYPE). */
 typedef enum { COL_CG_SAME = 0, COL_CG_SPLIT } col_cg_use;
 
 /* op over the ranks of x (same shape everywhere). Gradient: sum/avg with COL_CG_SAME: dy as it is (times 1/P for

@@ -121,7 +121,7 @@ col_node *col_comm_graph_all_reduce(col_graph *g, col_comm *c, col_node *x, col_
                    "comm graph: %s: the %s of %s values is not supported (avg: f32, bf16, f16; sum, max, min: those "
                    "and i32, i64)", what, col_red_op_name(op), col_dtype_name(dt)))
         return NULL;
-    col_cg_params prm = {.alone = true, .kind = COL_CGK_ALL_REDUCE, .use = use, .op = op};
+    col_cg_params prm = {.kind = COL_CGK_ALL_REDUCE, .use = use, .op = op, .alone = true};
     return col_cg_node(g, c, &prm, all_reduce_bwd, dt, x->t.ndim, x->t.shape, 1, &x, "all_reduce");
 }
 
@@ -129,7 +129,7 @@ col_node *col_comm_graph_copy(col_graph *g, col_comm *c, col_node *x)
 {
     if (!col_cg_start(g, c, x, "copy"))
         return NULL;
-    col_cg_params prm = {.alone = true, .kind = COL_CGK_COPY};
+    col_cg_params prm = {.kind = COL_CGK_COPY, .alone = true};
     return col_cg_node(g, c, &prm, copy_bwd, x->t.dtype, x->t.ndim, x->t.shape, 1, &x, "tp_copy");
 }
 
@@ -139,7 +139,7 @@ col_node *col_comm_graph_all_gather_grad(col_graph *g, col_comm *c, col_node *x,
     if (!col_cg_start(g, c, x, what) || !use_ok(g, what, use) ||
         (axis = col_cg_axis(g, what, "axis", axis, &x->t)) < 0)
         return NULL;
-    col_cg_params prm = {.alone = true, .axis = axis, .use = use};
+    col_cg_params prm = {.axis = axis, .use = use, .alone = true};
     return col_cg_all_gather(g, c, x, axis, all_gather_bwd, &prm);
 }
 
@@ -149,7 +149,7 @@ col_node *col_comm_graph_reduce_scatter(col_graph *g, col_comm *c, col_node *x, 
     if (!col_cg_start(g, c, x, what) || (axis = col_cg_axis(g, what, "axis", axis, &x->t)) < 0 ||
         !col_cg_divides(g, c, what, &x->t, axis))
         return NULL;
-    col_cg_params prm = {.alone = true, .axis = axis, .op = COL_RED_SUM};
+    col_cg_params prm = {.axis = axis, .op = COL_RED_SUM, .alone = true};
     return col_cg_reduce_scatter(g, c, x, axis, reduce_scatter_bwd, &prm);
 }
 
@@ -163,7 +163,7 @@ col_node *col_comm_graph_split(col_graph *g, col_comm *c, col_node *x, int axis)
     col_node *src[2] = {col_slice(g, x, axis, (int64_t)col_comm_rank(c) * m, m), x};
     if (!src[0])
         return NULL;
-    col_cg_params prm = {.alone = true, .kind = COL_CGK_COPY, .axis = axis};
+    col_cg_params prm = {.kind = COL_CGK_COPY, .axis = axis, .alone = true};
     return col_cg_node(g, c, &prm, split_bwd, x->t.dtype, x->t.ndim, src[0]->t.shape, 2, src, "tp_split");
 }
 
@@ -174,7 +174,7 @@ col_node *col_comm_graph_all_to_all_grad(col_graph *g, col_comm *c, col_node *x,
         (concat_axis = col_cg_axis(g, what, "concat axis", concat_axis, &x->t)) < 0 ||
         !col_cg_divides(g, c, what, &x->t, split_axis))
         return NULL;
-    col_cg_params prm = {.alone = true, .axis = split_axis, .axis2 = concat_axis};
+    col_cg_params prm = {.axis = split_axis, .axis2 = concat_axis, .alone = true};
     return col_cg_all_to_all(g, c, x, split_axis, concat_axis, all_to_all_bwd, &prm);
 }
 
@@ -183,6 +183,6 @@ col_node *col_comm_graph_shift(col_graph *g, col_comm *c, col_node *x, int by)
     if (!col_cg_start(g, c, x, "shift"))
         return NULL;
     int p = col_comm_size(c);
-    col_cg_params prm = {.alone = true, .kind = COL_CGK_SHIFT, .by = p > 0 ? ((by % p) + p) % p : 0};
+    col_cg_params prm = {.kind = COL_CGK_SHIFT, .by = p > 0 ? ((by % p) + p) % p : 0, .alone = true};
     return col_cg_node(g, c, &prm, shift_bwd, x->t.dtype, x->t.ndim, x->t.shape, 1, &x, "shift");
 }

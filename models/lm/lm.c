@@ -232,7 +232,7 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         free(uses);
         out->loss = out->logits = NULL;
         if (o->with_loss)
-            out->loss = par->ops->loss(g, par, logits2, head, out->targets, out->inv_count, false, NULL);
+            out->loss = par->ops->loss(g, par, logits2, head, out->targets, out->inv_count, !o->training, &out->logits);
         else
             out->logits = par->ops->logits(g, par, logits2, head);
         if (out->logits) {

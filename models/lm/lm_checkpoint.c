@@ -110,8 +110,55 @@ static col_status merged(col_lm_trainer *t, int i, float *scratch, const float *
  * data parallelism every process runs the plan (collective): states and masters come whole to process 0 from
  * the processes holding their spans, and process 0 alone writes; a write error there keeps it in the gathers
  * so that the others finish. */
+/* Under tensor parallelism: every tensor gathered whole over the tp group of the first data parallel group's
+ * first sequence-parallel rank (its blocks of states first gathered over dp), written by its tp rank 0; whole
+ * shapes in the file. f32 sessions in host memory only (lmt_par_setup). */
+static col_status par_write_plan(col_lm_trainer *t, st_plan *p, const char *const *meta, col_err *err)
+{
+    bool writer = lmt_dp_writer(t), part = (!t->dp || t->dpr == 0) && t->par->sp_rank == 0;
+    int64_t most = 0;
+    for (int j = 0; j < p->n; j++) {
+        const col_param_spec *w = &t->whole[p->idx[j]];
+        p->out[j].ndim = w->ndim;
+        p->out[j].shape[0] = w->shape[0];
+        p->out[j].shape[1] = w->shape[1];
+        most = col_param_numel(w) > most ? col_param_numel(w) : most;
+    }
+    float *gbuf = NULL;
+    col_status cs = t->dp ? lmt_dp_buffer(t, most, &gbuf, err) : COL_OK;
+    col_st_writer *w = NULL;
+    col_err werr = {0};
+    col_status st = writer && cs == COL_OK ? col_st_writer_begin(p->path, p->out, p->n, meta, &w, &werr) : COL_OK;
+    for (int j = 0; j < p->n && cs == COL_OK; j++) {
+        int i = p->idx[j], k = p->kind[j];
+        const float *d = k == 0 ? t->ot[i].w : k == 2 ? t->ot[i].m : t->ot[i].v;
+        if (t->dp && k >= 2) {
+            cs = lmt_dp_gather_state(t, k, i, gbuf, err);
+            d = gbuf;
+        }
+        if (cs != COL_OK || !part)
+            continue;
+        cs = lmt_par_gather(t, i, d, t->pbuf, err);
+        if (cs == COL_OK && writer && st == COL_OK)
+            st = col_st_writer_put(w, j, 0, t->pbuf, sizeof(float) * (size_t)col_param_numel(&t->whole[i]), &werr);
+    }
+    if (st == COL_OK && cs != COL_OK)
+        st = cs;
+    else if (st != COL_OK)
+        col_err_copy(err, &werr);
+    if (!writer)
+        return st;
+    if (st != COL_OK) {
+        col_st_writer_end(w, false, NULL);
+        return st;
+    }
+    return col_st_writer_end(w, true, err);
+}
+
 static col_status write_plan(col_lm_trainer *t, const st_plan *p, const char *const *meta, col_err *err)
 {
+    if (t->par)
+        return par_write_plan(t, (st_plan *)p, meta, err);
     bool writer = lmt_dp_writer(t);
     size_t most = 0, gather = 0; /* the largest merged weight, the largest gathered tensor */
     for (int j = 0; j < p->n; j++) {

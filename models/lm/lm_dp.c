@@ -465,11 +465,17 @@ col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, doub
         for (int i = 0; i < ns; i++)
             for (int64_t j = 0; j < s[i].n; j++)
                 s[i].g[j] /= (float)na;
-    double sum = 0;
+    double sum = 0, local = 0;
     col_status st = COL_OK;
+    /* each block once over a tensor-parallel group (lmt_par_weight: 1 without one) */
+    for (int i = t->train0, j = 0; i < t->nt; i++) {
+        int64_t off;
+        if (lmt_span(t, i, &off) > 0)
+            local += lmt_par_weight(t, i) * col_grad_sumsq(&s[j++], 1);
+    }
     if (t->norm_given >= 0) /* the driver's norm over all of the model (its other stages too) */
         *norm = t->norm_given;
-    else if ((st = lmt_dp_sum_d(t, col_grad_sumsq(s, ns), &sum, err)) == COL_OK)
+    else if ((st = lmt_dp_sum_d(t, local, &sum, err)) == COL_OK && (st = lmt_par_sum_d(t, sum, &sum, err)) == COL_OK)
         *norm = sqrt(sum);
     if (st == COL_OK && clip > 0 && !isfinite(*norm))
         st = col_err_set(err, COL_EINVAL, "clip_grad_norm: total gradient norm is %g (non-finite gradients)", *norm);

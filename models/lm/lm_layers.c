@@ -167,6 +167,7 @@ col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *
 {
     if (!q || !k || !v)
         return NULL;
+    int64_t B = q->t.shape[0], H = q->t.shape[1], T = q->t.shape[2], D = q->t.shape[3];
     col_node *y;
     if (o->cache_len) {
         col_node *kc = col_kv_write(g, out->cache[2 * l], k, out->start);
@@ -187,7 +188,6 @@ col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *
     }
     if (!y)
         return NULL;
-    int64_t B = q->t.shape[0], H = q->t.shape[1], T = q->t.shape[2], D = q->t.shape[3];
     int64_t merged[3] = {B, T, H * D};
     return col_reshape(g, col_transpose(g, y, 1, 2), 3, merged); /* [B, T, H*D] */
 }

@@ -149,7 +149,14 @@ static col_status copy_params(col_lm_trainer *t, const col_ckpt_tensor **src, co
         bool mixed = lmt_mixed(t);
         if (!mixed || (lmt_has(t, LMT_MASTER, i) && !t->zn)) /* (a span of a master: through the buffer) */
             st = lmt_get(t, mixed ? LMT_MASTER : 0, i, true, &w, err);
-        if (st == COL_OK && (st = col_ckpt_read_f32(src[i], s->ndim, s->shape, w, err)) == COL_OK)
+        if (st == COL_OK && t->par) { /* this rank's block of the whole tensor */
+            const col_param_spec *ws = &t->whole[i];
+            if ((st = col_ckpt_read_f32(src[i], ws->ndim, ws->shape, t->pbuf, err)) == COL_OK)
+                lmt_par_block(t, i, t->pbuf, w);
+        } else if (st == COL_OK) {
+            st = col_ckpt_read_f32(src[i], s->ndim, s->shape, w, err);
+        }
+        if (st == COL_OK)
             note_nonfinite(rep, s->name, count_nonfinite(w, col_param_numel(s)));
         if (st == COL_OK && mixed)
             st = lmt_set_weights(t, i, w, err);

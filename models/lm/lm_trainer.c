@@ -75,6 +75,18 @@ static void lora_opts(const col_lm_trainer *t, col_lm_build_opts *o)
     o->dtype = t->dt;
 }
 
+/* under tensor or sequence parallelism: this rank's rows and positions, its place in the layout */
+static void par_opts(const col_lm_trainer *t, col_lm_build_opts *o)
+{
+    if (!t->par)
+        return;
+    int row0, rows;
+    t->par->ops->rows(t->par, o->batch, &row0, &rows);
+    o->par = t->par;
+    o->batch = rows;
+    o->seq = t->pseq;
+}
+
 static col_status build_train(col_lm_trainer *t, col_err *err)
 {
     t->g = col_graph_new();
@@ -83,6 +95,7 @@ static col_status build_train(col_lm_trainer *t, col_err *err)
     col_lm_build_opts o = {.batch = t->cfg.batch, .seq = t->cfg.seq, .with_loss = true, .training = true,
                             .objective = t->cfg.objective, .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed,
                             .layer_lo = t->cfg.layer_lo, .layer_hi = t->cfg.layer_hi};
+    par_opts(t, &o);
     lora_opts(t, &o);
     col_status st = col_lm_build(t->g, &t->cfg.model, &o, &t->gg, err);
     /* d loss is an input set before each run: the f16 loss scale times the micro-batch's weight in the step
@@ -125,6 +138,7 @@ static col_status build_forward(col_lm_trainer *t, int batch, bool base, col_err
     col_lm_build_opts o = {.batch = batch, .seq = t->cfg.seq, .with_loss = true, .training = false,
                            .objective = t->cfg.objective};
     lora_opts(t, &o);
+    par_opts(t, &o);
     if (base)
         o.lora_of = NULL;
     col_status st = col_lm_build(*g, &t->cfg.model, &o, gg, err);
@@ -166,7 +180,7 @@ col_status lmt_forward_pass(col_lm_trainer *t, int batch, bool base, lmt_fwd_pas
         return stage_refuses(t, "evaluation", err);
     if (base && !t->lora_of)
         base = false; /* no adapters to leave out: the model is its base */
-    if (t->g && batch == t->cfg.batch && !base) {
+    if (t->g && batch == t->cfg.batch && !base && !t->par) {
         if (!t->eplan) {
             col_node *outs[2] = {t->gg.loss, t->gg.logits};
             col_status st = col_plan_create_for(t->g, t->be, outs, 2, &t->eplan, err);
@@ -284,7 +298,9 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         }
     t->norm_given = -1;
     t->slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
-    st = lmt_dp_init(t, err);
+    st = lmt_par_setup(t, err);
+    if (st == COL_OK)
+        st = lmt_dp_init(t, err);
     if (st == COL_OK)
         st = lmt_alloc(t, err);
     for (int i = 0; i < t->nt && st == COL_OK; i++) {
@@ -443,6 +459,7 @@ void col_lm_trainer_free(col_lm_trainer *t)
     lmt_dp_free(t);
     free(t->lora_of);
     free(t->gidx);
+    lmt_par_free(t);
     free(t->specs);
     free(t->ot);
     free(t->w16);
@@ -475,7 +492,8 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
                            "col_lm_trainer_backward_tokens");
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
-    col_status st = lmt_load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
+    col_status st = t->par ? lmt_par_load_inputs(t, t->plan, &t->gg, ids + k * n, targets + k * n, t->cfg.batch, err)
+                           : lmt_load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
     float seed = t->scale * weight;
     if (st == COL_OK)
         st = col_plan_upload(t->plan, t->seed, &seed, sizeof seed, err);
@@ -524,7 +542,7 @@ col_status lmt_optimize(col_lm_trainer *t, int na, float loss, const lmt_step_cl
         st = lmt_mixed_step(t, na, lr, t->cfg.grad_clip, &norm, &skipped, err);
     } else if (t->nvme_kinds) {
         st = lmt_streamed_step(t, na, lr, t->cfg.grad_clip, &norm, err);
-    } else if (t->dp) {
+    } else if (t->dp || t->par) {
         st = lmt_dp_f32_step(t, na, lr, t->cfg.grad_clip, &norm, err);
     } else {
         if (na > 1)
@@ -614,11 +632,16 @@ col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int3
         st = forward_pass(t, t->cfg.batch, &f, err);
     if (st != COL_OK)
         return st;
-    st = lmt_load_batch(f.plan, f.gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
+    st = t->par ? lmt_par_load_inputs(t, f.plan, f.gg, ids, targets, t->cfg.batch, err)
+                : lmt_load_batch(f.plan, f.gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);
     if (st == COL_OK)
         st = get_loss(f.plan, f.gg->loss, loss, err);
+    if (st == COL_OK && logits && t->par && (t->prows != t->cfg.batch || t->pseq != t->cfg.seq))
+        return col_err_set(err, COL_EUNSUPPORTED, "evaluation: this process computes only a share of the rows or "
+                           "positions (%s tensor parallelism, %d sequence-parallel ranks): it has no logits of the "
+                           "whole batch", col_tp_mode_name(t->par->layout.mode), t->par->layout.sp);
     if (st == COL_OK && t->dp) /* the mean over every process's rows, as the step's loss */
         st = lmt_dp_sum_f(t, w > 0 ? w * *loss : 0.0f, loss, err);
     if (st == COL_OK && logits)
@@ -631,6 +654,10 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
 {
     if (n < 1 || n > t->cfg.seq)
         return col_err_set(err, COL_EINVAL, "sampling: %d context tokens (1..%d)", n, t->cfg.seq);
+    if (t->par && (t->par->layout.mode != COL_TP_1D || t->par->layout.sp > 1))
+        return col_err_set(err, COL_EUNSUPPORTED, "sampling: generation runs with 1D tensor parallelism only (not %s "
+                           "with %d sequence-parallel ranks)", col_tp_mode_name(t->par->layout.mode),
+                           t->par->layout.sp);
     lmt_fwd_pass f;
     col_status st = lmt_dp_need_params(t, err);
     if (st == COL_OK)
@@ -645,7 +672,7 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
         tg[i] = -1;
     }
     tg[0] = 0; /* the loss needs one counted row; its value is not used */
-    st = lmt_load_batch(f.plan, f.gg, ids, tg, t->cfg.seq, err);
+    st = t->par ? lmt_par_load_inputs(t, f.plan, f.gg, ids, tg, 1, err) : lmt_load_batch(f.plan, f.gg, ids, tg, t->cfg.seq, err);
     free(ids);
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);
@@ -742,9 +769,40 @@ col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n
     return COL_OK;
 }
 
+static int argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int v = 1; v < n; v++)
+        if (x[v] > x[best])
+            best = v;
+    return best;
+}
+
+static col_status par_greedy(col_lm_trainer *t, const int32_t *prompt, int n_prompt, int n_new, int32_t *out,
+                             col_err *err)
+{
+    if (n_prompt < 1 || n_prompt + n_new > t->cfg.seq + 1)
+        return col_err_set(err, COL_EINVAL, "greedy decoding under tensor parallelism: %d + %d tokens do not fit the "
+                           "session's %d positions", n_prompt, n_new, t->cfg.seq);
+    int32_t *ctx = malloc(sizeof *ctx * (size_t)(n_prompt + n_new));
+    if (!ctx)
+        return col_err_set(err, COL_ENOMEM, "greedy decoding: out of memory");
+    memcpy(ctx, prompt, sizeof *ctx * (size_t)n_prompt);
+    col_status st = COL_OK;
+    for (int k = 0; k < n_new && st == COL_OK; k++) {
+        const float *lg;
+        if ((st = col_lm_trainer_next_logits(t, ctx, n_prompt + k, &lg, err)) == COL_OK)
+            out[k] = ctx[n_prompt + k] = argmax(lg, t->cfg.model.vocab_size);
+    }
+    free(ctx);
+    return st;
+}
+
 col_status col_lm_trainer_greedy(col_lm_trainer *t, const int32_t *prompt, int n_prompt, int n_new, int32_t *out,
                                  col_err *err)
 {
+    if (t->par) /* no key/value cache under tensor parallelism yet: a whole forward pass per token */
+        return par_greedy(t, prompt, n_prompt, n_new, out, err);
     col_status st = col_lm_trainer_decode_reset(t, n_prompt + n_new, err);
     const float *lg;
     if (st == COL_OK)

@@ -83,6 +83,14 @@ typedef struct {
      * col_lm_trainer_forward_tokens below): the targets' log-probabilities (a policy), or a value model's values
      * (model.value_head: a reward model or a critic). One process, the whole model. */
     col_lm_objective objective;
+    /* Tensor and sequence parallelism (lm_par.h): this process's place in the model-parallel group, or NULL.
+     * batch and seq stay the group's rows and positions per micro-batch (every process of the group passes the
+     * same ids and targets); each holds its blocks of the parameters and computes its rows and positions, and
+     * together they compute the step one process computes (dp then splits rows between such groups). Every
+     * process of the group creates the session with the same configuration and calls the same functions in the
+     * same order. The whole model in f32, host memory or a compute tier; no LoRA, NVMe tier, pipeline stages
+     * or per-token objectives yet. par must outlive the session. */
+    const struct col_lm_par *par;
 } col_lm_train_config;
 
 /* kinds of tensor memory, for nvme_kinds and host views */
@@ -184,6 +192,12 @@ col_status col_lm_trainer_sync_params(col_lm_trainer *t, col_err *err);
  * of their time when they run after the backward pass, only the waits when they overlap it), and the bytes this
  * process handed to them (a reduce-scatter's whole input, an all-gather's piece). */
 void col_lm_trainer_dp_traffic(const col_lm_trainer *t, double *blocked, uint64_t *bytes);
+
+/* Tensor parallelism (cfg.par): base tensor i's whole spec (its spec otherwise), and, collective over the
+ * tensor-parallel group, its kind-k memory (0 weights, 1 gradient) gathered whole into whole (numel of the whole
+ * spec floats) on every process of the group (a copy without par). */
+const col_param_spec *col_lm_trainer_whole_spec(const col_lm_trainer *t, int i);
+col_status col_lm_trainer_gather(col_lm_trainer *t, int i, int k, float *whole, col_err *err);
 
 /* Optimizer state slot (0: first moment / momentum, 1: second moment) of
  * parameter i, or NULL when the optimizer has no such slot. */

@@ -4,6 +4,7 @@
 #ifndef COL_MODELS_LM_TRAINER_INTERNAL_H
 #define COL_MODELS_LM_TRAINER_INTERNAL_H
 
+#include "lm_par.h"
 #include "lm_trainer.h"
 #include "memtier.h"
 #include "mt_resident.h"
@@ -110,6 +111,15 @@ struct col_lm_trainer {
     /* a pipeline stage (cfg.layer_lo/hi): per base tensor, its index in the whole model's specs; NULL for the
      * whole model. Graph arrays hold every parameter of the whole model (a stage's others stay NULL). */
     int *gidx;
+    /* tensor and sequence parallelism (lm_trainer_par.c): par NULL without; whole[i] tensor i's whole spec
+     * (specs[i] has this rank's block's shape), shard[i] the block; the graphs' rows [prow0, prow0 + prows) and
+     * pseq positions of each micro-batch; pbuf a buffer of pbuf_n floats (a whole tensor, a batch's inputs) */
+    const col_lm_par *par;
+    col_param_spec *whole;
+    col_shard *shard;
+    int prow0, prows, pseq;
+    float *pbuf;
+    int64_t pbuf_n;
 };
 
 /* base tensor i's index in the whole model's parameter specs */
@@ -127,7 +137,10 @@ static inline int64_t lmt_span(const col_lm_trainer *t, int i, int64_t *off)
 
 /* lm_dp.c - data parallelism. Without a dp communicator every call does nothing and succeeds. */
 /* whether this process writes the session's files: process 0 of dp, or the only one */
-static inline bool lmt_dp_writer(const col_lm_trainer *t) { return !t->dp || t->dpr == 0; }
+static inline bool lmt_dp_writer(const col_lm_trainer *t)
+{
+    return (!t->dp || t->dpr == 0) && (!t->par || (t->par->tp_rank == 0 && t->par->sp_rank == 0));
+}
 /* A buffer of n floats the session keeps (grown as needed) for whole tensors of which a process holds spans. */
 col_status lmt_dp_buffer(col_lm_trainer *t, int64_t n, float **buf, col_err *err);
 /* The outcome of a collective call agreed by every process: st when all succeeded, else a failure on each
@@ -166,6 +179,25 @@ col_status lmt_dp_f32_step(col_lm_trainer *t, int na, float lr, float clip, doub
 /* Tensor i's kind-k memory (k >= 2: a state slot or the master) whole on process 0 in buf (n floats): every
  * process sends its span there. Collective; buf is used on process 0 only. */
 col_status lmt_dp_gather_state(col_lm_trainer *t, int k, int i, float *buf, col_err *err);
+
+/* lm_trainer_par.c - tensor and sequence parallelism (cfg.par); without it every call does nothing. */
+/* Checks the session against the layout and turns specs into this rank's blocks (before lmt_alloc). */
+col_status lmt_par_setup(col_lm_trainer *t, col_err *err);
+void lmt_par_free(col_lm_trainer *t);
+/* tensor i's block of its whole values (whole: col_param_numel(&t->whole[i]) floats) into block */
+void lmt_par_block(const col_lm_trainer *t, int i, float *whole, float *block);
+/* a micro-batch's [B, seq] ids and targets: this rank's rows and positions into the graph, and 1 / the counted
+ * targets of the whole micro-batch */
+col_status lmt_par_load_inputs(col_lm_trainer *t, col_plan *plan, col_lm_graph *gg, const int32_t *ids,
+                               const int32_t *targets, int B, col_err *err);
+/* the sum over the model-parallel group (tp, then sp) of a double, in rank order */
+col_status lmt_par_sum_d(const col_lm_trainer *t, double local, double *sum, col_err *err);
+/* tensor i's weight in a sum over the group that counts each block once: 1 / the ranks holding it */
+double lmt_par_weight(const col_lm_trainer *t, int i);
+/* whether this process speaks for its model-parallel group (tp and sp rank 0; true without par) */
+bool lmt_par_lead(const col_lm_trainer *t);
+/* Tensor i whole from every tp rank's block (collective over tp; whole on every rank). */
+col_status lmt_par_gather(col_lm_trainer *t, int i, const float *block, float *whole, col_err *err);
 
 /* the backend's memory table: non-NULL when graphs run in device memory */
 static inline const col_backend_mem *lmt_dev(const col_lm_trainer *t) { return t->be ? t->be->mem : NULL; }

@@ -202,7 +202,10 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err)
             st = lmt_get(t, lmt_mixed(t) ? LMT_MASTER : 0, i, true, &w, err);
         if (st != COL_OK)
             break;
-        if (i < t->np)
+        if (i < t->np && t->par) { /* this rank's block of the whole tensor's values */
+            col_lm_init_param(&t->cfg.model, &t->whole[i], i, t->pbuf, t->cfg.seed);
+            lmt_par_block(t, i, t->pbuf, w);
+        } else if (i < t->np)
             col_lm_init_param(&t->cfg.model, &t->specs[i], lmt_global(t, i), w, t->cfg.seed);
         else
             col_lora_init(&t->specs[i], (i - t->np) % 2 == 0, i, w, t->cfg.seed);
