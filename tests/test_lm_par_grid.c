@@ -33,7 +33,8 @@
 
 #define check(ok, detail, ...) tl_mpi_check((ok), (detail), __VA_ARGS__)
 
-enum { B = 4, T = 6, C = 16, H = 4, F = 32, V = 11, NPOS = 8 };
+enum { B = 8, T = 6, C = 16, H = 4, F = 32, NPOS = 8 };
+static int V; /* the vocabulary: 64 (the head vocabulary-parallel) or 11 (its partial logits summed) */
 static const float EPS = 1e-5f;
 static const double TOL = 1e-5;
 
@@ -400,27 +401,34 @@ static traffic model_bytes(const col_par_layout *l)
     t.small += 9 * (reduce_bytes(q, (double)C / q) + reduce_bytes(cd, (double)C / q));
     /* the embeddings' dW, the logits' sum over the row, the loss over the column and the depth */
     t.small += reduce_bytes(q, (double)(V + NPOS) * C / q) + reduce_bytes(cd, (double)(V + NPOS) * C / q);
-    t.small += reduce_bytes(q, rows * tl * V) + reduce_bytes(q, 1) + reduce_bytes(cd, 1);
+    double N = rows * tl;
+    if (V % q == 0 && N * C + (double)V * C / q + 3 * N < N * V) /* vocabulary-parallel */
+        t.small += 2 * gather_bytes(q, N * C / q) + 2 * gather_bytes(q, (double)V * C / (q * q)) +
+                   3 * reduce_bytes(q, N) + gather_bytes(q, N * V / q); /* (+ the logits gathered whole) */
+    else
+        t.small += reduce_bytes(q, N * V);
+    t.small += reduce_bytes(q, 1) + reduce_bytes(cd, 1);
     return t;
 }
 
 /* ---- one mode ---- */
 
-static void run_mode(col_tp_mode mode, int tp, int d, int sp)
+static void run_mode(col_tp_mode mode, int tp, int d, int sp, int vocab)
 {
+    V = vocab;
     col_par_layout l = {.mode = mode, .tp = tp, .d = d, .sp_mode = COL_SP_RING, .sp = sp};
     col_lm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.n_head = cfg.n_kv_head = H, cfg.hidden = C, cfg.ffn = F, cfg.vocab_size = V, cfg.max_positions = NPOS;
     col_err err = {0};
-    char what[64];
+    char what[96];
     snprintf(what, sizeof what, "%s tp=%d", col_tp_mode_name(mode), tp);
     col_status st = col_par_layout_check(&l, &cfg, T, B, &err);
     col_lm_par p;
     if (st == COL_OK)
         st = col_lm_par_open(&p, &l, tp * sp > 1 ? world : NULL, &err);
-    snprintf(what, sizeof what, "%s tp=%d (q=%d, d=%d)%s", col_tp_mode_name(mode), tp, l.q, l.d,
-             sp > 1 ? " x ring sp=2" : "");
+    snprintf(what, sizeof what, "%s tp=%d (q=%d, d=%d)%s, V=%d", col_tp_mode_name(mode), tp, l.q, l.d,
+             sp > 1 ? " x ring sp=2" : "", V);
     if (!check(st == COL_OK, err.msg, "%s: the layout opens", what))
         return;
     spec_list L;
@@ -565,16 +573,18 @@ int main(int argc, char **argv)
     }
     col_comm_set_timeout(world, 120.0, &err);
     if (size == 1) {
-        run_mode(COL_TP_2D, 1, 1, 1);
-        run_mode(COL_TP_25D, 1, 1, 1);
-        run_mode(COL_TP_3D, 1, 1, 1);
+        run_mode(COL_TP_2D, 1, 1, 1, 64);
+        run_mode(COL_TP_25D, 1, 1, 1, 64);
+        run_mode(COL_TP_3D, 1, 1, 1, 64);
     } else if (size == 4) {
-        run_mode(COL_TP_2D, 4, 1, 1);
-        run_mode(COL_TP_25D, 4, 1, 1);
+        run_mode(COL_TP_2D, 4, 1, 1, 64);
+        run_mode(COL_TP_2D, 4, 1, 1, 11);
+        run_mode(COL_TP_25D, 4, 1, 1, 64);
     } else {
-        run_mode(COL_TP_25D, 8, 2, 1);
-        run_mode(COL_TP_3D, 8, 1, 1);
-        run_mode(COL_TP_2D, 4, 1, 2); /* with ring sequence parallelism: 2 x (2 x 2) */
+        run_mode(COL_TP_25D, 8, 2, 1, 64);
+        run_mode(COL_TP_3D, 8, 1, 1, 64);
+        run_mode(COL_TP_3D, 8, 1, 1, 11);
+        run_mode(COL_TP_2D, 4, 1, 2, 64); /* with ring sequence parallelism: 2 x (2 x 2) */
     }
     col_cpu_backend_free(&be);
     col_comm_free(world);

@@ -39,8 +39,9 @@
  *     i*q + j and the width block k: only per-row work goes there.
  *   Every grid: biases, norms, embeddings, positions and the head hold their
  *   hidden block (FIRST biases: their output block), copied over the ranks
- *   seeing other rows; norms sum their statistics over the row; the head's
- *   partial logits are summed over the row (any vocabulary size).
+ *   seeing other rows; norms sum their statistics over the row; the head
+ *   sums its partial logits over the row, or (a vocabulary divisible by q,
+ *   when that moves fewer bytes) splits the vocabulary over the row.
  *
  * Nothing here prints or exits. */
 #ifndef COL_MODELS_LM_PAR_H

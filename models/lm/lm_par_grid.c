@@ -40,11 +40,10 @@
  * positions and an untied head [*, C]: columns block j, the lookup local.
  * The biases, norms and embeddings are held by every rank of their column
  * and depth (3D FIRST bias: of their row and column), which see other rows:
- * `use` copies them over those. The head: each rank's partial logits
- * [b*T, V] of its hidden block, all-reduced over the row (every vocabulary
- * size works; the row's ranks then compute the same cross-entropy of their
- * rows), the sums of the losses of all rows all-reduced over the column and
- * the depth (and sequence-parallel ranks). Attention is local: whole heads
+ * `use` copies them over those. The head (loss_grid): the partial logits
+ * of each hidden block summed over the row, or vocabulary-parallel over the
+ * row, whichever moves fewer bytes; the sums of the losses of all rows
+ * all-reduced over the column and the depth (and sequence-parallel ranks). Attention is local: whole heads
  * (H/q per rank) of whole rows.
  *
  * Bytes per rank of one linear [in -> out], forward and backward (comm.h's
@@ -271,14 +270,53 @@ static col_node *positions_grid(col_graph *g, const col_lm_par *p, col_node *w, 
     return col_embedding(g, w, pos);
 }
 
-/* the logits [b*t, V] of this rank's rows: its hidden block's partial products summed over the row */
+/* The head, two ways; both give the exact whole-vocabulary cross-entropy of this rank's rows:
+ *   partial logits: x [N, C/q] times w [V, C/q]^T, a partial sum of every logit, all-reduced over the row
+ *     (2(q-1)/q N*V per rank, forward only); any vocabulary size;
+ *   vocabulary-parallel (V divisible by q): x gathered over the row [N, C], w's blocks exchanged over the row
+ *     (all-to-all: [V/q, C], vocabulary part j), the logits of part j [N, V/q], and the cross-entropy over the
+ *     parts as 1D's (lm_par_1d.c): 2(q-1)/q (N*C + V*C/q + 3N) per rank, forward and backward.
+ * (GPT-2's 50257 words divide by no q: its head sums partial logits.)
+ * The cheaper by that count is built (the same choice on every rank: the same shapes). */
+static bool vocab_parallel(const col_lm_par *p, const col_node *x, const col_node *w)
+{
+    int q = side(p);
+    if (!p->row || w->t.shape[0] % q)
+        return false;
+    double N = (double)x->t.shape[0] * (double)x->t.shape[1], V = (double)w->t.shape[0];
+    double C = (double)x->t.shape[2] * q;
+    return N * C + V * C / q + 3 * N < N * V; /* both counts over 2(q-1)/q */
+}
+
+/* x [b, t, C/q] -> [b*t, C/q] (as w's dtype) */
+static col_node *rows_of(col_graph *g, col_node *x, const col_node *w)
+{
+    int64_t flat[2] = {x->t.shape[0] * x->t.shape[1], x->t.shape[2]};
+    return col_reshape(g, col_lm_operand(g, x, w), 2, flat);
+}
+
+/* the logits [N, V] of this rank's rows: its hidden block's partial products summed over the row */
+static col_node *partial_logits(col_graph *g, const col_lm_par *p, col_node *x, col_node *w)
+{
+    col_node *l = col_matmul(g, rows_of(g, x, w), col_transpose(g, w, 0, 1));
+    return sum_over(g, p->row, col_lm_f32(g, l), false);
+}
+
+/* the logits [N, V/q] of vocabulary part j */
+static col_node *part_logits(col_graph *g, const col_lm_par *p, col_node *x, col_node *w)
+{
+    col_node *X = gather(g, p->row, rows_of(g, x, w), 1, true);                 /* [N, C] */
+    col_node *W = col_comm_graph_all_to_all_grad(g, p->row, w, 0, 1);           /* [V/q, C] */
+    return col_lm_f32(g, col_matmul(g, X, col_transpose(g, W, 0, 1)));
+}
+
 static col_node *logits_grid(col_graph *g, const col_lm_par *p, col_node *x, col_node *w)
 {
     if (!x || !w)
         return NULL;
-    int64_t flat[2] = {x->t.shape[0] * x->t.shape[1], x->t.shape[2]};
-    col_node *l = col_matmul(g, col_reshape(g, col_lm_operand(g, x, w), 2, flat), col_transpose(g, w, 0, 1));
-    return sum_over(g, p->row, col_lm_f32(g, l), false);
+    if (!vocab_parallel(p, x, w))
+        return partial_logits(g, p, x, w);
+    return gather(g, p->row, part_logits(g, p, x, w), 1, false);
 }
 
 /* [t >= a] of the f32 integers t (exact) */
@@ -287,18 +325,48 @@ static col_node *at_least(col_graph *g, col_node *t, float a)
     return col_sub(g, col_relu(g, col_scale(g, t, 1.0f, 1.0f - a)), col_relu(g, col_scale(g, t, 1.0f, -a)));
 }
 
+/* the cross-entropy [N] of the targets t [N] (f32 copy tf) from vocabulary part [v0, v0 + n) of the logits,
+ * l [N, n], over the row's parts: log sum exp over every part - l_t, l_t from the part holding t */
+static col_node *part_ce(col_graph *g, const col_lm_par *p, col_node *l, col_node *t, col_node *tf, int64_t v0)
+{
+    int64_t N = l->t.shape[0], n = l->t.shape[1], n1[1] = {N};
+    col_node *m = col_comm_graph_all_reduce(g, p->row, col_max(g, l, 2u, 1), COL_RED_MAX, COL_CG_SAME); /* a shift */
+    col_node *s = col_sum(g, col_exp(g, col_sub(g, l, m)), 2u, 0);
+    col_node *lse = col_add(g, col_log(g, sum_over(g, p->row, s, false)), col_reshape(g, m, 1, n1));
+    /* held: v0 <= t < v0 + n; k: t - v0 there, -1 (ignored) elsewhere */
+    col_node *held = col_mul(g, at_least(g, tf, (float)v0), col_scale(g, at_least(g, tf, (float)(v0 + n)), -1.0f, 1.0f));
+    col_node *k = col_cast(g, col_scale(g, col_mul(g, col_scale(g, tf, 1.0f, (float)(-v0 + 1)), held), 1.0f, -1.0f),
+                           t->t.dtype);
+    /* l_t = log p_local(t) + the local log-sum-exp */
+    col_node *ml = col_max(g, l, 2u, 1);
+    col_node *lsel = col_add(g, col_reshape(g, ml, 1, n1), col_log(g, col_sum(g, col_exp(g, col_sub(g, l, ml)), 2u, 0)));
+    col_node *lt = col_mul(g, col_add(g, col_token_logprob(g, l, k, -1), lsel), held);
+    return col_sub(g, lse, sum_over(g, p->row, lt, false));
+}
+
 static col_node *loss_grid(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *targets,
                            col_node *inv_count, bool with_logits, col_node **logits)
 {
-    col_node *l = logits_grid(g, p, x, w);
     if (logits)
-        *logits = with_logits ? l : NULL;
-    if (!l || !targets || !inv_count)
+        *logits = NULL;
+    if (!x || !w || !targets || !inv_count)
         return NULL;
-    int64_t n1[1] = {l->t.shape[0]}, one[1] = {1};
-    col_node *t = col_reshape(g, targets, 1, n1);
-    col_node *counted = at_least(g, col_cast(g, t, COL_F32), 0.0f);
-    col_node *ce = col_mul(g, col_scale(g, col_token_logprob(g, l, t, -1), -1.0f, 0.0f), counted);
+    int64_t n1[1] = {x->t.shape[0] * x->t.shape[1]}, one[1] = {1};
+    col_node *t = col_reshape(g, targets, 1, n1), *tf = col_cast(g, t, COL_F32), *ce;
+    if (vocab_parallel(p, x, w)) {
+        col_node *l = part_logits(g, p, x, w);
+        if (!l)
+            return NULL;
+        if (logits && with_logits)
+            *logits = gather(g, p->row, l, 1, false);
+        ce = part_ce(g, p, l, t, tf, (int64_t)p->j * l->t.shape[1]);
+    } else {
+        col_node *l = partial_logits(g, p, x, w);
+        if (logits && with_logits)
+            *logits = l;
+        ce = col_scale(g, col_token_logprob(g, l, t, -1), -1.0f, 0.0f);
+    }
+    ce = col_mul(g, ce, at_least(g, tf, 0.0f)); /* the counted targets */
     col_node *loss = col_mul(g, col_reshape(g, col_sum(g, ce, 1u, 0), 1, one), inv_count);
     /* the row's ranks computed the same; the other rows are the column's and the depth's (and other positions) */
     loss = sum_over(g, p->col, loss, false);
