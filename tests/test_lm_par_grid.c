@@ -6,7 +6,8 @@
  * A small transformer built through a mode's functions exactly as a family builds one: token embedding plus
  * learned positions; two blocks of [LayerNorm, FIRST projection(s), causal attention over this rank's heads,
  * SECOND projection, residual, norm (LayerNorm, then RMSNorm), FIRST, GELU, SECOND, residual]; the final
- * LayerNorm; the tied head and the mean cross-entropy (some targets ignored). Block 0's projections are stored
+ * LayerNorm; the tied head and the mean cross-entropy (some targets ignored; a vocabulary of 64, which the head
+ * splits over the row, and of 11, whose partial logits it sums). Block 0's projections are stored
  * [in, out] with GPT-2's fused q|k|v columns (groups 3), block 1's [out, in] (nn.Linear) with separate q, k
  * and v. Every rank holds only the blocks its mode's shard function names, cut from whole tensors whose
  * elements are a formula of (tensor, element). The same model is built whole in one process (every rank
