@@ -172,8 +172,11 @@ const col_tp_ops *col_tp_ops_of(col_tp_mode m)
     switch (m) {
 #ifdef COL_WITH_COMM
     case COL_TP_1D: return &col_tp_1d_ops;
+    case COL_TP_2D: return &col_tp_2d_ops;
+    case COL_TP_25D: return &col_tp_25d_ops;
+    case COL_TP_3D: return &col_tp_3d_ops;
 #endif
-    default: return NULL; /* the grids (lm_par_grid.c) are not written yet */
+    default: return NULL;
     }
 }
 

@@ -25,6 +25,24 @@
  * those blocks of a Hugging Face checkpoint, saved gathered into one Hugging
  * Face directory whatever the layout.
  *
+ * The grids (lm_par_grid.c; rank (i, j, k) of q x q x d, activations between
+ * the layers [rows, T, C/q], hidden block j):
+ *   2D, 2.5D: rows block k*q + i of d*q. A FIRST or SECOND weight [in, out]:
+ *     block (i, j) of q x q (stored [out, in]: the same block), the same on
+ *     every depth k; Y = X W with X gathered over the row and W over the
+ *     column (SUMMA's bytes), output block j (whole heads: H/q per rank).
+ *   3D: rows block i*q + k of q^2. FIRST [C, F]: in block j*q + i of q^2, out
+ *     block k; SECOND [F, C]: in block k, out block j*q + i; X gathered over
+ *     the depth (FIRST) or the row (SECOND), W over the column, the partial
+ *     products reduce-scattered over the row (FIRST) or the depth (SECOND)
+ *     along the rows. Between a FIRST and its SECOND the rows are block
+ *     i*q + j and the width block k: only per-row work goes there.
+ *   Every grid: biases, norms, embeddings, positions and the head hold their
+ *   hidden block (FIRST biases: their output block), copied over the ranks
+ *   seeing other rows; norms sum their statistics over the row; the head
+ *   sums its partial logits over the row, or (a vocabulary divisible by q,
+ *   when that moves fewer bytes) splits the vocabulary over the row.
+ *
  * Nothing here prints or exits. */
 #ifndef COL_MODELS_LM_PAR_H
 #define COL_MODELS_LM_PAR_H
