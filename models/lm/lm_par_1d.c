@@ -27,6 +27,7 @@
 #ifdef COL_WITH_COMM /* without MPI no layout opens (col_lm_par_open) */
 #include "comm_graph.h"
 #include "lm_layers.h"
+#include "lm_par_internal.h"
 
 static int tp_size(const col_lm_par *p) { return p->layout.tp > 1 ? p->layout.tp : 1; }
 
@@ -104,11 +105,11 @@ static col_node *norm_1d(col_graph *g, const col_lm_par *p, col_node *x, col_nod
     return rms ? col_rmsnorm(g, x, col_lm_f32(g, w), eps) : col_layernorm(g, x, col_lm_f32(g, w), col_lm_f32(g, b), eps);
 }
 
-/* [t >= a] of the f32 integers t (exact) */
-static col_node *at_least(col_graph *g, col_node *t, float a)
+col_node *lmp_at_least(col_graph *g, col_node *t, float a)
 {
     return col_sub(g, col_relu(g, col_scale(g, t, 1.0f, 1.0f - a)), col_relu(g, col_scale(g, t, 1.0f, -a)));
 }
+#define at_least lmp_at_least
 
 /* this rank's vocabulary part [v0, v0 + n) of a [vocab, ...] block w: its rows past the vocabulary (the last
  * part's padding) hold zeros */
@@ -138,6 +139,25 @@ static col_node *local_index(col_graph *g, col_node *ids, int64_t v0, int64_t n,
     /* (t - v0 - miss) * held + miss */
     col_node *k = col_scale(g, col_mul(g, col_scale(g, t, 1.0f, (float)(-v0 - miss)), *held), 1.0f, (float)miss);
     return col_cast(g, k, COL_I32);
+}
+
+col_node *lmp_vocab_ce(col_graph *g, struct col_comm *c, col_node *l, col_node *t, int64_t v0)
+{
+    if (!l || !t)
+        return NULL;
+    int64_t N = l->t.shape[0], n = l->t.shape[1], n1[1] = {N};
+    /* the maximum over every part, a constant shift */
+    col_node *m = col_comm_graph_all_reduce(g, c, col_max(g, l, 2u, 1), COL_RED_MAX, COL_CG_SAME);
+    col_node *s = col_sum(g, col_exp(g, col_sub(g, l, m)), 2u, 0); /* [N] */
+    col_node *lse = col_log(g, col_comm_graph_all_reduce(g, c, s, COL_RED_SUM, COL_CG_SAME));
+    /* l_t where t is held here: log p_local(t) + the local log-sum-exp (m_l + log sum exp(l - m_l)) */
+    col_node *held, *k = local_index(g, t, v0, n, -1, &held);
+    col_node *ml = col_max(g, l, 2u, 1);
+    col_node *lsel = col_add(g, col_reshape(g, ml, 1, n1), col_log(g, col_sum(g, col_exp(g, col_sub(g, l, ml)), 2u, 0)));
+    col_node *lt = col_mul(g, col_add(g, col_token_logprob(g, l, k, -1), lsel), held);
+    lt = col_comm_graph_all_reduce(g, c, lt, COL_RED_SUM, COL_CG_SAME);
+    /* CE = log s + m - l_t */
+    return col_sub(g, col_add(g, lse, col_reshape(g, m, 1, n1)), lt);
 }
 
 static col_node *embed_1d(col_graph *g, const col_lm_par *p, col_node *w, col_node *ids)
@@ -198,26 +218,10 @@ static col_node *loss_1d(col_graph *g, const col_lm_par *p, col_node *x, col_nod
     if (logits)
         *logits = with_logits ? gather_logits(g, p, l, vocab) : NULL;
     col_node *counted = at_least(g, col_cast(g, t, COL_F32), 0.0f);
-    col_node *ce;
-    if (!p->tp) {
-        ce = col_scale(g, col_token_logprob(g, l, t, -1), -1.0f, 0.0f);
-    } else {
-        int64_t v0, n;
-        vocab_part(p, w, &v0, &n);
-        /* the maximum over every part, a constant shift */
-        col_node *m = col_comm_graph_all_reduce(g, p->tp, col_max(g, l, 2u, 1), COL_RED_MAX, COL_CG_SAME);
-        col_node *s = col_sum(g, col_exp(g, col_sub(g, l, m)), 2u, 0); /* [N] */
-        col_node *lse = col_log(g, col_comm_graph_all_reduce(g, p->tp, s, COL_RED_SUM, COL_CG_SAME));
-        /* l_t where t is held here: log p_local(t) + the local log-sum-exp (m_l + log sum exp(l - m_l)) */
-        col_node *held, *k = local_index(g, t, v0, n, -1, &held);
-        col_node *ml = col_max(g, l, 2u, 1);
-        col_node *lsel = col_add(g, col_reshape(g, ml, 1, n1),
-                                 col_log(g, col_sum(g, col_exp(g, col_sub(g, l, ml)), 2u, 0)));
-        col_node *lt = col_mul(g, col_add(g, col_token_logprob(g, l, k, -1), lsel), held);
-        lt = col_comm_graph_all_reduce(g, p->tp, lt, COL_RED_SUM, COL_CG_SAME);
-        /* CE = log s + m - l_t */
-        ce = col_sub(g, col_add(g, lse, col_reshape(g, m, 1, n1)), lt);
-    }
+    int64_t v0, n;
+    vocab_part(p, w, &v0, &n);
+    col_node *ce = p->tp ? lmp_vocab_ce(g, p->tp, l, t, v0)
+                         : col_scale(g, col_token_logprob(g, l, t, -1), -1.0f, 0.0f);
     col_node *sum = col_sum(g, col_mul(g, ce, counted), 1u, 0); /* [] */
     int64_t one[1] = {1};
     col_node *loss = col_mul(g, col_reshape(g, sum, 1, one), inv_count);

@@ -67,6 +67,7 @@
  * bytes against this count. Each FIRST linear gathers its X itself: separate
  * q, k and v projections (LLaMA, OPT) gather the same X three times. */
 #include "lm_par.h"
+#include "lm_par_internal.h"
 
 #ifdef COL_WITH_COMM /* without MPI no layout opens (col_lm_par_open) */
 #include "comm_graph.h"
@@ -310,8 +311,9 @@ static col_node *part_logits(col_graph *g, const col_lm_par *p, col_node *x, col
     return col_lm_f32(g, col_matmul(g, X, col_transpose(g, W, 0, 1)));
 }
 
-static col_node *logits_grid(col_graph *g, const col_lm_par *p, col_node *x, col_node *w)
+static col_node *logits_grid(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, int64_t vocab)
 {
+    (void)vocab; /* the grids' head blocks hold whole vocabulary parts: no padding */
     if (!x || !w)
         return NULL;
     if (!vocab_parallel(p, x, w))
@@ -319,34 +321,10 @@ static col_node *logits_grid(col_graph *g, const col_lm_par *p, col_node *x, col
     return gather(g, p->row, part_logits(g, p, x, w), 1, false);
 }
 
-/* [t >= a] of the f32 integers t (exact) */
-static col_node *at_least(col_graph *g, col_node *t, float a)
-{
-    return col_sub(g, col_relu(g, col_scale(g, t, 1.0f, 1.0f - a)), col_relu(g, col_scale(g, t, 1.0f, -a)));
-}
-
-/* the cross-entropy [N] of the targets t [N] (f32 copy tf) from vocabulary part [v0, v0 + n) of the logits,
- * l [N, n], over the row's parts: log sum exp over every part - l_t, l_t from the part holding t */
-static col_node *part_ce(col_graph *g, const col_lm_par *p, col_node *l, col_node *t, col_node *tf, int64_t v0)
-{
-    int64_t N = l->t.shape[0], n = l->t.shape[1], n1[1] = {N};
-    col_node *m = col_comm_graph_all_reduce(g, p->row, col_max(g, l, 2u, 1), COL_RED_MAX, COL_CG_SAME); /* a shift */
-    col_node *s = col_sum(g, col_exp(g, col_sub(g, l, m)), 2u, 0);
-    col_node *lse = col_add(g, col_log(g, sum_over(g, p->row, s, false)), col_reshape(g, m, 1, n1));
-    /* held: v0 <= t < v0 + n; k: t - v0 there, -1 (ignored) elsewhere */
-    col_node *held = col_mul(g, at_least(g, tf, (float)v0), col_scale(g, at_least(g, tf, (float)(v0 + n)), -1.0f, 1.0f));
-    col_node *k = col_cast(g, col_scale(g, col_mul(g, col_scale(g, tf, 1.0f, (float)(-v0 + 1)), held), 1.0f, -1.0f),
-                           t->t.dtype);
-    /* l_t = log p_local(t) + the local log-sum-exp */
-    col_node *ml = col_max(g, l, 2u, 1);
-    col_node *lsel = col_add(g, col_reshape(g, ml, 1, n1), col_log(g, col_sum(g, col_exp(g, col_sub(g, l, ml)), 2u, 0)));
-    col_node *lt = col_mul(g, col_add(g, col_token_logprob(g, l, k, -1), lsel), held);
-    return col_sub(g, lse, sum_over(g, p->row, lt, false));
-}
-
 static col_node *loss_grid(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *targets,
-                           col_node *inv_count, bool with_logits, col_node **logits)
+                           col_node *inv_count, int64_t vocab, bool with_logits, col_node **logits)
 {
+    (void)vocab; /* whole vocabulary parts (no padding) */
     if (logits)
         *logits = NULL;
     if (!x || !w || !targets || !inv_count)
@@ -359,14 +337,14 @@ static col_node *loss_grid(col_graph *g, const col_lm_par *p, col_node *x, col_n
             return NULL;
         if (logits && with_logits)
             *logits = gather(g, p->row, l, 1, false);
-        ce = part_ce(g, p, l, t, tf, (int64_t)p->j * l->t.shape[1]);
+        ce = lmp_vocab_ce(g, p->row, l, t, (int64_t)p->j * l->t.shape[1]);
     } else {
         col_node *l = partial_logits(g, p, x, w);
         if (logits && with_logits)
             *logits = l;
         ce = col_scale(g, col_token_logprob(g, l, t, -1), -1.0f, 0.0f);
     }
-    ce = col_mul(g, ce, at_least(g, tf, 0.0f)); /* the counted targets */
+    ce = col_mul(g, ce, lmp_at_least(g, tf, 0.0f)); /* the counted targets */
     col_node *loss = col_mul(g, col_reshape(g, col_sum(g, ce, 1u, 0), 1, one), inv_count);
     /* the row's ranks computed the same; the other rows are the column's and the depth's (and other positions) */
     loss = sum_over(g, p->col, loss, false);

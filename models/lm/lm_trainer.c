@@ -477,6 +477,22 @@ col_status lmt_load_batch(col_plan *plan, col_lm_graph *gg, const int32_t *ids, 
     return st;
 }
 
+/* a micro-batch of B rows into a graph's inputs: under tensor or sequence parallelism this rank's rows and
+ * positions, and 1 / the micro-batch's counted targets */
+static col_status load_inputs(col_lm_trainer *t, col_plan *plan, col_lm_graph *gg, const int32_t *ids,
+                              const int32_t *targets, int B, col_err *err)
+{
+    if (!t->par)
+        return lmt_load_batch(plan, gg, ids, targets, (int64_t)B * t->cfg.seq, err);
+    int32_t *li, *lt;
+    int64_t n;
+    float inv = lmt_par_inputs(t, ids, targets, B, &li, &lt, &n);
+    col_status st = lmt_load_batch(plan, gg, li, lt, n, err);
+    if (st == COL_OK && gg->inv_count)
+        st = col_plan_upload(plan, gg->inv_count, &inv, sizeof inv, err);
+    return st;
+}
+
 static int accum(const col_lm_trainer *t) { return t->cfg.grad_accum > 1 ? t->cfg.grad_accum : 1; }
 
 /* forward+backward of micro-batch k of the step, adding into the gradients weight times those of its mean loss */
@@ -492,8 +508,7 @@ static col_status micro_batch(col_lm_trainer *t, const int32_t *ids, const int32
                            "col_lm_trainer_backward_tokens");
     int64_t n = (int64_t)t->cfg.batch * t->cfg.seq;
     col_graph_set_rng_counter(t->g, (uint64_t)(t->step * accum(t) + k + 1)); /* fresh dropout masks each pass */
-    col_status st = t->par ? lmt_par_load_inputs(t, t->plan, &t->gg, ids + k * n, targets + k * n, t->cfg.batch, err)
-                           : lmt_load_batch(t->plan, &t->gg, ids + k * n, targets + k * n, n, err);
+    col_status st = load_inputs(t, t->plan, &t->gg, ids + k * n, targets + k * n, t->cfg.batch, err);
     float seed = t->scale * weight;
     if (st == COL_OK)
         st = col_plan_upload(t->plan, t->seed, &seed, sizeof seed, err);
@@ -632,8 +647,7 @@ col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int3
         st = forward_pass(t, t->cfg.batch, &f, err);
     if (st != COL_OK)
         return st;
-    st = t->par ? lmt_par_load_inputs(t, f.plan, f.gg, ids, targets, t->cfg.batch, err)
-                : lmt_load_batch(f.plan, f.gg, ids, targets, (int64_t)t->cfg.batch * t->cfg.seq, err);
+    st = load_inputs(t, f.plan, f.gg, ids, targets, t->cfg.batch, err);
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);
     if (st == COL_OK)
@@ -672,7 +686,7 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
         tg[i] = -1;
     }
     tg[0] = 0; /* the loss needs one counted row; its value is not used */
-    st = t->par ? lmt_par_load_inputs(t, f.plan, f.gg, ids, tg, 1, err) : lmt_load_batch(f.plan, f.gg, ids, tg, t->cfg.seq, err);
+    st = load_inputs(t, f.plan, f.gg, ids, tg, 1, err);
     free(ids);
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);

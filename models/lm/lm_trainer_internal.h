@@ -186,10 +186,10 @@ col_status lmt_par_setup(col_lm_trainer *t, col_err *err);
 void lmt_par_free(col_lm_trainer *t);
 /* tensor i's block of its whole values (whole: col_param_numel(&t->whole[i]) floats) into block */
 void lmt_par_block(const col_lm_trainer *t, int i, float *whole, float *block);
-/* a micro-batch's [B, seq] ids and targets: this rank's rows and positions into the graph, and 1 / the counted
- * targets of the whole micro-batch */
-col_status lmt_par_load_inputs(col_lm_trainer *t, col_plan *plan, col_lm_graph *gg, const int32_t *ids,
-                               const int32_t *targets, int B, col_err *err);
+/* A micro-batch's [B, seq] ids and targets: this rank's rows and positions (*n tokens) in *li and *lt (the
+ * session's buffer); returns 1 / the counted targets of the whole micro-batch (0 when none is counted). */
+float lmt_par_inputs(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, int B, int32_t **li,
+                     int32_t **lt, int64_t *n);
 /* the sum over the model-parallel group (tp, then sp) of a double, in rank order */
 col_status lmt_par_sum_d(const col_lm_trainer *t, double local, double *sum, col_err *err);
 /* tensor i's weight in a sum over the group that counts each block once: 1 / the ranks holding it */

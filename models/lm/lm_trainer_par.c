@@ -63,26 +63,24 @@ void lmt_par_block(const col_lm_trainer *t, int i, float *whole, float *block)
     col_shard_copy(&t->shard[i], t->whole[i].ndim, t->whole[i].shape, sizeof(float), whole, block, true);
 }
 
-col_status lmt_par_load_inputs(col_lm_trainer *t, col_plan *plan, col_lm_graph *gg, const int32_t *ids,
-                               const int32_t *targets, int B, col_err *err)
+float lmt_par_inputs(col_lm_trainer *t, const int32_t *ids, const int32_t *targets, int B, int32_t **li,
+                     int32_t **lt, int64_t *n)
 {
     int T = t->cfg.seq, s0 = t->par->sp_rank * t->pseq, row0, rows;
     t->par->ops->rows(t->par, B, &row0, &rows);
-    int32_t *li = (int32_t *)t->pbuf, *lt = li + (size_t)rows * t->pseq;
+    *li = (int32_t *)t->pbuf;
+    *lt = *li + (size_t)rows * t->pseq;
+    *n = (int64_t)rows * t->pseq;
     int64_t counted = 0;
     for (int64_t k = 0; k < (int64_t)B * T; k++)
         counted += targets[k] != -1;
     for (int r = 0; r < rows; r++)
         for (int s = 0; s < t->pseq; s++) {
             size_t from = (size_t)(row0 + r) * (size_t)T + (size_t)(s0 + s), to = (size_t)r * t->pseq + s;
-            li[to] = ids[from];
-            lt[to] = targets[from];
+            (*li)[to] = ids[from];
+            (*lt)[to] = targets[from];
         }
-    float inv = counted > 0 ? 1.0f / (float)counted : 0.0f;
-    col_status st = lmt_load_batch(plan, gg, li, lt, (int64_t)rows * t->pseq, err);
-    if (st == COL_OK && gg->inv_count)
-        st = col_plan_upload(plan, gg->inv_count, &inv, sizeof inv, err);
-    return st;
+    return counted > 0 ? 1.0f / (float)counted : 0.0f;
 }
 
 #ifdef COL_WITH_COMM
