@@ -180,7 +180,7 @@ static col_node *chain(col_graph *g, const col_lm_par *p, const col_tp_ops *ops,
         x = col_add(g, x, ops->linear(g, p, f, w[m->l[l].pr_w], w[m->l[l].pr_b], COL_ROLE_SECOND, io));
     }
     x = ops->norm(g, p, x, w[m->lnf_w], w[m->lnf_b], EPS, false);
-    return ops->loss(g, p, x, w[m->wte], targets, inv_count, true, logits);
+    return ops->loss(g, p, x, w[m->wte], targets, inv_count, V, true, logits);
 }
 
 /* ---- the reference: the same model whole, from plain operations ---- */
@@ -215,18 +215,18 @@ static col_node *ref_embed(col_graph *g, const col_lm_par *p, col_node *w, col_n
 {
     return (void)p, col_embedding(g, w, ids);
 }
-static col_node *ref_logits(col_graph *g, const col_lm_par *p, col_node *x, col_node *w)
+static col_node *ref_logits(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, int64_t vocab)
 {
-    (void)p;
+    (void)p, (void)vocab;
     int64_t flat[2] = {x->t.shape[0] * x->t.shape[1], x->t.shape[2]};
     return col_matmul(g, col_reshape(g, x, 2, flat), col_transpose(g, w, 0, 1));
 }
 static col_node *ref_loss(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *targets,
-                          col_node *inv_count, bool with_logits, col_node **logits)
+                          col_node *inv_count, int64_t vocab, bool with_logits, col_node **logits)
 {
-    (void)inv_count;
+    (void)inv_count, (void)vocab;
     int64_t n[1] = {x->t.shape[0] * x->t.shape[1]}, one[1] = {1};
-    col_node *l = ref_logits(g, p, x, w);
+    col_node *l = ref_logits(g, p, x, w, vocab);
     if (logits)
         *logits = with_logits ? l : NULL;
     col_node *ce = col_cross_entropy(g, l, col_reshape(g, targets, 1, n), -1);
