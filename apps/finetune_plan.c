@@ -1,0 +1,2 @@
+/* finetune_plan.c - stub */
+#include "finetune.h"

@@ -1,0 +1,2 @@
+/* plan_probe.c - stub */
+#include "plan_probe.h"
