@@ -474,7 +474,7 @@ void col_plan_explain(const col_plan_input *in, const col_plan_entry *e, char *b
         if (i != i1 && terms[i].t > 0 && (i2 < 0 || terms[i].t > terms[i2].t))
             i2 = i;
     double tot = e->t_step > 0 ? e->t_step : 1;
-    char ts[32], hb[32], bud[48] = "", second[96] = "", mem[160];
+    char ts[32], hb[32], bud[48] = "", second[96] = "", mem[224];
     fmt_time(e->t_step, ts, sizeof ts);
     if (i2 >= 0)
         snprintf(second, sizeof second, ", then %s %.0f%%", terms[i2].what, 100 * terms[i2].t / tot);
