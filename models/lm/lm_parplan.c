@@ -66,6 +66,11 @@ static col_status check_input(const col_plan_input *in, col_err *err)
 static col_status check_layout(const col_plan_input *in, const col_plan_layout *l, col_plan_layout *out, col_err *err)
 {
     *out = *l;
+    if (out->par.tp == 0) /* 0: none, as col_par_layout_check reads it */
+        out->par.tp = 1;
+    if (out->par.sp == 0)
+        out->par.sp = 1;
+    l = out;
     if (l->dp < 1 || l->pp < 1 || l->par.tp < 1 || l->par.sp < 1 || l->micro_batches < 1)
         return col_err_set(err, COL_EINVAL, "planner: dp %d, pp %d, tp %d, sp %d, micro-batches %d (each at least 1)",
                            l->dp, l->pp, l->par.tp, l->par.sp, l->micro_batches);

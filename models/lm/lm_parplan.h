@@ -109,7 +109,7 @@ typedef struct {
 
 typedef struct {
     int dp, pp, micro_batches, zero; /* zero 0 when dp is 1 (no ZeRO); micro_batches 1 without a pipeline */
-    col_par_layout par;              /* tp (mode, q, d) and sp (mode) */
+    col_par_layout par;              /* tp (mode, q, d) and sp (mode); tp, sp 0 read as 1 */
 } col_plan_layout;
 
 /* One layout's prediction. Bytes per process; seconds per step. */
