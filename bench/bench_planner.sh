@@ -1,9 +1,9 @@
 #!/bin/sh
 # bench_planner.sh - the layout planner's predicted step time against measured runs: for each layout, the
 # prediction of `colossal-finetune --plan-only --json` under mpirun with that many processes (the probe's rates
-# of this machine, cached after the first run of each process count) and the median step time of a short
-# training run with that layout (--json's elapsed_s between steps, the first WARM steps left out), as a
-# markdown table with the ratio measured / predicted.
+# of this machine, cached after the first run of each process count) and the measured step time: REPS short
+# training runs with that layout, each run's mean step time after its first WARM steps (--json's elapsed_s),
+# the median over the runs; as a markdown table with the ratio measured / predicted.
 #
 #   bench/bench_planner.sh [LAYOUT_FILE]
 #
@@ -11,7 +11,7 @@
 #   4 --dp 2 --pp 2 --micro-batches 6 --zero 3
 #   4 --tp 2 --tp-mode 1d --dp 2          (once tensor parallelism runs)
 # Without one, the built-in list below (data parallel x pipeline x ZeRO, 1 to 4 processes). Environment:
-# FINETUNE (the program), MPIRUN, MODEL (gpt2-tiny), BATCH (12), SEQ (32), STEPS (14), WARM (4),
+# FINETUNE (the program), MPIRUN, MODEL (gpt2-tiny), BATCH (12), SEQ (32), STEPS (20), WARM (4), REPS (3),
 # XDG_CACHE_HOME (where the probe's cache lives; by default the user's). Every layout runs the same model, data
 # and rows per step. Needs mpirun for more than one process.
 set -u
@@ -21,8 +21,9 @@ MPIRUN=${MPIRUN:-mpirun}
 MODEL=${MODEL:-gpt2-tiny}
 BATCH=${BATCH:-12}
 SEQ=${SEQ:-32}
-STEPS=${STEPS:-14}
+STEPS=${STEPS:-20}
 WARM=${WARM:-4}
+REPS=${REPS:-3}
 [ -x "$FT" ] || { echo "bench_planner.sh: $FT not found: build it first (make)" >&2; exit 1; }
 layouts=$(mktemp)
 tmp=$(mktemp -d)
@@ -97,14 +98,20 @@ while IFS= read -r line; do
         for (j = 1; j <= n; j++) { if (match($0, "\"" k[j] "\":[^,}]*")) { v = substr($0, RSTART + length(k[j]) + 3, RLENGTH - length(k[j]) - 3) + 0
             if (v > bv) { bv = v; best = k[j] } } }
         sub(/_s$/, "", best); print best }')
-    # shellcheck disable=SC2086
-    run "$np" $common $args --steps "$STEPS" --eval-every 100000 --json --out "run$i" > "run$i.json" 2> "run$i.err"
-    rc=$?
-    ms=$(grep '"elapsed_s"' "run$i.json" | sed 's/.*"elapsed_s":\([^,]*\),.*/\1/' |
-         awk -v w="$WARM" 'NR > 1 { d[++n] = $1 - prev } { prev = $1 } END {
-            m = 0; for (j = w; j <= n; j++) v[++m] = d[j]
-            if (m == 0) exit; for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++) if (v[b] < v[a]) { t = v[a]; v[a] = v[b]; v[b] = t }
-            printf "%.3f\n", (m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2) * 1000 }')
+    # REPS runs; each run's mean step time after the first WARM steps (elapsed_s is printed to the millisecond:
+    # the mean over the run is finer than any single step's), then the median over the runs
+    rc=0
+    : > "times$i.txt"
+    r=0
+    while [ "$r" -lt "$REPS" ]; do
+        r=$((r + 1))
+        # shellcheck disable=SC2086
+        run "$np" $common $args --steps "$STEPS" --eval-every 100000 --json --out "run$i-$r" > "run$i.json" 2> "run$i.err" || rc=$?
+        grep '"elapsed_s"' "run$i.json" | sed 's/.*"elapsed_s":\([^,]*\),.*/\1/' |
+            awk -v w="$WARM" 'NR == w { a = $1; k = NR } { b = $1; n = NR } END { if (n > k && k) printf "%.6f\n", (b - a) / (n - k) }' \
+            >> "times$i.txt"
+    done
+    ms=$(sort -g "times$i.txt" | awk '{ v[++m] = $1 } END { if (m) printf "%.3f\n", (m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2) * 1000 }')
     if [ -z "$ps" ]; then
         pms="(not planned: $(head -c 120 "plan$i.err" | tr '\n' ' '))"
         ratio=-

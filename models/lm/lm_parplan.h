@@ -19,8 +19,8 @@
  * 3 in a gated one; V h: the head's matmul). Training costs 6 flops per matmul parameter and token (forward 2,
  * backward 4) plus attention's 12 L h s per token (QK^T and AV: 2 s h each forward, twice that backward): flops
  * = (6 W + 12 L h s) B s. A pipeline stage recomputes its forward in the backward pass (lm_pipeline.h), and so
- * does --checkpointing: then 8 W + 16 L h s. The flops are split evenly over the N processes; t_compute =
- * flops / N / rate.flops. Memory-bound work (the optimizer's pass over its parameters and states: read 2 pb +
+ * does --checkpointing: then 8 W + 16 L h s. A process computes the largest stage's layers (ceil(L / pp)) and
+ * the head on its share of the tokens, B s / (dp tp sp); t_compute = its flops / rate.flops. Memory-bound work (the optimizer's pass over its parameters and states: read 2 pb +
  * ob, write pb + ob bytes per owned parameter; the elementwise ops: 3 passes over the activations' bytes) takes
  * t_memory = bytes / rate.mem_bw (0 when mem_bw is 0).
  *
