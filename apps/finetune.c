@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "chat_sft.h"
 #include "finetune.h"
+#include "finetune_plan.h"
 #include "lm_source.h"
 #include "memtier.h"
 #include "memwatch.h"
@@ -633,6 +634,11 @@ int main(int argc, char **argv)
     /* (a resumed run keeps what its state says; LoRA runs in fp32 only, lm_precision.c) */
     if (r.dev.gpu && !o->resume[0] && !ft_given(o, "precision") && o->lora_rank == 0)
         o->precision = FT_GPU_DEFAULT_PRECISION;
+    /* --parallel auto, --plan-only: the planner sets the layout (or prints its ranking) before anything is written */
+    if ((o->parallel_auto || o->plan_only) && (rc = ft_plan(o, &r.par)) != 0) {
+        cleanup(&r);
+        return rc == FT_PLAN_DONE ? 0 : rc;
+    }
     if (leader && (o->resume[0] || !o->eval_only) && (rc = open_out(&r, &err)) != 0) {
         fail_on(&r.par, &err);
         cleanup(&r);
