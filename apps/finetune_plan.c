@@ -10,10 +10,9 @@
 #include "lm_parplan.h"
 #include "plan_probe.h"
 
-/* Layouts colossal-finetune cannot run yet: tensor and sequence parallelism are planned (--plan-only with
- * COLOSSAL_PLAN_ALL=1 shows them) but not split by ft_par_check until their sessions exist. Clear the bits as
- * they land. */
-static const unsigned FT_PLAN_CANNOT = COL_PLAN_NO_TP | COL_PLAN_NO_SP;
+/* Layouts colossal-finetune cannot run yet (--plan-only with COLOSSAL_PLAN_ALL=1 still shows them): tensor and
+ * sequence parallelism inside pipeline stages (ft_par_check refuses --tp/--sp with --pp). */
+static const unsigned FT_PLAN_CANNOT = COL_PLAN_NO_MP_PP;
 
 static int say_usage(const ft_par *p, const char *fmt, const char *a)
 {
@@ -134,6 +133,10 @@ int ft_plan(ft_opts *o, ft_par *p)
         in.exclude = 0;
     if (o->grad_accum > 1 || o->lora_rank || o->eval_only) /* what a pipeline refuses (ft_par_check, lm_pipeline.h) */
         in.exclude |= COL_PLAN_NO_PP;
+    /* what a tensor- or sequence-parallel session refuses (lm_trainer_par.c): LoRA, mixed precision, the NVMe tier,
+     * RLHF's per-token objectives */
+    if (o->lora_rank || o->precision != COL_F32 || o->mem.nvme_dir[0] || o->rl.method != COL_RLM_SFT)
+        in.exclude |= COL_PLAN_NO_TP | COL_PLAN_NO_SP;
     if (ft_given(o, "zero"))
         in.zero = o->zero;
     if (ft_given(o, "micro-batches"))

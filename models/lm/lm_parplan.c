@@ -83,6 +83,9 @@ static col_status check_layout(const col_plan_input *in, const col_plan_layout *
         return col_err_set(err, COL_EUNSUPPORTED, "planner: sequence parallelism is not available to this run");
     if ((in->exclude & COL_PLAN_NO_PP) && l->pp > 1)
         return col_err_set(err, COL_EUNSUPPORTED, "planner: pipelines are not available to this run");
+    if ((in->exclude & COL_PLAN_NO_MP_PP) && l->pp > 1 && l->par.tp * l->par.sp > 1)
+        return col_err_set(err, COL_EUNSUPPORTED, "planner: tensor or sequence parallelism inside pipeline stages is "
+                           "not available to this run");
     if (in->batch % l->dp)
         return col_err_set(err, COL_EINVAL, "planner: %d rows cannot be split between %d data parallel groups",
                            in->batch, l->dp);

@@ -89,7 +89,8 @@ typedef struct {
 } col_plan_rates;
 
 /* Layouts the caller cannot run (the choice and the ranking leave them out). */
-enum { COL_PLAN_NO_TP = 1u << 0, COL_PLAN_NO_SP = 1u << 1, COL_PLAN_NO_PP = 1u << 2 };
+/* NO_MP_PP: no tensor or sequence parallelism inside pipeline stages (a program whose stages hold whole layers) */
+enum { COL_PLAN_NO_TP = 1u << 0, COL_PLAN_NO_SP = 1u << 1, COL_PLAN_NO_PP = 1u << 2, COL_PLAN_NO_MP_PP = 1u << 3 };
 
 typedef struct {
     col_lm_config model;
