@@ -50,6 +50,12 @@ static int layout(ft_opts *o, ft_par *p)
     int pp = o->pp ? o->pp : 1, tp = o->tp ? o->tp : 1, sp = o->sp ? o->sp : 1, m = tp * sp;
     int dp = o->dp ? o->dp : p->size / (pp * m) > 0 ? p->size / (pp * m) : 1;
     char msg[300];
+    if (o->tp_depth > 1 && (tp == 1 || o->tp_mode != COL_TP_25D))
+        return bad_layout(p, "--tp-depth is the depth of 2.5D tensor parallelism: give it with --tp N --tp-mode 2.5d");
+    if (tp == 1 && o->tp_mode != COL_TP_1D)
+        return bad_layout(p, "--tp-mode needs --tp N (the tensor-parallel processes)");
+    if (sp == 1 && o->sp_mode != COL_SP_RING)
+        return bad_layout(p, "--sp-mode needs --sp N (the sequence-parallel processes)");
     if (!p->world) {
         if (dp * pp * m > 1) {
             fprintf(stderr, "colossal-finetune: --dp %d --pp %d --tp %d --sp %d need %d processes: start them with "

@@ -141,6 +141,13 @@ MODEL=llama-tiny bad "whole heads" 4 --sp 4 --sp-mode ulysses
 "$ft" gpt2-tiny corpus.txt --tp 2 --out bad --overwrite > bad.out 2> bad.err
 [ $? -eq 2 ] && grep -q "mpirun -np 2" bad.err && ok "--tp 2 without a launcher: exit 2, $(cat bad.err)" ||
     notok "--tp 2 without a launcher"
+for args in "--tp-mode 2d" "--sp-mode ulysses" "--tp 2 --tp-depth 2"; do
+    # shellcheck disable=SC2086
+    "$ft" gpt2-tiny corpus.txt $args --out bad --overwrite > bad.out 2> bad.err
+    rc=$?
+    [ "$rc" -eq 2 ] && [ "$(wc -l < bad.err)" -eq 1 ] && ok "$args alone: exit 2, $(cat bad.err)" ||
+        { notok "$args alone: exit $rc"; sed 's/^/# /' bad.err | head -3; }
+done
 "$ft" gpt2-tiny corpus.txt --tp-mode 4d --out bad --overwrite > bad.out 2> bad.err
 [ $? -eq 2 ] && grep -q "tp-mode" bad.err && ok "--tp-mode 4d: exit 2, $(cat bad.err)" || notok "--tp-mode 4d accepted"
 # shellcheck disable=SC2086

@@ -25,6 +25,10 @@ col_status lmt_par_setup(col_lm_trainer *t, col_err *err)
         return col_err_set(err, COL_EUNSUPPORTED, "tensor and sequence parallelism train the whole model in f32 on "
                            "the host and NVMe-free tiers, without LoRA, pipeline stages or per-token objectives (not "
                            "written yet)");
+    if (t->be && t->be->mem)
+        return col_err_set(err, COL_EUNSUPPORTED, "tensor and sequence parallelism run on the CPU backend for now: "
+                           "their collectives move host memory over MPI (NCCL communicators for device plans are "
+                           "not written yet)");
     col_par_layout l = p->layout;
     col_status st = col_par_layout_check(&l, &c->model, c->seq, c->batch, err);
     if (st != COL_OK)
