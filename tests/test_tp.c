@@ -276,6 +276,7 @@ int main(int argc, char **argv)
         {"1D x2, ring x2", COL_TP_1D, 2, 1, 2, COL_SP_RING, 1},
         {"ring x4", COL_TP_1D, 1, 1, 4, COL_SP_RING, 1},
         {"Ulysses x2, data parallel x2", COL_TP_1D, 1, 1, 2, COL_SP_ULYSSES, 2},
+        {"Ulysses x4", COL_TP_1D, 1, 1, 4, COL_SP_ULYSSES, 1},
         {"2D 2x2", COL_TP_2D, 4, 1, 1, COL_SP_RING, 1},
         {"2.5D 2x2x2", COL_TP_25D, 8, 2, 1, COL_SP_RING, 1},
         {"3D 2x2x2", COL_TP_3D, 8, 1, 1, COL_SP_RING, 1},
@@ -290,7 +291,7 @@ int main(int argc, char **argv)
             col_par_layout l = {.mode = L->mode, .tp = L->tp, .d = L->depth, .sp = L->sp, .sp_mode = L->sp_mode};
             if (!model_of(f, &m, &err) || col_par_layout_check(&l, &m, T, B / L->dp, &err) != COL_OK) {
                 if (rank == 0) /* a layout the model does not allow */
-                    printf("# %s, %s: not a layout of this model: %s\n", L->name, families[f], err.msg);
+                    printf("# %s, %s: not a layout of this model: %s\n", L->name, col_arch_name(m.arch), err.msg);
                 continue;
             }
             run_case(L, f);
