@@ -289,9 +289,11 @@ int main(int argc, char **argv)
         for (int f = 0; f < 3; f++) {
             col_lm_config m;
             col_par_layout l = {.mode = L->mode, .tp = L->tp, .d = L->depth, .sp = L->sp, .sp_mode = L->sp_mode};
-            if (!model_of(f, &m, &err) || col_par_layout_check(&l, &m, T, B / L->dp, &err) != COL_OK) {
+            bool known = model_of(f, &m, &err);
+            if (!known || col_par_layout_check(&l, &m, T, B / L->dp, &err) != COL_OK) {
                 if (rank == 0) /* a layout the model does not allow */
-                    printf("# %s, %s: not a layout of this model: %s\n", L->name, col_arch_name(m.arch), err.msg);
+                    printf("# %s, %s: not a layout of this model: %s\n", L->name, known ? col_arch_name(m.arch) : "?",
+                           err.msg);
                 continue;
             }
             run_case(L, f);
