@@ -79,6 +79,7 @@ typedef struct {
     int tp, tp_depth, sp;        /* tp ranks, 2.5D's depth d, sequence-parallel ranks */
     col_tp_mode tp_mode;
     col_sp_mode sp_mode;
+    bool tp_seq_split;           /* --tp-seq-split: Megatron's sequence-parallel regions under 1D */
     bool parallel_auto;          /* --parallel auto: the planner picks dp/tp/pp/sp, ZeRO and micro-batches */
     bool plan_only;              /* --plan-only: print the planner's ranking and exit */
     double comm_timeout;         /* seconds */

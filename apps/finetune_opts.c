@@ -42,7 +42,7 @@ static const ft_optdef optdefs[] = {
     {"micro-batches", true, false}, {"comm-timeout", true, true}, {"virtual-stages", true, false},
     {"tp", true, false},          {"tp-mode", true, false},      {"tp-depth", true, false},
     {"sp", true, false},          {"sp-mode", true, false},      {"parallel", true, false},
-    {"plan-only", false, true},
+    {"plan-only", false, true},    {"tp-seq-split", false, false},
 };
 
 /* The compute precision when --precision is not given. On the CPU backend f32: bf16 measured 5-10% slower per
@@ -115,7 +115,9 @@ void ft_usage(FILE *f)
         "  --virtual-stages V     V stages per process, taken in turn (the interleaved schedule: a smaller bubble\n"
         "                         for more messages; M a multiple of P); default 1\n"
         "  --tp N --tp-mode M     tensor parallelism over N processes: 1d (Megatron, default), 2d (q x q = N),\n"
-        "                         2.5d (q x q x d = N, --tp-depth d), 3d (q x q x q = N)\n"
+        "                         2.5d (q x q x d = N, --tp-depth d), 3d (q x q x q = N); --tp-seq-split (1d):\n"
+        "                         norms and dropout on a share of the positions each (Megatron's sequence\n"
+        "                         parallelism: less activation memory, the same bytes)\n"
         "  --sp N --sp-mode M     sequence parallelism over N processes: ring (ring attention, default) or\n"
         "                         ulysses (all-to-all of heads); D x P x N(tp) x N(sp) = the process count\n"
         "  --parallel auto        let the planner choose --dp/--tp/--pp/--sp, --zero and --micro-batches from the\n"
@@ -268,6 +270,7 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "parallel"))
         return (!strcmp(v, "auto") && (o->parallel_auto = true)) || BAD("--parallel takes 'auto' (got '%s')", v);
     if (!strcmp(name, "plan-only")) return o->plan_only = true;
+    if (!strcmp(name, "tp-seq-split")) return o->tp_seq_split = true;
     if (!strcmp(name, "virtual-stages"))
         return ft_int_in(v, 1, 64, &o->virtual_stages) || BAD("--virtual-stages must be an integer in 1..64 (got '%s')", v);
     if (!strcmp(name, "micro-batches"))

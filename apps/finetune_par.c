@@ -52,6 +52,9 @@ static int layout(ft_opts *o, ft_par *p)
     char msg[300];
     if (o->tp_depth > 1 && (tp == 1 || o->tp_mode != COL_TP_25D))
         return bad_layout(p, "--tp-depth is the depth of 2.5D tensor parallelism: give it with --tp N --tp-mode 2.5d");
+    if (o->tp_seq_split && (tp == 1 || o->tp_mode != COL_TP_1D))
+        return bad_layout(p, "--tp-seq-split splits 1D tensor parallelism's norms by positions: give it with --tp N "
+                             "(--tp-mode 1d)");
     if (tp == 1 && o->tp_mode != COL_TP_1D)
         return bad_layout(p, "--tp-mode needs --tp N (the tensor-parallel processes)");
     if (sp == 1 && o->sp_mode != COL_SP_RING)
@@ -112,7 +115,7 @@ int ft_par_check_layers(const ft_opts *o, ft_par *p, const col_lm_config *c)
     if (p->tp_size * p->sp_size == 1)
         return 0;
     col_par_layout l = {.mode = o->tp_mode, .tp = p->tp_size, .d = o->tp_depth, .sp = p->sp_size,
-                        .sp_mode = o->sp_mode};
+                        .sp_mode = o->sp_mode, .seq_split = o->tp_seq_split};
     if (col_par_layout_check(&l, c, o->seq, o->batch / p->dp_size, &err) != COL_OK) {
         snprintf(msg, sizeof msg, "--tp %d --tp-mode %s --sp %d: %s", p->tp_size, col_tp_mode_name(o->tp_mode),
                  p->sp_size, err.msg);

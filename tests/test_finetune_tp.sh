@@ -59,7 +59,8 @@ llama="llama-tiny corpus.txt --steps 6 --batch 4 --seq 32 --dropout 0 --json --l
 
 c=0
 for case in "2 one --tp 2" "2 one --sp 2" "2 one --sp 2 --sp-mode ulysses" "4 one --tp 4" "4 one --tp 2 --dp 2" \
-    "4 one --tp 2 --sp 2" "4 one --sp 2 --sp-mode ulysses --dp 2" "2 lone --tp 2" "2 lone --sp 2"; do
+    "4 one --tp 2 --sp 2" "4 one --sp 2 --sp-mode ulysses --dp 2" "2 lone --tp 2" "2 lone --sp 2" \
+    "2 one --tp 2 --tp-seq-split" "2 lone --tp 2 --tp-seq-split"; do
     np=${case%% *} rest=${case#* } ref=${rest%% *} args=${rest#* }
     c=$((c + 1))
     base=$run
@@ -141,7 +142,7 @@ MODEL=llama-tiny bad "whole heads" 4 --sp 4 --sp-mode ulysses
 "$ft" gpt2-tiny corpus.txt --tp 2 --out bad --overwrite > bad.out 2> bad.err
 [ $? -eq 2 ] && grep -q "mpirun -np 2" bad.err && ok "--tp 2 without a launcher: exit 2, $(cat bad.err)" ||
     notok "--tp 2 without a launcher"
-for args in "--tp-mode 2d" "--sp-mode ulysses" "--tp 2 --tp-depth 2"; do
+for args in "--tp-mode 2d" "--sp-mode ulysses" "--tp 2 --tp-depth 2" "--tp-seq-split"; do
     # shellcheck disable=SC2086
     "$ft" gpt2-tiny corpus.txt $args --out bad --overwrite > bad.out 2> bad.err
     rc=$?

@@ -42,6 +42,7 @@ typedef struct {
     int tp, depth, sp;
     col_sp_mode sp_mode;
     int dp;
+    bool seq_split; /* 1D: Megatron's sequence-parallel regions */
 } layout_case;
 
 static const char *const families[] = {
@@ -167,7 +168,8 @@ static void run_case(const layout_case *L, int f)
     const char *fam = col_arch_name(m.arch);
     col_comm *mp, *dp;
     split(L, &mp, &dp);
-    col_par_layout l = {.mode = L->mode, .tp = L->tp, .d = L->depth, .sp = L->sp, .sp_mode = L->sp_mode};
+    col_par_layout l = {.mode = L->mode, .tp = L->tp, .d = L->depth, .sp = L->sp, .sp_mode = L->sp_mode,
+                              .seq_split = L->seq_split};
     col_lm_par par;
     int rows = B / L->dp;
     bool ok = col_par_layout_check(&l, &m, T, rows, &err) == COL_OK && col_lm_par_open(&par, &l, mp, &err) == COL_OK;
@@ -277,6 +279,9 @@ int main(int argc, char **argv)
         {"ring x4", COL_TP_1D, 1, 1, 4, COL_SP_RING, 1},
         {"Ulysses x2, data parallel x2", COL_TP_1D, 1, 1, 2, COL_SP_ULYSSES, 2},
         {"Ulysses x4", COL_TP_1D, 1, 1, 4, COL_SP_ULYSSES, 1},
+        {"1D x2 with split regions", COL_TP_1D, 2, 1, 1, COL_SP_RING, 1, true},
+        {"1D x4 with split regions", COL_TP_1D, 4, 1, 1, COL_SP_RING, 1, true},
+        {"1D x2 with split regions, ring x2", COL_TP_1D, 2, 1, 2, COL_SP_RING, 1, true},
         {"2D 2x2", COL_TP_2D, 4, 1, 1, COL_SP_RING, 1},
         {"2.5D 2x2x2", COL_TP_25D, 8, 2, 1, COL_SP_RING, 1},
         {"3D 2x2x2", COL_TP_3D, 8, 1, 1, COL_SP_RING, 1},
@@ -288,7 +293,8 @@ int main(int argc, char **argv)
             continue;
         for (int f = 0; f < 3; f++) {
             col_lm_config m;
-            col_par_layout l = {.mode = L->mode, .tp = L->tp, .d = L->depth, .sp = L->sp, .sp_mode = L->sp_mode};
+            col_par_layout l = {.mode = L->mode, .tp = L->tp, .d = L->depth, .sp = L->sp, .sp_mode = L->sp_mode,
+                              .seq_split = L->seq_split};
             bool known = model_of(f, &m, &err);
             if (!known || col_par_layout_check(&l, &m, T, B / L->dp, &err) != COL_OK) {
                 if (rank == 0) /* a layout the model does not allow */

@@ -51,8 +51,11 @@ static col_node *attention(col_graph *g, col_node *x, col_node **p, int l, const
 {
     if (!x)
         return NULL;
-    int64_t B = x->t.shape[0], T = x->t.shape[1], H = col_lm_heads(o, c->n_head), D = c->head_dim;
+    int64_t H = col_lm_heads(o, c->n_head), D = c->head_dim;
     col_node *qkv = col_lm_conv1d(g, o, out, x, &p[0], p[1], COL_ROLE_FIRST); /* [B, T, 3C] */
+    if (!qkv)
+        return NULL;
+    int64_t B = qkv->t.shape[0], T = qkv->t.shape[1]; /* (all of T: x may hold a share of the positions) */
     /* q, k, v as strided views of qkv: [B,T,3,H,D] -> [3,B,H,T,D] */
     int64_t split[5] = {B, T, 3, H, D}, heads[4] = {B, H, T, D};
     col_node *qkv5 = col_permute(g, col_reshape(g, qkv, 5, split), (int[]){2, 0, 3, 1, 4});

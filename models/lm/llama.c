@@ -52,8 +52,11 @@ static col_node *heads(col_graph *g, const col_lm_build_opts *o, col_lm_graph *o
 {
     if (!x)
         return NULL;
-    int64_t split[4] = {x->t.shape[0], x->t.shape[1], col_lm_heads(o, H), D};
-    col_node *h = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, w, b, COL_ROLE_FIRST), 4, split), 1, 2);
+    col_node *y = col_lm_linear(g, o, out, x, w, b, COL_ROLE_FIRST); /* (all positions: x may hold a share) */
+    if (!y)
+        return NULL;
+    int64_t split[4] = {y->t.shape[0], y->t.shape[1], col_lm_heads(o, H), D};
+    col_node *h = col_transpose(g, col_reshape(g, y, 4, split), 1, 2);
     return pos ? col_rope(g, h, pos, rope) : h;
 }
 

@@ -99,6 +99,12 @@ col_status col_par_layout_check(col_par_layout *l, const col_lm_config *c, int s
                          "(word_embed_proj_dim %d != hidden %d) yet", c->word_embed_proj_dim, c->hidden);
     if (st == COL_OK)
         st = divides(seq, l->sp, "sequence length", "sequence-parallel parts", err);
+    if (st == COL_OK && l->seq_split && (l->mode != COL_TP_1D || tp < 2))
+        st = col_err_set(err, COL_EINVAL, "sequence-parallel regions split 1D tensor parallelism's norms by positions: "
+                         "they need 1D tensor parallelism over 2 or more processes");
+    if (st == COL_OK && l->seq_split)
+        st = divides(seq / l->sp, tp, "positions per sequence-parallel part", "tensor-parallel parts (the regions "
+                     "between the projections split them)", err);
     if (st == COL_OK && l->sp > 1 && l->sp_mode == COL_SP_ULYSSES)
         st = divides(c->n_head / split, l->sp, "attention heads per tensor-parallel part",
                      "sequence-parallel parts (Ulysses gives each whole heads)", err);

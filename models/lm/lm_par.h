@@ -71,6 +71,11 @@ typedef struct {
     int q, d;      /* the grid's side and depth (2D: d = 1; 3D: d = q; 1D: q = tp, d = 1) */
     col_sp_mode sp_mode;
     int sp;        /* sequence-parallel ranks (1: none) */
+    /* 1D only: Megatron's sequence-parallel regions - between the projections (norms, dropout, residual) each
+     * tensor-parallel rank holds a share of the positions, so their activations take 1/tp of the memory; the
+     * all-reduce after a SECOND projection becomes a reduce-scatter and the copy before a FIRST one an all-gather
+     * (the same bytes) */
+    bool seq_split;
 } col_par_layout;
 
 /* Fills q and d from mode and tp (COL_EINVAL, one line, when tp is not a square (2D), q*q*d (2.5D, d given), or a

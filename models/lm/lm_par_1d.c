@@ -9,6 +9,11 @@
  *   SECOND weight: part r of in; bias whole
  *   EMBED, HEAD [vocab, hidden]: rows [r V/P, (r+1) V/P)
  *   norms, positions, the others: whole (replicated: every rank computes the same from the same data)
+ * With seq_split (Megatron's sequence parallelism) the regions between the
+ * projections hold this rank's share of the positions instead: each
+ * all-reduce becomes a reduce-scatter along the positions and each copy into a
+ * column-parallel product an all-gather (the same bytes), and the norms'
+ * and positions' weights are copied over the ranks (their gradients add).
  * Activations between the layers are whole [b, t, C] on every rank. Per
  * layer the forward pass all-reduces twice (after attention's and the MLP's
  * SECOND projection) and so does the backward pass (before each FIRST
@@ -65,11 +70,33 @@ static void rows_1d(const col_lm_par *p, int B, int *row0, int *n)
 static int64_t hidden_1d(const col_lm_par *p, int64_t C) { return (void)p, C; }
 static int heads_1d(const col_lm_par *p, int H) { return H / tp_size(p); }
 
-/* every weight block is held by the sequence-parallel ranks, which see other positions: their gradients add */
+/* Megatron's sequence-parallel regions: between the projections this rank holds its share of the positions */
+static bool split_regions(const col_lm_par *p) { return p->tp && p->layout.seq_split; }
+
+/* every weight block is held by the sequence-parallel ranks, which see other positions: their gradients add; so
+ * are the weights the split regions use whole on their share of the positions (norms, the SECOND biases; not the
+ * positions' table: its lookup covers every position, and the split after it gathers the gradient whole) */
 static col_node *use_1d(col_graph *g, const col_lm_par *p, col_param_role r, col_node *w)
 {
-    (void)r;
+    bool whole = r == COL_ROLE_NORM || r == COL_ROLE_SECOND_BIAS || r == COL_ROLE_REPLICATED;
+    if (split_regions(p) && whole)
+        w = col_comm_graph_copy(g, p->tp, w);
     return p->sp ? col_comm_graph_copy(g, p->sp, w) : w;
+}
+
+/* x [b, t, C] of the replicated region (or this rank's positions of it) as the whole input of a column-parallel
+ * product */
+static col_node *into_columns(col_graph *g, const col_lm_par *p, col_node *x)
+{
+    return split_regions(p) ? col_comm_graph_all_gather_grad(g, p->tp, x, 1, COL_CG_SPLIT)
+                            : col_comm_graph_copy(g, p->tp, x);
+}
+
+/* partial sums [b, t, C] of a row-parallel product summed over the ranks: whole, or this rank's positions */
+static col_node *out_of_rows(col_graph *g, const col_lm_par *p, col_node *y)
+{
+    return split_regions(p) ? col_comm_graph_reduce_scatter(g, p->tp, y, 1)
+                            : col_comm_graph_all_reduce(g, p->tp, y, COL_RED_SUM, COL_CG_SAME);
 }
 
 /* x [b, t, in] times w ([in, out] when in_out, else [out, in]) -> [b, t, out], plus bias b (f32) when not NULL */
@@ -93,9 +120,9 @@ static col_node *linear_1d(col_graph *g, const col_lm_par *p, col_node *x, col_n
     if (!p->tp)
         return product(g, x, w, b, in_out);
     if (r == COL_ROLE_FIRST) /* column-parallel: the whole x in, this rank's outputs (and their bias) out */
-        return product(g, col_comm_graph_copy(g, p->tp, x), w, b, in_out);
+        return product(g, into_columns(g, p, x), w, b, in_out);
     /* row-parallel: this rank's inputs, a partial sum of every output, summed over the ranks, then the bias */
-    col_node *y = col_comm_graph_all_reduce(g, p->tp, product(g, x, w, NULL, in_out), COL_RED_SUM, COL_CG_SAME);
+    col_node *y = out_of_rows(g, p, product(g, x, w, NULL, in_out));
     return b ? col_add(g, y, col_lm_f32(g, b)) : y;
 }
 
@@ -172,13 +199,13 @@ static col_node *embed_1d(col_graph *g, const col_lm_par *p, col_node *w, col_no
     col_node *k = local_index(g, ids, v0, n, 0, &held); /* another rank's id: row 0, zeroed below */
     int64_t sh[3] = {ids->t.shape[0], ids->t.shape[1], 1};
     col_node *e = col_mul(g, col_embedding(g, w, k), col_reshape(g, held, 3, sh));
-    return col_comm_graph_all_reduce(g, p->tp, e, COL_RED_SUM, COL_CG_SAME);
+    return out_of_rows(g, p, e);
 }
 
 static col_node *positions_1d(col_graph *g, const col_lm_par *p, col_node *w, col_node *pos)
 {
-    (void)p;
-    return col_embedding(g, w, pos);
+    col_node *e = col_embedding(g, w, pos); /* [t, C] */
+    return split_regions(p) ? col_comm_graph_split(g, p->tp, e, 0) : e;
 }
 
 /* this rank's logits [b*t, n] of x [b, t, C] with the head block w [n, C] (n = ceil(vocab / P)), padding masked */
@@ -186,9 +213,11 @@ static col_node *local_logits(col_graph *g, const col_lm_par *p, col_node *x, co
 {
     if (!x || !w)
         return NULL;
-    int64_t flat[2] = {x->t.shape[0] * x->t.shape[1], x->t.shape[2]};
     if (p->tp)
-        x = col_comm_graph_copy(g, p->tp, x);
+        x = into_columns(g, p, x);
+    if (!x)
+        return NULL;
+    int64_t flat[2] = {x->t.shape[0] * x->t.shape[1], x->t.shape[2]};
     col_node *l = col_matmul(g, col_reshape(g, col_lm_operand(g, x, w), 2, flat), col_transpose(g, w, 0, 1));
     return p->tp ? mask_padding(g, p, l, vocab) : l;
 }

@@ -55,19 +55,26 @@ static void opt_param_specs(const col_lm_config *c, col_param_spec *s)
     col_lm_head_spec(c, s, k, E);
 }
 
+/* a projection's output [B, T, H*D] as heads [B, H, T, D] (this rank's heads under tensor parallelism) */
+static col_node *heads(col_graph *g, const col_lm_build_opts *o, const col_lm_config *c, col_node *y)
+{
+    if (!y)
+        return NULL;
+    int64_t split[4] = {y->t.shape[0], y->t.shape[1], col_lm_heads(o, c->n_head), c->head_dim};
+    return col_transpose(g, col_reshape(g, y, 4, split), 1, 2);
+}
+
 /* lp: k, v, q, out projections (weight, bias) */
 static col_node *attention(col_graph *g, col_node *x, col_node **lp, int l, const col_lm_config *c,
                            const col_lm_build_opts *o, col_lm_graph *out)
 {
     if (!x)
         return NULL;
-    int64_t B = x->t.shape[0], T = x->t.shape[1], H = col_lm_heads(o, c->n_head), D = c->head_dim;
-    int64_t split[4] = {B, T, H, D};
     x = col_lm_operand(g, x, lp[0]); /* cast once for the three projections */
-    /* [B, H, T, D] each */
-    col_node *k = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[0], lp[1], COL_ROLE_FIRST), 4, split), 1, 2);
-    col_node *v = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[2], lp[3], COL_ROLE_FIRST), 4, split), 1, 2);
-    col_node *q = col_transpose(g, col_reshape(g, col_lm_linear(g, o, out, x, &lp[4], lp[5], COL_ROLE_FIRST), 4, split), 1, 2);
+    /* [B, H, T, D] each (all of T: x may hold a share of the positions) */
+    col_node *k = heads(g, o, c, col_lm_linear(g, o, out, x, &lp[0], lp[1], COL_ROLE_FIRST));
+    col_node *v = heads(g, o, c, col_lm_linear(g, o, out, x, &lp[2], lp[3], COL_ROLE_FIRST));
+    col_node *q = heads(g, o, c, col_lm_linear(g, o, out, x, &lp[4], lp[5], COL_ROLE_FIRST));
     col_node *y = col_lm_attend(g, o, out, l, q, k, v, 0.0f); /* scale head_dim^-0.5, as OPT's q scaling */
     return col_lm_dropout(g, col_lm_linear(g, o, out, y, &lp[6], lp[7], COL_ROLE_SECOND), c, o);
 }
