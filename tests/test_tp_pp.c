@@ -14,7 +14,8 @@
  *   - the losses and gradient norms of 5 clipped AdamW steps, and the weights after them as one vector
  *     ||w - w_1|| / ||w_1|| over the whole model once (the tied embedding's last-stage copy compared on its own);
  *   - the pipeline's saved model.safetensors: whole tensors, equal to the stages' weights gathered (bit for bit)
- *     and to the reference's (as one vector, 1e-5).
+ *     and to the reference's (as one vector, 1e-5); a fresh pipeline loaded from the directory (weights and
+ *     optimizer states) takes the next step bit for bit as the one that saved it.
  * Targets hold -1s unevenly, so the micro-batches' weighting by their counted targets is exercised. Dropout off. */
 #include <math.h>
 #include <stdio.h>
@@ -177,12 +178,12 @@ static double compare_weights(col_lm_pipeline *pp, col_lm_trainer *ref, bool lea
  * gathered whole with the file's bit for bit (*bits: the largest difference anywhere), and the file's weights
  * against ref's as one vector ||w_file - w_1|| / ||w_1|| (returned; INFINITY when a tensor is missing or not
  * whole); optimizer.safetensors written too */
-static double check_saved(col_lm_pipeline *pp, col_lm_trainer *ref, bool *ok, double *bits, col_err *err)
+static double check_saved(col_lm_pipeline *pp, col_lm_trainer *ref, char *dir, bool *ok, double *bits,
+                          col_err *err)
 {
-    char dir[64] = "/tmp/col_tp_pp_XXXXXX";
     int made = rank == 0 && mkdtemp(dir) ? 1 : 0;
     MPI_Bcast(&made, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_Bcast(dir, 64, MPI_CHAR, 0, MPI_COMM_WORLD);
     *ok = made && col_lm_pipeline_save(pp, dir, true, err) == COL_OK;
     *ok = all_ok(*ok);
     char path[128];
@@ -222,12 +223,6 @@ static double check_saved(col_lm_pipeline *pp, col_lm_trainer *ref, bool *ok, do
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     *ok = *ok && access(path, R_OK) == 0;
     *ok = all_ok(*ok);
-    if (rank == 0) {
-        char cmd[160];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir);
-    }
     *bits = max_all(*ok ? diff : INFINITY);
     return max_all(*ok ? sqrt(d / (m > 0 ? m : 1)) : INFINITY);
 }
@@ -295,10 +290,53 @@ static void run_case(const layout_case *L, int f)
                  detail, "%s, %s: %d clipped AdamW steps' losses and gradient norms within 1e-5 (%.1e, %.1e), the "
                  "weights after them within 1e-5 (%.1e), the whole model once", L->name, fam, STEPS, worst_loss,
                  worst_norm, w);
-    double bits = INFINITY, sv = ok ? check_saved(pp, ref, &ok, &bits, &err) : INFINITY;
+    char dir[64] = "/tmp/col_tp_pp_XXXXXX";
+    double bits = INFINITY, sv = ok ? check_saved(pp, ref, dir, &ok, &bits, &err) : INFINITY;
     tl_mpi_check(ok && sv <= 1e-5 && bits == 0, err.msg, "%s, %s: the saved model.safetensors holds whole tensors, "
                  "the stages' gathered weights bit for bit (%.1e), one process's within 1e-5 (%.1e)", L->name, fam,
                  bits, sv);
+    /* resumed from the directory into a fresh pipeline of the same layout: the next step bitwise the same */
+    col_lm_pipeline *re = NULL;
+    col_ckpt *ck = NULL;
+    char path[128];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    col_lm_step_info a = {0}, b = {0};
+    if (ok) {
+        ok = col_lm_pipeline_create(&pc, &be, &re, &err) == COL_OK && col_ckpt_open(path, &ck, &err) == COL_OK &&
+             col_lm_pipeline_load(re, dir, ck, true, &err) == COL_OK;
+        batch(STEPS, ids, tg);
+        ok = all_ok(ok) && col_lm_pipeline_step(pp, ids + d * rows * T, tg + d * rows * T, &a, &err) == COL_OK &&
+             col_lm_pipeline_step(re, ids + d * rows * T, tg + d * rows * T, &b, &err) == COL_OK;
+        double wdiff = 0; /* the weights after it (the optimizer states' doing), gathered whole */
+        for (int s = 0; ok && s < col_lm_pipeline_n_stages(pp); s++) {
+            col_lm_trainer *x = col_lm_pipeline_stage(pp, s, NULL, NULL, NULL), *y = col_lm_pipeline_stage(re, s, NULL, NULL, NULL);
+            ok = col_lm_trainer_sync_params(x, &err) == COL_OK && col_lm_trainer_sync_params(y, &err) == COL_OK;
+            for (int i = 0; ok && i < col_lm_trainer_n_params(x); i++) {
+                int64_t n = col_param_numel(col_lm_trainer_whole_spec(x, i));
+                float *u = malloc(sizeof(float) * (size_t)n), *v = malloc(sizeof(float) * (size_t)n);
+                ok = u && v && col_lm_trainer_gather(x, i, 0, u, &err) == COL_OK &&
+                     col_lm_trainer_gather(y, i, 0, v, &err) == COL_OK;
+                for (int64_t j = 0; ok && j < n; j++)
+                    wdiff = fmax(wdiff, fabs((double)u[j] - v[j]));
+                free(u), free(v);
+            }
+        }
+        ok = all_ok(ok);
+        wdiff = max_all(ok ? wdiff : INFINITY);
+        tl_mpi_check(ok && a.loss == b.loss && a.grad_norm == b.grad_norm && a.step == b.step && wdiff == 0, err.msg,
+                     "%s, %s: a pipeline loaded from the directory (weights and optimizer states) takes the next step "
+                     "bit for bit as the one that saved it (loss %.7f vs %.7f, step %lld, weights after it %.1e)",
+                     L->name, fam, b.loss, a.loss, (long long)b.step, wdiff);
+    }
+    col_ckpt_close(ck);
+    col_lm_pipeline_free(re);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0 && strcmp(dir + strlen(dir) - 6, "XXXXXX") != 0) {
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", dir);
+    }
     col_lm_pipeline_free(pp);
     col_lm_trainer_free(ref);
     col_lm_par_close(&par);
