@@ -1,5 +1,5 @@
 /* test_tp_pp.c - tensor and sequence parallelism inside pipeline stages (lm_pipeline.h with cfg.par, lm_par.h)
- * under mpirun (tests/test_tp_pp.sh: 4 and 8 processes).
+ * under mpirun (tests/test_tp_pp.sh: 4, 8 and 16 processes; the 2.5D and 3D cases take 16).
  *
  * The layout is colossal-finetune's: world rank r = (d * P + p) * M + q with M = tp x sp; the model-parallel group
  * of (d, p) splits each stage's layers (or positions), the pipeline communicator joins equal (d, q), the data
@@ -36,7 +36,7 @@
 #include "testlib.h"
 #include "mpi_testutil.h"
 
-enum { B = 4, T = 8, V = 97, STEPS = 5, MB = 2 };
+enum { B = 4, T = 8, V = 97, STEPS = 5 };
 
 static col_backend be;
 static col_comm *world;
@@ -48,6 +48,7 @@ typedef struct {
     int tp, depth, sp;
     col_sp_mode sp_mode;
     int P, v, dp;
+    int mb;        /* micro-batches */
 } layout_case;
 
 static const char *const llama_json =
@@ -245,9 +246,9 @@ static void run_case(const layout_case *L, int f)
     col_par_layout l = {.mode = L->mode, .tp = L->tp, .d = L->depth, .sp = L->sp, .sp_mode = L->sp_mode};
     col_lm_par par = {0};
     int rows = B / L->dp;
-    ok = ok && col_par_layout_check(&l, &m, T, rows / MB, &err) == COL_OK && col_lm_par_open(&par, &l, mp, &err) == COL_OK;
+    ok = ok && col_par_layout_check(&l, &m, T, rows / L->mb, &err) == COL_OK && col_lm_par_open(&par, &l, mp, &err) == COL_OK;
     col_lm_train_config rc = config(&m, B, NULL, NULL);
-    col_lm_pipeline_config pc = {.train = config(&m, rows, dp, &par), .pipe = pipe, .micro_batches = MB,
+    col_lm_pipeline_config pc = {.train = config(&m, rows, dp, &par), .pipe = pipe, .micro_batches = L->mb,
                                  .virtual_stages = L->v};
     col_lm_trainer *ref = NULL;
     col_lm_pipeline *pp = NULL;
@@ -359,13 +360,16 @@ int main(int argc, char **argv)
         return 1;
     }
     static const layout_case cases[] = {
-        {"1D x2, pipeline x2", COL_TP_1D, 2, 1, 1, COL_SP_RING, 2, 1, 1},
-        {"ring x2, pipeline x2", COL_TP_1D, 1, 1, 2, COL_SP_RING, 2, 1, 1},
-        {"Ulysses x2, pipeline x2", COL_TP_1D, 1, 1, 2, COL_SP_ULYSSES, 2, 1, 1},
-        {"1D x2, interleaved pipeline x2 (v=2)", COL_TP_1D, 2, 1, 1, COL_SP_RING, 2, 2, 1},
-        {"2D 2x2, pipeline x2", COL_TP_2D, 4, 1, 1, COL_SP_RING, 2, 1, 1},
-        {"1D x2, pipeline x2, data parallel x2", COL_TP_1D, 2, 1, 1, COL_SP_RING, 2, 1, 2},
-        {"1D x2, ring x2, pipeline x2", COL_TP_1D, 2, 1, 2, COL_SP_RING, 2, 1, 1},
+        {"1D x2, pipeline x2", COL_TP_1D, 2, 1, 1, COL_SP_RING, 2, 1, 1, 2},
+        {"ring x2, pipeline x2", COL_TP_1D, 1, 1, 2, COL_SP_RING, 2, 1, 1, 2},
+        {"Ulysses x2, pipeline x2", COL_TP_1D, 1, 1, 2, COL_SP_ULYSSES, 2, 1, 1, 2},
+        {"1D x2, interleaved pipeline x2 (v=2)", COL_TP_1D, 2, 1, 1, COL_SP_RING, 2, 2, 1, 2},
+        {"2D 2x2, pipeline x2", COL_TP_2D, 4, 1, 1, COL_SP_RING, 2, 1, 1, 2},
+        {"1D x2, pipeline x2, data parallel x2", COL_TP_1D, 2, 1, 1, COL_SP_RING, 2, 1, 2, 2},
+        {"1D x2, ring x2, pipeline x2", COL_TP_1D, 2, 1, 2, COL_SP_RING, 2, 1, 1, 2},
+        /* 16 processes; the grids split a micro-batch's 4 rows */
+        {"2.5D 2x2x2, pipeline x2", COL_TP_25D, 8, 2, 1, COL_SP_RING, 2, 1, 1, 1},
+        {"3D 2x2x2, pipeline x2", COL_TP_3D, 8, 1, 1, COL_SP_RING, 2, 1, 1, 1},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -375,7 +379,7 @@ int main(int argc, char **argv)
         for (int f = 0; f < 2; f++) {
             col_lm_config m;
             col_par_layout l = {.mode = L->mode, .tp = L->tp, .d = L->depth, .sp = L->sp, .sp_mode = L->sp_mode};
-            if (!model_of(f, &m, &err) || col_par_layout_check(&l, &m, T, B / L->dp / MB, &err) != COL_OK) {
+            if (!model_of(f, &m, &err) || col_par_layout_check(&l, &m, T, B / L->dp / L->mb, &err) != COL_OK) {
                 if (rank == 0) /* a layout the model does not allow */
                     printf("# %s, %s: not a layout of this model: %s\n", L->name, f ? "llama" : "gpt2", err.msg);
                 continue;
