@@ -759,10 +759,14 @@ int main(int argc, char **argv)
         say(&r, "model: %s (%s, %d layers, width %d, %.2fM parameters, %.2fM trained%s)", o->model,
             col_arch_name(c->arch), c->n_layer, c->hidden, total / 1e6, trained / 1e6,
             o->lora_rank ? " by LoRA" : r.src.weights || o->resume[0] ? "" : ", from scratch");
-        if (r.par.size > 1 && r.par.tp_size * r.par.sp_size > 1)
-            say(&r, "%d processes: %d data parallel (ZeRO %d) x %d tensor parallel (%s) x %d sequence parallel (%s)",
+        if (r.par.size > 1 && r.par.tp_size * r.par.sp_size > 1) {
+            char pp[64] = "";
+            if (r.par.pp_size > 1)
+                snprintf(pp, sizeof pp, " x %d pipeline stages (%d micro-batches)", r.par.pp_size, o->micro_batches);
+            say(&r, "%d processes: %d data parallel (ZeRO %d) x %d tensor parallel (%s) x %d sequence parallel (%s)%s",
                 r.par.size, r.par.dp_size, o->zero, r.par.tp_size, col_tp_mode_name(o->tp_mode), r.par.sp_size,
-                col_sp_mode_name(o->sp_mode));
+                col_sp_mode_name(o->sp_mode), pp);
+        }
         else if (r.par.size > 1)
             say(&r, "%d processes: %d data parallel (ZeRO %d) x %d pipeline stages (%d micro-batches)", r.par.size,
                 r.par.dp_size, o->zero, r.par.pp_size, o->micro_batches);

@@ -2,7 +2,8 @@
  * processes come from the user's launcher (mpirun, srun), never from us. A
  * process started alone never touches MPI. The layout: D data parallel
  * groups (each a copy of the model splitting a step's rows, ZeRO over them)
- * of P pipeline stages, world rank r = d * P + p. */
+ * of P pipeline stages, each stage split over M = tp x sp model-parallel
+ * processes: world rank r = (d * P + p) * M + q. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,6 @@ static int layout(ft_opts *o, ft_par *p)
                  "their product the process count", dp, pp, tp, sp, dp * pp * m, p->size);
         return bad_layout(p, msg);
     }
-    if (m > 1 && pp > 1)
-        return bad_layout(p, "--tp/--sp with --pp: pipeline stages do not split their layers between processes yet "
-                             "(use --tp/--sp with --dp, or --pp with --dp)");
     if (o->tui) {
         snprintf(msg, sizeof msg, "--tui shows one process: watch a parallel run with colossal-top");
         return bad_layout(p, msg);
@@ -116,7 +114,9 @@ int ft_par_check_layers(const ft_opts *o, ft_par *p, const col_lm_config *c)
         return 0;
     col_par_layout l = {.mode = o->tp_mode, .tp = p->tp_size, .d = o->tp_depth, .sp = p->sp_size,
                         .sp_mode = o->sp_mode, .seq_split = o->tp_seq_split};
-    if (col_par_layout_check(&l, c, o->seq, o->batch / p->dp_size, &err) != COL_OK) {
+    /* the rows a stage session computes at once: a micro-batch's with --pp */
+    int rows = o->batch / p->dp_size / (p->pp_size > 1 && o->micro_batches > 0 ? o->micro_batches : 1);
+    if (col_par_layout_check(&l, c, o->seq, rows, &err) != COL_OK) {
         snprintf(msg, sizeof msg, "--tp %d --tp-mode %s --sp %d: %s", p->tp_size, col_tp_mode_name(o->tp_mode),
                  p->sp_size, err.msg);
         return bad_layout(p, msg);

@@ -10,9 +10,9 @@
 #include "lm_parplan.h"
 #include "plan_probe.h"
 
-/* Layouts colossal-finetune cannot run yet (--plan-only with COLOSSAL_PLAN_ALL=1 still shows them): tensor and
- * sequence parallelism inside pipeline stages (ft_par_check refuses --tp/--sp with --pp). */
-static const unsigned FT_PLAN_CANNOT = COL_PLAN_NO_MP_PP;
+/* Layouts colossal-finetune cannot run yet (--plan-only with COLOSSAL_PLAN_ALL=1 still shows them): none now
+ * (tensor and sequence parallelism run inside pipeline stages too). */
+static const unsigned FT_PLAN_CANNOT = 0;
 
 static int say_usage(const ft_par *p, const char *fmt, const char *a)
 {

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_finetune_tp.sh - colossal-finetune with tensor and sequence parallelism under mpirun (TAP output): 1D
 # tensor parallel runs (gpt2-tiny's vocabulary of 257 padded to the parts), ring and Ulysses sequence parallel
-# runs and their combinations with --dp compute the steps one process computes (losses within 1e-5 relative;
+# runs and their combinations with --dp and --pp compute the steps one process computes (losses within 1e-5 relative;
 # dropout off, as each process draws masks for its own shapes), write one process's Hugging Face directory
 # (whole tensors, which evaluate to the same loss, and which another layout starts from), resume exactly, and
 # refuse layouts the model or the build cannot split with one line and exit 2. Skipped without mpirun.
@@ -60,7 +60,8 @@ llama="llama-tiny corpus.txt --steps 6 --batch 4 --seq 32 --dropout 0 --json --l
 c=0
 for case in "2 one --tp 2" "2 one --sp 2" "2 one --sp 2 --sp-mode ulysses" "4 one --tp 4" "4 one --tp 2 --dp 2" \
     "4 one --tp 2 --sp 2" "4 one --sp 2 --sp-mode ulysses --dp 2" "2 lone --tp 2" "2 lone --sp 2" \
-    "2 one --tp 2 --tp-seq-split" "2 lone --tp 2 --tp-seq-split"; do
+    "2 one --tp 2 --tp-seq-split" "2 lone --tp 2 --tp-seq-split" \
+    "4 one --tp 2 --pp 2" "4 one --sp 2 --pp 2" "4 lone --tp 2 --pp 2 --micro-batches 2"; do
     np=${case%% *} rest=${case#* } ref=${rest%% *} args=${rest#* }
     c=$((c + 1))
     base=$run
@@ -82,15 +83,27 @@ timeout 300 "$MPIRUN" $flags -np 4 "$ft" gpt2-tiny corpus.txt --steps 1 --batch 
 grep -q "4 processes: 1 data parallel (ZeRO 2) x 2 tensor parallel (1d) x 2 sequence parallel (ring)" said.err said.out &&
     ok "the run names its layout" || notok "no layout line: $(grep processes said.err said.out | head -n 2)"
 
-# the saved directory: one process's tensors and layout, the same evaluation
-for f in model.safetensors optimizer.safetensors; do
-    st_header one/$f > h1 && st_header tp5/$f > h2 && cmp -s h1 h2 &&
-        ok "--tp 2 --dp 2 writes $f with one process's tensors and layout" || notok "$f: layout differs from one process's"
+# shellcheck disable=SC2086
+timeout 300 "$MPIRUN" $flags -np 4 "$ft" gpt2-tiny corpus.txt --steps 1 --batch 8 --seq 32 --tp 2 --pp 2 --out said2 \
+    > said2.out 2> said2.err
+grep -q "4 processes: 1 data parallel (ZeRO 2) x 2 tensor parallel (1d) x 1 sequence parallel (ring) x 2 pipeline stages" \
+    said2.err said2.out && ok "a --tp 2 --pp 2 run names its pipeline stages too" ||
+    notok "no --tp 2 --pp 2 layout line: $(grep processes said2.err said2.out | head -n 2)"
+
+# the saved directory: one process's tensors and layout, the same evaluation (tp10: --tp 2 --pp 2)
+for d in tp5 tp10; do
+    for f in model.safetensors optimizer.safetensors; do
+        st_header one/$f > h1 && st_header $d/$f > h2 && cmp -s h1 h2 &&
+            ok "$d writes $f with one process's tensors and layout" || notok "$d/$f: layout differs from one process's"
+    done
 done
 e1=$("$ft" one corpus.txt --eval-only --batch 8 --seq 32 --eval-batches 2 2>&1 | sed -n 's/^validation loss \([0-9.]*\).*/\1/p')
 e2=$("$ft" tp5 corpus.txt --eval-only --batch 8 --seq 32 --eval-batches 2 2>&1 | sed -n 's/^validation loss \([0-9.]*\).*/\1/p')
 [ -n "$e1" ] && [ -n "$e2" ] && below "$(awk "BEGIN { d = $e1 - $e2; if (d < 0) d = -d; print d / $e1 }")" 1e-5 &&
     ok "the tensor-parallel model evaluates as one process's: $e2 vs $e1" || notok "evaluation of the saved models: '$e2' vs '$e1'"
+e3=$("$ft" tp10 corpus.txt --eval-only --batch 8 --seq 32 --eval-batches 2 2>&1 | sed -n 's/^validation loss \([0-9.]*\).*/\1/p')
+[ -n "$e1" ] && [ -n "$e3" ] && below "$(awk "BEGIN { d = $e1 - $e3; if (d < 0) d = -d; print d / $e1 }")" 1e-5 &&
+    ok "the --tp 2 --pp 2 model evaluates as one process's: $e3 vs $e1" || notok "evaluation of the --tp 2 --pp 2 model: '$e3' vs '$e1'"
 # another layout starts from that directory (the optimizer starts afresh: MODEL is a model directory)
 # shellcheck disable=SC2086
 timeout 300 "$MPIRUN" $flags -np 2 "$ft" tp5 corpus.txt --steps 2 --batch 8 --seq 32 --dropout 0 --json --sp 2 --out re > re.json 2> re.err &&
@@ -134,7 +147,7 @@ bad() {
 }
 bad "attention heads" 3 --tp 3
 bad "process count" 4 --tp 2 --sp 2 --dp 2
-bad "pipeline stages do not split" 4 --tp 2 --pp 2
+bad "rows per step" 8 --tp 4 --tp-mode 2d --pp 2 --batch 8 --micro-batches 8
 bad "square number" 2 --tp 2 --tp-mode 2d
 bad "cube" 4 --tp 4 --tp-mode 3d
 bad "sequence length" 3 --sp 3

@@ -138,9 +138,9 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         return col_err_set(err, COL_EUNSUPPORTED, "%s: a pipeline stage (layers [%d, %d)) takes no key/value cache "
                            "and no LoRA adapters", col_arch_name(c->arch), lo, hi);
     const col_lm_par *par = o->par;
-    if (par && (o->cache_len || o->lora_of || partial || (o->with_loss && o->objective != COL_LM_OBJ_MEAN_CE)))
+    if (par && (o->cache_len || o->lora_of || (o->with_loss && o->objective != COL_LM_OBJ_MEAN_CE)))
         return col_err_set(err, COL_EUNSUPPORTED, "%s: a tensor- or sequence-parallel graph takes no key/value cache, "
-                           "no LoRA adapters, no pipeline stage and no per-token objective yet", col_arch_name(c->arch));
+                           "no LoRA adapters and no per-token objective yet", col_arch_name(c->arch));
     uint64_t drop_off = 0;
     if (partial && (st = dropout_offset_at(c, o, lo, &drop_off, err)) != COL_OK)
         return st;
@@ -173,8 +173,8 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
             free(specs);
             return col_err_set(err, COL_ENOMEM, "model: out of memory");
         }
-        for (int i = 0; i < np; i++)
-            uses[i] = par->ops->use(g, par, specs[i].role, leaves[i]);
+        for (int i = 0; i < np; i++) /* (a stage's other parameters stay NULL) */
+            uses[i] = leaves[i] ? par->ops->use(g, par, specs[i].role, leaves[i]) : NULL;
     }
     /* adapters after the base leaves, in adapter order (lora_of numbers them in spec order) */
     for (int i = 0; o->lora_of && i < np; i++) {
@@ -196,7 +196,9 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
         out->lora[2 * j + 1] = col_param(g, n, o->dtype, 2, sb);
     }
     free(specs);
-    int64_t bt[2] = {o->batch, o->seq}, bth[3] = {o->batch, o->seq, c->hidden};
+    /* (under par: this rank's rows, positions and hidden block, as the layers pass them) */
+    int64_t bt[2] = {o->batch, o->seq}, bth[3] = {o->batch, o->seq, par ? par->ops->hidden_local(par, c->hidden)
+                                                                             : c->hidden};
     bool last = hi == c->n_layer;
     out->ids = lo == 0 ? col_input(g, "ids", COL_I32, 2, bt) : NULL;
     out->targets = o->with_loss && last && o->objective != COL_LM_OBJ_VALUES ? col_input(g, "targets", COL_I32, 2, bt)
@@ -218,7 +220,7 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
             out->cache[l] = col_input(g, l % 2 ? "v_cache" : "k_cache", COL_F32, 4, cs);
     }
     out->inv_count = NULL;
-    if (par && o->with_loss) {
+    if (par && o->with_loss && last) {
         int64_t one[1] = {1};
         out->inv_count = col_input(g, "inv_count", COL_F32, 1, one);
     }
@@ -229,8 +231,15 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
     if (par) {
         col_node *head = uses[col_lm_own_head(c) ? np - 1 : 0];
         out->params = leaves;
-        free(uses);
         out->loss = out->logits = NULL;
+        if (!last) { /* a pipeline stage before the last: this rank's block of the hidden states */
+            free(uses);
+            out->hidden_out = logits2;
+            if (col_graph_status(g) != COL_OK)
+                return col_err_set(err, col_graph_status(g), "%s: %s", col_arch_name(c->arch), col_graph_error(g)->msg);
+            return COL_OK;
+        }
+        free(uses);
         if (o->with_loss)
             out->loss = par->ops->loss(g, par, logits2, head, out->targets, out->inv_count, col_lm_out_width(c),
                                        !o->training, &out->logits);

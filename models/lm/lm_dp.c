@@ -612,8 +612,8 @@ col_status lmt_dp_grad_sumsq(col_lm_trainer *t, int skip, double *sum, col_err *
     double local = 0;
     for (int i = t->train0; i < t->nt; i++) {
         int64_t off, n = lmt_span(t, i, &off);
-        if (n > 0 && i != skip)
-            local += col_grad_sumsq(&(col_opt_tensor){.g = t->ot[i].g + off, .n = n}, 1);
+        if (n > 0 && i != skip) /* (each block once over a tensor-parallel group: lmt_par_weight) */
+            local += lmt_par_weight(t, i) * col_grad_sumsq(&(col_opt_tensor){.g = t->ot[i].g + off, .n = n}, 1);
     }
     return lmt_dp_sum_d(t, local, sum, err);
 }

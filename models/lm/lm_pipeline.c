@@ -139,14 +139,30 @@ static col_status set_counter(col_lm_pipeline *p, pp_stage *s, int k)
     return COL_OK;
 }
 
-/* the stage's input for micro-batch k into plan: its token rows (first stage) or the hidden states kept */
-static col_status load_input(col_lm_pipeline *p, pp_stage *s, col_plan *plan, const int32_t *ids, int k,
-                             col_err *err)
+/* the stage's inputs for micro-batch k into plan: its token rows (first stage) or the hidden states kept, and
+ * (the last stage, targets not NULL) its targets. Under tensor or sequence parallelism this rank's rows and
+ * positions of them, and 1 / the micro-batch's counted targets: the graph's loss is the micro-batch's mean, as
+ * without (the step weights it by p->w[k]). */
+static col_status load_input(col_lm_pipeline *p, pp_stage *s, col_plan *plan, const int32_t *ids,
+                             const int32_t *targets, int k, col_err *err)
 {
-    int64_t n = (int64_t)p->rows * s->t->cfg.seq;
-    if (s->first)
-        return col_plan_upload(plan, s->t->gg.ids, ids + k * n, sizeof(int32_t) * (size_t)n, err);
-    return col_plan_upload(plan, s->t->gg.hidden_in, s->input[k], sizeof(float) * (size_t)p->hn, err);
+    col_lm_trainer *t = s->t;
+    int64_t n = (int64_t)p->rows * t->cfg.seq;
+    const int32_t *mi = ids + k * n, *mt = targets ? targets + k * n : NULL;
+    float inv = 0;
+    if (t->par) {
+        int32_t *li, *lt;
+        inv = lmt_par_inputs(t, mi, targets ? mt : mi, p->rows, &li, &lt, &n);
+        mi = li;
+        mt = targets ? lt : NULL;
+    }
+    col_status st = s->first ? col_plan_upload(plan, t->gg.ids, mi, sizeof(int32_t) * (size_t)n, err)
+                             : col_plan_upload(plan, t->gg.hidden_in, s->input[k], sizeof(float) * (size_t)p->hn, err);
+    if (st == COL_OK && s->last && mt)
+        st = col_plan_upload(plan, t->gg.targets, mt, sizeof(int32_t) * (size_t)n, err);
+    if (st == COL_OK && s->last && mt && t->gg.inv_count)
+        st = col_plan_upload(plan, t->gg.inv_count, &inv, sizeof inv, err);
+    return st;
 }
 
 static col_status forward(col_lm_pipeline *p, pp_stage *s, const int32_t *ids, int k, col_err *err)
@@ -165,7 +181,7 @@ static col_status forward(col_lm_pipeline *p, pp_stage *s, const int32_t *ids, i
     if (!out)
         return col_err_set(err, COL_ENOMEM, "pipeline: out of memory");
     set_counter(p, s, k);
-    st = load_input(p, s, s->fplan, ids, k, err);
+    st = load_input(p, s, s->fplan, ids, NULL, k, err);
     if (st == COL_OK)
         st = col_plan_run(s->fplan, s->t->be, err);
     if (st == COL_OK)
@@ -183,12 +199,9 @@ static col_status backward(col_lm_pipeline *p, pp_stage *s, const int32_t *ids, 
                            col_err *err)
 {
     col_lm_trainer *t = s->t;
-    int64_t n = (int64_t)p->rows * t->cfg.seq;
     col_status st = COL_OK;
     if (s->last) {
-        st = col_plan_upload(t->plan, t->gg.targets, targets + k * n, sizeof(int32_t) * (size_t)n, err);
-        if (st == COL_OK)
-            st = col_plan_upload(t->plan, t->seed, &p->w[k], sizeof(float), err);
+        st = col_plan_upload(t->plan, t->seed, &p->w[k], sizeof(float), err);
     } else {
         st = col_comm_recv(p->pipe, p->grad_in, (size_t)p->hn, COL_F32, (s->j + 1) % p->P, tag_of(p, 'B', s->j, k),
                            err);
@@ -197,7 +210,7 @@ static col_status backward(col_lm_pipeline *p, pp_stage *s, const int32_t *ids, 
     }
     set_counter(p, s, k);
     if (st == COL_OK)
-        st = load_input(p, s, t->plan, ids, k, err);
+        st = load_input(p, s, t->plan, ids, targets, k, err);
     t->dp_last = ++s->backwards == p->M; /* the data parallel exchange overlaps the stage's last backward */
     if (st == COL_OK)
         st = lmt_run(t, t->plan, &t->tier, 0, err);
@@ -271,7 +284,9 @@ static col_status sum_tied(col_lm_pipeline *p, col_err *err)
 }
 
 /* the whole model's gradient norm (the tied embedding counted once, on the first stage), known on every
- * process of the pipeline: each process's sum of squares gathered and added in rank order */
+ * process of the pipeline: each process's sum of squares (under tensor or sequence parallelism each block once:
+ * weighted by lmt_par_weight, summed over the model-parallel group, the same on its ranks) gathered and added in
+ * rank order */
 static col_status global_norm(col_lm_pipeline *p, double *norm, col_err *err)
 {
     double mine = 0;
@@ -280,12 +295,14 @@ static col_status global_norm(col_lm_pipeline *p, double *norm, col_err *err)
         for (int i = t->train0; i < t->nt; i++)
             if (!(col_lm_stage_shares_tied(&t->cfg.model, t->cfg.layer_lo, t->cfg.layer_hi) &&
                   lmt_global(t, i) == COL_LM_TIED_PARAM))
-                mine += col_grad_sumsq(&t->ot[i], 1);
+                mine += lmt_par_weight(t, i) * col_grad_sumsq(&t->ot[i], 1);
     }
     double *all = malloc(sizeof(double) * (size_t)p->P);
     if (!all)
         return col_err_set(err, COL_ENOMEM, "pipeline: out of memory");
-    col_status st = col_comm_all_gather(p->pipe, &mine, all, 1, COL_I64, err);
+    col_status st = lmt_par_sum_d(p->st[0].t, mine, &mine, err);
+    if (st == COL_OK)
+        st = col_comm_all_gather(p->pipe, &mine, all, 1, COL_I64, err);
     double sum = 0;
     for (int r = 0; st == COL_OK && r < p->P; r++)
         sum += all[r];
@@ -313,6 +330,8 @@ static col_status dp_reduced_norm(col_lm_pipeline *p, double *norm, col_err *err
     double *each = malloc(sizeof(double) * (size_t)p->P);
     if (!each)
         return col_err_set(err, COL_ENOMEM, "pipeline: out of memory");
+    if (st == COL_OK) /* each block once over the model-parallel group (lmt_dp_grad_sumsq weighs them) */
+        st = lmt_par_sum_d(p->st[0].t, mine, &mine, err);
     if (st == COL_OK) /* doubles travel as the bits of an i64, added in rank order */
         st = col_comm_all_gather(p->pipe, &mine, each, 1, COL_I64, err);
     double sum = 0;
@@ -383,6 +402,13 @@ col_status col_lm_pipeline_create(const col_lm_pipeline_config *cfg, const col_b
     p->rank = col_comm_rank(cfg->pipe);
     p->rows = tc->batch / M;
     p->hn = (int64_t)p->rows * tc->seq * tc->model.hidden;
+    const col_lm_par *par = tc->par;
+    if (col_par_active(par)) { /* this rank's block of the hidden states: its rows, positions and hidden part */
+        int row0, rows;
+        par->ops->rows(par, p->rows, &row0, &rows);
+        p->hn = (int64_t)rows * (tc->seq / (par->layout.sp > 1 ? par->layout.sp : 1)) *
+                par->ops->hidden_local(par, tc->model.hidden);
+    }
     p->st = calloc((size_t)v, sizeof *p->st);
     p->ops = malloc(sizeof *p->ops * 2 * (size_t)v * (size_t)M);
     p->sends = calloc(2 * (size_t)v * (size_t)M, sizeof *p->sends);
@@ -492,7 +518,8 @@ col_status col_lm_pipeline_step(col_lm_pipeline *p, const int32_t *ids, const in
             col_clip_grad_scale(t->ot + t->train0, t->nt - t->train0, clip, norm);
         /* with data parallelism each process clips its spans by the whole model's norm inside the step */
         t->cfg.grad_clip = p->dp ? clip : 0;
-        t->norm_given = p->dp ? norm : -1;
+        /* (tensor parallel: the norm given, not summed over the group again) */
+        t->norm_given = p->dp || t->par ? norm : -1;
         col_lm_step_info si = {0};
         st = lmt_optimize(t, 1, loss, &clk, &si, err);
         t->cfg.grad_clip = clip;

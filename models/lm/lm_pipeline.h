@@ -44,6 +44,14 @@
  * (over the dp group, then the pipeline) and each process clips its spans by
  * it inside the step.
  *
+ * Tensor and sequence parallelism inside the stages (train.par, lm_par.h): each stage session holds this rank's
+ * blocks of its tensors and computes its rows and positions; the hidden states sent are this rank's block of them
+ * ([rows, seq / sp, hidden_local]); the pipeline communicator joins the processes of the same model-parallel
+ * position (colossal-finetune: world rank r = (d * P + p) * M + q, M = tp x sp; the pipeline (d, q), the
+ * model-parallel group (d, p)), so the tied embedding's gradients are summed between equal blocks, and the norm
+ * counts each block once (lmt_par_weight) summed over the model-parallel group. Saving gathers the blocks whole over
+ * the tp group; the pipelines of tp and sp rank 0 send and write.
+ *
  * Not supported in a stage session: LoRA, mixed precision, a compute tier, the
  * NVMe tier, evaluation and decoding (a pipelined run's evaluation is not
  * done yet). */

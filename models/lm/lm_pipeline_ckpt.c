@@ -11,8 +11,12 @@
  * group holds in spans is first gathered whole on that group's process 0
  * (which is in the first pipeline). Only the first pipeline takes part in
  * the weights (every pipeline holds the same ones); every process takes part
- * in the states. Process 0 keeps receiving after a write error, so the
- * others always finish; the caller agrees on the outcome. */
+ * in the states. Under tensor or sequence parallelism (a pipeline per
+ * model-parallel position, the pipeline communicator joining equal
+ * positions) a stage's blocks are first gathered whole over its tp group
+ * (lmt_par_gather), and only the pipelines of tp and sp rank 0 send and
+ * write. Process 0 keeps receiving after a write error, so the others
+ * always finish; the caller agrees on the outcome. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +37,12 @@ typedef struct {
     col_lm_pipeline *p;
     struct col_comm *pipe;
     int P, rank, S, d;       /* d: this process's pipeline (0 writes) */
+    bool lead;               /* tp and sp rank 0 (always without tensor or sequence parallelism) */
+    bool writer;             /* process 0 of the run: pipeline rank 0 of the first pipeline, lead */
     int np;
     int *owner;              /* per global tensor: the virtual stage that saves it */
     float *buf;              /* one tensor */
+    float *whole;            /* under tensor parallelism: one tensor gathered whole from its blocks */
     col_st_writer *w;
     col_status wst;          /* process 0's writing status */
     col_err werr;
@@ -69,7 +76,12 @@ static col_status one(saver *s, int item, int k, int g, int64_t n, col_err *err)
     } else if (t) {
         data = k == 0 ? t->ot[local].w : k == 2 ? t->ot[local].m : t->ot[local].v;
     }
-    if (st != COL_OK || s->d != 0)
+    /* blocks: whole over the tp group (its ranks hold the same stage and data parallel rank) */
+    if (st == COL_OK && t && t->par && s->d == 0) {
+        st = lmt_par_gather(t, local, data, s->whole, err);
+        data = s->whole;
+    }
+    if (st != COL_OK || s->d != 0 || !s->lead)
         return st;
     int from = j % s->P;
     if (from != 0 && s->rank == from)
@@ -100,12 +112,12 @@ static col_status save_file(saver *s, const char *path, int n, const int *kind, 
     }
     s->wst = COL_OK;
     s->werr = (col_err){0};
-    if (s->rank == 0 && s->d == 0)
+    if (s->writer)
         s->wst = col_st_writer_begin(path, out, n, meta, &s->w, &s->werr);
     col_status st = COL_OK;
     for (int q = 0; q < n && st == COL_OK; q++)
         st = one(s, q, kind[q], glob[q], col_param_numel(&specs[glob[q]]), err);
-    if (s->rank == 0 && s->d == 0) {
+    if (s->writer) {
         if (s->wst == COL_OK && st == COL_OK)
             s->wst = col_st_writer_end(s->w, true, &s->werr);
         else if (s->w)
@@ -125,6 +137,8 @@ col_status col_lm_pipeline_save(col_lm_pipeline *p, const char *dir, bool optimi
     col_lm_trainer *t0 = col_lm_pipeline_stage(p, 0, NULL, NULL, NULL);
     const col_lm_train_config *tc = col_lm_trainer_config(t0);
     const col_lm_config *mc = &tc->model;
+    s.lead = lmt_par_lead(t0);
+    s.writer = s.rank == 0 && s.d == 0 && s.lead;
     s.np = col_lm_param_count(mc);
     col_param_spec *specs = calloc((size_t)s.np, sizeof *specs);
     int *idx = calloc((size_t)s.np, sizeof *idx), *kind = calloc(2 * (size_t)s.np + 1, sizeof *kind);
@@ -150,12 +164,14 @@ col_status col_lm_pipeline_save(col_lm_pipeline *p, const char *dir, bool optimi
                 s.owner[idx[q]] = j;
         }
         s.buf = malloc(sizeof(float) * (size_t)most);
-        if (!s.buf)
+        if (t0->par)
+            s.whole = malloc(sizeof(float) * (size_t)most);
+        if (!s.buf || (t0->par && !s.whole))
             st = col_err_set(err, COL_ENOMEM, "pipeline: no memory for a %.1f MB tensor", (double)most * 4 / 1e6);
     }
     for (int v = 0; st == COL_OK && v < col_lm_pipeline_n_stages(p); v++) /* the weights whole (ZeRO) */
         st = col_lm_trainer_sync_params(col_lm_pipeline_stage(p, v, NULL, NULL, NULL), err);
-    bool writer = s.rank == 0 && s.d == 0;
+    bool writer = s.writer;
     char path[4200];
     if (st == COL_OK && writer) {
         struct stat sb;
@@ -191,7 +207,7 @@ col_status col_lm_pipeline_save(col_lm_pipeline *p, const char *dir, bool optimi
         snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
         st = save_file(&s, path, n, kind, glob, specs, names, meta, err);
     }
-    free(specs), free(idx), free(kind), free(glob), free(names), free(sname), free(s.owner), free(s.buf);
+    free(specs), free(idx), free(kind), free(glob), free(names), free(sname), free(s.owner), free(s.buf), free(s.whole);
     return st;
 }
 

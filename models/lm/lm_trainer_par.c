@@ -3,7 +3,9 @@
  * whole tensor (lm_par.h), initialised and loaded as those elements of the
  * whole one, saved gathered whole; each step's graph computes this rank's
  * rows and positions of the batch; the gradient norm counts every block
- * once over the model-parallel group. */
+ * once over the model-parallel group. A pipeline stage's session (layer_lo,
+ * layer_hi) holds the stage's tensors: whole[i] is the whole spec of the
+ * model's tensor lmt_global(t, i). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +22,10 @@ col_status lmt_par_setup(col_lm_trainer *t, col_err *err)
     if (!col_par_active(p))
         return COL_OK;
     const col_lm_train_config *c = &t->cfg;
-    if (t->nt != t->np || lmt_partial(t) || c->compute_dtype != COL_F32 || c->objective != COL_LM_OBJ_MEAN_CE ||
-        c->nvme_dir || c->inference)
-        return col_err_set(err, COL_EUNSUPPORTED, "tensor and sequence parallelism train the whole model in f32 on "
-                           "the host and NVMe-free tiers, without LoRA, pipeline stages or per-token objectives (not "
-                           "written yet)");
+    if (t->nt != t->np || c->compute_dtype != COL_F32 || c->objective != COL_LM_OBJ_MEAN_CE || c->nvme_dir ||
+        c->inference)
+        return col_err_set(err, COL_EUNSUPPORTED, "tensor and sequence parallelism train in f32 on the host and "
+                           "NVMe-free tiers, without LoRA or per-token objectives (not written yet)");
     if (t->be && t->be->mem)
         return col_err_set(err, COL_EUNSUPPORTED, "tensor and sequence parallelism run on the CPU backend for now: "
                            "their collectives move host memory over MPI (NCCL communicators for device plans are "

@@ -203,7 +203,7 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err)
         if (st != COL_OK)
             break;
         if (i < t->np && t->par) { /* this rank's block of the whole tensor's values */
-            col_lm_init_param(&t->cfg.model, &t->whole[i], i, t->pbuf, t->cfg.seed);
+            col_lm_init_param(&t->cfg.model, &t->whole[i], lmt_global(t, i), t->pbuf, t->cfg.seed);
             lmt_par_block(t, i, t->pbuf, w);
         } else if (i < t->np)
             col_lm_init_param(&t->cfg.model, &t->specs[i], lmt_global(t, i), w, t->cfg.seed);
