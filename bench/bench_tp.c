@@ -159,17 +159,20 @@ static int run(const layout *L, col_comm *mp, const col_backend *be, int layers,
     return rc;
 }
 
-/* per layer, per process, in M: our model (model) and the published figure (pub); see the header */
-static void formulas(const layout *L, double *model, double *pub)
+/* per layer, per process, in M: our model (model, *grads of it the weights' gradients summed over the sp ranks)
+ * and the published figure (pub); see the header */
+static void formulas(const layout *L, double *model, double *grads, double *pub)
 {
     double w = (double)HID / (ROWS * SEQ), small = 13.0 / (ROWS * SEQ); /* h x h, and 13 h, in M */
+    *grads = 0;
     if (L->sp > 1) {
-        double P = L->sp, grads = 2 * (P - 1) / P * (12 * w + small);
+        double P = L->sp;
+        *grads = 2 * (P - 1) / P * (12 * w + small);
         if (L->sp_mode == COL_SP_RING) {
-            *model = 6 * (P - 1) / P + grads;
+            *model = 6 * (P - 1) / P + *grads;
             *pub = 2 * (P - 1) / P;
         } else {
-            *model = 8 * (P - 1) / (P * P) + grads;
+            *model = 8 * (P - 1) / (P * P) + *grads;
             *pub = 4 * (P - 1) / (P * P);
         }
         return;
@@ -197,6 +200,7 @@ int main(int argc, char **argv)
     int steps = argc > 1 ? atoi(argv[1]) : 5;
     if (steps < 1 || steps > 1000)
         steps = 5;
+    MPI_Init(&argc, &argv); /* ours to finalize (col_comm_free of the last communicator would otherwise) */
     col_comm *world = NULL;
     col_backend be;
     col_err err = {0};
@@ -262,18 +266,25 @@ int main(int argc, char **argv)
             out_max = outside > out_max ? outside : out_max;
             st[p] = v[NCOMM];
         }
-        double step = bench_median(st, size), model, pub;
-        formulas(L, &model, &pub);
+        double step = bench_median(st, size), model, grads, pub, share = lay_max / M;
+        formulas(L, &model, &grads, &pub);
+        char range[64];
+        if (lay_max - lay_min > 1e-3 * lay_max)
+            snprintf(range, sizeof range, "%.3f-%.3f", lay_min / M, lay_max / M);
+        else
+            snprintf(range, sizeof range, "%.3f", lay_max / M);
         snprintf(summary[ns++], sizeof summary[0],
-                 "| %s | %d | %.2f | %.3f | %.3f | %.3f | %.2f | %.3f | %.2f | %.0f |", L->name, size, tot_max / 1e6,
-                 out_max / M, lay_min / M, lay_max / M, lay_max / M / model, pub, lay_max / M / pub, step * 1e3);
+                 "| %s | %d | %.2f | %.3f | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.0f |", L->name, size,
+                 tot_max / 1e6, out_max / M, range, model, share / model, grads, share - grads, pub,
+                 (share - grads) / pub, step * 1e3);
     }
     if (rank == 0 && !rc) {
-        printf("\nPer layer and process in M (max over the ranks; min shown when they differ), against our model and "
-               "the published formula:\n\n"
-               "| layout | P | sent per step, MB (max) | outside the layers / M | per layer / M (min) | per layer / M "
-               "(max) | / ours | published / M | / published | step ms (median) |\n"
-               "|---|---|---|---|---|---|---|---|---|---|\n");
+        printf("\nPer layer and process in M (max over the ranks, or min-max), against our model; the linears' (tp) or "
+               "the attention's (sp: less the weights' gradient sum) share against the published formula:\n\n"
+               "| layout | P | sent per step, MB (max) | outside the layers / M | per layer / M | ours / M | measured / "
+               "ours | weights' gradients (sp) / M | linears' or attention's share / M | published / M | share / "
+               "published | step ms (median) |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < ns; i++)
             printf("%s\n", summary[i]);
     }
