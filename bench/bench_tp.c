@@ -2,7 +2,9 @@
  * process's communicators move per step, against our model of them and the
  * published formulas, and the step time.
  *
- * Run: mpirun -np P bench/bench_tp [steps]   (P = 2, 4 or 8; rank 0 prints)
+ * Run: mpirun -np P -x OMP_NUM_THREADS=1 bench/bench_tp [steps]   (P = 2, 4 or 8; rank 0 prints; with more
+ *      processes than cores give each one thread: OpenMP's spinning threads otherwise take the cores from the
+ *      other processes, 10x slower steps here)
  *
  * Every layout of P processes (1D tensor parallel with 2 and 4; 2D 2x2; 2.5D
  * 2x2x2; 3D 2x2x2; ring and Ulysses sequence parallel with 2 and 4) trains a
