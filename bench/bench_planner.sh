@@ -9,8 +9,9 @@
 #
 # LAYOUT_FILE: one layout per line, "NP colossal-finetune options" (blank lines and # comments skipped), e.g.
 #   4 --dp 2 --pp 2 --micro-batches 6 --zero 3
-#   4 --tp 2 --tp-mode 1d --dp 2          (once tensor parallelism runs)
-# Without one, the built-in list below (data parallel x pipeline x ZeRO, 1 to 4 processes). Environment:
+#   4 --tp 2 --tp-mode 1d --dp 2
+# Without one, the built-in list below (data parallel x pipeline x ZeRO, tensor parallel 1D/2D/2.5D/3D, ring and
+# Ulysses sequence parallel and their combinations with data parallelism; 1 to 8 processes). Environment:
 # FINETUNE (the program), MPIRUN, MODEL (gpt2-tiny), BATCH (12), SEQ (32), STEPS (20), WARM (4), REPS (3),
 # XDG_CACHE_HOME (where the probe's cache lives; by default the user's). Every layout runs the same model, data
 # and rows per step. Needs mpirun for more than one process.
@@ -34,16 +35,23 @@ else
     cat > "$layouts" << 'EOF'
 1
 2 --dp 2 --zero 1
-2 --dp 2 --zero 2
 2 --dp 2 --zero 3
-2 --pp 2 --micro-batches 2
 2 --pp 2 --micro-batches 4
-2 --pp 2 --micro-batches 12
+2 --tp 2 --tp-mode 1d
+2 --sp 2 --sp-mode ring
+2 --sp 2 --sp-mode ulysses
 3 --dp 3 --zero 2
 4 --dp 4 --zero 1
-4 --dp 4 --zero 3
-4 --dp 2 --pp 2 --micro-batches 2 --zero 2
 4 --dp 2 --pp 2 --micro-batches 6 --zero 3
+4 --tp 4 --tp-mode 1d
+4 --tp 4 --tp-mode 2d
+4 --sp 4 --sp-mode ring
+4 --sp 4 --sp-mode ulysses
+4 --tp 2 --tp-mode 1d --dp 2
+4 --tp 2 --tp-mode 1d --sp 2 --sp-mode ring
+4 --sp 2 --sp-mode ulysses --dp 2
+8 --tp 8 --tp-mode 2.5d --tp-depth 2
+8 --tp 8 --tp-mode 3d
 EOF
 fi
 flags=
