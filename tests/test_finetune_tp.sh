@@ -90,6 +90,24 @@ grep -q "4 processes: 1 data parallel (ZeRO 2) x 2 tensor parallel (1d) x 1 sequ
     said2.err said2.out && ok "a --tp 2 --pp 2 run names its pipeline stages too" ||
     notok "no --tp 2 --pp 2 layout line: $(grep processes said2.err said2.out | head -n 2)"
 
+# samples during training: one process's text under --tp 2 (greedy-free sampling draws the same on every
+# process); a note, and training, where generation does not run yet
+# shellcheck disable=SC2086
+"$ft" gpt2-tiny corpus.txt --steps 2 --batch 8 --seq 32 --dropout 0 --lr 3e-3 --sample-every 2 --sample-len 8 \
+    --json --out s1 > s1.json 2> /dev/null
+# shellcheck disable=SC2086
+timeout 300 "$MPIRUN" $flags -np 2 "$ft" gpt2-tiny corpus.txt --steps 2 --batch 8 --seq 32 --dropout 0 --lr 3e-3 \
+    --sample-every 2 --sample-len 8 --json --tp 2 --out s2 > s2.json 2> s2.err
+a=$(grep -a '"sample"' s1.json) b=$(grep -a '"sample"' s2.json)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "--tp 2 --sample-every: the sample one process prints" ||
+    { notok "--tp 2 samples: '$b' vs '$a'"; sed 's/^/# /' s2.err | head -3; }
+# shellcheck disable=SC2086
+timeout 300 "$MPIRUN" $flags -np 2 "$ft" gpt2-tiny corpus.txt --steps 2 --batch 8 --seq 32 --dropout 0 --lr 3e-3 \
+    --sample-every 2 --sp 2 --out s3 > s3.out 2> s3.err
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "no samples" s3.err s3.out && ok "--sp 2 --sample-every: a note, and the run trains" ||
+    { notok "--sp 2 --sample-every: exit $rc"; sed 's/^/# /' s3.err | head -3; }
+
 # the saved directory: one process's tensors and layout, the same evaluation (tp10: --tp 2 --pp 2)
 for d in tp5 tp10; do
     for f in model.safetensors optimizer.safetensors; do
