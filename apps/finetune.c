@@ -442,13 +442,12 @@ static int train(run *r)
     col_err err = {0};
     int eval_every = o->eval_every > 0 ? o->eval_every : (o->steps >= 10 ? o->steps / 10 : 1);
     bool can_eval = r->rl ? ft_rl_can_eval(r) : col_dataset_n_val_batches(r->ds, o->batch, o->seq) > 0 && !r->pipe;
-    /* generation under tensor parallelism: 1D only, without sequence parallelism (lm_trainer.h) */
-    bool split = r->par.tp_size * r->par.sp_size > 1, can_sample = !r->pipe &&
-                 (!split || (r->par.sp_size == 1 && o->tp_mode == COL_TP_1D));
+    /* generation under tensor parallelism: not with sequence parallelism yet (lm_trainer.h) */
+    bool can_sample = !r->pipe && r->par.sp_size == 1;
     if (r->pipe && (o->eval_every > 0 || o->sample_every > 0 || o->val_percent > 0))
         say(r, "note: a pipelined run (--pp) does not evaluate or sample yet: training only");
     else if (!can_sample && o->sample_every > 0)
-        say(r, "note: --sample-every: generation runs under --tp-mode 1d without --sp only: no samples");
+        say(r, "note: --sample-every: generation does not run under --sp yet: no samples");
     else if (!can_eval && o->val_percent > 0)
         say(r, "note: the validation split is shorter than one batch of %d x %d tokens: no evaluation", o->batch, o->seq);
     col_batch_state bs = o->resume[0] ? r->state.batches

@@ -668,25 +668,28 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
 {
     if (n < 1 || n > t->cfg.seq)
         return col_err_set(err, COL_EINVAL, "sampling: %d context tokens (1..%d)", n, t->cfg.seq);
-    if (t->par && (t->par->layout.mode != COL_TP_1D || t->par->layout.sp > 1))
-        return col_err_set(err, COL_EUNSUPPORTED, "sampling: generation runs with 1D tensor parallelism only (not %s "
-                           "with %d sequence-parallel ranks)", col_tp_mode_name(t->par->layout.mode),
-                           t->par->layout.sp);
+    if (t->par && t->par->layout.sp > 1)
+        return col_err_set(err, COL_EUNSUPPORTED, "sampling: generation does not run under sequence parallelism yet "
+                           "(%d ranks split the positions)", t->par->layout.sp);
+    /* the grids split rows: as many copies of the row as make one row per process (each computes the same) */
+    int B = 1, row0 = 0, mine = 1;
+    while (t->par && (t->par->ops->rows(t->par, B, &row0, &mine), mine < 1) && B < 65536)
+        B++;
     lmt_fwd_pass f;
     col_status st = lmt_dp_need_params(t, err);
     if (st == COL_OK)
-        st = forward_pass(t, 1, &f, err);
+        st = forward_pass(t, B, &f, err);
     if (st != COL_OK)
         return st;
-    int32_t *ids = malloc(sizeof *ids * 2 * (size_t)t->cfg.seq), *tg = ids + t->cfg.seq;
+    size_t T = (size_t)t->cfg.seq;
+    int32_t *ids = malloc(sizeof *ids * 2 * (size_t)B * T), *tg = ids + (size_t)B * T;
     if (!ids)
         return col_err_set(err, COL_ENOMEM, "sampling: out of memory");
-    for (int i = 0; i < t->cfg.seq; i++) {
-        ids[i] = i < n ? tokens[i] : 0; /* causal: padding after the context does not change it */
-        tg[i] = -1;
+    for (size_t i = 0; i < (size_t)B * T; i++) {
+        ids[i] = (int)(i % T) < n ? tokens[i % T] : 0; /* causal: padding after the context does not change it */
+        tg[i] = i % T == 0 ? 0 : -1; /* the loss needs counted targets; their values are not used */
     }
-    tg[0] = 0; /* the loss needs one counted row; its value is not used */
-    st = load_inputs(t, f.plan, f.gg, ids, tg, 1, err);
+    st = load_inputs(t, f.plan, f.gg, ids, tg, B, err);
     free(ids);
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);
