@@ -88,8 +88,9 @@ typedef struct {
      * same ids and targets); each holds its blocks of the parameters and computes its rows and positions, and
      * together they compute the step one process computes (dp then splits rows between such groups). Every
      * process of the group creates the session with the same configuration and calls the same functions in the
-     * same order. The whole model in f32, host memory or a compute tier; no LoRA, NVMe tier, pipeline stages
-     * or per-token objectives yet. par must outlive the session. */
+     * same order. f32 on the CPU backend (the collectives move host memory over MPI), the whole model or a
+     * pipeline stage (lm_pipeline.h); no LoRA, NVMe tier or per-token objectives yet. par must outlive the
+     * session. */
     const struct col_lm_par *par;
 } col_lm_train_config;
 
