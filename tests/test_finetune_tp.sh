@@ -90,17 +90,14 @@ grep -q "4 processes: 1 data parallel (ZeRO 2) x 2 tensor parallel (1d) x 1 sequ
     said2.err said2.out && ok "a --tp 2 --pp 2 run names its pipeline stages too" ||
     notok "no --tp 2 --pp 2 layout line: $(grep processes said2.err said2.out | head -n 2)"
 
-# samples during training: one process's text under --tp 2 (greedy-free sampling draws the same on every
-# process); a note, and training, where generation does not run yet
-# shellcheck disable=SC2086
-"$ft" gpt2-tiny corpus.txt --steps 2 --batch 8 --seq 32 --dropout 0 --lr 3e-3 --sample-every 2 --sample-len 8 \
-    --json --out s1 > s1.json 2> /dev/null
+# samples during training: printed under --tp 2 (sampling is not compared with one process's text: a draw near a
+# boundary between two tokens turns a last-bit difference of the logits into another token; tests/test_tp.c
+# compares greedy ids); a note, and training, where generation does not run yet
 # shellcheck disable=SC2086
 timeout 300 "$MPIRUN" $flags -np 2 "$ft" gpt2-tiny corpus.txt --steps 2 --batch 8 --seq 32 --dropout 0 --lr 3e-3 \
     --sample-every 2 --sample-len 8 --json --tp 2 --out s2 > s2.json 2> s2.err
-a=$(grep -a '"sample"' s1.json) b=$(grep -a '"sample"' s2.json)
-[ -n "$a" ] && [ "$a" = "$b" ] && ok "--tp 2 --sample-every: the sample one process prints" ||
-    { notok "--tp 2 samples: '$b' vs '$a'"; sed 's/^/# /' s2.err | head -3; }
+[ "$(grep -a -c '"sample":"[^"]' s2.json)" -eq 1 ] && ok "--tp 2 --sample-every: a sample, printed once" ||
+    { notok "--tp 2 samples: $(grep -a -c '"sample"' s2.json) sample lines"; sed 's/^/# /' s2.err | head -3; }
 # shellcheck disable=SC2086
 timeout 300 "$MPIRUN" $flags -np 2 "$ft" gpt2-tiny corpus.txt --steps 2 --batch 8 --seq 32 --dropout 0 --lr 3e-3 \
     --sample-every 2 --sp 2 --out s3 > s3.out 2> s3.err
