@@ -726,8 +726,36 @@ static col_status dec_build(col_lm_trainer *t, struct dec_graph *d, int seq, col
     return st;
 }
 
+/* Under tensor parallelism there is no key/value cache yet: decoding keeps the tokens so far and runs a whole
+ * forward pass of them for each new one (col_lm_trainer_next_logits), up to the session's seq positions. */
+static col_status par_decode_reset(col_lm_trainer *t, int max_len, col_err *err)
+{
+    if (max_len < 1 || max_len > t->cfg.seq)
+        return col_err_set(err, COL_EINVAL, "decode: %d positions requested; under tensor parallelism decoding "
+                           "reaches the session's %d positions", max_len, t->cfg.seq);
+    if (!t->phist && !(t->phist = malloc(sizeof *t->phist * (size_t)t->cfg.seq)))
+        return col_err_set(err, COL_ENOMEM, "decode: out of memory");
+    t->phist_n = 0;
+    t->phist_max = max_len;
+    return COL_OK;
+}
+
+static col_status par_decode(col_lm_trainer *t, const int32_t *tokens, int n, const float **logits, col_err *err)
+{
+    if (!t->phist || t->phist_max < 1)
+        return col_err_set(err, COL_ESTATE, "decode: call col_lm_trainer_decode_reset first");
+    if (n < 1 || t->phist_n + n > t->phist_max)
+        return col_err_set(err, COL_EINVAL, "decode: %d more tokens after %d do not fit the %d positions", n,
+                           t->phist_n, t->phist_max);
+    memcpy(t->phist + t->phist_n, tokens, sizeof *tokens * (size_t)n);
+    t->phist_n += n;
+    return col_lm_trainer_next_logits(t, t->phist, t->phist_n, logits, err);
+}
+
 col_status col_lm_trainer_decode_reset(col_lm_trainer *t, int max_len, col_err *err)
 {
+    if (t->par)
+        return par_decode_reset(t, max_len, err);
     const col_lm_config *c = &t->cfg.model;
     if (lmt_partial(t))
         return stage_refuses(t, "decoding", err);
@@ -752,6 +780,8 @@ col_status col_lm_trainer_decode_reset(col_lm_trainer *t, int max_len, col_err *
 
 col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n, const float **logits, col_err *err)
 {
+    if (t->par)
+        return par_decode(t, tokens, n, logits, err);
     if (!t->kv)
         return col_err_set(err, COL_ESTATE, "decode: call col_lm_trainer_decode_reset first");
     if (n < 1 || t->kv_pos + n > t->kv_len)
@@ -786,40 +816,9 @@ col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n
     return COL_OK;
 }
 
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int v = 1; v < n; v++)
-        if (x[v] > x[best])
-            best = v;
-    return best;
-}
-
-static col_status par_greedy(col_lm_trainer *t, const int32_t *prompt, int n_prompt, int n_new, int32_t *out,
-                             col_err *err)
-{
-    if (n_prompt < 1 || n_prompt + n_new > t->cfg.seq + 1)
-        return col_err_set(err, COL_EINVAL, "greedy decoding under tensor parallelism: %d + %d tokens do not fit the "
-                           "session's %d positions", n_prompt, n_new, t->cfg.seq);
-    int32_t *ctx = malloc(sizeof *ctx * (size_t)(n_prompt + n_new));
-    if (!ctx)
-        return col_err_set(err, COL_ENOMEM, "greedy decoding: out of memory");
-    memcpy(ctx, prompt, sizeof *ctx * (size_t)n_prompt);
-    col_status st = COL_OK;
-    for (int k = 0; k < n_new && st == COL_OK; k++) {
-        const float *lg;
-        if ((st = col_lm_trainer_next_logits(t, ctx, n_prompt + k, &lg, err)) == COL_OK)
-            out[k] = ctx[n_prompt + k] = argmax(lg, t->cfg.model.vocab_size);
-    }
-    free(ctx);
-    return st;
-}
-
 col_status col_lm_trainer_greedy(col_lm_trainer *t, const int32_t *prompt, int n_prompt, int n_new, int32_t *out,
                                  col_err *err)
 {
-    if (t->par) /* no key/value cache under tensor parallelism yet: a whole forward pass per token */
-        return par_greedy(t, prompt, n_prompt, n_new, out, err);
     col_status st = col_lm_trainer_decode_reset(t, n_prompt + n_new, err);
     const float *lg;
     if (st == COL_OK)

@@ -120,6 +120,8 @@ struct col_lm_trainer {
     int prow0, prows, pseq;
     float *pbuf;
     int64_t pbuf_n;
+    int32_t *phist;     /* decoding under par (no key/value cache): the tokens so far, phist_n of at most phist_max */
+    int phist_n, phist_max;
 };
 
 /* base tensor i's index in the whole model's parameter specs */

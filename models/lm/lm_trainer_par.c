@@ -61,6 +61,7 @@ void lmt_par_free(col_lm_trainer *t)
     free(t->whole);
     free(t->shard);
     free(t->pbuf);
+    free(t->phist);
 }
 
 void lmt_par_block(const col_lm_trainer *t, int i, float *whole, float *block)
