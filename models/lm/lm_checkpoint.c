@@ -110,6 +110,24 @@ static col_status merged(col_lm_trainer *t, int i, float *scratch, const float *
  * data parallelism every process runs the plan (collective): states and masters come whole to process 0 from
  * the processes holding their spans, and process 0 alone writes; a write error there keeps it in the gathers
  * so that the others finish. */
+/* The outcome of writing a plan's file: the writer's status st (its message in werr) or, when it succeeded, the
+ * gathers' cs (message already in err); the writer (process 0) then commits the file, or drops it on a failure. */
+static col_status end_plan(bool writer, col_st_writer *w, col_status st, const col_err *werr, col_status cs,
+                           col_err *err)
+{
+    if (st == COL_OK && cs != COL_OK)
+        st = cs;
+    else if (st != COL_OK)
+        col_err_copy(err, werr);
+    if (!writer)
+        return st;
+    if (st != COL_OK) {
+        col_st_writer_end(w, false, NULL);
+        return st;
+    }
+    return col_st_writer_end(w, true, err);
+}
+
 /* Under tensor parallelism: every tensor gathered whole over the tp group of the first data parallel group's
  * first sequence-parallel rank (its blocks of states first gathered over dp), written by its tp rank 0; whole
  * shapes in the file. f32 sessions in host memory only (lmt_par_setup). */
@@ -142,17 +160,7 @@ static col_status par_write_plan(col_lm_trainer *t, st_plan *p, const char *cons
         if (cs == COL_OK && writer && st == COL_OK)
             st = col_st_writer_put(w, j, 0, t->pbuf, sizeof(float) * (size_t)col_param_numel(&t->whole[i]), &werr);
     }
-    if (st == COL_OK && cs != COL_OK)
-        st = cs;
-    else if (st != COL_OK)
-        col_err_copy(err, &werr);
-    if (!writer)
-        return st;
-    if (st != COL_OK) {
-        col_st_writer_end(w, false, NULL);
-        return st;
-    }
-    return col_st_writer_end(w, true, err);
+    return end_plan(writer, w, st, &werr, cs, err);
 }
 
 static col_status write_plan(col_lm_trainer *t, const st_plan *p, const char *const *meta, col_err *err)
@@ -199,17 +207,7 @@ static col_status write_plan(col_lm_trainer *t, const st_plan *p, const char *co
     }
     free(scratch);
     lmt_stage_end(t, false, NULL);
-    if (st == COL_OK && cs != COL_OK)
-        st = cs;
-    else if (st != COL_OK)
-        col_err_copy(err, &werr);
-    if (!writer)
-        return st;
-    if (st != COL_OK) {
-        col_st_writer_end(w, false, NULL);
-        return st;
-    }
-    return col_st_writer_end(w, true, err);
+    return end_plan(writer, w, st, &werr, cs, err);
 }
 
 /* adapter_model.safetensors + adapter_config.json */

@@ -99,8 +99,7 @@ static col_node *out_of_rows(col_graph *g, const col_lm_par *p, col_node *y)
                             : col_comm_graph_all_reduce(g, p->tp, y, COL_RED_SUM, COL_CG_SAME);
 }
 
-/* x [b, t, in] times w ([in, out] when in_out, else [out, in]) -> [b, t, out], plus bias b (f32) when not NULL */
-static col_node *product(col_graph *g, col_node *x, col_node *w, col_node *b, bool in_out)
+col_node *lmp_product(col_graph *g, col_node *x, col_node *w, col_node *b, bool in_out)
 {
     if (!x || !w)
         return NULL;
@@ -118,11 +117,11 @@ static col_node *linear_1d(col_graph *g, const col_lm_par *p, col_node *x, col_n
                            col_param_role r, bool in_out)
 {
     if (!p->tp)
-        return product(g, x, w, b, in_out);
+        return lmp_product(g, x, w, b, in_out);
     if (r == COL_ROLE_FIRST) /* column-parallel: the whole x in, this rank's outputs (and their bias) out */
-        return product(g, into_columns(g, p, x), w, b, in_out);
+        return lmp_product(g, into_columns(g, p, x), w, b, in_out);
     /* row-parallel: this rank's inputs, a partial sum of every output, summed over the ranks, then the bias */
-    col_node *y = out_of_rows(g, p, product(g, x, w, NULL, in_out));
+    col_node *y = out_of_rows(g, p, lmp_product(g, x, w, NULL, in_out));
     return b ? col_add(g, y, col_lm_f32(g, b)) : y;
 }
 

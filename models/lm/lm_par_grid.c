@@ -198,20 +198,6 @@ static col_node *use_grid(col_graph *g, const col_lm_par *p, col_param_role r, c
 
 /* ---- the products ---- */
 
-/* x [b, t, in] times w ([in, out] when in_out, else [out, in]) -> [b, t, out], plus bias b (f32) when not NULL */
-static col_node *product(col_graph *g, col_node *x, col_node *w, col_node *b, bool in_out)
-{
-    if (!x || !w)
-        return NULL;
-    if (!in_out)
-        return col_linear(g, x, w, b ? col_lm_f32(g, b) : NULL);
-    int64_t flat[2] = {-1, w->t.shape[0]}, shape[3] = {x->t.shape[0], x->t.shape[1], w->t.shape[1]};
-    col_node *y = col_matmul(g, col_reshape(g, x, 2, flat), w);
-    if (b)
-        y = col_add(g, y, col_lm_f32(g, b));
-    return col_reshape(g, y, 3, shape);
-}
-
 static col_node *linear_grid(col_graph *g, const col_lm_par *p, col_node *x, col_node *w, col_node *b,
                              col_param_role r, bool in_out)
 {
@@ -224,12 +210,12 @@ static col_node *linear_grid(col_graph *g, const col_lm_par *p, col_node *x, col
     int in = in_out ? 0 : 1; /* w's stored dimension of `in` */
     if (!cube(p)) {
         col_node *X = gather(g, p->row, x, 2, true), *W = gather(g, p->col, w, in, true);
-        return product(g, X, W, b, in_out);
+        return lmp_product(g, X, W, b, in_out);
     }
     bool first = r == COL_ROLE_FIRST;
     col_node *X = gather(g, first ? p->dep : p->row, x, 0, true);
     col_node *W = gather(g, p->col, w, first ? in : 1 - in, true);
-    col_node *y = reduce_scatter(g, first ? p->row : p->dep, product(g, X, W, NULL, in_out), 0);
+    col_node *y = reduce_scatter(g, first ? p->row : p->dep, lmp_product(g, X, W, NULL, in_out), 0);
     return b && y ? col_add(g, y, col_lm_f32(g, b)) : y;
 }
 

@@ -6,6 +6,9 @@
 
 struct col_comm;
 
+/* x [b, t, in] times a weight block w ([in, out] when in_out: GPT-2's Conv1D, else [out, in]: nn.Linear; x cast to
+ * w's dtype) -> [b, t, out], plus the bias block b (as f32) when not NULL */
+col_node *lmp_product(col_graph *g, col_node *x, col_node *w, col_node *b, bool in_out);
 /* [t >= a] of f32 nodes holding small integers (token ids): exact, relu(t - a + 1) - relu(t - a) */
 col_node *lmp_at_least(col_graph *g, col_node *t, float a);
 /* The cross-entropy [N] of targets t [N] (whole-vocabulary ids, i32; -1 gives a value to be masked by the caller)
