@@ -178,6 +178,21 @@ struct col_node *col_arange(struct col_graph *g, struct col_node *start, int64_t
 /* Writes x [B,H,T,D] into cache [B,H,S,D] at positions start..start+T-1 (start
  * read at run time; the kernel checks start+T <= S) and returns the cache. */
 struct col_node *col_kv_write(struct col_graph *g, struct col_node *cache, struct col_node *x, struct col_node *start);
+/* Many sequences at their own positions in one batch (serving). The cache [S,H,L,D] holds S sequences;
+ * batch row b uses cache row rows[b] (rows: i64 [B] node read at run time, or NULL for row b, which needs
+ * B <= S) at positions start[b].. (start: i64 [B] node). The kernels check 0 <= rows[b] < S and
+ * start[b] + T <= L. Inference only (no gradient).
+ * col_arange_rows: i32 [B, n] positions start[b] + offset + k.
+ * col_kv_write_rows: writes x [B,H,T,D] into cache row rows[b] at start[b]..start[b]+T-1; returns the cache.
+ * col_attention_cached_rows: q [B,Hq,T,D]; row b's query t attends causally to the first start[b]+t+1
+ *   positions of cache row rows[b] (Hq a multiple of Hkv); out [B,Hq,T,D]. Each row's result equals
+ *   col_attention_cached's for that row alone. */
+struct col_node *col_arange_rows(struct col_graph *g, struct col_node *start, int64_t n, int64_t offset);
+struct col_node *col_kv_write_rows(struct col_graph *g, struct col_node *cache, struct col_node *x,
+                                   struct col_node *start, struct col_node *rows);
+struct col_node *col_attention_cached_rows(struct col_graph *g, struct col_node *q, struct col_node *kcache,
+                                           struct col_node *vcache, struct col_node *start, struct col_node *rows,
+                                           float scale);
 struct col_node *col_cross_entropy(struct col_graph *g, struct col_node *logits, struct col_node *targets,
                                    int64_t ignore_index);
 /* log p(target) per row: logits [..., V] f32, targets (i32/i64) [...] -> f32 [...] (the targets' shape);

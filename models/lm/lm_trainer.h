@@ -345,4 +345,28 @@ col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n
 col_status col_lm_trainer_greedy(col_lm_trainer *t, const int32_t *prompt, int n_prompt, int n_new, int32_t *out,
                                  col_err *err);
 
+/* Batched decoding of many sequences (serving). The session holds `slots` key/value caches of `ctx`
+ * positions each (allocated like the single-sequence cache: device memory on a device backend). A slot's
+ * sequence is fed with col_lm_batch_prefill (one slot, n tokens at its position) and advanced with
+ * col_lm_batch_step, which runs ONE forward pass over k slots' next tokens, each at its own position
+ * (per-row start and cache row inside the graph). Row i of the step's logits is numerically the row a
+ * single-sequence decode gives for that slot. col_lm_batch_reset starts a slot over at position 0. The
+ * batch refuses what the session cannot decode (pipeline stages, tensor/sequence parallelism). */
+typedef struct col_lm_batch col_lm_batch;
+col_status col_lm_batch_open(col_lm_trainer *t, int slots, int ctx, col_lm_batch **out, col_err *err);
+void col_lm_batch_close(col_lm_batch *b);
+/* The bytes the caches hold (for the log and --kv-mem). */
+size_t col_lm_batch_cache_bytes(const col_lm_config *c, int slots, int ctx);
+void col_lm_batch_reset(col_lm_batch *b, int slot);
+int col_lm_batch_pos(const col_lm_batch *b, int slot);
+/* Copies the first n positions of slot src's cache into slot dst (a shared prompt prefix); dst's
+ * position becomes n. */
+col_status col_lm_batch_copy_prefix(col_lm_batch *b, int dst, int src, int n, col_err *err);
+/* Feeds tokens[0..n) to slot at its position; *logits: [vocab] after the last one (valid until the next call). */
+col_status col_lm_batch_prefill(col_lm_batch *b, int slot, const int32_t *tokens, int n, const float **logits,
+                                col_err *err);
+/* One token for each of k distinct slots: slots[i] is fed tokens[i]; *logits: [k, vocab], row i for slots[i]. */
+col_status col_lm_batch_step(col_lm_batch *b, const int *slots, const int32_t *tokens, int k, const float **logits,
+                             col_err *err);
+
 #endif
