@@ -229,6 +229,10 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
         int64_t oa, ob;
         col_batch_offsets(n->t.shape, nd - 2, bi, a, b, &oa, &ob);
         const float *pa = (const float *)a->data + oa, *pb = (const float *)b->data + ob;
+        if (M <= COL_CPU_SMALL_M && ta == COL_BLAS_NO_TRANS) { /* decoding: rows that match whatever M is */
+            col_cpu_matmul_small(ex, M, N, K, pa, lda, pb, ldb, tb == COL_BLAS_TRANS, c + bi * M * N);
+            continue;
+        }
         if (M == 1) { /* one row (decoding a token): a matrix-vector product, bandwidth-bound */
             int inca = ta == COL_BLAS_NO_TRANS ? 1 : lda;
             if (tb == COL_BLAS_NO_TRANS) /* c = b^T a, b stored K x N */
