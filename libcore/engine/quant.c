@@ -309,16 +309,74 @@ static float block_value(col_dtype dt, const void *blk, int j)
     }
 }
 
+/* whole rows, block by block: the operations of block_value in loops a compiler vectorizes */
+static void dequantize_q8_0(const col_block_q8_0 *q, int64_t nb, float *y)
+{
+    for (int64_t i = 0; i < nb; i++, y += COL_QK) {
+        float d = col_f16_to_f32(q[i].d);
+        for (int j = 0; j < COL_QK; j++)
+            y[j] = d * (float)q[i].qs[j];
+    }
+}
+
+static void dequantize_q4_0(const col_block_q4_0 *q, int64_t nb, float *y)
+{
+    for (int64_t i = 0; i < nb; i++, y += COL_QK) {
+        float d = col_f16_to_f32(q[i].d);
+        for (int j = 0; j < COL_QK / 2; j++) {
+            y[j] = d * (float)((q[i].qs[j] & 0xF) - 8);
+            y[j + COL_QK / 2] = d * (float)((q[i].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+static void dequantize_q4_K(const col_block_q4_K *q, int64_t nb, float *y)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = col_f16_to_f32(q[i].d), dmin = col_f16_to_f32(q[i].dmin);
+        for (int c = 0; c < 4; c++, y += 64) {
+            uint8_t sc0, m0, sc1, m1;
+            col_q4k_scale_min(2 * c, q[i].scales, &sc0, &m0);
+            col_q4k_scale_min(2 * c + 1, q[i].scales, &sc1, &m1);
+            float d0 = d * sc0, dm0 = dmin * m0, d1 = d * sc1, dm1 = dmin * m1;
+            const uint8_t *qs = q[i].qs + 32 * c;
+            for (int l = 0; l < 32; l++) {
+                y[l] = d0 * (float)(qs[l] & 0xF) - dm0;
+                y[l + 32] = d1 * (float)(qs[l] >> 4) - dm1;
+            }
+        }
+    }
+}
+
+static void dequantize_q6_K(const col_block_q6_K *q, int64_t nb, float *y)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = col_f16_to_f32(q[i].d);
+        for (int h = 0; h < 2; h++, y += 128) {
+            const uint8_t *ql = q[i].ql + 64 * h, *qh = q[i].qh + 32 * h;
+            const int8_t *sc = q[i].scales + 8 * h;
+            for (int l = 0; l < 32; l++) {
+                int s = l / 16;
+                y[l] = d * (float)sc[s] * (float)(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+                y[l + 32] = d * (float)sc[s + 2] * (float)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                y[l + 64] = d * (float)sc[s + 4] * (float)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                y[l + 96] = d * (float)sc[s + 6] * (float)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+    }
+}
+
 bool col_dequantize_row(col_dtype dt, const void *q, int64_t n, float *out)
 {
     int64_t b = col_dtype_block(dt);
     if (!col_dtype_is_quant(dt) || n < 0 || n % b)
         return false;
-    size_t bb = col_dtype_block_bytes(dt);
-    for (int64_t i = 0; i < n / b; i++) {
-        const void *blk = (const char *)q + (size_t)i * bb;
-        for (int j = 0; j < b; j++)
-            out[i * b + j] = block_value(dt, blk, j);
+    switch (dt) {
+    case COL_Q8_0: dequantize_q8_0(q, n / b, out); break;
+    case COL_Q4_0: dequantize_q4_0(q, n / b, out); break;
+    case COL_Q4_K: dequantize_q4_K(q, n / b, out); break;
+    case COL_Q6_K: dequantize_q6_K(q, n / b, out); break;
+    default: return false;
     }
     return true;
 }

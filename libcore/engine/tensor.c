@@ -240,7 +240,7 @@ double col_get_as_f64(const col_tensor *t, int64_t off)
     case COL_Q8_0:
     case COL_Q4_0:
     case COL_Q4_K:
-    case COL_Q6_K: return col_quant_value(t->dtype, t->data, off);
+    case COL_Q6_K: return NAN; /* no element to read: col_quant_value (quant.c) decodes one */
     default: return 0.0;
     }
 }

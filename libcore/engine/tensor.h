@@ -96,8 +96,8 @@ bool col_dequantize_row(col_dtype dt, const void *q, int64_t n, float *out);
 /* value i of the quantized values at q (the same number col_dequantize_row gives); 0 for a dtype
  * that is not quantized */
 float col_quant_value(col_dtype dt, const void *q, int64_t i);
-/* Reads/writes element at element offset off (relative to t->data) as double. A quantized tensor
- * (contiguous) reads its value off (col_quant_value); writing one does nothing. */
+/* Reads/writes element at element offset off (relative to t->data) as double. A quantized tensor has
+ * no elements: reading one gives NaN (col_quant_value decodes value i), writing one does nothing. */
 double col_get_as_f64(const col_tensor *t, int64_t off);
 void col_set_from_f64(const col_tensor *t, int64_t off, double v);
 
