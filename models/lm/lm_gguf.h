@@ -41,7 +41,8 @@ typedef struct {
     uint64_t row_bytes;       /* bytes of one stored row */
     bool transposed;          /* the parameter is the transpose of the stored [rows, cols] (GPT-2's Conv1D) */
     int row_perm_heads;       /* > 0: rows are permuted per head (LLaMA q/k): the parameter's row r is stored
-                                 row col_lm_gguf_perm_row(r, row_perm_heads, rows); 0: no permutation */
+                                 row col_lm_gguf_perm_row(r, row_perm_heads, rows) (a q/k bias, rows 1: its
+                                 elements, over cols); 0: no permutation */
 } col_lm_gguf_tensor;
 
 /* The GGUF tensor of parameter `index` of col_lm_param_specs(cfg) (cfg as col_lm_gguf_config gave it):

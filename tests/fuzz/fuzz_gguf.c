@@ -2,7 +2,8 @@
  *
  * Parses the input as a GGUF image (col_gguf_parse), then reads everything the reader lets through: every
  * metadata value (arrays element by element, arrays of arrays, the typed lookups of each key) and every
- * byte of every tensor, so that ASan sees anything escaping the image; checks the reader's promises (a
+ * byte of every tensor, so that ASan sees anything escaping the image; builds the tokenizer the metadata
+ * describes (libcore/text/tok_gguf.c), when it describes one; checks the reader's promises (a
  * failure leaves no file and one message naming it; tensors lie inside the image, aligned). Seeds:
  * tests/fuzz/corpus_gguf/ (the fixtures of tools/refgen/make_gguf_fixtures.py). */
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "tok_gguf.h"
 
 static volatile unsigned sink;
 
@@ -84,6 +86,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (uint64_t k = 0; k < nb; k++)
             sink += b[k];
     }
+    col_tokenizer *tok = NULL;
+    if (col_gguf_find_key(g, "tokenizer.ggml.model") >= 0 && col_tok_from_gguf(g, &tok, &err) == COL_OK) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (col_tok_encode(tok, "a b\xe2\x96\x81" "c", 8, true, &ids, &n, &err) == COL_OK)
+            sink += (unsigned)n;
+        free(ids);
+    }
+    col_tok_free(tok);
     col_gguf_close(g);
     return 0;
 }

@@ -12,6 +12,9 @@ Outputs (tests/fixtures/gguf/):
   align64_v2.gguf the same kind of file with general.alignment = 64, its version field set to 2 (GGUF v2
                   and v3 lay little-endian files out alike: v3 only added big-endian files)
   big_endian.gguf a big-endian file (GGUFWriter's endianess=BIG): the reader must refuse it
+  ../../fuzz/corpus_gguf/   seeds of tests/fuzz/fuzz_gguf: basic.gguf, align64_v2.gguf, and the tokenizer
+                  metadata alone of tests/fixtures/gguf_model/{llama,gpt2}-f32.gguf (when
+                  make_gguf_model_fixtures.py has made them): {llama,gpt2}_vocab.gguf
   expected.json   for each file: version, alignment, data offset, every metadata entry (type; value with
                   integers as decimal strings so 64-bit values stay exact, strings as hex of their bytes,
                   floats as numbers that are exact doubles of the stored value) and every tensor (ggml type
@@ -159,6 +162,25 @@ def main():
     write(OUT + "big_endian.gguf", endian=gguf.GGUFEndian.BIG)
     with open(OUT + "expected.json", "w") as f:
         json.dump(exp, f, separators=(",", ":"))
+    corpus = "tests/fuzz/corpus_gguf/"
+    os.makedirs(corpus, exist_ok=True)
+    for n in ("basic.gguf", "align64_v2.gguf"):
+        with open(OUT + n, "rb") as f, open(corpus + n, "wb") as g:
+            g.write(f.read())
+    for fam in ("llama", "gpt2"):
+        src = f"tests/fixtures/gguf_model/{fam}-f32.gguf"
+        if not os.path.exists(src):
+            continue
+        r = gguf.GGUFReader(src)
+        w = gguf.GGUFWriter(corpus + f"{fam}_vocab.gguf", fam)
+        for k, f in r.fields.items():
+            if k.startswith("tokenizer."):
+                vt = f.types[0]
+                w.add_key_value(k, f.contents(), vt, sub_type=f.types[-1] if vt == V.ARRAY else None)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
     for n in sorted(os.listdir(OUT)):
         print(n, os.path.getsize(OUT + n))
 
