@@ -585,6 +585,7 @@ static int run_on(const options *opt, app_device *dev)
     tc.seq = 1;
     tc.opt = col_opt_defaults(COL_OPT_SGD);
     tc.inference = true;
+    tc.weights_follow = src.weights || src.gguf; /* (a preset starts from its random initialisation) */
     char budget[256]; /* on a GPU without --gpu-mem: the compute tier's size from its free memory */
     if (app_device_default_budget(dev, &o.mem.gpu_mem, budget, sizeof budget, &err) != 0) {
         print_err(&err);

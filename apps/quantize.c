@@ -175,6 +175,7 @@ int main(int argc, char **argv)
     tc.seq = 1;
     tc.opt = col_opt_defaults(COL_OPT_SGD);
     tc.inference = true;
+    tc.weights_follow = true;
     tc.weight_quant = q;
     col_backend be;
     col_lm_trainer *t = NULL;

@@ -532,10 +532,12 @@ col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *
     uint64_t numel = t->nbytes / es;
     if (numel > 0 && !dst)
         return col_err_set(err, COL_EINVAL, "col_ckpt_read_f32: NULL destination for tensor '%.200s'", t->name);
-    /* in pieces: the pages of a mapped file each piece came from leave memory once it is converted */
-    const int64_t piece = (int64_t)((size_t)16 << 20) / (int64_t)es;
-    for (int64_t done = 0; done < (int64_t)numel; done += piece) {
-        int64_t n = (int64_t)numel - done < piece ? (int64_t)numel - done : piece;
+    /* in pieces: the pages of a mapped file each piece came from leave memory once it is converted; the pieces
+     * on the threads (reading a mapped file is bound by its page faults as much as by the copy) */
+    const int64_t piece = (int64_t)((size_t)4 << 20) / (int64_t)es, pieces = ((int64_t)numel + piece - 1) / piece;
+#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
+    for (int64_t k = 0; k < pieces; k++) {
+        int64_t done = k * piece, n = (int64_t)numel - done < piece ? (int64_t)numel - done : piece;
         const unsigned char *src = (const unsigned char *)t->data + (size_t)done * es;
         convert(t->dtype, src, n, dst + done);
         if (t->mapped)

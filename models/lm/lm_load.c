@@ -120,6 +120,7 @@ static col_status check_unused(const col_lm_trainer *t, const col_ckpt *ck, cons
 static int64_t count_nonfinite(const float *w, int64_t n)
 {
     int64_t k = 0;
+#pragma omp parallel for reduction(+ : k) schedule(static) if (n > (1 << 20))
     for (int64_t i = 0; i < n; i++)
         k += !isfinite(w[i]);
     return k;

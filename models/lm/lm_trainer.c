@@ -284,7 +284,7 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         mt_pin_host(t->pool, be, 1u << MT_PARAM | 1u << MT_GRAD);
     if (st == COL_OK && (st = mt_stage_create(t->pool, 12, &t->stage, err)) == COL_OK)
         mt_stage_set_limit(t->stage, lmt_stage_need(t));
-    if (st == COL_OK)
+    if (st == COL_OK && !cfg->weights_follow)
         st = lmt_init_params(t, err);
     if (st == COL_OK && !cfg->inference)
         st = build_train(t, err);

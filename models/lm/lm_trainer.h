@@ -39,6 +39,8 @@ typedef struct {
     uint64_t nvme_max;    /* bytes the NVMe tier may take; 0 = unlimited */
     int nvme_queue_depth; /* the NVMe tier's io_uring queue depth; 0 = its default */
     const struct mt_nvme_faults *nvme_faults; /* tests: fault injection into the NVMe tier */
+    bool weights_follow;  /* the caller loads every parameter right after creating the session (col_lm_trainer_load
+                             or _load_gguf): the random initialisation is skipped (a model's worth of draws) */
     bool inference;       /* no gradients, optimizer states or training graph: evaluation, next-token
                              logits and decoding only (step/grads then fail) - half the memory or less */
     col_lora_config lora; /* rank > 0: train LoRA adapters only, the base model frozen (lora.h) */
