@@ -2,15 +2,13 @@
  * turns, sampling, streaming output that holds back what may be the start of
  * a stop string, and conversations that drop their oldest turns to fit the
  * context (see chat.h). */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* memmem */
-#endif
 #include "chat.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "stopstr.h"
 #include "termsafe.h"
 
 col_status chat_engine_init(chat_engine *g, col_lm_trainer *tr, const col_tokenizer *tok, int vocab, int ctx,
@@ -64,33 +62,6 @@ static bool buf_add(buf_t *b, const char *s, size_t n)
     return true;
 }
 
-/* the earliest stop string in s[0..n): its offset, or -1 */
-static long find_stop(const chat_engine *g, const char *s, size_t n)
-{
-    long best = -1;
-    for (int i = 0; i < g->nstops; i++) {
-        const char *hit = memmem(s, n, g->stops[i], strlen(g->stops[i]));
-        if (hit && (best < 0 || hit - s < best))
-            best = (long)(hit - s);
-    }
-    return best;
-}
-
-/* the length of the longest suffix of s[0..n) that is a proper prefix of a stop string */
-static size_t stop_prefix(const chat_engine *g, const char *s, size_t n)
-{
-    size_t hold = 0;
-    for (int i = 0; i < g->nstops; i++) {
-        size_t L = strlen(g->stops[i]);
-        for (size_t k = L - 1 < n ? L - 1 : n; k > hold; k--)
-            if (memcmp(s + n - k, g->stops[i], k) == 0) {
-                hold = k;
-                break;
-            }
-    }
-    return hold;
-}
-
 /* the streaming state of one reply */
 typedef struct {
     buf_t pending; /* text not printed yet: it may be the start of a stop string */
@@ -131,7 +102,7 @@ static bool stream_token(const chat_engine *g, stream_t *s, int32_t id, bool *oo
         *oom = true;
         return false;
     }
-    long at = find_stop(g, s->pending.p, s->pending.n);
+    long at = stop_find(g->stops, g->nstops, s->pending.p, s->pending.n);
     if (at >= 0) {
         *oom = !emit(g, s, s->pending.p, (size_t)at);
         return true;
@@ -141,7 +112,7 @@ static bool stream_token(const chat_engine *g, stream_t *s, int32_t id, bool *oo
         s->pending.p[keep] = '\0';
         return false;
     }
-    size_t hold = stop_prefix(g, s->pending.p, s->pending.n), ready = s->pending.n - hold;
+    size_t hold = stop_prefix(g->stops, g->nstops, s->pending.p, s->pending.n), ready = s->pending.n - hold;
     if (ready > 0) {
         *oom = !emit(g, s, s->pending.p, ready);
         memmove(s->pending.p, s->pending.p + ready, hold + 1);

@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "filemap.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf.c reads little-endian data in place: big-endian hosts are not supported"
 #endif
@@ -441,32 +443,14 @@ col_status col_gguf_parse(const void *data, size_t len, const char *name, col_gg
 col_status col_gguf_open(const char *path, col_gguf **out, col_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* O_NONBLOCK: a FIFO must not hang us */
-    if (fd < 0)
-        return col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        col_status st = col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    const char *why = S_ISDIR(sb.st_mode) ? "is a directory, not a GGUF file"
-                      : !S_ISREG(sb.st_mode) ? "is not a regular file"
-                      : sb.st_size == 0      ? "is empty (0 bytes), not a GGUF file"
-                                             : NULL;
-    if (why || (uint64_t)sb.st_size > SIZE_MAX) {
-        close(fd);
-        return col_err_set(err, COL_EIO, "%s %s", path, why ? why : "is too large to map");
-    }
-    size_t len = (size_t)sb.st_size;
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int mmap_errno = errno;
-    close(fd);
-    if (map == MAP_FAILED)
-        return col_err_set(err, COL_EIO, "cannot map %s (%zu bytes): %s", path, len, strerror(mmap_errno));
+    void *map = NULL;
+    size_t len = 0;
+    col_status ms = col_file_map(path, "a GGUF file", &map, &len, err);
+    if (ms != COL_OK)
+        return ms;
     col_gguf *g = gguf_new(path);
     if (!g) {
-        munmap(map, len);
+        col_file_unmap(map, len);
         return col_err_set(err, COL_ENOMEM, "out of memory opening %s", path);
     }
     g->map = map;

@@ -19,6 +19,7 @@
  * another process truncating the file while it is open (SIGBUS).
  */
 #include "checkpoint.h"
+#include "filemap.h"
 #include "st_internal.h"
 
 #include <cjson/cJSON.h>
@@ -443,32 +444,14 @@ col_status col_st_parse(const void *data, size_t len, const char *name, col_st_f
 col_status col_st_open(const char *path, col_st_file **out, col_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* O_NONBLOCK: a FIFO must not hang us */
-    if (fd < 0)
-        return col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        col_status st = col_err_set(err, COL_EIO, "cannot open %s: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    const char *why = S_ISDIR(sb.st_mode) ? "is a directory, not a safetensors file"
-                      : !S_ISREG(sb.st_mode) ? "is not a regular file"
-                      : sb.st_size == 0      ? "is empty (0 bytes), not a safetensors file"
-                                             : NULL;
-    if (why || (uint64_t)sb.st_size > SIZE_MAX) {
-        close(fd);
-        return col_err_set(err, COL_EIO, "%s %s", path, why ? why : "is too large to map");
-    }
-    size_t len = (size_t)sb.st_size;
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int mmap_errno = errno;
-    close(fd);
-    if (map == MAP_FAILED)
-        return col_err_set(err, COL_EIO, "cannot map %s (%zu bytes): %s", path, len, strerror(mmap_errno));
+    void *map = NULL;
+    size_t len = 0;
+    col_status ms = col_file_map(path, "a safetensors file", &map, &len, err);
+    if (ms != COL_OK)
+        return ms;
     col_st_file *f = st_new(path);
     if (!f) {
-        munmap(map, len);
+        col_file_unmap(map, len);
         return col_err_set(err, COL_ENOMEM, "out of memory opening %s", path);
     }
     f->map = map;
