@@ -122,6 +122,15 @@ char *serve_api_error_json(const serve_api_error *e)
     return out;
 }
 
+bool serve_api_key_equal(const char *key, const char *given, size_t given_len)
+{
+    size_t klen = strlen(key);
+    volatile unsigned char diff = (unsigned char)(given_len != klen);
+    for (size_t i = 0; i < klen; i++) /* every byte of the key, whatever matched before */
+        diff |= (unsigned char)((unsigned char)key[i] ^ (unsigned char)(i < given_len ? given[i] : 0));
+    return diff == 0;
+}
+
 /* ---- reading the request ---- */
 
 static const char *type_name(const cJSON *v)

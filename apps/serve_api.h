@@ -118,4 +118,7 @@ char *serve_api_model_json(const serve_api_model *m, long long created);
  * included) escaped, valid UTF-8 kept, each byte of an invalid sequence written as U+FFFD. */
 char *serve_api_json_string(const char *s, size_t len);
 
+/* Whether given[0..given_len) equals key (an API key), in a time that depends on key's length only. */
+bool serve_api_key_equal(const char *key, const char *given, size_t given_len);
+
 #endif

@@ -74,15 +74,6 @@ col_status serve_http_listen(const char *host, int port, int *fd, char *where, s
     return COL_OK;
 }
 
-bool serve_http_key_equal(const char *key, const char *given, size_t given_len)
-{
-    size_t klen = strlen(key);
-    volatile unsigned char diff = (unsigned char)(given_len != klen);
-    for (size_t i = 0; i < klen; i++) /* every byte of the key, whatever matched before */
-        diff |= (unsigned char)((unsigned char)key[i] ^ (unsigned char)(i < given_len ? given[i] : 0));
-    return diff == 0;
-}
-
 /* ---- one request ---- */
 
 typedef struct {
@@ -226,7 +217,7 @@ static bool authorized(serve_http *h, struct MHD_Connection *conn)
         return true;
     const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!a || strncasecmp(a, "Bearer ", 7) != 0) {
-        (void)serve_http_key_equal(key, "", 0); /* the same time as a wrong key */
+        (void)serve_api_key_equal(key, "", 0); /* the same time as a wrong key */
         return false;
     }
     a += 7;
@@ -235,7 +226,7 @@ static bool authorized(serve_http *h, struct MHD_Connection *conn)
     size_t len = strlen(a);
     while (len > 0 && (a[len - 1] == ' ' || a[len - 1] == '\t'))
         len--;
-    return serve_http_key_equal(key, a, len);
+    return serve_api_key_equal(key, a, len);
 }
 
 static enum MHD_Result health(req_ctx *c)
@@ -607,7 +598,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         size_t k = *upload_size;
         *upload_size = 0;
         if (c->n + k > h->cfg.max_body) {
-            /* a chunked body past the limit: close the connection rather than read the rest */
+            /* a chunked body past the limit: 413 at once, the rest unread (libmicrohttpd closes the connection
+             * after it); if the response cannot be queued now, the connection is closed without one */
+            serve_api_error e;
+            serve_api_set_error(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                                "The request body is over this server's limit of %zu bytes.", h->cfg.max_body);
+            if (send_error(c, &e, true) == MHD_YES)
+                return MHD_YES;
             c->status = 413;
             c->aborted = true;
             return MHD_NO;

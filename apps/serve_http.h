@@ -58,7 +58,4 @@ int serve_http_in_flight(serve_http *h);
 /* Closes every connection, stops the daemon's threads and frees h. */
 void serve_http_stop(serve_http *h);
 
-/* Whether given[0..given_len) equals key, in a time that depends on key's length only. */
-bool serve_http_key_equal(const char *key, const char *given, size_t given_len);
-
 #endif
