@@ -57,6 +57,7 @@ typedef struct {
     col_sample_opts so;          /* temperature 0 = greedy; choice i draws with seed so.seed + i */
     const char *const *stops;    /* up to 4 stop strings (OpenAI's limit), none empty */
     int nstops;
+    bool strip_leading_space;    /* drop the spaces a choice's text starts with (LLaMA-2's chat format) */
 } serve_params;
 
 col_status serve_sched_start(const serve_sched_config *cfg, serve_sched **out, col_err *err);

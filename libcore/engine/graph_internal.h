@@ -42,6 +42,12 @@ enum { COL_VIEW_RESHAPE = 1, COL_VIEW_PERMUTE, COL_VIEW_SLICE, COL_VIEW_EXPAND, 
  * made unit-stride along D first (ops_nn.c). */
 col_node *col_rope_node(col_graph *g, col_node *x, col_node *pos, const col_op_params *p);
 
+/* The per-row positions of a batch of B sequences over a cache of R rows
+ * (views.c): *start must be an i64 [B] node, *rows NULL (row b, needs B <= R)
+ * or an i64 [B] node; both are made contiguous (the kernels index them).
+ * Records the error and returns false otherwise. */
+bool col_rows_operands(col_graph *g, const char *op, int64_t B, int64_t R, col_node **start, col_node **rows);
+
 /* q, k, v or dO [B,H,T,D] as the attention kernels read them: unit stride
  * along D, copied only when not (ops_attention.c). */
 col_node *col_attention_operand(col_graph *g, col_node *x);

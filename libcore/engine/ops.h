@@ -59,7 +59,10 @@ typedef enum {
                               LLaMA-3 scaling: f[1] = factor (0 = off), f[2] = low_freq_factor,
                               f[3] = high_freq_factor, f[4] = original max positions */
     COL_OP_ATTENTION,      /* q [B,Hq,T,D], k,v [B,Hkv,S,D]; i[0] = causal; f[0] = scale;
-                              extra: logsumexp [B,Hq,T] f32 */
+                              extra: logsumexp [B,Hq,T] f32. Over a cache (no gradient): src3 = start.
+                              i[1] = 0: start i64 [1], the first start+T keys of k,v [B,Hkv,S,D];
+                              i[1] = 1 (rows): k,v [R,Hkv,S,D], start i64 [B], src4 = rows i64 [B] if
+                              given (else row b): row b reads cache row rows[b], its first start[b]+T keys */
     COL_OP_ATTENTION_BWD,  /* src0..3 = q,k,v,o(attention node), src4 = do; packed [dq | dk | dv] */
     COL_OP_CROSS_ENTROPY,  /* src0 = logits [N,V], src1 = targets (i32/i64) [N]; i[0] = ignore_index;
                               out: scalar mean over counted rows; extra: per-row logsumexp */
@@ -69,9 +72,12 @@ typedef enum {
                               counter is 0, else a Philox hash of (seed, counter) */
     COL_OP_CONCAT,         /* i[0] = axis; sources 1..COL_MAX_SRC */
     COL_OP_MATMUL,         /* a [..., M, K] @ b [..., K, N], batch dims broadcast */
-    COL_OP_ARANGE,         /* i32 [n]: start + i[0] + k, start = src0 (i64 [1]) if given, else 0 */
+    COL_OP_ARANGE,         /* i32 [n]: start + i[0] + k, start = src0 (i64 [1]) if given, else 0;
+                              i[1] = 1 (rows): i32 [B,n], row b from start[b], src0 i64 [B] */
     COL_OP_KV_WRITE,       /* src0 = cache leaf [B,H,S,D], src1 = new [B,H,T,D], src2 = start (i64 [1]):
-                              cache[:, :, start:start+T] = new; the output is the cache itself */
+                              cache[:, :, start:start+T] = new; the output is the cache itself.
+                              i[0] = 1 (rows): cache [R,H,S,D], start i64 [B], src3 = rows i64 [B] if
+                              given (else row b): cache[rows[b], :, start[b]:start[b]+T] = new[b] */
     /* images, NCHW (issue 15): i[0..1] = stride h, w; i[2..3] = top, left zero padding (bottom and right
        follow from the shapes); i[4] = has bias. col_conv2d_geom_of (backend.h) reads all of it */
     COL_OP_CONV2D,         /* src0 = x [B,Cin,H,W], src1 = w [Cout,Cin,kh,kw], src2 = bias [Cout] if i[4];

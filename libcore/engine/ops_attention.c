@@ -99,3 +99,41 @@ col_node *col_attention_cached(col_graph *g, col_node *q, col_node *kcache, col_
     n->nsrc = 4;
     return n;
 }
+
+col_node *col_attention_cached_rows(col_graph *g, col_node *q, col_node *kcache, col_node *vcache, col_node *start,
+                                    col_node *rows, float scale)
+{
+    if (!q || !kcache || !vcache)
+        return NULL;
+    char b1[96], b2[96], b3[96];
+    if (!col_check(g, q->t.dtype == COL_F32 && kcache->t.dtype == COL_F32 && vcache->t.dtype == COL_F32, COL_EDTYPE,
+                   "attention_rows: needs f32 q, k, v, got %s, %s, %s", col_dtype_name(q->t.dtype),
+                   col_dtype_name(kcache->t.dtype), col_dtype_name(vcache->t.dtype)) ||
+        !col_check(g, q->t.ndim == 4 && kcache->t.ndim == 4 && col_same_shape(&kcache->t, &vcache->t), COL_ESHAPE,
+                   "attention_rows: q [B,Hq,T,D] and caches [S,Hkv,L,D] of one shape, got q %s, k %s, v %s",
+                   col_shape_str(&q->t, b1, sizeof b1), col_shape_str(&kcache->t, b2, sizeof b2),
+                   col_shape_str(&vcache->t, b3, sizeof b3)))
+        return NULL;
+    int64_t B = q->t.shape[0], Hq = q->t.shape[1], T = q->t.shape[2], D = q->t.shape[3];
+    int64_t R = kcache->t.shape[0], Hkv = kcache->t.shape[1], L = kcache->t.shape[2];
+    if (!col_check(g, kcache->t.shape[3] == D && D > 0, COL_ESHAPE, "attention_rows: q %s and the cache %s differ in head_dim",
+                   col_shape_str(&q->t, b1, sizeof b1), col_shape_str(&kcache->t, b2, sizeof b2)) ||
+        !col_check(g, Hkv > 0 && Hq % Hkv == 0, COL_ESHAPE,
+                   "attention_rows: %lld query heads are not a multiple of %lld kv heads", (long long)Hq, (long long)Hkv) ||
+        !col_check(g, T <= L && L > 0, COL_ESHAPE, "attention_rows: %lld queries over a cache of %lld positions",
+                   (long long)T, (long long)L) ||
+        !col_rows_operands(g, "attention_rows", B, R, &start, &rows))
+        return NULL;
+    col_node *src[5] = {col_attention_operand(g, q), col_attention_operand(g, kcache), col_attention_operand(g, vcache),
+                        start, rows};
+    int64_t shape[4] = {B, Hq, T, D};
+    col_node *n = col_new_node(g, COL_OP_ATTENTION, COL_F32, 4, shape, rows ? 5 : 4, src);
+    if (!n)
+        return NULL;
+    n->p.i[0] = 1; /* causal */
+    n->p.i[1] = 1; /* rows */
+    n->p.f[0] = scale > 0.0f ? scale : 1.0f / sqrtf((float)D);
+    n->extra_bytes = sizeof(float) * (size_t)(B * Hq * T); /* logsumexp per row, as col_attention_cached */
+    n->scratch_bytes = (size_t)col_max_threads() * col_attention_scratch_per_thread(D, false);
+    return n;
+}

@@ -1,6 +1,7 @@
 /* views.c - views (no copy) and data movement ops; their gradients are in views_bwd.c. */
 #include "graph_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static col_node *base_of(col_node *x) { return (x->flags & COL_NODE_VIEW) ? x->view_base : x; }
@@ -338,4 +339,69 @@ col_node *col_kv_write(col_graph *g, col_node *cache, col_node *x, col_node *sta
         return NULL;
     col_node *src[3] = {cache, x, start};
     return col_new_node(g, COL_OP_KV_WRITE, cache->t.dtype, 4, cache->t.shape, 3, src);
+}
+
+/* ---- many sequences at their own positions (serving) ---- */
+
+static bool is_index_vector(col_graph *g, col_node *x, int64_t B, const char *op, const char *what)
+{
+    char b1[96], b2[32];
+    if (B >= 0)
+        snprintf(b2, sizeof b2, "%lld", (long long)B);
+    else
+        snprintf(b2, sizeof b2, "B");
+    return col_check(g, x->t.dtype == COL_I64 && x->t.ndim == 1 && (B < 0 || x->t.shape[0] == B), COL_EINVAL,
+                     "%s: %s must be an i64 [%s] node (one per batch row), got %s %s", op, what, b2,
+                     col_dtype_name(x->t.dtype), col_shape_str(&x->t, b1, sizeof b1));
+}
+
+bool col_rows_operands(col_graph *g, const char *op, int64_t B, int64_t R, col_node **start, col_node **rows)
+{
+    if (!*start)
+        return col_check(g, false, COL_EINVAL, "%s: no start positions", op);
+    if (!is_index_vector(g, *start, B, op, "the start positions") ||
+        (*rows && !is_index_vector(g, *rows, B, op, "the cache rows")) ||
+        !col_check(g, *rows || B <= R, COL_ESHAPE,
+                   "%s: %lld batch rows without a row map need a cache of at least as many rows, it has %lld", op,
+                   (long long)B, (long long)R))
+        return false;
+    *start = col_contiguous(g, *start);
+    if (*rows)
+        *rows = col_contiguous(g, *rows);
+    return col_graph_status(g) == COL_OK;
+}
+
+col_node *col_arange_rows(col_graph *g, col_node *start, int64_t n, int64_t offset)
+{
+    if (!start)
+        return col_graph_fail(g, COL_EINVAL, "arange_rows: no start positions");
+    if (!is_index_vector(g, start, -1, "arange_rows", "the start positions"))
+        return NULL;
+    start = col_contiguous(g, start);
+    int64_t shape[2] = {start ? start->t.shape[0] : 0, n};
+    col_node *r = col_new_node(g, COL_OP_ARANGE, COL_I32, 2, shape, 1, &start);
+    if (r)
+        r->p.i[0] = offset, r->p.i[1] = 1;
+    return r;
+}
+
+col_node *col_kv_write_rows(col_graph *g, col_node *cache, col_node *x, col_node *start, col_node *rows)
+{
+    if (!cache || !x)
+        return NULL;
+    char b1[96], b2[96];
+    if (!col_check(g, cache->op == COL_OP_LEAF && cache->t.ndim == 4 && x->t.ndim == 4 && cache->t.dtype == x->t.dtype,
+                   COL_ESHAPE, "kv_write_rows: cache %s must be a [S,H,L,D] leaf of x's dtype, x %s",
+                   col_shape_str(&cache->t, b1, sizeof b1), col_shape_str(&x->t, b2, sizeof b2)) ||
+        !col_check(g, cache->t.shape[1] == x->t.shape[1] && cache->t.shape[3] == x->t.shape[3] &&
+                          x->t.shape[2] <= cache->t.shape[2],
+                   COL_ESHAPE, "kv_write_rows: x %s does not fit the cache %s", col_shape_str(&x->t, b1, sizeof b1),
+                   col_shape_str(&cache->t, b2, sizeof b2)) ||
+        !col_rows_operands(g, "kv_write_rows", x->t.shape[0], cache->t.shape[0], &start, &rows))
+        return NULL;
+    col_node *src[4] = {cache, x, start, rows};
+    col_node *n = col_new_node(g, COL_OP_KV_WRITE, cache->t.dtype, 4, cache->t.shape, rows ? 4 : 3, src);
+    if (n)
+        n->p.i[0] = 1;
+    return n;
 }

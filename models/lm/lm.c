@@ -122,6 +122,9 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
     if (o->cache_len && (o->cache_len < o->seq || o->cache_len > c->max_positions || o->with_loss))
         return col_err_set(err, COL_EINVAL, "%s: a key/value cache of %d positions cannot hold %d tokens (max %d)",
                            col_arch_name(c->arch), o->cache_len, o->seq, c->max_positions);
+    if (o->cache_rows < 0 || (o->cache_rows > 0 && !o->cache_len))
+        return col_err_set(err, COL_EINVAL, "%s: %d cache rows (a cache of many sequences needs cache_len > 0)",
+                           col_arch_name(c->arch), o->cache_rows);
     if (o->dtype != COL_F32 && o->dtype != COL_BF16 && o->dtype != COL_F16)
         return col_err_set(err, COL_EINVAL, "%s: weights of %s (f32, bf16 or f16)", col_arch_name(c->arch),
                            col_dtype_name(o->dtype));
@@ -211,11 +214,13 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
             out->hidden_in->flags |= COL_NODE_NEEDS_GRAD;
     }
     col_graph_set_dropout_offset(g, drop_off);
-    out->start = NULL;
+    out->start = out->rows = NULL;
     if (o->cache_len) {
-        int64_t one[1] = {1};
+        int64_t one[1] = {o->cache_rows > 0 ? o->batch : 1};
         out->start = col_input(g, "start", COL_I64, 1, one);
-        int64_t cs[4] = {o->batch, c->n_kv_head, o->cache_len, c->head_dim};
+        if (o->cache_rows > 0)
+            out->rows = col_input(g, "rows", COL_I64, 1, one);
+        int64_t cs[4] = {o->cache_rows > 0 ? o->cache_rows : o->batch, c->n_kv_head, o->cache_len, c->head_dim};
         for (int l = 0; l < 2 * c->n_layer; l++)
             out->cache[l] = col_input(g, l % 2 ? "v_cache" : "k_cache", COL_F32, 4, cs);
     }

@@ -108,6 +108,10 @@ typedef struct {
     /* incremental decoding: attend to a key/value cache of `cache_len`
      * positions per layer; the graph takes the start position at run time */
     int cache_len;          /* 0 = no cache (positions 0..seq-1) */
+    /* many sequences (serving): > 0 = the cache leaves hold cache_rows sequences [cache_rows, n_kv_head,
+     * cache_len, head_dim], and out->start and out->rows are i64 [batch] inputs: batch row b continues the
+     * sequence in cache row rows[b] at position start[b]; 0 = the cache has the batch's rows, one start */
+    int cache_rows;
     /* LoRA (lora.h): with lora_of set, the base parameters are built as inputs (frozen, no
      * gradient) and every weight i with lora_of[i] = j >= 0 gets the trainable adapter leaves
      * out->lora[2j] (A [r, in]) and out->lora[2j+1] (B [out, r]): y = base(x) + scale (x A^T) B^T */
@@ -142,6 +146,7 @@ typedef struct {
      * caller-provided array of 2*n_layer) and the i64 [1] start position */
     col_node **cache;
     col_node *start;
+    col_node *rows;         /* with opts.cache_rows: i64 [batch], each row's cache row */
     col_node **lora;        /* with opts.lora_of: 2 per adapter, A then B (caller-provided array) */
     col_node *hidden_in;    /* a stage after the first: input [batch, seq, hidden] f32; NULL otherwise (ids then) */
     col_node *hidden_out;   /* a stage before the last: its output [batch, seq, hidden]; NULL otherwise */

@@ -159,6 +159,8 @@ col_node *col_lm_positions(col_graph *g, const col_lm_build_opts *o, col_lm_grap
 {
     if (o->par)
         offset += (int64_t)o->par->sp_rank * o->seq;
+    if (o->cache_len && o->cache_rows > 0)
+        return col_arange_rows(g, out->start, o->seq, offset); /* [B, T] */
     return col_arange(g, o->cache_len ? out->start : NULL, o->seq, offset);
 }
 
@@ -169,7 +171,11 @@ col_node *col_lm_attend(col_graph *g, const col_lm_build_opts *o, col_lm_graph *
         return NULL;
     int64_t B = q->t.shape[0], H = q->t.shape[1], T = q->t.shape[2], D = q->t.shape[3];
     col_node *y;
-    if (o->cache_len) {
+    if (o->cache_len && o->cache_rows > 0) {
+        col_node *kc = col_kv_write_rows(g, out->cache[2 * l], k, out->start, out->rows);
+        col_node *vc = col_kv_write_rows(g, out->cache[2 * l + 1], v, out->start, out->rows);
+        y = col_attention_cached_rows(g, q, kc, vc, out->start, out->rows, scale);
+    } else if (o->cache_len) {
         col_node *kc = col_kv_write(g, out->cache[2 * l], k, out->start);
         col_node *vc = col_kv_write(g, out->cache[2 * l + 1], v, out->start);
         y = col_attention_cached(g, q, kc, vc, out->start, scale);

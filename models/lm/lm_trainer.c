@@ -13,68 +13,6 @@ _Static_assert(COL_LM_PARAMS == 1u << MT_PARAM && COL_LM_GRADS == 1u << MT_GRAD 
                "COL_LM_* kinds are memtier's kind bits");
 
 
-/* binds every tensor (before planning, so the planner gives them no arena space) */
-static col_status bind_params(col_lm_trainer *t, col_lm_graph *gg, bool grads, col_err *err)
-{
-    for (int i = 0; i < t->nt; i++) {
-        col_node *n = i < t->np ? gg->params[lmt_global(t, i)] : gg->lora[i - t->np];
-        if (!n) /* an adapter in a graph built without them (lmt_forward_pass's base model) */
-            continue;
-        col_status st = col_bind(n, lmt_bind_addr(t, 0, i), err);
-        if (st == COL_OK && grads && i >= t->train0)
-            st = col_bind_grad(n, lmt_bind_addr(t, 1, i), err);
-        if (st != COL_OK)
-            return st;
-    }
-    return COL_OK;
-}
-
-/* The session's plans (training, evaluation, forward-only, decoding) never run at the same time: they hold
- * one activation arena between them, plan joining any other. When that made the arena grow, the compute
- * tiers go, to be made again on their next use with the larger arena reserved from the budget. */
-static col_status share_memory(col_lm_trainer *t, col_plan *plan, col_err *err)
-{
-    col_plan *all[] = {t->plan, t->eplan, t->fplan, t->bplan, t->dec[0].plan, t->dec[1].plan};
-    col_plan *with = NULL;
-    for (size_t i = 0; i < sizeof all / sizeof all[0] && !with; i++)
-        if (all[i] && all[i] != plan)
-            with = all[i];
-    if (!with)
-        return COL_OK;
-    size_t before = col_plan_memory_bytes(with);
-    col_status st = col_plan_share_memory(plan, with, err);
-    if (st == COL_OK && col_plan_memory_bytes(with) > before) {
-        lmt_tier *tiers[] = {&t->tier, &t->etier, &t->ftier, &t->btier, &t->dec[0].tier, &t->dec[1].tier};
-        for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
-            lmt_tier_free(tiers[i]);
-    }
-    return st;
-}
-
-/* the graph arrays of a build: parameter and adapter leaves */
-static bool graph_arrays(col_lm_trainer *t, col_lm_graph *gg)
-{
-    gg->params = calloc((size_t)col_lm_param_count(&t->cfg.model), sizeof(col_node *)); /* a stage's too */
-    gg->lora = calloc((size_t)(t->nt - t->np) + 1, sizeof(col_node *));
-    return gg->params && gg->lora;
-}
-
-static void graph_arrays_free(col_lm_graph *gg)
-{
-    free(gg->params);
-    free(gg->lora);
-    gg->params = gg->lora = NULL;
-}
-
-/* what every graph of the session shares: the LoRA adapters, the weights' dtype */
-static void lora_opts(const col_lm_trainer *t, col_lm_build_opts *o)
-{
-    o->lora_of = t->lora_of;
-    o->lora_rank = t->cfg.lora.rank;
-    o->lora_scale = t->lora_scale;
-    o->dtype = t->dt;
-}
-
 /* under tensor or sequence parallelism: this rank's rows and positions, its place in the layout */
 static void par_opts(const col_lm_trainer *t, col_lm_build_opts *o)
 {
@@ -90,13 +28,13 @@ static void par_opts(const col_lm_trainer *t, col_lm_build_opts *o)
 static col_status build_train(col_lm_trainer *t, col_err *err)
 {
     t->g = col_graph_new();
-    if (!t->g || !graph_arrays(t, &t->gg))
+    if (!t->g || !lmt_graph_arrays(t, &t->gg))
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     col_lm_build_opts o = {.batch = t->cfg.batch, .seq = t->cfg.seq, .with_loss = true, .training = true,
                             .objective = t->cfg.objective, .checkpoint = t->cfg.checkpoint, .dropout_seed = t->cfg.seed,
                             .layer_lo = t->cfg.layer_lo, .layer_hi = t->cfg.layer_hi};
     par_opts(t, &o);
-    lora_opts(t, &o);
+    lmt_lora_opts(t, &o);
     col_status st = col_lm_build(t->g, &t->cfg.model, &o, &t->gg, err);
     /* d loss is an input set before each run: the f16 loss scale times the micro-batch's weight in the step
      * (1, or its share of the step's counted tokens when several processes split the rows); a pipeline stage
@@ -108,7 +46,7 @@ static col_status build_train(col_lm_trainer *t, col_err *err)
                      : col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     }
     if (st == COL_OK)
-        st = bind_params(t, &t->gg, true, err);
+        st = lmt_bind_params(t, &t->gg, true, err);
     if (st == COL_OK)
         st = col_plan_create_on(t->g, t->be, &t->plan, err);
     return st;
@@ -129,15 +67,15 @@ static col_status build_forward(col_lm_trainer *t, int batch, bool base, col_err
     lmt_tier_free(tier);
     col_plan_free(*plan);
     col_graph_free(*g);
-    graph_arrays_free(gg);
+    lmt_graph_arrays_free(gg);
     *plan = NULL;
     *g = col_graph_new();
     *fb = batch;
-    if (!*g || !graph_arrays(t, gg))
+    if (!*g || !lmt_graph_arrays(t, gg))
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     col_lm_build_opts o = {.batch = batch, .seq = t->cfg.seq, .with_loss = true, .training = false,
                            .objective = t->cfg.objective};
-    lora_opts(t, &o);
+    lmt_lora_opts(t, &o);
     par_opts(t, &o);
     if (base)
         o.lora_of = NULL;
@@ -145,16 +83,16 @@ static col_status build_forward(col_lm_trainer *t, int batch, bool base, col_err
     if (st == COL_OK) {
         col_mark_output(gg->loss);
         col_mark_output(gg->logits);
-        st = bind_params(t, gg, false, err);
+        st = lmt_bind_params(t, gg, false, err);
     }
     if (st == COL_OK)
         st = col_plan_create_on(*g, t->be, plan, err);
     if (st == COL_OK)
-        st = share_memory(t, *plan, err);
+        st = lmt_share_memory(t, *plan, err);
     if (st != COL_OK) { /* rebuilt on the next call */
         col_plan_free(*plan);
         col_graph_free(*g);
-        graph_arrays_free(gg);
+        lmt_graph_arrays_free(gg);
         *plan = NULL;
         *g = NULL;
     }
@@ -185,7 +123,7 @@ col_status lmt_forward_pass(col_lm_trainer *t, int batch, bool base, lmt_fwd_pas
             col_node *outs[2] = {t->gg.loss, t->gg.logits};
             col_status st = col_plan_create_for(t->g, t->be, outs, 2, &t->eplan, err);
             if (st == COL_OK)
-                st = share_memory(t, t->eplan, err);
+                st = lmt_share_memory(t, t->eplan, err);
             if (st != COL_OK) {
                 col_plan_free(t->eplan);
                 t->eplan = NULL;
@@ -349,79 +287,9 @@ static void dec_free(struct dec_graph *d)
     lmt_tier_free(&d->tier);
     col_plan_free(d->plan);
     col_graph_free(d->g);
-    graph_arrays_free(&d->lg);
+    lmt_graph_arrays_free(&d->lg);
     free(d->lg.cache);
     memset(d, 0, sizeof *d);
-}
-
-/* the KV cache: host memory, or the device's */
-static void kv_free(col_lm_trainer *t)
-{
-    if (t->kv && lmt_dev(t))
-        lmt_dev(t)->free(t->be, t->kv);
-    else
-        free(t->kv);
-    t->kv = NULL;
-    t->kv_len = 0;
-}
-
-/* a zeroed cache of n floats: calloc, or the device's alloc filled from a zeroed host block */
-static col_status kv_alloc(col_lm_trainer *t, size_t n, col_err *err)
-{
-    const col_backend_mem *m = lmt_dev(t);
-    if (!m) {
-        t->kv = calloc(n, sizeof(float));
-        return t->kv ? COL_OK : COL_ENOMEM;
-    }
-    void *p = NULL;
-    col_status st = m->alloc(t->be, n * sizeof(float), &p, err);
-    if (st != COL_OK)
-        return st;
-    size_t bytes = n * sizeof(float), blk = bytes < ((size_t)4 << 20) ? bytes : (size_t)4 << 20;
-    void *zero = calloc(blk ? blk : 1, 1);
-    if (!zero)
-        st = col_err_set(err, COL_ENOMEM, "decode: out of memory");
-    for (size_t off = 0; st == COL_OK && off < bytes; off += blk)
-        st = m->to_device(t->be, (char *)p + off, zero, bytes - off < blk ? bytes - off : blk, err);
-    free(zero);
-    if (st != COL_OK) {
-        m->free(t->be, p);
-        return st;
-    }
-    t->kv = p;
-    return COL_OK;
-}
-
-/* room for n floats of logits in host memory (a device session's copies) */
-static col_status hlog_reserve(col_lm_trainer *t, size_t n, col_err *err)
-{
-    if (t->hlog_n >= n)
-        return COL_OK;
-    float *p = realloc(t->hlog, sizeof *p * n);
-    if (!p)
-        return col_err_set(err, COL_ENOMEM, "trainer: out of memory for %zu logits", n);
-    t->hlog = p;
-    t->hlog_n = n;
-    return COL_OK;
-}
-
-/* rows [row, row + rows) of a [.., vocab] logits node: its memory on a host
- * plan, a host copy on a device plan (downloaded from the start through the
- * last row asked for) */
-static col_status get_logits(col_lm_trainer *t, col_plan *plan, col_node *lg, size_t row, size_t rows,
-                             const float **out, col_err *err)
-{
-    size_t v = (size_t)col_lm_out_width(&t->cfg.model), n = (row + rows) * v;
-    if (!lmt_dev(t)) {
-        *out = (const float *)col_plan_data(plan, lg) + row * v;
-        return COL_OK;
-    }
-    col_status st = hlog_reserve(t, n, err);
-    if (st == COL_OK)
-        st = col_plan_download(plan, lg, t->hlog, sizeof(float) * n, err);
-    if (st == COL_OK)
-        *out = t->hlog + row * v;
-    return st;
 }
 
 static col_status get_loss(col_plan *plan, col_node *loss, float *out, col_err *err)
@@ -435,7 +303,7 @@ void col_lm_trainer_free(col_lm_trainer *t)
         return;
     dec_free(&t->dec[0]);
     dec_free(&t->dec[1]);
-    kv_free(t);
+    lmt_kv_release(t, t->kv);
     free(t->hlog);
     lmt_tier_free(&t->tier);
     lmt_tier_free(&t->etier);
@@ -447,13 +315,13 @@ void col_lm_trainer_free(col_lm_trainer *t)
     col_plan_free(t->plan);
     col_plan_free(t->eplan);
     col_graph_free(t->g);
-    graph_arrays_free(&t->gg);
+    lmt_graph_arrays_free(&t->gg);
     col_plan_free(t->fplan);
     col_graph_free(t->fg);
-    graph_arrays_free(&t->fgg);
+    lmt_graph_arrays_free(&t->fgg);
     col_plan_free(t->bplan);
     col_graph_free(t->bg);
-    graph_arrays_free(&t->bgg);
+    lmt_graph_arrays_free(&t->bgg);
     mt_destroy(t->pool);
     lmt_mixed_free(t);
     lmt_dp_free(t);
@@ -659,7 +527,7 @@ col_status col_lm_trainer_eval(col_lm_trainer *t, const int32_t *ids, const int3
     if (st == COL_OK && t->dp) /* the mean over every process's rows, as the step's loss */
         st = lmt_dp_sum_f(t, w > 0 ? w * *loss : 0.0f, loss, err);
     if (st == COL_OK && logits)
-        st = get_logits(t, f.plan, f.gg->logits, 0, (size_t)t->cfg.batch * (size_t)t->cfg.seq, logits, err);
+        st = lmt_get_logits(t, f.plan, f.gg->logits, 0, (size_t)t->cfg.batch * (size_t)t->cfg.seq, logits, err);
     return st;
 }
 
@@ -694,7 +562,7 @@ col_status col_lm_trainer_next_logits(col_lm_trainer *t, const int32_t *tokens, 
     if (st == COL_OK)
         st = lmt_run(t, f.plan, f.tier, 0, err);
     if (st == COL_OK)
-        st = get_logits(t, f.plan, f.gg->logits, (size_t)(n - 1), 1, logits, err);
+        st = lmt_get_logits(t, f.plan, f.gg->logits, (size_t)(n - 1), 1, logits, err);
     return st;
 }
 
@@ -706,15 +574,15 @@ static col_status dec_build(col_lm_trainer *t, struct dec_graph *d, int seq, col
     const col_lm_config *c = &t->cfg.model;
     d->g = col_graph_new();
     d->lg.cache = calloc((size_t)(2 * c->n_layer), sizeof(col_node *));
-    if (!d->g || !graph_arrays(t, &d->lg) || !d->lg.cache)
+    if (!d->g || !lmt_graph_arrays(t, &d->lg) || !d->lg.cache)
         return col_err_set(err, COL_ENOMEM, "decode: out of memory");
     d->seq = seq;
     col_lm_build_opts o = {.batch = 1, .seq = seq, .cache_len = t->kv_len};
-    lora_opts(t, &o);
+    lmt_lora_opts(t, &o);
     col_status st = col_lm_build(d->g, c, &o, &d->lg, err);
     if (st == COL_OK) {
         col_mark_output(d->lg.logits);
-        st = bind_params(t, &d->lg, false, err);
+        st = lmt_bind_params(t, &d->lg, false, err);
     }
     size_t per = (size_t)c->n_kv_head * (size_t)t->kv_len * (size_t)c->head_dim;
     for (int l = 0; l < 2 * c->n_layer && st == COL_OK; l++)
@@ -722,7 +590,7 @@ static col_status dec_build(col_lm_trainer *t, struct dec_graph *d, int seq, col
     if (st == COL_OK)
         st = col_plan_create_on(d->g, t->be, &d->plan, err);
     if (st == COL_OK)
-        st = share_memory(t, d->plan, err);
+        st = lmt_share_memory(t, d->plan, err);
     return st;
 }
 
@@ -765,10 +633,12 @@ col_status col_lm_trainer_decode_reset(col_lm_trainer *t, int max_len, col_err *
     if (max_len != t->kv_len) {
         dec_free(&t->dec[0]);
         dec_free(&t->dec[1]);
-        kv_free(t);
+        lmt_kv_release(t, t->kv);
+        t->kv = NULL;
+        t->kv_len = 0;
         size_t n = 2 * (size_t)c->n_layer * (size_t)c->n_kv_head * (size_t)max_len * (size_t)c->head_dim;
         col_err e2 = {0};
-        col_status st = kv_alloc(t, n, &e2);
+        col_status st = lmt_kv_alloc(t, n, &t->kv, &e2);
         if (st != COL_OK)
             return col_err_set(err, st, "decode: cannot allocate a %.1f MB key/value cache%s%s", (double)n * 4 / 1e6,
                                e2.msg[0] ? ": " : "", e2.msg);
@@ -809,7 +679,7 @@ col_status col_lm_trainer_decode(col_lm_trainer *t, const int32_t *tokens, int n
                       (size_t)c->head_dim;
     st = lmt_run(t, d->plan, &d->tier, kv_bytes, err);
     if (st == COL_OK)
-        st = get_logits(t, d->plan, d->lg.logits, (size_t)(n - 1), 1, logits, err);
+        st = lmt_get_logits(t, d->plan, d->lg.logits, (size_t)(n - 1), 1, logits, err);
     if (st != COL_OK)
         return st;
     t->kv_pos += n;

@@ -236,6 +236,22 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err);
  * budget (made on first use, sharing the training tier's memory; reserve =
  * bytes of the budget taken by memory outside the pool, e.g. a KV cache),
  * else in place. */
+/* lm_trainer_graphs.c: what the session's graphs share */
+/* binds every weight (and with grads its gradient) leaf of gg to the session's memory, before planning */
+col_status lmt_bind_params(col_lm_trainer *t, col_lm_graph *gg, bool grads, col_err *err);
+/* plan joins the activation arena of the session's other plans (their compute tiers go when it grows) */
+col_status lmt_share_memory(col_lm_trainer *t, col_plan *plan, col_err *err);
+/* the parameter and adapter arrays a build fills */
+bool lmt_graph_arrays(col_lm_trainer *t, col_lm_graph *gg);
+void lmt_graph_arrays_free(col_lm_graph *gg);
+/* what every graph of the session shares: the LoRA adapters, the weights' dtype */
+void lmt_lora_opts(const col_lm_trainer *t, col_lm_build_opts *o);
+/* n zeroed floats of key/value cache (host, or the device's memory), and their release */
+col_status lmt_kv_alloc(const col_lm_trainer *t, size_t n, float **out, col_err *err);
+void lmt_kv_release(const col_lm_trainer *t, float *p);
+/* rows [row, row + rows) of a [.., vocab] logits node, in host memory */
+col_status lmt_get_logits(col_lm_trainer *t, col_plan *plan, col_node *lg, size_t row, size_t rows,
+                          const float **out, col_err *err);
 col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t reserve, col_err *err);
 void lmt_tier_free(lmt_tier *tier);
 /* A forward pass of `batch` rows, dropout off: the training graph's evaluation plan when the shapes match, else a

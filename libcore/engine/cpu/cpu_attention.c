@@ -174,6 +174,9 @@ typedef struct {
     float scale;
     const float *q, *k, *v;
     int64_t qs[3], ks[3], vs[3]; /* strides of dims 0..2; the last dim has stride 1 */
+    /* rows (forward only): batch row b reads cache row rows[b] (b without rows), its first
+     * start[b] + T keys (S and off per row); NULL otherwise */
+    const int64_t *rstart, *rrows;
 } att_geom;
 
 static void geom_init(att_geom *g, const col_node *n)
@@ -189,6 +192,7 @@ static void geom_init(att_geom *g, const col_node *n)
     g->q = q->data, g->k = k->data, g->v = v->data;
     for (int d = 0; d < 3; d++)
         g->qs[d] = q->stride[d], g->ks[d] = k->stride[d], g->vs[d] = v->stride[d];
+    g->rstart = g->rrows = NULL;
 }
 
 /* number of valid keys of row t (absolute) in the key tile starting at j0 with nc keys */
@@ -255,9 +259,14 @@ static void fwd_task(const att_geom *g, int64_t b, int64_t h, int64_t t0, float 
     float *o = st + BC * BR;     /* [BR][Dp] output accumulator */
     float *m = o + BR * Dp, *l = m + BR, *alpha = l + BR; /* [BR] running max, sum, rescale */
     float *nanrow = alpha + BR; /* [BR] NaN once a row has seen a NaN score, else 0 */
-    int64_t hk = h / g->grp;
-    const float *kb = g->k + b * g->ks[0] + hk * g->ks[1];
-    const float *vb = g->v + b * g->vs[0] + hk * g->vs[1];
+    int64_t hk = h / g->grp, S = g->S, off = g->off, kvb = b;
+    if (g->rstart) { /* rows: this batch row's cache row and valid keys */
+        off = g->rstart[b];
+        S = off + g->T;
+        kvb = g->rrows ? g->rrows[b] : b;
+    }
+    const float *kb = g->k + kvb * g->ks[0] + hk * g->ks[1];
+    const float *vb = g->v + kvb * g->vs[0] + hk * g->vs[1];
     const vf jidx = vld(iota);
     const vf ninf = vset1(-INFINITY);
 
@@ -265,13 +274,13 @@ static void fwd_task(const att_geom *g, int64_t b, int64_t h, int64_t t0, float 
     memset(o, 0, sizeof(float) * (size_t)(mr * Dp));
     for (int64_t i = 0; i < BR; i++)
         m[i] = -INFINITY, l[i] = 0.0f, nanrow[i] = 0.0f;
-    int64_t jend = g->causal ? min64(g->S, t0 + mr + g->off) : g->S; /* keys past jend are masked for all rows */
+    int64_t jend = g->causal ? min64(S, t0 + mr + off) : S; /* keys past jend are masked for all rows */
     for (int64_t j0 = 0; j0 < jend; j0 += BC) {
         int64_t nc = min64(BC, jend - j0);
         const float *kr = kb + j0 * g->ks[2];
         mk(nc, mrp, D, kr, g->ks[2], 1, qt, BR, st, BR, false); /* st = k q^T * scale */
-        bool full = !g->causal || j0 + nc - 1 <= t0 + g->off;   /* no masked entry in this tile */
-        int64_t shift = j0 - t0 - g->off;                       /* key j0 + j is seen by queries i >= j + shift */
+        bool full = !g->causal || j0 + nc - 1 <= t0 + off;      /* no masked entry in this tile */
+        int64_t shift = j0 - t0 - off;                          /* key j0 + j is seen by queries i >= j + shift */
         for (int64_t iv = 0; iv < mrp; iv += VL) {
             vf ivec = jidx + (float)iv, mx = ninf;
             vi bad = {0}; /* max and exp drop NaN scores: remember them, to give NaN rows as softmax does */
@@ -323,17 +332,44 @@ static void fwd_task(const att_geom *g, int64_t b, int64_t h, int64_t t0, float 
     }
 }
 
+/* rows: every batch row's cache row and positions checked; *keys = the keys all rows see */
+static col_status check_rows(att_geom *g, const col_node *n, int64_t *keys, col_err *err)
+{
+    const int64_t *start = n->src[3]->t.data, *rows = n->nsrc > 4 ? n->src[4]->t.data : NULL;
+    int64_t R = n->src[1]->t.shape[0], L = g->S, sum = 0;
+    for (int64_t b = 0; b < g->B; b++) {
+        int64_t r = rows ? rows[b] : b;
+        if (r < 0 || r >= R)
+            return col_err_set(err, COL_EINVAL, "attention: batch row %lld uses cache row %lld, outside the cache's %lld rows",
+                               (long long)b, (long long)r, (long long)R);
+        if (start[b] < 0 || start[b] > L - g->T)
+            return col_err_set(err, COL_EINVAL,
+                               "attention: batch row %lld at position %lld + %lld tokens exceeds the cache of %lld",
+                               (long long)b, (long long)start[b], (long long)g->T, (long long)L);
+        sum += start[b] + g->T;
+    }
+    g->rstart = start, g->rrows = rows;
+    *keys = sum;
+    return COL_OK;
+}
+
 static col_status k_attention(const col_node *n, const col_exec *ex, col_err *err)
 {
     att_geom g;
     geom_init(&g, n);
-    if (n->nsrc > 3) { /* over a cache: only the first start+T keys are valid */
+    int64_t keys = g.B * g.S; /* the keys of all batch rows, for the size of the work */
+    if (n->p.i[1]) {          /* rows: each batch row over its own cache row and positions */
+        col_status st = check_rows(&g, n, &keys, err);
+        if (st != COL_OK)
+            return st;
+    } else if (n->nsrc > 3) { /* over a cache: only the first start+T keys are valid */
         int64_t start = *(const int64_t *)n->src[3]->t.data;
         if (start < 0 || start + g.T > g.S)
             return col_err_set(err, COL_EINVAL, "attention: cache position %lld + %lld new tokens exceeds the cache of %lld",
                                (long long)start, (long long)g.T, (long long)g.S);
         g.S = start + g.T;
         g.off = start;
+        keys = g.B * g.S;
     }
     size_t per = col_attention_scratch_per_thread(g.D, false);
     int nthr = scratch_threads(ex, per);
@@ -342,7 +378,7 @@ static col_status k_attention(const col_node *n, const col_exec *ex, col_err *er
                            ex->scratch_bytes, per);
     float *out = n->t.data, *lse = col_extra(n);
     int64_t nqt = (g.T + BR - 1) / BR, ntasks = g.B * g.Hq * nqt;
-    bool par = ntasks > 1 && g.B * g.Hq * g.T * g.S * g.D > COL_PAR_MIN;
+    bool par = ntasks > 1 && g.Hq * g.T * keys * g.D > COL_PAR_MIN;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (par)
     for (int64_t task = 0; task < ntasks; task++) {
         int64_t qt = nqt - 1 - task % nqt, bh = task / nqt; /* one head at a time (its K, V stay in cache) */

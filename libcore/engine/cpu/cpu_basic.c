@@ -229,6 +229,10 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
         int64_t oa, ob;
         col_batch_offsets(n->t.shape, nd - 2, bi, a, b, &oa, &ob);
         const float *pa = (const float *)a->data + oa, *pb = (const float *)b->data + ob;
+        if (M <= COL_CPU_SMALL_M && ta == COL_BLAS_NO_TRANS) { /* decoding: rows that match whatever M is */
+            col_cpu_matmul_small(ex, M, N, K, pa, lda, pb, ldb, tb == COL_BLAS_TRANS, c + bi * M * N);
+            continue;
+        }
         if (M == 1) { /* one row (decoding a token): a matrix-vector product, bandwidth-bound */
             int inca = ta == COL_BLAS_NO_TRANS ? 1 : lda;
             if (tb == COL_BLAS_NO_TRANS) /* c = b^T a, b stored K x N */
@@ -249,10 +253,56 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
 static col_status k_arange(const col_node *n, const col_exec *ex, col_err *err)
 {
     (void)ex, (void)err;
-    int64_t start = n->nsrc ? *(const int64_t *)n->src[0]->t.data : 0, len = col_numel(&n->t);
     int32_t *o = n->t.data;
+    if (n->p.i[1]) { /* rows: i32 [B,n], row b from start[b] */
+        const int64_t *start = n->src[0]->t.data;
+        int64_t B = n->t.shape[0], len = n->t.shape[1];
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t k = 0; k < len; k++)
+                o[b * len + k] = (int32_t)(start[b] + n->p.i[0] + k);
+        return COL_OK;
+    }
+    int64_t start = n->nsrc ? *(const int64_t *)n->src[0]->t.data : 0, len = col_numel(&n->t);
     for (int64_t k = 0; k < len; k++)
         o[k] = (int32_t)(start + n->p.i[0] + k);
+    return COL_OK;
+}
+
+/* x [B,H,T,D] into cache row c (of cache [R,H,L,D]) at positions start..start+T-1, batch row b of x */
+static void kv_copy_row(const col_tensor *c, const col_tensor *x, int64_t b, int64_t crow, int64_t start)
+{
+    size_t es = col_dtype_size(x->dtype);
+    int64_t T = x->shape[2], D = x->shape[3];
+    for (int64_t h = 0; h < x->shape[1]; h++)
+        for (int64_t t = 0; t < T; t++) {
+            const char *src = (const char *)x->data + (b * x->stride[0] + h * x->stride[1] + t * x->stride[2]) * (int64_t)es;
+            char *dst = (char *)c->data + (crow * c->stride[0] + h * c->stride[1] + (start + t) * c->stride[2]) * (int64_t)es;
+            if (x->stride[3] == 1)
+                memcpy(dst, src, (size_t)D * es);
+            else
+                for (int64_t d = 0; d < D; d++)
+                    memcpy(dst + d * (int64_t)es, src + d * x->stride[3] * (int64_t)es, es);
+        }
+}
+
+/* rows: cache[rows[b], :, start[b]:start[b]+T] = x[b]; every row checked before anything is written */
+static col_status kv_write_rows(const col_node *n, col_err *err)
+{
+    const col_tensor *c = &n->src[0]->t, *x = &n->src[1]->t;
+    const int64_t *start = n->src[2]->t.data, *rows = n->nsrc > 3 ? n->src[3]->t.data : NULL;
+    int64_t B = x->shape[0], T = x->shape[2], R = c->shape[0], L = c->shape[2];
+    for (int64_t b = 0; b < B; b++) {
+        int64_t r = rows ? rows[b] : b;
+        if (r < 0 || r >= R)
+            return col_err_set(err, COL_EINVAL, "kv_write: batch row %lld uses cache row %lld, outside the cache's %lld rows",
+                               (long long)b, (long long)r, (long long)R);
+        if (start[b] < 0 || start[b] > L - T)
+            return col_err_set(err, COL_EINVAL,
+                               "kv_write: batch row %lld at position %lld + %lld tokens exceeds the cache of %lld",
+                               (long long)b, (long long)start[b], (long long)T, (long long)L);
+    }
+    for (int64_t b = 0; b < B; b++)
+        kv_copy_row(c, x, b, rows ? rows[b] : b, start[b]);
     return COL_OK;
 }
 
@@ -260,23 +310,15 @@ static col_status k_arange(const col_node *n, const col_exec *ex, col_err *err)
 static col_status k_kv_write(const col_node *n, const col_exec *ex, col_err *err)
 {
     (void)ex;
+    if (n->p.i[0])
+        return kv_write_rows(n, err);
     const col_tensor *c = &n->src[0]->t, *x = &n->src[1]->t;
-    int64_t start = *(const int64_t *)n->src[2]->t.data, T = x->shape[2], D = x->shape[3];
+    int64_t start = *(const int64_t *)n->src[2]->t.data, T = x->shape[2];
     if (start < 0 || start + T > c->shape[2])
         return col_err_set(err, COL_EINVAL, "kv_write: position %lld + %lld tokens exceeds the cache of %lld",
                            (long long)start, (long long)T, (long long)c->shape[2]);
-    size_t es = col_dtype_size(x->dtype);
     for (int64_t b = 0; b < x->shape[0]; b++)
-        for (int64_t h = 0; h < x->shape[1]; h++)
-            for (int64_t t = 0; t < T; t++) {
-                const char *src = (const char *)x->data + (b * x->stride[0] + h * x->stride[1] + t * x->stride[2]) * (int64_t)es;
-                char *dst = (char *)c->data + (b * c->stride[0] + h * c->stride[1] + (start + t) * c->stride[2]) * (int64_t)es;
-                if (x->stride[3] == 1)
-                    memcpy(dst, src, (size_t)D * es);
-                else
-                    for (int64_t d = 0; d < D; d++)
-                        memcpy(dst + d * (int64_t)es, src + d * x->stride[3] * (int64_t)es, es);
-            }
+        kv_copy_row(c, x, b, b, start);
     return COL_OK;
 }
 

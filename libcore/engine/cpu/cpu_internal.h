@@ -58,6 +58,11 @@ bool col_cpu_cast_is_float(const col_node *n);
 col_status col_cpu_cast_float(const col_node *n, const col_exec *ex);
 /* a MATMUL of bf16 or f16 operands, K > 0 (k_matmul checked the shape: M, N, K < 2^31; batches = the product of
  * the batch dims) */
+/* f32 products of at most COL_CPU_SMALL_M rows (cpu_matmul_small.c): c [M, N] = a [M, K] (row stride lda)
+ * times b, stored [N, K] (b_nk) or [K, N], row stride ldb; each row of c the same bits whatever M is */
+#define COL_CPU_SMALL_M 16
+void col_cpu_matmul_small(const col_exec *ex, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+                          const float *b, int64_t ldb, bool b_nk, float *c);
 col_status col_cpu_matmul_lowp(const col_node *n, const col_exec *ex, int64_t M, int64_t N, int64_t K, int64_t batches,
                                col_err *err);
 /* an ACCUMULATE into a bf16 or f16 gradient buffer: each element converted to f32, added, rounded back */
