@@ -534,9 +534,17 @@ static bool parse_object(const serve_api_model *m, serve_api_kind kind, const cJ
     r->max_tokens = given ? (int)mt : kind == SERVE_API_CHAT ? m->ctx - r->n_prompt : SERVE_API_COMPLETION_MAX_TOKENS;
     if (kind == SERVE_API_CHAT) {
         const col_chat_family_info *fi = col_chat_info(m->family);
-        for (int i = 0; fi->stop[i] && r->nstops < SERVE_API_MAX_STOPS; i++)
+        int asked = r->nstops;
+        for (int i = 0; fi->stop[i]; i++) {
+            bool dup = false;
+            for (int k = 0; k < r->nstops; k++)
+                dup |= strcmp(r->stops[k], fi->stop[i]) == 0;
+            if (!dup && r->nstops == SERVE_API_MAX_STOPS)
+                return BAD(e, "invalid_value", "stop", "Invalid 'stop': %d strings, and the %s chat template adds its "
+                           "own end-of-turn strings; at most %d in all.", asked, fi->name, SERVE_API_MAX_STOPS);
             if (!add_stop(r, fi->stop[i], e))
                 return false;
+        }
     }
     col_err err = {0};
     if (col_sample_check(&r->so, &err) != COL_OK)
@@ -586,6 +594,7 @@ void serve_api_params(const serve_api_request *r, serve_params *p)
     p->so = r->so;
     p->stops = (const char *const *)r->stops;
     p->nstops = r->nstops;
+    p->strip_leading_space = r->strip_leading_space;
 }
 
 /* ---- responses ---- */

@@ -8,7 +8,8 @@
  *                         content: string | [{type: "text", text}]}], rendered
  *                         with the model's chat template (chat_template.h) and
  *                         the generation prompt; the family's stop strings are
- *                         added to the request's
+ *                         added to the request's (at most SERVE_API_MAX_STOPS in
+ *                         all, the scheduler's limit)
  *   /v1/completions       prompt: a string, [string], [ids] or [[ids]]
  *   both                  model, max_tokens (chat: also max_completion_tokens),
  *                         temperature 0..2, top_p (0, 1], top_k (>= 0; -1 =
@@ -33,8 +34,8 @@
 typedef enum { SERVE_API_CHAT, SERVE_API_COMPLETION } serve_api_kind;
 
 enum {
-    SERVE_API_MAX_REQ_STOPS = 4,                        /* OpenAI's limit on a request's stop strings */
-    SERVE_API_MAX_STOPS = SERVE_API_MAX_REQ_STOPS + 4,  /* with the chat family's own */
+    SERVE_API_MAX_REQ_STOPS = 4,   /* OpenAI's limit on a request's stop strings */
+    SERVE_API_MAX_STOPS = 4,       /* with the chat family's own: what the scheduler takes (serve_sched.h) */
     SERVE_API_COMPLETION_MAX_TOKENS = 16,               /* /v1/completions' default max_tokens (OpenAI's) */
 };
 
@@ -71,10 +72,10 @@ typedef struct {
     int max_tokens;            /* as asked, or the default (chat: what the context leaves) */
     int n;
     col_sample_opts so;
-    char *stops[SERVE_API_MAX_STOPS]; /* the request's, then (chat) the family's */
+    char *stops[SERVE_API_MAX_STOPS]; /* the request's, then (chat) the family's, each once */
     int nstops;
     bool stream, include_usage;
-    bool strip_leading_space;  /* chat with llama2: the reply's leading spaces are dropped (its template's strip) */
+    bool strip_leading_space;  /* chat with llama2: the scheduler drops a reply's leading spaces (as colossal-chat) */
 } serve_api_request;
 
 /* Reads body[0..len) for an endpoint of kind. seed: the seed when the request gives none.

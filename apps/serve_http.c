@@ -96,7 +96,6 @@ typedef struct {
     /* a stream: formatted bytes not yet sent */
     char *out;
     size_t out_n, out_off, out_cap;
-    bool *strip;                  /* per choice: still dropping the reply's leading spaces */
     bool done;                    /* "data: [DONE]" is in out */
 } req_ctx;
 
@@ -113,7 +112,6 @@ static void ctx_unref(req_ctx *c)
     pthread_mutex_destroy(&c->mu);
     free(c->body);
     free(c->out);
-    free(c->strip);
     free(c);
 }
 
@@ -305,19 +303,6 @@ static bool early(req_ctx *c, route rt, bool post, enum MHD_Result *res)
 
 /* ---- completions ---- */
 
-/* choice i's text with a llama2 reply's leading spaces dropped */
-static void strip_lead(req_ctx *c, int i, const char **t, size_t *len)
-{
-    if (!c->strip || !c->strip[i])
-        return;
-    while (*len > 0 && **t == ' ') {
-        (*t)++;
-        (*len)--;
-    }
-    if (*len > 0)
-        c->strip[i] = false;
-}
-
 static bool out_add(req_ctx *c, const char *a, size_t na, const char *b, size_t nb)
 {
     size_t need = c->out_n + na + nb;
@@ -349,7 +334,6 @@ static bool stream_event(req_ctx *c, const serve_event *ev)
     const char *t = ev->text;
     size_t len = ev->len;
     bool inc = c->ar.include_usage;
-    strip_lead(c, ev->choice, &t, &len);
     if (len > 0 && !out_event(c, serve_api_chunk_json(&c->head, ev->choice, false, t, len, SERVE_FINISH_NONE, inc)))
         return false;
     if (ev->finish == SERVE_FINISH_ERROR) {
@@ -459,7 +443,6 @@ static enum MHD_Result whole(req_ctx *c)
         int i = ev.choice;
         const char *t = ev.text;
         size_t len = ev.len;
-        strip_lead(c, i, &t, &len);
         if (ok && lens[i] + len + 1 > caps[i]) {
             size_t cap = (lens[i] + len + 1) * 2;
             char *p = realloc(texts[i], cap);
@@ -540,11 +523,6 @@ static enum MHD_Result completion(req_ctx *c, serve_api_kind kind)
         else
             serve_api_set_error(&e, 500, "server_error", NULL, NULL, "%s", err.msg);
         return send_error(c, &e, e.status == 503);
-    }
-    if (c->ar.strip_leading_space) {
-        if (!(c->strip = malloc((size_t)c->ar.n)))
-            return send_json(c, 500, NULL, false, NULL, NULL);
-        memset(c->strip, 1, (size_t)c->ar.n);
     }
     return c->ar.stream ? start_stream(c) : whole(c);
 }
