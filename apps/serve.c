@@ -52,8 +52,10 @@ static void usage(FILE *f)
         "  GET  /v1/models            the one model served (--model-name)\n"
         "  GET  /health               {\"status\":\"ok\",\"slots\":..,\"busy\":..,\"queued\":..}; needs no API key\n"
         "  Requests take max_tokens, temperature (0..2; 0 = greedy), top_p, top_k, repetition_penalty, stop\n"
-        "  (up to 4 strings), seed, n (up to --parallel) and stream (server-sent events, with\n"
-        "  stream_options.include_usage); responses count usage. Errors are OpenAI's error objects: 400 for a\n"
+        "  (up to 4 strings, a chat template's end-of-turn strings included), seed, n (up to --parallel) and\n"
+        "  stream (server-sent events, with stream_options.include_usage); responses count usage. A request\n"
+        "  asking for more tokens than the context leaves ends there (finish_reason \"length\").\n"
+        "  Errors are OpenAI's error objects: 400 for a\n"
         "  bad request, 401 without the API key, 404 for an unknown path or model, 413 for a body over\n"
         "  --max-body, 503 (with Retry-After) when the queue is full or the server is stopping.\n"
         "\n"
@@ -380,7 +382,7 @@ static int run_on(const options *opt, app_device *dev)
         print_err(&err);
         goto done;
     }
-    char name[512];
+    char name[4200];
     model_name_of(&o, name, sizeof name);
     serve_api_model m = {.tok = src.tok, .vocab = mc->vocab_size, .ctx = ctx, .max_n = o.parallel,
                          .model_name = name, .has_chat = chat, .family = family};

@@ -21,6 +21,10 @@
 
 #include "timer.h"
 
+/* A connection idle this long (no request, or a client that stops sending) is closed; the time a request
+ * waits for its tokens does not count (libmicrohttpd checks between the callbacks, which block meanwhile). */
+enum { IDLE_TIMEOUT_S = 60 };
+
 struct serve_http {
     serve_http_config cfg;
     pthread_rwlock_t sched_lock;  /* cfg.sched: NULL once quiesced (the scheduler may be freed then) */
@@ -665,7 +669,7 @@ col_status serve_http_start(const serve_http_config *cfg, int listen_fd, serve_h
                                 MHD_USE_POLL,
                             0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT, limit,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_END);
     if (!h->d) {
         close(listen_fd);
         pthread_rwlock_destroy(&h->sched_lock);

@@ -20,7 +20,9 @@
  * Content-Length says so, and the connection is closed as soon as a chunked
  * body passes it (nothing past the limit is buffered). With an API key, every
  * endpoint but /health needs "Authorization: Bearer KEY", compared in
- * constant time. One access log line per request goes to the log stream. */
+ * constant time. A connection idle for 60 s is closed (the wait for a request's tokens does not count), and
+ * connections past the limit are refused by libmicrohttpd. One access log line per request goes to the log
+ * stream. */
 #ifndef COL_APPS_SERVE_HTTP_H
 #define COL_APPS_SERVE_HTTP_H
 
