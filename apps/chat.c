@@ -27,6 +27,7 @@
 #include "device.h"
 #include "memopts.h"
 #include "lineedit.h"
+#include "lm_quant.h"
 #include "lm_source.h"
 #include "procsetup.h"
 
@@ -66,6 +67,8 @@ static void usage(FILE *f)
         "  --ctx N                context limit in tokens (default: the model's positions); when a conversation\n"
         "                         and --max-new-tokens no longer fit, the oldest turns are dropped\n"
         "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
+        "  --quant TYPE           hold the weights quantized: int8 (q8_0), q4 (q4_0), q4_K or q6_K (a model\n"
+        "                         colossal-quantize wrote loads quantized without it)\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "                         (by default an error: it often means config.json does not fit the weights)\n"
         "%s%s"
@@ -85,6 +88,7 @@ static const char *chat_flag_of(col_setting s)
     case COL_SETTING_TOKENIZER: return "tokenizer";
     case COL_SETTING_CHAT_TEMPLATE: return "template";
     case COL_SETTING_EXTRA_TENSORS: return "ignore-extra-tensors";
+    case COL_SETTING_PRECISION: return "quant";
     default: return mem_opt_of(s);
     }
 }
@@ -167,6 +171,7 @@ static int32_t *parse_ids(const char *s, int *n)
 typedef struct {
     const char *model, *tokenizer, *system, *prompt, *prompt_ids;
     bool raw, json, has_template, has_seed, ignore_extra;
+    col_dtype quant; /* --quant; COL_F32: none (or what the model holds) */
     col_chat_family family;
     col_sample_opts so;
     long long max_new, ctx; /* -1: default */
@@ -179,7 +184,7 @@ typedef struct {
 static void parse_options(int argc, char **argv, options *o)
 {
     enum { O_TEMPLATE = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_REP, O_SEED, O_MAXNEW, O_STOP, O_CTX, O_TOK,
-           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_DEVICE, O_MEM /* + index in mem_opt_names */ };
+           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_DEVICE, O_QUANT, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"template", required_argument, 0, O_TEMPLATE}, {"system", required_argument, 0, O_SYSTEM},
         {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
@@ -190,6 +195,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"raw", no_argument, 0, O_RAW}, {"prompt-ids", required_argument, 0, O_IDS},
         {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'},
         {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"device", required_argument, 0, O_DEVICE},
+        {"quant", required_argument, 0, O_QUANT},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
         {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
@@ -236,6 +242,10 @@ static void parse_options(int argc, char **argv, options *o)
         case O_IDS: o->prompt_ids = optarg; break;
         case O_JSON: o->json = true; break;
         case O_EXTRA: o->ignore_extra = true; break;
+        case O_QUANT:
+            if (!col_lm_quant_parse(optarg, &o->quant))
+                usage_error("--quant '%s' is not one of " COL_LM_QUANT_NAMES, optarg);
+            break;
         case O_DEVICE: {
             char msg[256];
             if (!app_device_parse(optarg, &o->device, msg, sizeof msg))
@@ -583,6 +593,7 @@ static int run_on(const options *opt, app_device *dev)
     mem_opts_apply(&o.mem, &tc);
     if (src.has_adapter) /* a LoRA run's output: the base weights plus the adapter beside them */
         tc.lora = src.lora;
+    tc.weight_quant = o.quant != COL_F32 ? o.quant : col_lm_quant_detect(src.weights);
     chat_engine g;
     chat_conv conv = {.family = family};
     memset(&g, 0, sizeof g);

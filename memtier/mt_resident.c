@@ -272,7 +272,11 @@ static bool leaf_use(const mt_pool *pool, col_node *s, use *u)
     return true;
 }
 
-static double node_bytes(const col_node *n) { return (double)col_numel(&n->t) * (double)col_dtype_size(n->t.dtype); }
+static double node_bytes(const col_node *n)
+{
+    int64_t blk = col_dtype_block(n->t.dtype); /* values per block: quantized weights take part of a byte each */
+    return blk > 0 ? (double)col_numel(&n->t) * (double)col_dtype_block_bytes(n->t.dtype) / (double)blk : 0.0;
+}
 
 /* a first guess at an op's time, from its FLOPs (matmul, attention) and the bytes it touches */
 static double op_estimate(const col_node *n)

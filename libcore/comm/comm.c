@@ -79,6 +79,9 @@ static col_status new_req(col_comm *c, col_comm_op op, size_t count, col_dtype d
     const char *name = col_comm_op_name(op);
     if ((unsigned)dt >= COL_DTYPE_COUNT)
         return col_err_set(err, COL_EDTYPE, "comm: %s: unknown dtype %d", name, (int)dt);
+    if (col_dtype_is_quant(dt)) /* no element size: counts are of elements */
+        return col_err_set(err, COL_EDTYPE, "comm: %s: %s is a quantized dtype (blocks of values, not elements)", name,
+                           col_dtype_name(dt));
     if (op == COL_COMM_ALL_REDUCE || op == COL_COMM_REDUCE_SCATTER) {
         if ((unsigned)red >= COL_RED_COUNT)
             return col_err_set(err, COL_EINVAL, "comm: %s: unknown reduction %d", name, (int)red);

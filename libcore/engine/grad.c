@@ -10,6 +10,9 @@ void col_accum_grad(col_graph *g, col_node *x, col_node *d)
     if (!(x->flags & COL_NODE_NEEDS_GRAD))
         return;
     char b1[96], b2[96];
+    if (!col_check(g, !col_dtype_is_quant(x->t.dtype), COL_EUNSUPPORTED,
+                   "autodiff: %s is a quantized (%s) tensor: it has no gradient", x->name, col_dtype_name(x->t.dtype)))
+        return;
     if (!col_check(g, col_same_shape(&x->t, &d->t), COL_EINTERNAL, "autodiff: gradient %s for %s node of shape %s",
                    col_shape_str(&d->t, b1, sizeof b1), x->name, col_shape_str(&x->t, b2, sizeof b2)))
         return;

@@ -59,7 +59,7 @@ static col_status gc_build(gc_state *s, col_gc_build_fn build, void *user, int n
     for (int i = 0; i < n; i++) {
         col_tensor t = {.dtype = in[i].dtype, .ndim = in[i].ndim};
         memcpy(t.shape, in[i].shape, sizeof t.shape);
-        size_t bytes = (size_t)col_numel(&t) * col_dtype_size(t.dtype);
+        size_t bytes = col_tensor_bytes(&t); /* whole blocks for a quantized input */
         bool diff = col_dtype_is_float(t.dtype) && !in[i].no_grad;
         s->leaf[i] = diff ? col_param(s->g, "x", t.dtype, t.ndim, t.shape) : col_input(s->g, "x", t.dtype, t.ndim, t.shape);
         s->data[i] = malloc(bytes ? bytes : 1);

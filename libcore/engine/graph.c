@@ -86,6 +86,27 @@ static bool shape_ok(col_graph *g, const char *what, int ndim, const int64_t *sh
     return true;
 }
 
+/* Quantized tensors (tensor.h) are weights: leaves, views of them, and operands of the two ops with
+ * kernels that decode them (matmul, embedding; their builders check the layout). Nothing else makes
+ * or reads one: a copy, cast or elementwise kernel has no element size to work with. */
+static bool quant_ok(col_graph *g, col_op op, col_dtype dt, int nsrc, col_node *const *src)
+{
+    if (col_dtype_is_quant(dt) && op != COL_OP_LEAF && op != COL_OP_VIEW)
+        return col_check(g, false, COL_EDTYPE,
+                         "%s: cannot compute a %s tensor: quantized tensors are weights (leaves) that only matmul "
+                         "(x @ W^T) and embedding read",
+                         col_op_name(op), col_dtype_name(dt));
+    if (op == COL_OP_VIEW || op == COL_OP_MATMUL || op == COL_OP_EMBEDDING)
+        return true;
+    for (int i = 0; i < nsrc; i++)
+        if (col_dtype_is_quant(src[i]->t.dtype))
+            return col_check(g, false, COL_EDTYPE,
+                             "%s: operand %d (%s) is quantized (%s): only matmul (x @ W^T) and embedding read "
+                             "quantized weights",
+                             col_op_name(op), i, src[i]->name, col_dtype_name(src[i]->t.dtype));
+    return true;
+}
+
 col_node *col_new_node(col_graph *g, col_op op, col_dtype dt, int ndim, const int64_t *shape, int nsrc,
                        col_node *const *src)
 {
@@ -100,6 +121,8 @@ col_node *col_new_node(col_graph *g, col_op op, col_dtype dt, int ndim, const in
         return NULL;
     if ((unsigned)dt >= COL_DTYPE_COUNT)
         return col_graph_fail(g, COL_EDTYPE, "%s: unknown dtype %d", col_op_name(op), (int)dt);
+    if (!quant_ok(g, op, dt, nsrc, src))
+        return NULL;
     col_node *n = calloc(1, sizeof *n);
     if (!n)
         return col_graph_fail(g, COL_ENOMEM, "graph: out of memory for a node");
@@ -124,6 +147,13 @@ col_node *col_new_node(col_graph *g, col_op op, col_dtype dt, int ndim, const in
 static col_node *new_leaf(col_graph *g, const char *name, col_dtype dt, int ndim, const int64_t *shape,
                           uint32_t flags)
 {
+    int64_t blk = col_dtype_block(dt);
+    if (g && g->err.code == COL_OK && col_dtype_is_quant(dt) &&
+        !col_check(g, ndim >= 1 && ndim <= COL_MAX_DIMS && shape[ndim - 1] % blk == 0, COL_ESHAPE,
+                   "leaf %s: a %s tensor needs a last dim that is a multiple of its block of %lld values, got %lld",
+                   name ? name : "", col_dtype_name(dt), (long long)blk,
+                   ndim >= 1 && ndim <= COL_MAX_DIMS ? (long long)shape[ndim - 1] : 0LL))
+        return NULL;
     col_node *n = col_new_node(g, COL_OP_LEAF, dt, ndim, shape, 0, NULL);
     if (!n)
         return NULL;
@@ -136,8 +166,8 @@ static col_node *new_leaf(col_graph *g, const char *name, col_dtype dt, int ndim
 col_node *col_param(col_graph *g, const char *name, col_dtype dt, int ndim, const int64_t *shape)
 {
     if (g && g->err.code == COL_OK &&
-        !col_check(g, col_dtype_is_float(dt), COL_EDTYPE, "param %s: dtype %s cannot be trained", name ? name : "",
-                   col_dtype_name(dt)))
+        !col_check(g, col_dtype_is_float(dt), COL_EDTYPE, "param %s: dtype %s cannot be trained%s", name ? name : "",
+                   col_dtype_name(dt), col_dtype_is_quant(dt) ? " (a quantized weight is an input leaf)" : ""))
         return NULL;
     return new_leaf(g, name, dt, ndim, shape, COL_NODE_PARAM | COL_NODE_NEEDS_GRAD);
 }

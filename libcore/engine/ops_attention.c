@@ -8,6 +8,9 @@
  *   j <= t + (S - T) (the queries are the last T positions of the keys).
  *   The logsumexp of every score row, [B,Hq,T] f32, is kept after the output
  *   for the backward.
+ *   Over a key/value cache (inference only): col_attention_cached (one start
+ *   for the batch) and col_attention_cached_rows (a cache row and a start per
+ *   batch row: p.i[1] = 1, sources q, k, v, start, rows).
  */
 #include <math.h>
 

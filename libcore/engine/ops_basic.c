@@ -69,10 +69,56 @@ static bool blas_ok(const col_tensor *t)
     return false;
 }
 
+/* x [..., M, K] f32 @ W^T, W [N, K] a quantized weight read through its transpose b [K, N] (unit stride
+ * along K, whole blocks between rows): one MATMUL node of x as [M', K] rows and b, reshaped back */
+static col_node *matmul_quant(col_graph *g, col_node *a, col_node *b)
+{
+    char b1[96], b2[96];
+    col_dtype qt = b->t.dtype;
+    int64_t blk = col_dtype_block(qt);
+    if (!col_check(g, !col_dtype_is_quant(a->t.dtype), COL_EDTYPE,
+                   "matmul: %s @ %s: a quantized (%s) weight W [N, K] must be the second operand, read as W^T",
+                   col_shape_str(&a->t, b1, sizeof b1), col_shape_str(&b->t, b2, sizeof b2),
+                   col_dtype_name(a->t.dtype)) ||
+        !col_check(g, a->t.dtype == COL_F32, COL_EDTYPE, "matmul: x @ W^T with a quantized (%s) W needs an f32 x, got %s",
+                   col_dtype_name(qt), col_dtype_name(a->t.dtype)) ||
+        !col_check(g, a->t.ndim >= 2 && b->t.ndim == 2, COL_ESHAPE,
+                   "matmul: %s @ %s: x @ W^T with a quantized W needs x [..., M, K] and W^T [K, N]",
+                   col_shape_str(&a->t, b1, sizeof b1), col_shape_str(&b->t, b2, sizeof b2)))
+        return NULL;
+    int64_t K = b->t.shape[0], N = b->t.shape[1], ld = b->t.stride[1];
+    if (!col_check(g, b->t.stride[0] == 1 && ld >= K && K % blk == 0 && ld % blk == 0, COL_ESHAPE,
+                   "matmul: the quantized (%s) operand %s is read only as W^T (col_transpose of a weight W [N, K] with "
+                   "contiguous rows, K a multiple of %lld)",
+                   col_dtype_name(qt), col_shape_str(&b->t, b1, sizeof b1), (long long)blk) ||
+        !col_check(g, a->t.shape[a->t.ndim - 1] == K, COL_ESHAPE, "matmul: %s @ %s: inner sizes %lld and %lld differ",
+                   col_shape_str(&a->t, b1, sizeof b1), col_shape_str(&b->t, b2, sizeof b2),
+                   (long long)a->t.shape[a->t.ndim - 1], (long long)K))
+        return NULL;
+    int64_t flat[2] = {-1, K};
+    col_node *x = col_reshape(g, col_contiguous(g, a), 2, flat);
+    if (!x)
+        return NULL;
+    int64_t shape[2] = {x->t.shape[0], N};
+    col_node *src[2] = {x, b};
+    col_node *n = col_new_node(g, COL_OP_MATMUL, COL_F32, 2, shape, 2, src);
+    if (!n)
+        return NULL;
+    n->scratch_bytes = col_matmul_quant_scratch(shape[0], K, N, qt);
+    if (a->t.ndim == 2)
+        return n;
+    int64_t out[COL_MAX_DIMS];
+    memcpy(out, a->t.shape, sizeof(int64_t) * (size_t)a->t.ndim);
+    out[a->t.ndim - 1] = N;
+    return col_reshape(g, n, a->t.ndim, out);
+}
+
 col_node *col_matmul(col_graph *g, col_node *a, col_node *b)
 {
     if (!a || !b)
         return NULL;
+    if (col_dtype_is_quant(a->t.dtype) || col_dtype_is_quant(b->t.dtype))
+        return matmul_quant(g, a, b);
     char b1[96], b2[96];
     col_dtype dt = a->t.dtype;
     bool float_dt = dt == COL_F32 || dt == COL_BF16 || dt == COL_F16;
@@ -136,6 +182,28 @@ size_t col_matmul_lowp_scratch(int64_t M, int64_t K, int64_t N)
     size_t a = ((size_t)(t.mb * t.kb) * sizeof(float) + 63) & ~(size_t)63;
     size_t b = ((size_t)(t.kb * t.nb) * sizeof(float) + 63) & ~(size_t)63;
     return a + b;
+}
+
+static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+int64_t col_matmul_quant_panel(int64_t K, int64_t N)
+{
+    int64_t p = (1 << 17) / (K > 1 ? K : 1); /* about 512 KiB of f32, 16 to 256 rows */
+    p = p < 16 ? 16 : p > 256 ? 256 : p & ~(int64_t)15;
+    return N < p ? (N > 0 ? N : 1) : p;
+}
+
+size_t col_matmul_quant_xrow_bytes(int64_t K)
+{
+    return align64((size_t)K) + align64((size_t)(K / 32) * 4) + align64((size_t)(K / 16) * 4);
+}
+
+size_t col_matmul_quant_scratch(int64_t M, int64_t K, int64_t N, col_dtype dt)
+{
+    (void)dt;
+    size_t panel = (size_t)col_max_threads() * align64((size_t)(col_matmul_quant_panel(K, N) * K) * sizeof(float));
+    size_t rows = (size_t)(M < COL_QMV_ROWS ? M : COL_QMV_ROWS) * col_matmul_quant_xrow_bytes(K);
+    return M > COL_QMV_ROWS ? panel : rows;
 }
 
 col_node *col_linear(col_graph *g, col_node *x, col_node *w, col_node *bias)

@@ -44,6 +44,10 @@ void col_bwd_scale(col_graph *g, col_node *n, col_node *d)
 void col_bwd_matmul(col_graph *g, col_node *n, col_node *d)
 {
     col_node *a = n->src[0], *b = n->src[1];
+    if (!col_check(g, !col_dtype_is_quant(b->t.dtype) || !(a->flags & COL_NODE_NEEDS_GRAD), COL_EUNSUPPORTED,
+                   "autodiff: no gradient flows through x @ W^T with a quantized (%s) W to x",
+                   col_dtype_name(b->t.dtype)))
+        return;
     d = col_cast(g, d, a->t.dtype);
     if (a->flags & COL_NODE_NEEDS_GRAD) /* dA = dC @ B^T */
         col_accum_grad(g, a, col_matmul(g, d, col_transpose(g, b, -1, -2)));

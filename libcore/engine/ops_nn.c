@@ -14,16 +14,16 @@ static bool is_index_dtype(col_dtype dt) { return dt == COL_I32 || dt == COL_I64
 
 /* ---- embedding ---- */
 
-/* weight: [V, C] f32, bf16 or f16, ids: [...] i32/i64 -> [..., C] f32 (16-bit rows are converted as they are
- * read, so a large low-precision table is never cast whole) */
+/* weight: [V, C] f32, bf16, f16 or quantized, ids: [...] i32/i64 -> [..., C] f32 (16-bit rows are converted
+ * and quantized rows decoded as they are read, so a large low-precision table is never cast whole) */
 col_node *col_embedding(col_graph *g, col_node *weight, col_node *ids)
 {
     if (!weight || !ids)
         return NULL;
     char b1[96], b2[96];
     col_dtype wt = weight->t.dtype;
-    if (!col_check(g, wt == COL_F32 || wt == COL_BF16 || wt == COL_F16, COL_EDTYPE,
-                   "embedding: weight must be f32, bf16 or f16, got %s",
+    if (!col_check(g, col_dtype_is_float(wt) || col_dtype_is_quant(wt), COL_EDTYPE,
+                   "embedding: weight must be f32, bf16, f16 or quantized, got %s",
                    col_dtype_name(weight->t.dtype)) ||
         !col_check(g, weight->t.ndim == 2, COL_ESHAPE, "embedding: weight must be [V, C], got %s",
                    col_shape_str(&weight->t, b1, sizeof b1)) ||
@@ -31,6 +31,13 @@ col_node *col_embedding(col_graph *g, col_node *weight, col_node *ids)
                    col_dtype_name(ids->t.dtype)) ||
         !col_check(g, ids->t.ndim < COL_MAX_DIMS, COL_ESHAPE, "embedding: ids %s have too many dims (at most %d)",
                    col_shape_str(&ids->t, b2, sizeof b2), COL_MAX_DIMS - 1))
+        return NULL;
+    /* quantized rows are decoded whole: unit stride along C, whole blocks from row to row */
+    int64_t blk = col_dtype_block(wt);
+    if (col_dtype_is_quant(wt) &&
+        !col_check(g, weight->t.stride[1] == 1 && weight->t.shape[1] % blk == 0 && weight->t.stride[0] % blk == 0,
+                   COL_ESHAPE, "embedding: a quantized (%s) table %s needs contiguous rows of whole blocks of %lld",
+                   col_dtype_name(wt), col_shape_str(&weight->t, b1, sizeof b1), (long long)blk))
         return NULL;
     /* rows are read with weight's row stride; columns must be unit-stride */
     if (weight->t.stride[1] != 1 && weight->t.shape[1] > 1)

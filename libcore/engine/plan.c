@@ -77,7 +77,7 @@ static void plan_release(const col_plan *p, void *ptr)
 
 size_t col_extra_offset(const col_node *n)
 {
-    return align_up((size_t)col_numel(&n->t) * col_dtype_size(n->t.dtype));
+    return align_up(col_tensor_bytes(&n->t)); /* whole blocks for a quantized leaf */
 }
 
 void *col_extra(const col_node *n) { return (char *)n->t.data + col_extra_offset(n); }
@@ -374,7 +374,11 @@ static void *node_addr(const col_plan *p, const col_node *n)
         return leaf_addr(p, n);
     if (n->flags & COL_NODE_VIEW) {
         char *b = node_addr(p, n->view_base);
-        return b ? b + n->view_offset * (int64_t)col_dtype_size(n->t.dtype) : NULL;
+        if (!b)
+            return NULL;
+        if (col_dtype_is_quant(n->t.dtype)) /* whole blocks (views.c checks the offset) */
+            return b + col_dtype_row_bytes(n->t.dtype, n->view_offset);
+        return b + n->view_offset * (int64_t)col_dtype_size(n->t.dtype);
     }
     if (n->op == COL_OP_KV_WRITE)
         return node_addr(p, n->src[0]); /* writes into, and stands for, the cache leaf */
@@ -724,7 +728,7 @@ static col_status copy_target(col_plan *p, col_node *n, size_t bytes, const void
     if (!in_plan(p, n))
         return col_err_set(err, COL_EINVAL, "%s: node %s is not in this plan (nothing it computes needs it)", what,
                            n->name);
-    size_t size = (size_t)col_numel(&n->t) * col_dtype_size(n->t.dtype);
+    size_t size = col_tensor_bytes(&n->t);
     if (bytes > size)
         return col_err_set(err, COL_EINVAL, "%s: %zu bytes do not fit node %s (%zu bytes)", what, bytes, n->name, size);
     if (bytes && !host)

@@ -24,6 +24,10 @@ const char *col_dtype_name(col_dtype dt)
     case COL_F16: return "f16";
     case COL_I32: return "i32";
     case COL_I64: return "i64";
+    case COL_Q8_0: return "q8_0";
+    case COL_Q4_0: return "q4_0";
+    case COL_Q4_K: return "q4_K";
+    case COL_Q6_K: return "q6_K";
     default: return "?";
     }
 }
@@ -32,6 +36,40 @@ bool col_dtype_is_float(col_dtype dt)
 {
     return dt == COL_F32 || dt == COL_BF16 || dt == COL_F16;
 }
+
+bool col_dtype_is_quant(col_dtype dt) { return dt == COL_Q8_0 || dt == COL_Q4_0 || dt == COL_Q4_K || dt == COL_Q6_K; }
+
+int64_t col_dtype_block(col_dtype dt)
+{
+    switch (dt) {
+    case COL_Q8_0:
+    case COL_Q4_0: return 32;
+    case COL_Q4_K:
+    case COL_Q6_K: return 256;
+    default: return col_dtype_size(dt) ? 1 : 0;
+    }
+}
+
+size_t col_dtype_block_bytes(col_dtype dt)
+{
+    switch (dt) {
+    case COL_Q8_0: return 34;
+    case COL_Q4_0: return 18;
+    case COL_Q4_K: return 144;
+    case COL_Q6_K: return 210;
+    default: return col_dtype_size(dt);
+    }
+}
+
+size_t col_dtype_row_bytes(col_dtype dt, int64_t n)
+{
+    int64_t b = col_dtype_block(dt);
+    if (b <= 0 || n < 0 || n % b)
+        return 0;
+    return (size_t)(n / b) * col_dtype_block_bytes(dt);
+}
+
+size_t col_tensor_bytes(const col_tensor *t) { return col_dtype_row_bytes(t->dtype, col_numel(t)); }
 
 int64_t col_numel(const col_tensor *t)
 {
@@ -199,6 +237,10 @@ double col_get_as_f64(const col_tensor *t, int64_t off)
     case COL_F16: return col_f16_to_f32(((const uint16_t *)t->data)[off]);
     case COL_I32: return ((const int32_t *)t->data)[off];
     case COL_I64: return (double)((const int64_t *)t->data)[off];
+    case COL_Q8_0:
+    case COL_Q4_0:
+    case COL_Q4_K:
+    case COL_Q6_K: return NAN; /* no element to read: col_quant_value (quant.c) decodes one */
     default: return 0.0;
     }
 }

@@ -10,6 +10,12 @@ static int64_t offset_of(col_node *x) { return (x->flags & COL_NODE_VIEW) ? x->v
 static col_node *make_view(col_graph *g, col_node *x, int kind, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset)
 {
+    /* a quantized tensor is addressed by whole blocks (plan.c turns the offset into bytes) */
+    int64_t blk = col_dtype_block(x->t.dtype);
+    if (col_dtype_is_quant(x->t.dtype) &&
+        !col_check(g, offset % blk == 0, COL_ESHAPE, "view: %s starts at value %lld, inside a block of %lld values",
+                   x->name, (long long)offset, (long long)blk))
+        return NULL;
     col_node *n = col_new_node(g, COL_OP_VIEW, x->t.dtype, ndim, shape, 1, &x);
     if (!n)
         return NULL;

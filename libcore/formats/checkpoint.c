@@ -392,6 +392,14 @@ const col_ckpt_tensor *col_ckpt_find(const col_ckpt *c, const char *name)
     return i >= 0 ? &c->t[i] : NULL;
 }
 
+const char *col_ckpt_tensor_meta(const col_ckpt *c, const col_ckpt_tensor *t, const char *key)
+{
+    if (!c || !t || t < c->t || t >= c->t + c->n)
+        return NULL;
+    const ckpt_source *s = &c->src[c->t_src[t - c->t]];
+    return s->st ? col_st_metadata(s->st, key) : NULL;
+}
+
 const char *col_ckpt_format(const col_ckpt *c)
 {
     return c ? c->format : "?";

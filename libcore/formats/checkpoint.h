@@ -70,6 +70,9 @@ void col_ckpt_close(col_ckpt *c);
 int col_ckpt_count(const col_ckpt *c);
 const col_ckpt_tensor *col_ckpt_get(const col_ckpt *c, int i);
 const col_ckpt_tensor *col_ckpt_find(const col_ckpt *c, const char *name);   /* NULL if absent; O(log n) */
+/* The value of a safetensors "__metadata__" key in the file tensor t came from; NULL when that file has
+ * none, or t comes from another format. */
+const char *col_ckpt_tensor_meta(const col_ckpt *c, const col_ckpt_tensor *t, const char *key);
 /* Which format was read: "safetensors", "pytorch" or "npz". */
 const char *col_ckpt_format(const col_ckpt *c);
 
@@ -94,6 +97,8 @@ typedef struct {
     int ndim;
     int64_t shape[COL_MAX_DIMS];
     const float *data;
+    bool u8;                 /* the data are bytes (dtype U8, the shape counts bytes), not f32: a quantized
+                                tensor's blocks (models/lm/lm_quant.h) */
 } col_st_out;
 col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
                             col_err *err);

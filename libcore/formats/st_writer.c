@@ -81,7 +81,7 @@ static col_status check_tensor(const char *path, const col_st_out *const *sorted
     if (t->ndim < 0 || t->ndim > COL_MAX_DIMS)
         return col_err_set(err, COL_EINVAL, "writing %s: tensor '%s' has ndim %d (0..%d allowed)", path, t->name,
                            t->ndim, COL_MAX_DIMS);
-    uint64_t nb = 4;
+    uint64_t nb = t->u8 ? 1 : 4;
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0 || __builtin_mul_overflow(nb, (uint64_t)t->shape[d], &nb) || nb > SIZE_MAX / 2)
             return col_err_set(err, COL_EINVAL, "writing %s: tensor '%s' has a bad shape (dim %d is %lld)", path,
@@ -130,7 +130,7 @@ static void build_header(col_strbuf *hdr, const col_st_out *const *sorted, const
         if (i)
             col_strbuf_puts(hdr, ",");
         sb_json_str(hdr, sorted[i]->name);
-        col_strbuf_puts(hdr, ":{\"dtype\":\"F32\",\"shape\":[");
+        col_strbuf_puts(hdr, sorted[i]->u8 ? ":{\"dtype\":\"U8\",\"shape\":[" : ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < sorted[i]->ndim; d++) {
             snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)sorted[i]->shape[d]);
             col_strbuf_puts(hdr, num);

@@ -107,6 +107,23 @@ static col_status dropout_offset_at(const col_lm_config *c, const col_lm_build_o
     return st;
 }
 
+col_dtype col_lm_quant_dtype(const col_param_spec *s, col_dtype q)
+{
+    if (!col_dtype_is_quant(q) || s->ndim != 2)
+        return COL_F32;
+    bool matrix = s->role == COL_ROLE_FIRST || s->role == COL_ROLE_SECOND || s->role == COL_ROLE_EMBED ||
+                  s->role == COL_ROLE_HEAD;
+    int64_t inner = s->in_out ? s->shape[0] : s->shape[1];
+    return matrix && inner % col_dtype_block(q) == 0 ? q : COL_F32;
+}
+
+void col_lm_leaf_shape(const col_param_spec *s, col_dtype dt, int64_t shape[2])
+{
+    bool swap = col_dtype_is_quant(dt) && s->in_out && s->ndim == 2;
+    shape[0] = swap ? s->shape[1] : s->shape[0];
+    shape[1] = swap ? s->shape[0] : (s->ndim > 1 ? s->shape[1] : 0);
+}
+
 col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out,
                         col_err *err)
 {
@@ -122,6 +139,9 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
     if (o->cache_len && (o->cache_len < o->seq || o->cache_len > c->max_positions || o->with_loss))
         return col_err_set(err, COL_EINVAL, "%s: a key/value cache of %d positions cannot hold %d tokens (max %d)",
                            col_arch_name(c->arch), o->cache_len, o->seq, c->max_positions);
+    if (o->param_dtype && (o->par || o->lora_of))
+        return col_err_set(err, COL_EUNSUPPORTED, "%s: quantized weights are for inference (no LoRA or tensor "
+                           "parallelism)", col_arch_name(c->arch));
     if (o->cache_rows < 0 || (o->cache_rows > 0 && !o->cache_len))
         return col_err_set(err, COL_EINVAL, "%s: %d cache rows (a cache of many sequences needs cache_len > 0)",
                            col_arch_name(c->arch), o->cache_rows);
@@ -165,8 +185,11 @@ col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build
             par->ops->shard(par, &specs[i], &sh);
             col_shard_shape(&sh, specs[i].ndim, specs[i].shape, specs[i].shape);
         }
-        out->params[i] = o->lora_of ? col_input(g, specs[i].name, o->dtype, specs[i].ndim, specs[i].shape)
-                                    : col_param(g, specs[i].name, o->dtype, specs[i].ndim, specs[i].shape);
+        col_dtype dt = o->param_dtype && o->param_dtype[i] != COL_F32 ? o->param_dtype[i] : o->dtype;
+        int64_t shape[2];
+        col_lm_leaf_shape(&specs[i], dt, shape);
+        out->params[i] = o->lora_of || col_dtype_is_quant(dt) ? col_input(g, specs[i].name, dt, specs[i].ndim, shape)
+                                                              : col_param(g, specs[i].name, dt, specs[i].ndim, shape);
     }
     free(used);
     /* under tensor or sequence parallelism the layers read each leaf through the mode's use (lm_par.h) */

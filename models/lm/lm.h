@@ -122,6 +122,12 @@ typedef struct {
      * matmuls take 16-bit weights as they are and their inputs cast to them (f32 accumulation), the other
      * uses of a weight (norms, biases) cast it to f32, and activations, softmax, norms and the loss stay f32 */
     col_dtype dtype;
+    /* quantized weights (inference): per parameter (spec order), COL_F32 to use dtype, or a block dtype
+     * (COL_Q8_0, COL_Q4_0, ...; col_lm_quant_dtype decides which take one). A quantized weight stored
+     * [in, out] (in_out, GPT-2's Conv1D) is held transposed, [out, in], so its blocks run along the
+     * product's inner dimension; embeddings are gathered and dequantized, projections multiply block by
+     * block. NULL: every weight of dtype. */
+    const col_dtype *param_dtype;
     /* Pipeline stages: the layers [layer_lo, layer_hi) only (0/0: the whole model). A stage with layer_lo 0
      * starts from the token ids (embeddings); a later one from out->hidden_in, the previous stage's hidden
      * states [batch, seq, hidden] (an f32 input a gradient flows to). A stage with layer_hi = n_layer ends
@@ -175,6 +181,13 @@ enum { COL_LM_TIED_PARAM = 0 }; /* every family's input embedding is its first p
 /* Whether a stage holds a copy of the tied embedding that another stage holds as well (a last stage that is
  * not also the first, with tied embeddings). */
 bool col_lm_stage_shares_tied(const col_lm_config *c, int layer_lo, int layer_hi);
+
+/* The dtype a quantized session holds parameter s in: q for the matrices a product reads block by block
+ * along its inner dimension (projections, token embeddings, an untied head; the inner dimension a multiple
+ * of q's block), f32 for the rest (norms, biases, learned positions). */
+col_dtype col_lm_quant_dtype(const col_param_spec *s, col_dtype q);
+/* The shape a parameter's leaf has in dtype dt: the spec's, or [out, in] for a quantized in_out weight. */
+void col_lm_leaf_shape(const col_param_spec *s, col_dtype dt, int64_t shape[2]);
 
 col_status col_lm_build(col_graph *g, const col_lm_config *c, const col_lm_build_opts *o, col_lm_graph *out,
                         col_err *err);

@@ -259,6 +259,9 @@ col_status col_lm_trainer_save_model_ex(col_lm_trainer *t, const char *dir, unsi
 static col_status save_model(col_lm_trainer *t, const char *dir, unsigned flags, col_err *err)
 {
     bool writer = lmt_dp_writer(t);
+    if (t->pdt)
+        return col_err_set(err, COL_EUNSUPPORTED, "saving the model: this session holds quantized weights "
+                           "(colossal-quantize writes quantized models)");
     col_status st = no_view(t, "saving the model", err);
     if (st == COL_OK)
         st = lmt_dp_need_params(t, err);

@@ -78,7 +78,9 @@ col_node *col_lm_activation(col_graph *g, col_node *x, col_act act)
 
 col_node *col_lm_operand(col_graph *g, col_node *x, const col_node *w)
 {
-    return w ? col_cast(g, x, w->t.dtype) : NULL;
+    if (!w)
+        return NULL;
+    return col_dtype_is_quant(w->t.dtype) ? x : col_cast(g, x, w->t.dtype); /* quantized: f32 activations */
 }
 
 col_node *col_lm_f32(col_graph *g, col_node *w) { return col_cast(g, w, COL_F32); }
@@ -118,9 +120,11 @@ col_node *col_lm_conv1d(col_graph *g, const col_lm_build_opts *o, col_lm_graph *
     if (o->par)
         return o->par->ops->linear(g, o->par, x, *wp, b, r, true);
     col_node *w = *wp;
-    int64_t flat[2] = {-1, w->t.shape[0]};
-    col_node *y = col_add(g, col_matmul(g, col_reshape(g, col_lm_operand(g, x, w), 2, flat), w), col_lm_f32(g, b));
-    int64_t shape[3] = {x->t.shape[0], x->t.shape[1], w->t.shape[1]};
+    bool q = col_dtype_is_quant(w->t.dtype); /* held [out, in] (col_lm_leaf_shape) */
+    int64_t flat[2] = {-1, w->t.shape[q ? 1 : 0]};
+    col_node *wm = q ? col_transpose(g, w, 0, 1) : w;
+    col_node *y = col_add(g, col_matmul(g, col_reshape(g, col_lm_operand(g, x, w), 2, flat), wm), col_lm_f32(g, b));
+    int64_t shape[3] = {x->t.shape[0], x->t.shape[1], w->t.shape[q ? 0 : 1]};
     return col_lm_lora(g, o, out, x, col_reshape(g, y, 3, shape), wp);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lm_family.h"
+#include "lm_quant.h"
 #include "lm_trainer_internal.h"
 
 /* the name transformers gives the output projection in every family's *ForCausalLM */
@@ -136,13 +137,31 @@ static void note_nonfinite(col_lm_load_report *rep, const char *name, int64_t co
 }
 
 /* tensor by tensor through the stage: an NVMe chunk is read, filled and written back, a host one filled in place */
-static col_status copy_params(col_lm_trainer *t, const col_ckpt_tensor **src, col_lm_load_report *rep, col_err *err)
+static col_status copy_params(col_lm_trainer *t, const col_ckpt *ck, const col_ckpt_tensor **src,
+                              col_lm_load_report *rep, col_err *err)
 {
     col_status st = COL_OK;
     for (int i = 0; i < t->np && st == COL_OK; i++) {
         const col_param_spec *s = &t->specs[i];
         if (!src[i]) /* a new value head (COL_LOAD_NEW_VALUE_HEAD) */
             continue;
+        /* a tensor colossal-quantize wrote: copied as it is into a session holding that dtype, else read as f32 */
+        col_dtype have, want = lmt_param_dtype(t, i);
+        int64_t qs[2], ls[2];
+        if ((st = col_lm_quant_of(ck, src[i], &have, qs, err)) != COL_OK)
+            break;
+        if (have != COL_F32 && t->par) {
+            st = col_err_set(err, COL_EUNSUPPORTED, "%s: quantized tensors do not load under tensor or sequence "
+                             "parallelism", src[i]->name);
+            break;
+        }
+        col_lm_leaf_shape(s, have, ls);
+        if (have != COL_F32 && have == want && ls[0] == qs[0] && ls[1] == qs[1]) {
+            void *p = NULL;
+            if ((st = lmt_get(t, 0, i, true, &p, err)) == COL_OK)
+                memcpy(p, src[i]->data, src[i]->nbytes);
+            continue;
+        }
         /* into the parameter; under mixed precision into the master (or the conversion buffer without one),
          * then rounded into the parameter */
         void *w = t->conv;
@@ -153,6 +172,8 @@ static col_status copy_params(col_lm_trainer *t, const col_ckpt_tensor **src, co
             const col_param_spec *ws = &t->whole[i];
             if ((st = col_ckpt_read_f32(src[i], ws->ndim, ws->shape, t->pbuf, err)) == COL_OK)
                 lmt_par_block(t, i, t->pbuf, w);
+        } else if (st == COL_OK && have != COL_F32) {
+            st = col_lm_quant_read_f32(src[i], have, qs, s, w, err);
         } else if (st == COL_OK) {
             st = col_ckpt_read_f32(src[i], s->ndim, s->shape, w, err);
         }
@@ -179,7 +200,7 @@ col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigne
     if (st == COL_OK)
         st = check_unused(t, ck, src, flags, report, err);
     if (st == COL_OK)
-        st = copy_params(t, src, report, err);
+        st = copy_params(t, ck, src, report, err);
     free(src);
     return st;
 }

@@ -172,6 +172,12 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     if (dt != COL_F32 && cfg->lora.rank > 0)
         return col_err_set_on(err, COL_SETTING_PRECISION, COL_EUNSUPPORTED, "LoRA adapters are trained in f32 only, "
                                "not with %s mixed precision", col_dtype_name(dt));
+    if (cfg->weight_quant != COL_F32 && !col_dtype_is_quant(cfg->weight_quant))
+        return col_err_set_on(err, COL_SETTING_PRECISION, COL_EINVAL, "quantized weights of %s (q8_0, q4_0, q4_K or "
+                              "q6_K)", col_dtype_name(cfg->weight_quant));
+    if (cfg->weight_quant != COL_F32 && (!cfg->inference || dt != COL_F32 || cfg->lora.rank > 0 || partial || cfg->dp))
+        return col_err_set_on(err, COL_SETTING_PRECISION, COL_EUNSUPPORTED, "quantized weights are for inference "
+                              "sessions of the whole model in one process, f32 compute, no LoRA");
     if (!(cfg->loss_scale >= 0 && isfinite(cfg->loss_scale)) || cfg->loss_scale_window < 0)
         return col_err_set(err, COL_EINVAL, "loss scaling: a first scale of %g and a window of %d steps",
                            cfg->loss_scale, cfg->loss_scale_window);
@@ -236,7 +242,18 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         }
     t->norm_given = -1;
     t->slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
+    if (cfg->weight_quant != COL_F32) {
+        if (!(t->pdt = malloc(sizeof *t->pdt * (size_t)t->nt))) {
+            col_lm_trainer_free(t);
+            return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+        }
+        for (int i = 0; i < t->nt; i++)
+            t->pdt[i] = col_lm_quant_dtype(&t->specs[i], cfg->weight_quant);
+    }
     st = lmt_par_setup(t, err);
+    if (st == COL_OK && t->pdt && t->par)
+        st = col_err_set_on(err, COL_SETTING_PRECISION, COL_EUNSUPPORTED, "quantized weights do not run under "
+                            "tensor or sequence parallelism");
     if (st == COL_OK)
         st = lmt_dp_init(t, err);
     if (st == COL_OK)
@@ -329,6 +346,7 @@ void col_lm_trainer_free(col_lm_trainer *t)
     free(t->gidx);
     lmt_par_free(t);
     free(t->specs);
+    free(t->pdt);
     free(t->ot);
     free(t->w16);
     free(t->g16);

@@ -53,6 +53,12 @@ typedef struct {
      * the loss's gradient is seeded with the scale, a step whose gradients hold an infinity or a NaN is
      * skipped and halves the scale, loss_scale_window good steps in a row double it. LoRA sessions stay f32. */
     col_dtype compute_dtype;
+    /* Quantized weights (inference sessions, f32 compute, the whole model in one process, no LoRA): COL_F32
+     * (none), or a block dtype (COL_Q8_0, COL_Q4_0, COL_Q4_K, COL_Q6_K). The matrices col_lm_quant_dtype
+     * picks are held in it - a weight loaded as f32 is quantized as it is stored, one already quantized by
+     * colossal-quantize to that dtype is copied as it is - and the products read them block by block; norms,
+     * biases and learned positions stay f32. */
+    col_dtype weight_quant;
     float loss_scale;     /* f16: the first loss scale; 0 = 65536 */
     int loss_scale_window;/* f16: good steps before the scale doubles; 0 = 2000 */
     /* Data parallelism with ZeRO (lm_dp.c): dp, when it has more than one process, is the communicator of the

@@ -90,7 +90,7 @@ float *col_lm_trainer_grad(col_lm_trainer *t, int i) { return (i >= 0 && i < t->
 void *col_lm_trainer_weights(col_lm_trainer *t, int i, col_dtype *dt)
 {
     if (dt)
-        *dt = t->dt;
+        *dt = i >= 0 && i < t->nt ? lmt_param_dtype(t, i) : t->dt;
     if (i < 0 || i >= t->nt)
         return NULL;
     return lmt_mixed(t) ? t->w16[i] : t->ot[i].w;

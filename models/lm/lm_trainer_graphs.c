@@ -65,6 +65,7 @@ void lmt_lora_opts(const col_lm_trainer *t, col_lm_build_opts *o)
     o->lora_rank = t->cfg.lora.rank;
     o->lora_scale = t->lora_scale;
     o->dtype = t->dt;
+    o->param_dtype = t->pdt; /* (quantized sessions hold the whole model: spec order) */
 }
 
 /* key/value cache memory: host memory, or the device's */

@@ -86,6 +86,7 @@ struct col_lm_trainer {
         col_lm_graph lg;
         int seq;
     } dec[2];
+    col_dtype *pdt;     /* quantized sessions (cfg.weight_quant): each parameter's dtype; NULL otherwise */
     float *kv;          /* 2 * n_layer caches of [1, n_kv_head, kv_len, head_dim]; on a device backend its memory */
     float *hlog;        /* on a device backend: host copies of the logits handed out (hlog_n floats) */
     size_t hlog_n;
@@ -290,7 +291,9 @@ col_status lmt_stage_end(col_lm_trainer *t, bool write_back, col_err *err);
 
 /* lm_precision.c */
 /* whether the session computes in a 16-bit dtype (mixed precision) */
-static inline bool lmt_mixed(const col_lm_trainer *t) { return t->dt != COL_F32; }
+static inline bool lmt_mixed(const col_lm_trainer *t) { return t->dt != COL_F32 || t->pdt; }
+/* the dtype parameter i is held in (quantized sessions: per parameter) */
+static inline col_dtype lmt_param_dtype(const col_lm_trainer *t, int i) { return t->pdt ? t->pdt[i] : t->dt; }
 /* whether trained tensor i has an f32 master (mixed precision), whichever process holds its span */
 static inline bool lmt_has_master(const col_lm_trainer *t, int i)
 {

@@ -47,6 +47,8 @@ static int session_kinds(const col_lm_trainer *t, int *kinds)
 static size_t kind_bytes(const col_lm_trainer *t, int k, int i)
 {
     int64_t off, n = k >= 2 && t->zn ? lmt_span(t, i, &off) : col_param_numel(&t->specs[i]);
+    if (k == 0 && t->pdt)
+        return col_dtype_row_bytes(t->pdt[i], n);
     return col_dtype_size(lmt_dtype(t, k)) * (size_t)n;
 }
 
@@ -218,6 +220,31 @@ col_status lmt_init_params(col_lm_trainer *t, col_err *err)
     return st;
 }
 
+/* the f32 values w of parameter i quantized into p: row by row, each row of an in_out weight [in, out] being
+ * one of its columns (held [out, in], col_lm_leaf_shape) */
+static col_status quantize_param(const col_lm_trainer *t, int i, const float *w, void *p, col_err *err)
+{
+    const col_param_spec *s = &t->specs[i];
+    col_dtype dt = t->pdt[i];
+    int64_t shape[2];
+    col_lm_leaf_shape(s, dt, shape);
+    size_t rb = col_dtype_row_bytes(dt, shape[1]);
+    if (!s->in_out)
+        return col_quantize_row(dt, w, shape[0] * shape[1], p) ? COL_OK
+               : col_err_set(err, COL_EINTERNAL, "quantizing '%s' as %s", s->name, col_dtype_name(dt));
+    float *col = malloc(sizeof *col * (size_t)shape[1]);
+    if (!col)
+        return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
+    bool ok = true;
+    for (int64_t r = 0; r < shape[0] && ok; r++) { /* row r of [out, in]: column r of w [in, out] */
+        for (int64_t k = 0; k < shape[1]; k++)
+            col[k] = w[k * shape[0] + r];
+        ok = col_quantize_row(dt, col, shape[1], (char *)p + (size_t)r * rb);
+    }
+    free(col);
+    return ok ? COL_OK : col_err_set(err, COL_EINTERNAL, "quantizing '%s' as %s", s->name, col_dtype_name(dt));
+}
+
 col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *err)
 {
     int64_t n = t->ot[i].n;
@@ -227,8 +254,10 @@ col_status lmt_set_weights(col_lm_trainer *t, int i, const float *w, col_err *er
     if (lmt_has(t, LMT_MASTER, i) && (st = lmt_get(t, LMT_MASTER, i, true, &p, err)) == COL_OK && p != w + off)
         memcpy(p, w + off, sizeof(float) * (size_t)sn);
     if (st == COL_OK && (st = lmt_get(t, 0, i, true, &p, err)) == COL_OK) {
-        if (lmt_mixed(t))
-            col_convert(p, t->dt, w, COL_F32, n);
+        if (col_dtype_is_quant(lmt_param_dtype(t, i)))
+            st = quantize_param(t, i, w, p, err);
+        else if (lmt_mixed(t))
+            col_convert(p, lmt_param_dtype(t, i), w, COL_F32, n);
         else if (p != w)
             memcpy(p, w, sizeof(float) * (size_t)n);
     }

@@ -5,6 +5,10 @@
  *
  *   q [B,Hq,T,D], k,v [B,Hkv,S,D]; query head h reads kv head h / (Hq/Hkv).
  *   causal: query t sees key j iff j <= t + (S - T).
+ *   Over a cache (col_attention_cached): S = start + T, the first keys of the
+ *   cache. Rows (col_attention_cached_rows): batch row b reads cache row
+ *   rows[b] with its own S = start[b] + T, through the same task code, so a
+ *   row's bits are those of col_attention_cached over that row alone.
  *
  * Forward: one task per (b, h, query tile). Scores are kept transposed (keys
  * x queries) so that Q is transposed once per task, K is read in place, and

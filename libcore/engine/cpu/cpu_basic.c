@@ -218,6 +218,8 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
         memset(c, 0, sizeof(float) * (size_t)(batches * M * N));
         return COL_OK;
     }
+    if (col_dtype_is_quant(b->dtype)) /* x @ W^T, W quantized (cpu_quant.c) */
+        return col_cpu_matmul_quant(n, ex, err);
     if (a->dtype != COL_F32)
         return col_cpu_matmul_lowp(n, ex, M, N, K, batches, err);
     int ta, tb, lda, ldb;

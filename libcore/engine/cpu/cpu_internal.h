@@ -68,6 +68,11 @@ col_status col_cpu_matmul_lowp(const col_node *n, const col_exec *ex, int64_t M,
 /* an ACCUMULATE into a bf16 or f16 gradient buffer: each element converted to f32, added, rounded back */
 col_status col_cpu_accumulate_lowp(const col_node *n, const col_exec *ex);
 
+/* cpu_quant.c: a MATMUL of x [M, K] f32 and a quantized weight read as W^T (backend.h), K > 0; the rows
+ * ids (contiguous i32/i64, checked) of a quantized embedding table w [V, C] decoded into out [N, C] */
+col_status col_cpu_matmul_quant(const col_node *n, const col_exec *ex, col_err *err);
+void col_cpu_embedding_quant(const col_tensor *w, const col_tensor *ids, float *out, int nt);
+
 /* Each kernel module fills its entries of the table. */
 void col_cpu_register_basic(col_backend *be);     /* cpu_basic.c */
 void col_cpu_register_unary(col_backend *be);     /* cpu_unary.c */

@@ -43,6 +43,10 @@ static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *er
     const char *wd = w->data;
     size_t es = col_dtype_size(w->dtype);
     float *out = n->t.data;
+    if (col_dtype_is_quant(w->dtype)) { /* rows decoded (cpu_quant.c) */
+        col_cpu_embedding_quant(w, ids, out, col_cpu_threads(ex));
+        return COL_OK;
+    }
 #pragma omp parallel for schedule(static) if (N * C > COL_PAR_MIN) num_threads(col_cpu_threads(ex))
     for (int64_t r = 0; r < N; r++) /* a copy for f32 rows */
         col_convert(out + r * C, COL_F32, wd + index_at(ids, r) * ws * (int64_t)es, w->dtype, C);

@@ -6,6 +6,9 @@
  *   the last T positions), or off = start over a key/value cache (start
  *   read by the forward kernel on the device; a start past the cache gives
  *   zeros and is reported at the next synchronisation, cuda_check.cu).
+ *   Rows (col_attention_cached_rows): k, v [R,Hkv,S,D] hold R sequences;
+ *   batch row b reads cache row rows[b] and off = start[b] (both read on the
+ *   device; a bad one gives that batch row zeros, a check kernel reports it).
  *   out [B,Hq,T,D] contiguous; extra (col_extra): logsumexp [B,Hq,T] f32 of
  *   each row of scaled scores, as the CPU kernel (cpu_attention.c) saves it,
  *   so either backend's backward can consume either backend's forward.
@@ -54,6 +57,12 @@ typedef struct {
      * *pos gives zeros and goes to the check slot */
     const int64_t *pos;
     cu_check_slot *slot;
+    /* rows (forward only): pos holds start [B], batch row b reads cache row rows[b] (b when rows
+     * is NULL) of the R in k, v and its first start[b] + T positions (S = the cache length); a bad
+     * row or start gives zeros for that batch row (the check kernel reports it) */
+    int rowmode;
+    const int64_t *rows;
+    int64_t R;
 } att_geom;
 
 __device__ __forceinline__ int64_t dmin64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -114,8 +123,20 @@ __global__ void __launch_bounds__(4 * BR) k_att_fwd(att_geom g, float *__restric
     const int64_t b = bh / g.Hq, h = bh % g.Hq, hk = h / g.grp;
     const int mr = (int)dmin64(BR, g.T - t0);
     const int64_t t = t0 + r; /* this thread's query */
-    int64_t S = g.S, off = g.off;
-    if (g.pos) { /* over a cache: the same for the whole block, so all threads return or none */
+    int64_t S = g.S, off = g.off, kvb = b;
+    if (g.rowmode) { /* this batch row's cache row and positions: the same for the whole block */
+        int64_t start = g.pos[b];
+        kvb = g.rows ? g.rows[b] : b;
+        if (kvb < 0 || kvb >= g.R || start < 0 || start > g.S - g.T) {
+            for (int e = tid; e < mr * D; e += blockDim.x)
+                out[(bh * g.T + t0 + e / D) * g.D + e % D] = 0.0f;
+            if (tid < mr)
+                lse[bh * g.T + t0 + tid] = 0.0f;
+            return;
+        }
+        S = start + g.T;
+        off = start;
+    } else if (g.pos) { /* over a cache: the same for the whole block, so all threads return or none */
         int64_t start = *g.pos;
         if (start < 0 || start > g.S - g.T) {
             if (blockIdx.x == 0 && tid == 0) {
@@ -131,8 +152,8 @@ __global__ void __launch_bounds__(4 * BR) k_att_fwd(att_geom g, float *__restric
         S = start + g.T;
         off = start;
     }
-    const float *kb = g.k + b * g.ks[0] + hk * g.ks[1];
-    const float *vb = g.v + b * g.vs[0] + hk * g.vs[1];
+    const float *kb = g.k + kvb * g.ks[0] + hk * g.ks[1];
+    const float *vb = g.v + kvb * g.vs[0] + hk * g.vs[1];
     load_tile<DM, BR>(qs, g.q + b * g.qs[0] + h * g.qs[1] + t0 * g.qs[2], g.qs[2], mr, D, g.scale);
 
     float m = -INFINITY, l = 0.0f, o[NO];
@@ -412,6 +433,9 @@ static void geom_of(att_geom *g, const col_node *n)
     g->scale = n->p.f[0];
     g->pos = NULL;
     g->slot = NULL;
+    g->rowmode = n->op == COL_OP_ATTENTION && n->p.i[1] != 0;
+    g->rows = NULL;
+    g->R = k->shape[0];
     g->q = (const float *)q->data, g->k = (const float *)k->data, g->v = (const float *)v->data;
     for (int d = 0; d < 3; d++)
         g->qs[d] = q->stride[d], g->ks[d] = k->stride[d], g->vs[d] = v->stride[d];
@@ -423,8 +447,9 @@ static col_status check_geom(const att_geom *g, const col_node *n, const char *w
     const col_tensor *q = &n->src[0]->t, *k = &n->src[1]->t, *v = &n->src[2]->t;
     bool unit = (q->shape[3] <= 1 || q->stride[3] == 1) && (k->shape[3] <= 1 || k->stride[3] == 1) &&
                 (v->shape[3] <= 1 || v->stride[3] == 1);
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || k->shape[0] != g->B || k->shape[3] != g->D ||
-        v->shape[0] != g->B || v->shape[1] != g->Hkv || v->shape[2] != g->S || v->shape[3] != g->D || g->Hkv <= 0 ||
+    int64_t kB = g->rowmode ? g->R : g->B; /* rows: the caches' rows */
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || k->shape[0] != kB || k->shape[3] != g->D ||
+        v->shape[0] != kB || v->shape[1] != g->Hkv || v->shape[2] != g->S || v->shape[3] != g->D || g->Hkv <= 0 ||
         g->Hq % g->Hkv != 0 || g->S <= 0 || g->D <= 0 || !unit)
         return col_err_set(err, COL_EINVAL,
                            "%s: bad shapes q [%lld,%lld,%lld,%lld], k/v [%lld,%lld,%lld,%lld] or a non-unit stride along D",
@@ -487,7 +512,22 @@ static col_status k_attention(const col_node *n, const col_exec *ex, col_err *er
     if (g.B * g.Hq * g.T == 0)
         return COL_OK; /* (a cache position is not checked without queries: nothing is read) */
     cu_check_slot *slot = NULL;
-    if (n->nsrc > 3) { /* over a cache: the first start+T keys are valid, start read on the device */
+    if (g.rowmode) { /* each batch row over its own cache row and positions, read on the device */
+        if (n->nsrc < 4)
+            return col_err_set(err, COL_EINVAL, "attention: a per-row node without its start positions");
+        cu_check_info info = {"attention", CU_CHECK_ROWS, g.S, g.R, g.T};
+        st = cu_check_begin(c, &info, &slot, err);
+        if (st != COL_OK)
+            return st;
+        g.pos = (const int64_t *)n->src[3]->t.data;
+        g.rows = n->nsrc > 4 ? (const int64_t *)n->src[4]->t.data : NULL;
+        g.slot = slot;
+        st = cu_check_rows(c, slot, g.pos, g.rows, g.B, g.R, g.S, g.T, err, "attention");
+        if (st != COL_OK) {
+            cu_check_end(c);
+            return st;
+        }
+    } else if (n->nsrc > 3) { /* over a cache: the first start+T keys are valid, start read on the device */
         cu_check_info info = {"attention", CU_CHECK_ATT, g.S, 0, g.T};
         st = cu_check_begin(c, &info, &slot, err);
         if (st != COL_OK)

@@ -1,5 +1,5 @@
 /* cuda_basic.cu - CUDA kernels: copy, cast, fill, accumulate, scatter_slice,
- * binary elementwise, scale, concat, arange, kv_write.
+ * binary elementwise, scale, concat, arange, kv_write (and their per-row forms).
  *
  * Sources are read through their strides (cu_td: logical index -> offset);
  * outputs are contiguous. Arithmetic is the CPU kernels' (no fused
@@ -250,12 +250,23 @@ __global__ void k_arange_g(int32_t *o, const int64_t *start, int64_t base, int64
     CU_GRID_LOOP(k, n) o[k] = (int32_t)(s + base + k);
 }
 
+/* rows: i32 [B,n], row b from start[b] */
+__global__ void k_arange_rows_g(int32_t *o, const int64_t *start, int64_t base, int64_t n, int64_t num)
+{
+    CU_GRID_LOOP(i, num) o[i] = (int32_t)(start[i / n] + base + i % n);
+}
+
 static col_status k_arange(const col_node *n, const col_exec *ex, col_err *err)
 {
     const col_cuda_ctx *c = cu_ctx(ex);
     int64_t len = col_numel(&n->t);
     if (len == 0)
         return COL_OK;
+    if (n->p.i[1]) {
+        CU_LAUNCH(k_arange_rows_g, cu_blocks(c, len), CU_THREADS, 0, c->stream)(
+            (int32_t *)n->t.data, (const int64_t *)n->src[0]->t.data, n->p.i[0], n->t.shape[1], len);
+        return cu_launch(err, "arange");
+    }
     CU_LAUNCH(k_arange_g, cu_blocks(c, len), CU_THREADS, 0, c->stream)(
         (int32_t *)n->t.data, n->nsrc ? (const int64_t *)n->src[0]->t.data : NULL, n->p.i[0], len);
     return cu_launch(err, "arange");
@@ -283,9 +294,66 @@ __global__ void k_kv_write_g(T *__restrict__ dst, const T *__restrict__ src, cu_
     CU_GRID_LOOP(i, n) dst[cu_off(td, i)] = src[cu_off(ts, i)];
 }
 
+/* rows: x [B,H,T,D] element i into cache[rows[b], h, start[b] + t, d] (strides cs). Nothing is
+ * written when the check kernel before it (stream order) found a bad row or start; every
+ * element's row and position are checked again, so nothing is ever written out of bounds. */
+template <typename T>
+__global__ void k_kv_write_rows_g(T *__restrict__ dst, const T *__restrict__ src, cu_td ts, int64_t n, int64_t H,
+                                  int64_t Tn, int64_t D, int64_t cs0, int64_t cs1, int64_t cs2, int64_t cs3,
+                                  const int64_t *startp, const int64_t *rows, int64_t R, int64_t L,
+                                  const cu_check_slot *slot)
+{
+    if (slot->pos != CU_CHECK_NONE)
+        return;
+    CU_GRID_LOOP(i, n) {
+        int64_t d = i % D, t = (i / D) % Tn, h = (i / (D * Tn)) % H, b = i / (D * Tn * H);
+        int64_t r = rows ? rows[b] : b, start = startp[b];
+        if (r < 0 || r >= R || start < 0 || start > L - Tn)
+            continue;
+        dst[r * cs0 + h * cs1 + (start + t) * cs2 + d * cs3] = src[cu_off(ts, i)];
+    }
+}
+
+static col_status kv_write_rows(col_cuda_ctx *c, const col_node *n, col_err *err)
+{
+    const col_tensor *ct = &n->src[0]->t, *x = &n->src[1]->t;
+    int64_t B = x->shape[0], T = x->shape[2], num = col_numel(x), R = ct->shape[0], L = ct->shape[2];
+    const int64_t *sp = (const int64_t *)n->src[2]->t.data;
+    const int64_t *rows = n->nsrc > 3 ? (const int64_t *)n->src[3]->t.data : NULL;
+    size_t es = col_dtype_size(x->dtype);
+    if (es != 2 && es != 4 && es != 8)
+        return col_err_set(err, COL_EDTYPE, "kv_write: element size %zu", es);
+    cu_check_info info = {"kv_write", CU_CHECK_ROWS, L, R, T};
+    cu_check_slot *slot;
+    col_status st = cu_check_begin(c, &info, &slot, err);
+    if (st != COL_OK)
+        return st;
+    st = cu_check_rows(c, slot, sp, rows, B, R, L, T, err, "kv_write");
+    if (st == COL_OK && num > 0) {
+        cu_td ts = cu_td_of(x);
+        unsigned g = cu_blocks(c, num);
+        const int64_t *cs = ct->stride;
+#define KV_ROWS(TY)                                                                                                   \
+    CU_LAUNCH(k_kv_write_rows_g<TY>, g, CU_THREADS, 0, c->stream)((TY *)ct->data, (const TY *)x->data, ts, num,        \
+                                                                 x->shape[1], T, x->shape[3], cs[0], cs[1], cs[2],   \
+                                                                 cs[3], sp, rows, R, L, slot)
+        switch (es) {
+        case 2: KV_ROWS(uint16_t); break;
+        case 4: KV_ROWS(uint32_t); break;
+        default: KV_ROWS(uint64_t); break;
+        }
+#undef KV_ROWS
+        st = cu_launch(err, "kv_write");
+    }
+    cu_check_end(c);
+    return st;
+}
+
 static col_status k_kv_write(const col_node *n, const col_exec *ex, col_err *err)
 {
     col_cuda_ctx *c = cu_ctx(ex);
+    if (n->p.i[0])
+        return kv_write_rows(c, n, err);
     const col_tensor *ct = &n->src[0]->t, *x = &n->src[1]->t;
     int64_t T = x->shape[2], num = col_numel(x);
     cu_check_info info = {"kv_write", CU_CHECK_KV, ct->shape[2], 0, T};

@@ -61,6 +61,12 @@ static col_status report(const cu_check_info *in, const cu_check_slot *s, col_er
         return col_err_set(err, COL_EINVAL,
                            "%s: target %lld at row %lld is outside the classes (0..%lld) and is not ignore_index (%lld)",
                            in->op, val, pos, (long long)(in->limit - 1), (long long)in->ign);
+    case CU_CHECK_ROWS:
+        if (pos % 2 == 0)
+            return col_err_set(err, COL_EINVAL, "%s: batch row %lld uses cache row %lld, outside the cache's %lld rows",
+                               in->op, pos / 2, val, (long long)in->ign);
+        return col_err_set(err, COL_EINVAL, "%s: batch row %lld at position %lld + %lld tokens exceeds the cache of %lld",
+                           in->op, pos / 2, val, (long long)in->T, (long long)in->limit);
     case CU_CHECK_KV:
         return col_err_set(err, COL_EINVAL, "%s: position %lld + %lld tokens exceeds the cache of %lld", in->op, val,
                            (long long)in->T, (long long)in->limit);
@@ -118,3 +124,35 @@ col_status cu_check_begin(col_cuda_ctx *c, const cu_check_info *info, cu_check_s
 }
 
 void cu_check_end(col_cuda_ctx *c) { pthread_mutex_unlock(&c->chk_mu); }
+
+/* ---- the per-row cache ops' rows and positions ---- */
+
+__global__ void k_check_rows(cu_check_slot *slot, const int64_t *start, const int64_t *rows, int64_t B, int64_t R,
+                             int64_t L, int64_t T)
+{
+    CU_GRID_LOOP(b, B) {
+        int64_t r = rows ? rows[b] : b;
+        if (r < 0 || r >= R)
+            cu_check_bad(slot, 2 * b);
+        else if (start[b] < 0 || start[b] > L - T)
+            cu_check_bad(slot, 2 * b + 1);
+    }
+}
+
+/* after k_check_rows (stream order): the value at the bad position */
+__global__ void k_check_rows_value(cu_check_slot *slot, const int64_t *start, const int64_t *rows)
+{
+    long long pos = slot->pos;
+    if (pos != CU_CHECK_NONE)
+        slot->val = pos % 2 ? start[pos / 2] : rows ? rows[pos / 2] : pos / 2;
+}
+
+col_status cu_check_rows(col_cuda_ctx *c, cu_check_slot *slot, const int64_t *start, const int64_t *rows, int64_t B,
+                         int64_t R, int64_t L, int64_t T, col_err *err, const char *what)
+{
+    if (B <= 0)
+        return COL_OK;
+    CU_LAUNCH(k_check_rows, cu_blocks(c, B), CU_THREADS, 0, c->stream)(slot, start, rows, B, R, L, T);
+    CU_LAUNCH(k_check_rows_value, 1, 1, 0, c->stream)(slot, start, rows);
+    return cu_launch(err, what);
+}

@@ -26,13 +26,15 @@ typedef struct {
 } cu_check_slot;
 #define CU_CHECK_NONE 0x7f7f7f7f7f7f7f7fLL /* a slot's bytes reset to 0x7f */
 #define CU_CHECK_SLOTS 256
-enum { CU_CHECK_IDS, CU_CHECK_TARGETS, CU_CHECK_KV, CU_CHECK_ATT };
+/* CU_CHECK_ROWS (per-row cache ops): position 2b: batch row b's cache row is outside the cache,
+ * 2b + 1: its start is outside [0, limit - T]; the value is the row or the start */
+enum { CU_CHECK_IDS, CU_CHECK_TARGETS, CU_CHECK_KV, CU_CHECK_ATT, CU_CHECK_ROWS };
 /* what a slot checks, kept on the host for the message */
 typedef struct {
     const char *op;   /* "embedding", "cross_entropy", ... */
     int kind;         /* CU_CHECK_* */
     int64_t limit;    /* vocabulary / classes / cache length */
-    int64_t ign;      /* targets: the ignore index */
+    int64_t ign;      /* targets: the ignore index; CU_CHECK_ROWS: the cache's rows */
     int64_t T;        /* positions: the new tokens */
 } cu_check_info;
 
@@ -90,6 +92,10 @@ void cu_check_end(col_cuda_ctx *c);
  * calls since the last synchronisation found (COL_EINVAL with its message);
  * the slots are free again. */
 col_status cu_sync_checked(col_cuda_ctx *c, col_err *err, const char *what);
+/* Queues (between cu_check_begin and cu_check_end, info kind CU_CHECK_ROWS) the check of
+ * batch rows b < B: 0 <= rows[b] < R (rows NULL: b) and 0 <= start[b] <= L - T. */
+col_status cu_check_rows(col_cuda_ctx *c, cu_check_slot *slot, const int64_t *start, const int64_t *rows, int64_t B,
+                         int64_t R, int64_t L, int64_t T, col_err *err, const char *what);
 /* device side: position pos is bad (the smallest bad position wins) */
 __device__ __forceinline__ void cu_check_bad(cu_check_slot *s, int64_t pos) { atomicMin(&s->pos, (long long)pos); }
 
