@@ -27,6 +27,7 @@
 #include "device.h"
 #include "memopts.h"
 #include "lineedit.h"
+#include "gguf.h"
 #include "lm_quant.h"
 #include "lm_source.h"
 #include "procsetup.h"
@@ -594,6 +595,19 @@ static int run_on(const options *opt, app_device *dev)
     if (src.has_adapter) /* a LoRA run's output: the base weights plus the adapter beside them */
         tc.lora = src.lora;
     tc.weight_quant = o.quant != COL_F32 ? o.quant : col_lm_quant_detect(src.weights);
+    col_dtype *each = NULL; /* a GGUF file's block tensors, held as they are (without --quant) */
+    if (src.gguf && o.quant == COL_F32) {
+        each = calloc((size_t)col_lm_param_count(mc), sizeof *each);
+        if (!each || col_lm_gguf_param_dtypes(src.gguf, mc, each, &err) != COL_OK) {
+            if (!each)
+                col_err_set(&err, COL_ENOMEM, "out of memory");
+            print_err(&err);
+            free(each);
+            col_lm_source_close(&src);
+            return 1;
+        }
+        tc.weight_quant_each = each;
+    }
     chat_engine g;
     chat_conv conv = {.family = family};
     memset(&g, 0, sizeof g);
@@ -602,6 +616,7 @@ static int run_on(const options *opt, app_device *dev)
     if (col_lm_trainer_create(&tc, &dev->be, &tr, &err) != COL_OK ||
         (src.weights &&
          col_lm_trainer_load_ex(tr, src.weights, o.ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, &rep, &err) != COL_OK) ||
+        (src.gguf && col_lm_trainer_load_gguf(tr, src.gguf, &err) != COL_OK) ||
         (src.has_adapter && col_lm_trainer_load_adapter(tr, src.dir, &err) != COL_OK) ||
         chat_engine_init(&g, tr, src.tok, mc->vocab_size, ctx, &err) != COL_OK) {
         print_err(&err);
@@ -610,6 +625,10 @@ static int run_on(const options *opt, app_device *dev)
     app_load_warnings(stderr, PROG, &rep);
     col_ckpt_close(src.weights); /* the weights are in the session now */
     src.weights = NULL;
+    col_gguf_close(src.gguf);
+    src.gguf = NULL;
+    free(each);
+    each = NULL;
     if (src.preset[0])
         fprintf(stderr, PROG ": %s is a built-in architecture with random weights: expect noise\n", src.preset);
     g.max_new = max_new;
@@ -655,6 +674,7 @@ static int run_on(const options *opt, app_device *dev)
     }
 done:
     free(stops);
+    free(each);
     chat_conv_free(&conv);
     chat_engine_free(&g);
     col_lm_trainer_free(tr);

@@ -1,6 +1,7 @@
 /* test_lm_batch.c - batched decoding (col_lm_batch): many sequences at their own positions in one
  * forward pass give, row for row, the logits the single-sequence decoder gives each alone (bit for bit
- * on the CPU), for GPT-2 (learned positions), LLaMA (rotary positions, grouped keys) and OPT; slots are
+ * on the CPU), for GPT-2 (learned positions), LLaMA (rotary positions, grouped keys) and OPT, with f32 and
+ * quantized (q8_0, q4_0) weights; slots are
  * fed in any order and subsets; a copied prompt prefix continues like the original; bad calls are
  * refused. With LM_BATCH_TEST_CUDA the same runs through the CUDA backend (the emulator in make check),
  * compared with the CPU within 1e-4. */
@@ -21,10 +22,10 @@ enum { SLOTS = 4, CTX = 40, NSEQ = 6 };
 
 static col_backend cpu;
 
-static col_lm_trainer *session(const col_lm_config *c, const col_backend *be, size_t budget)
+static col_lm_trainer *session(const col_lm_config *c, const col_backend *be, size_t budget, col_dtype q)
 {
     col_lm_train_config tc = {.model = *c, .batch = 1, .seq = 1, .opt = col_opt_defaults(COL_OPT_SGD),
-                              .inference = true, .compute_budget = budget, .seed = 7};
+                              .inference = true, .compute_budget = budget, .seed = 7, .weight_quant = q};
     col_lm_trainer *t = NULL;
     col_err err = {0};
     if (col_lm_trainer_create(&tc, be, &t, &err) != COL_OK)
@@ -133,10 +134,10 @@ static double batched(col_lm_batch *b, const float *ref, int vocab, const int *p
     return done == NSEQ ? worst : -1;
 }
 
-static void check_family(const char *name, const col_lm_config *c)
+static void check_family(const char *name, const col_lm_config *c, col_dtype q)
 {
     int plen[NSEQ] = {1, 5, 3, 9, 2, 7}, len = 14;
-    col_lm_trainer *t = session(c, &cpu, 0);
+    col_lm_trainer *t = session(c, &cpu, 0, q);
     float *ref = t ? reference(t, c->vocab_size, plen, len) : NULL;
     TL_OK(ref != NULL, "%s: single-sequence reference", name);
     col_lm_batch *b = NULL;
@@ -183,7 +184,7 @@ static void check_family(const char *name, const col_lm_config *c)
     col_backend gpu;
     col_err ge = {0};
     if (ref && col_cuda_backend_init(&gpu, 0, &ge) == COL_OK) {
-        col_lm_trainer *tg = session(c, &gpu, (size_t)64 << 20);
+        col_lm_trainer *tg = session(c, &gpu, (size_t)64 << 20, q);
         col_lm_batch *bg = NULL;
         double gworst = -1, g = -1;
         if (tg && col_lm_batch_open(tg, SLOTS, CTX, &bg, &ge) == COL_OK)
@@ -210,20 +211,23 @@ int main(void)
         return tl_done();
     }
     col_lm_config c;
-    if (col_lm_preset("llama-tiny", &c, &err) == COL_OK)
-        check_family("llama-tiny (rotary, 2 key heads for 4 query heads)", &c);
-    else
+    if (col_lm_preset("llama-tiny", &c, &err) == COL_OK) {
+        check_family("llama-tiny (rotary, 2 key heads for 4 query heads)", &c, COL_F32);
+        check_family("llama-tiny, q4_0 weights", &c, COL_Q4_0);
+    } else {
         TL_OK(false, "llama-tiny preset: %s", err.msg);
+    }
     c = col_gpt2_config(97, 64, 32, 2, 4);
-    check_family("gpt2 (learned positions)", &c);
+    check_family("gpt2 (learned positions)", &c, COL_F32);
+    check_family("gpt2, q8_0 weights", &c, COL_Q8_0);
     if (col_lm_preset("opt-125m", &c, &err) == COL_OK) {
         c.hidden = 32, c.n_head = 4, c.n_kv_head = 4, c.head_dim = 8, c.n_layer = 2, c.ffn = 64, c.vocab_size = 97;
         c.max_positions = 64, c.word_embed_proj_dim = 32;
-        check_family("opt (positions offset by 2)", &c);
+        check_family("opt (positions offset by 2)", &c, COL_F32);
     }
     /* a session that cannot decode many sequences */
     col_lm_config g = col_gpt2_config(97, 64, 32, 2, 4);
-    col_lm_trainer *t = session(&g, &cpu, 0);
+    col_lm_trainer *t = session(&g, &cpu, 0, COL_F32);
     col_lm_batch *b = NULL;
     col_err e = {0};
     TL_OK(t && col_lm_batch_open(t, 2, 65, &b, &e) == COL_EINVAL && !b,

@@ -9,7 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gguf.h"
 #include "hf_config.h"
+#include "lm_gguf.h"
+#include "tok_gguf.h"
 #include "textio.h"
 
 static bool is_dir(const char *p)
@@ -100,6 +103,58 @@ static void detect_chat(col_lm_source *s)
     free(json);
 }
 
+/* whether path is a regular file starting with GGUF's magic */
+static bool is_gguf(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return false;
+    FILE *f = fopen(path, "rb");
+    char m[4] = {0};
+    bool yes = f && fread(m, 1, 4, f) == 4 && memcmp(m, "GGUF", 4) == 0;
+    if (f)
+        fclose(f);
+    return yes;
+}
+
+/* a GGUF file: its config, its tokenizer (unless one is given) and its chat template */
+static col_status open_gguf(const char *model, const char *tokenizer, bool need_tokenizer, col_lm_source *out,
+                            col_err *err)
+{
+    snprintf(out->dir, sizeof out->dir, "%s", model);
+    col_status st = col_gguf_open(model, &out->gguf, err);
+    if (st == COL_OK)
+        st = col_lm_gguf_config(out->gguf, &out->config, err);
+    if (st == COL_OK && tokenizer) {
+        if ((st = open_tokenizer(out, tokenizer, err)) != COL_OK)
+            col_err_add_setting(err, COL_SETTING_TOKENIZER);
+    } else if (st == COL_OK && col_gguf_find_key(out->gguf, "tokenizer.ggml.model") >= 0) {
+        st = col_tok_from_gguf(out->gguf, &out->tok, err);
+    } else if (st == COL_OK && need_tokenizer) {
+        st = col_err_set_on(err, COL_SETTING_TOKENIZER, COL_EIO, "%s carries no tokenizer (no tokenizer.ggml.model): "
+                            "give one apart from the model", model);
+    }
+    const char *tmpl = NULL;
+    size_t tlen = 0;
+    col_err e = {0};
+    if (st == COL_OK && out->tok && !tokenizer &&
+        col_gguf_get_str(out->gguf, "tokenizer.chat_template", &tmpl, &tlen, &e) == COL_OK) {
+        char *t = strndup(tmpl, tlen);
+        if (t) {
+            out->has_chat = col_chat_detect_template(t, &out->chat, &e) == COL_OK;
+            if (!out->has_chat)
+                snprintf(out->chat_unknown, sizeof out->chat_unknown, "%s", e.msg);
+            free(t);
+        }
+    }
+    if (st == COL_OK && out->tok && col_tok_vocab_size(out->tok) > out->config.vocab_size)
+        st = col_err_set(err, COL_EFORMAT, "the tokenizer has %d ids but the model's vocabulary has %d: they do not "
+                         "belong together", (int)col_tok_vocab_size(out->tok), out->config.vocab_size);
+    if (st != COL_OK)
+        col_lm_source_close(out);
+    return st;
+}
+
 col_status col_lm_source_open(const char *model, const char *tokenizer, bool need_tokenizer, col_lm_source *out,
                               col_err *err)
 {
@@ -107,6 +162,8 @@ col_status col_lm_source_open(const char *model, const char *tokenizer, bool nee
     col_status st = COL_OK;
     if (!model || !*model)
         return col_err_set(err, COL_EINVAL, "no model given");
+    if (is_gguf(model))
+        return open_gguf(model, tokenizer, need_tokenizer, out, err);
     if (access(model, F_OK) != 0 && !strchr(model, '/')) {
         /* not a path, not a hub id: a built-in architecture */
         if (col_lm_preset(model, &out->config, err) != COL_OK) {
@@ -175,7 +232,9 @@ void col_lm_source_close(col_lm_source *s)
     if (!s)
         return;
     col_ckpt_close(s->weights);
+    col_gguf_close(s->gguf);
     col_tok_free(s->tok);
+    s->gguf = NULL;
     s->weights = NULL;
     s->tok = NULL;
 }

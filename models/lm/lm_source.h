@@ -21,7 +21,9 @@ typedef struct {
     char dir[4096];          /* the model directory; "" for a preset */
     char preset[64];         /* the preset's name; "" for a directory */
     col_lm_config config;
-    col_ckpt *weights;       /* NULL for a preset (random initialisation) */
+    col_ckpt *weights;       /* NULL for a preset (random initialisation) or a GGUF file */
+    struct col_gguf *gguf;   /* MODEL was a GGUF file (llama.cpp's format): its weights, config and tokenizer
+                                (col_lm_trainer_load_gguf); NULL otherwise */
     col_tokenizer *tok;      /* NULL when no tokenizer was found or asked for */
     char tok_dir[4096];      /* the directory the tokenizer files came from; "" if none */
     bool has_chat;           /* tokenizer_config.json names a chat template of a built-in family */
@@ -34,7 +36,7 @@ typedef struct {
     col_lora_config lora;    /* its settings: create the trainer with them, then col_lm_trainer_load_adapter(dir) */
 } col_lm_source;
 
-/* Opens MODEL (directory, hub id, or preset name). tokenizer: NULL to use the
+/* Opens MODEL (directory, hub id, a .gguf file, or preset name). tokenizer: NULL to use the
  * model directory's own files (for a preset: the bundled tokenizer of its
  * family: gpt2 for gpt2-* and opt-*, llama2 for llama-*, llama3 for
  * llama3-*), or a tokenizer path or bundled name that replaces them.

@@ -172,10 +172,13 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     if (dt != COL_F32 && cfg->lora.rank > 0)
         return col_err_set_on(err, COL_SETTING_PRECISION, COL_EUNSUPPORTED, "LoRA adapters are trained in f32 only, "
                                "not with %s mixed precision", col_dtype_name(dt));
+    bool quant = cfg->weight_quant != COL_F32;
+    for (int i = 0; cfg->weight_quant_each && i < col_lm_param_count(&cfg->model); i++)
+        quant |= col_dtype_is_quant(cfg->weight_quant_each[i]);
     if (cfg->weight_quant != COL_F32 && !col_dtype_is_quant(cfg->weight_quant))
         return col_err_set_on(err, COL_SETTING_PRECISION, COL_EINVAL, "quantized weights of %s (q8_0, q4_0, q4_K or "
                               "q6_K)", col_dtype_name(cfg->weight_quant));
-    if (cfg->weight_quant != COL_F32 && (!cfg->inference || dt != COL_F32 || cfg->lora.rank > 0 || partial || cfg->dp))
+    if (quant && (!cfg->inference || dt != COL_F32 || cfg->lora.rank > 0 || partial || cfg->dp))
         return col_err_set_on(err, COL_SETTING_PRECISION, COL_EUNSUPPORTED, "quantized weights are for inference "
                               "sessions of the whole model in one process, f32 compute, no LoRA");
     if (!(cfg->loss_scale >= 0 && isfinite(cfg->loss_scale)) || cfg->loss_scale_window < 0)
@@ -185,6 +188,7 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
     if (!t)
         return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
     t->cfg = *cfg;
+    t->cfg.weight_quant_each = NULL; /* the caller's array: read below, into t->pdt, not kept */
     t->be = be;
     t->dt = dt;
     t->np = col_lm_param_count(&cfg->model);
@@ -242,13 +246,14 @@ col_status col_lm_trainer_create(const col_lm_train_config *cfg, const col_backe
         }
     t->norm_given = -1;
     t->slots = col_opt_state_slots(cfg->opt.kind, cfg->opt.momentum);
-    if (cfg->weight_quant != COL_F32) {
+    if (quant) {
         if (!(t->pdt = malloc(sizeof *t->pdt * (size_t)t->nt))) {
             col_lm_trainer_free(t);
             return col_err_set(err, COL_ENOMEM, "trainer: out of memory");
         }
-        for (int i = 0; i < t->nt; i++)
-            t->pdt[i] = col_lm_quant_dtype(&t->specs[i], cfg->weight_quant);
+        for (int i = 0; i < t->nt; i++) /* (a quantized session holds the whole model: spec order) */
+            t->pdt[i] = col_lm_quant_dtype(&t->specs[i], cfg->weight_quant_each && i < t->np ? cfg->weight_quant_each[i]
+                                                                                              : cfg->weight_quant);
     }
     st = lmt_par_setup(t, err);
     if (st == COL_OK && t->pdt && t->par)

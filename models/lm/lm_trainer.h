@@ -59,6 +59,9 @@ typedef struct {
      * colossal-quantize to that dtype is copied as it is - and the products read them block by block; norms,
      * biases and learned positions stay f32. */
     col_dtype weight_quant;
+    /* Or per parameter (col_lm_param_specs order; NULL = weight_quant for all): the dtype each is held in,
+     * COL_F32 or a block dtype, as a GGUF file holds them (col_lm_gguf_param_dtypes). */
+    const col_dtype *weight_quant_each;
     float loss_scale;     /* f16: the first loss scale; 0 = 65536 */
     int loss_scale_window;/* f16: good steps before the scale doubles; 0 = 2000 */
     /* Data parallelism with ZeRO (lm_dp.c): dp, when it has more than one process, is the communicator of the
@@ -316,6 +319,17 @@ typedef struct {
 } col_lm_load_report;
 col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigned flags, col_lm_load_report *report,
                                   col_err *err);
+/* A GGUF file's weights (llama.cpp's format, lm_load_gguf.c): the file's config must be the session's. Block
+ * tensors (Q8_0, Q4_0, Q4_K, Q6_K) go as they are into a session holding that dtype for them (create it
+ * with weight_quant_each from col_lm_gguf_param_dtypes), rows un-permuted; the rest is read as f32. */
+struct col_gguf;
+col_status col_lm_trainer_load_gguf(col_lm_trainer *t, const struct col_gguf *g, col_err *err);
+/* For each parameter of c's col_lm_param_specs, the block dtype its GGUF tensor holds when a session can
+ * keep it as it is, else COL_F32 (out: col_lm_param_count(c) entries). */
+col_status col_lm_gguf_param_dtypes(const struct col_gguf *g, const col_lm_config *c, col_dtype *out,
+                                    col_err *err);
+/* The engine's block dtype of a ggml type number (COL_F32 for the others). */
+col_dtype col_lm_gguf_block_dtype(uint32_t ggml_type);
 /* = col_lm_trainer_load_ex(t, ck, 0, NULL, err) */
 col_status col_lm_trainer_load(col_lm_trainer *t, const col_ckpt *ck, col_err *err);
 
