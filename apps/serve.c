@@ -25,6 +25,8 @@
 #include "apperr.h"
 #include "backend.h"
 #include "device.h"
+#include "gguf.h"
+#include "lm_quant.h"
 #include "lm_source.h"
 #include "memopts.h"
 #include "procsetup.h"
@@ -69,12 +71,14 @@ static void usage(FILE *f)
         "  --max-body SIZE        largest request body (default 1M; K/M/G are powers of 1024)\n"
         "  --api-key KEY          requests must send 'Authorization: Bearer KEY' (default: the environment's\n"
         "                         COLOSSAL_API_KEY, which keeps the key out of the process list; none if unset)\n"
-        "  --model-name NAME      the model's name in the API (default: the model directory's name, else MODEL)\n"
+        "  --model-name NAME      the model's name in the API (default: the name of MODEL's directory or file)\n"
         "Model:\n"
         "  --ctx N                positions per sequence: prompt and completion (default: the model's)\n"
         "  --template NAME        chat template llama2 | llama3 | chatml | plain (default: the one the model's\n"
         "                         tokenizer_config.json names; without one, /v1/chat/completions is refused)\n"
         "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
+        "  --quant TYPE           hold the weights quantized: int8 (q8_0), q4 (q4_0), q4_K or q6_K (a model\n"
+        "                         colossal-quantize wrote, or a .gguf file, loads quantized without it)\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "%s%s"
         "  --version              print the version and exit\n"
@@ -89,6 +93,7 @@ static const char *serve_flag_of(col_setting s)
     case COL_SETTING_TOKENIZER: return "tokenizer";
     case COL_SETTING_CHAT_TEMPLATE: return "template";
     case COL_SETTING_EXTRA_TENSORS: return "ignore-extra-tensors";
+    case COL_SETTING_PRECISION: return "quant";
     default: return mem_opt_of(s);
     }
 }
@@ -126,6 +131,7 @@ static long long parse_int(const char *s, const char *opt, long long lo, long lo
 typedef struct {
     const char *model, *tokenizer, *host, *api_key, *model_name;
     bool has_template, ignore_extra;
+    col_dtype quant; /* --quant; COL_F32: none (or what the model holds) */
     col_chat_family family;
     int port, parallel, queue;
     long long ctx; /* -1: the model's */
@@ -137,7 +143,7 @@ typedef struct {
 static void parse_options(int argc, char **argv, options *o)
 {
     enum { O_HOST = 256, O_PORT, O_PAR, O_QUEUE, O_BODY, O_KEY, O_NAME, O_CTX, O_TEMPLATE, O_TOK, O_EXTRA, O_DEVICE,
-           O_VERSION, O_MEM /* + index in mem_opt_names */ };
+           O_VERSION, O_QUANT, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"host", required_argument, 0, O_HOST}, {"port", required_argument, 0, O_PORT},
         {"parallel", required_argument, 0, O_PAR}, {"queue", required_argument, 0, O_QUEUE},
@@ -145,7 +151,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"model-name", required_argument, 0, O_NAME}, {"ctx", required_argument, 0, O_CTX},
         {"template", required_argument, 0, O_TEMPLATE}, {"tokenizer", required_argument, 0, O_TOK},
         {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"device", required_argument, 0, O_DEVICE},
-        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION},
+        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {"quant", required_argument, 0, O_QUANT},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
         {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
@@ -192,6 +198,10 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         case O_TOK: o->tokenizer = optarg; break;
         case O_EXTRA: o->ignore_extra = true; break;
+        case O_QUANT:
+            if (!col_lm_quant_parse(optarg, &o->quant))
+                usage_error("--quant '%s' is not one of " COL_LM_QUANT_NAMES, optarg);
+            break;
         case O_DEVICE: {
             char msg[256];
             if (!app_device_parse(optarg, &o->device, msg, sizeof msg))
@@ -251,7 +261,8 @@ static bool install_signals(void)
            sigaction(SIGPIPE, &ign, NULL) == 0;
 }
 
-/* the model's name in the API: --model-name, else a directory's base name, else MODEL as given */
+/* the model's name in the API: --model-name, else the base name of a directory or file (a .gguf), else MODEL as
+ * given (a hub id or a preset) */
 static void model_name_of(const options *o, char *buf, size_t n)
 {
     struct stat st;
@@ -259,7 +270,7 @@ static void model_name_of(const options *o, char *buf, size_t n)
         snprintf(buf, n, "%s", o->model_name);
         return;
     }
-    if (stat(o->model, &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (stat(o->model, &st) == 0) {
         char tmp[4096];
         snprintf(tmp, sizeof tmp, "%s", o->model);
         size_t L = strlen(tmp);
@@ -355,19 +366,39 @@ static int run_on(const options *opt, app_device *dev)
     mem_opts_apply(&o.mem, &tc);
     if (src.has_adapter)
         tc.lora = src.lora;
+    /* quantized weights as colossal-chat holds them: --quant, else what the file holds */
+    tc.weight_quant = o.quant != COL_F32 ? o.quant : col_lm_quant_detect(src.weights);
+    col_dtype *each = NULL; /* a GGUF file's block tensors, held as they are (without --quant) */
+    if (src.gguf && o.quant == COL_F32) {
+        each = calloc((size_t)col_lm_param_count(mc), sizeof *each);
+        if (!each || col_lm_gguf_param_dtypes(src.gguf, mc, each, &err) != COL_OK) {
+            if (!each)
+                col_err_set(&err, COL_ENOMEM, "out of memory");
+            print_err(&err);
+            free(each);
+            col_lm_source_close(&src);
+            return 1;
+        }
+        tc.weight_quant_each = each;
+    }
     int rc = 1;
     col_lm_load_report rep = {0};
     serve_sched *sched = NULL;
     if (col_lm_trainer_create(&tc, &dev->be, &tr, &err) != COL_OK ||
         (src.weights &&
          col_lm_trainer_load_ex(tr, src.weights, o.ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, &rep, &err) != COL_OK) ||
+        (src.gguf && col_lm_trainer_load_gguf(tr, src.gguf, &err) != COL_OK) ||
         (src.has_adapter && col_lm_trainer_load_adapter(tr, src.dir, &err) != COL_OK)) {
         print_err(&err);
         goto done;
     }
     app_load_warnings(stderr, PROG, &rep);
-    col_ckpt_close(src.weights);
+    col_ckpt_close(src.weights); /* the weights are in the session now */
     src.weights = NULL;
+    col_gguf_close(src.gguf);
+    src.gguf = NULL;
+    free(each);
+    each = NULL;
     if (src.preset[0])
         fprintf(stderr, PROG ": %s is a built-in architecture with random weights: expect noise\n", src.preset);
     int32_t eos[2];
@@ -396,6 +427,7 @@ static int run_on(const options *opt, app_device *dev)
     if (rc != 0)
         serve_sched_stop(sched);
 done:
+    free(each);
     col_lm_trainer_free(tr);
     col_lm_source_close(&src);
     return rc;

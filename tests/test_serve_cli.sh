@@ -44,7 +44,7 @@ start() {
     url=
     i=0
     while [ $i -lt 600 ]; do
-        url=$(sed -n 's/^colossal-serve: listening on \(http:.*\)$/\1/p' "$log")
+        url=$(sed -n 's/^colossal-serve: listening on \(http:.*\)$/\1/p' "$log" 2> /dev/null)
         [ -n "$url" ] && return 0
         kill -0 $pid 2> /dev/null || break
         sleep 0.1
@@ -428,6 +428,21 @@ post /v1/completions "{\"model\":\"tiny\",\"prompt\":\"The cat\",\"temperature\"
 [ "$code" = 200 ] && [ "$(js '(d["model"], d["choices"][0]["text"])')" = "('tiny', '$raw_text')" ]
 ok_if $? "--model-name tiny: requests name it, responses carry it"
 stop
+
+# ---- quantized weights, a GGUF file: what colossal-chat gives with them ----
+gp="73,110,32,116,104,101"
+for m in "$base --quant int8" "$src/tests/fixtures/gguf_model/gpt2-q8_0.gguf"; do
+    # shellcheck disable=SC2086
+    want=$("$chat" $m --prompt-ids $gp --temperature 0 --max-new-tokens 16 2> /dev/null)
+    # shellcheck disable=SC2086
+    start quant $m || exit 1
+    post /v1/completions "{\"prompt\":[$gp],\"temperature\":0,\"max_tokens\":16}"
+    got=$(js 'd["choices"][0]["text"]')
+    name=$(js 'd["model"]')
+    [ "$code" = 200 ] && [ -n "$want" ] && [ "$got" = "$want" ]
+    ok_if $? "$(basename "${m%% *}")${m#"${m%% *}"}: colossal-chat's greedy text ('$got', model '$name')"
+    stop
+done
 
 # ---- slow requests: a wide model of zero weights (every token id 0, ~11 ms a token) ----
 mkdir -p "$tmp/slow"
