@@ -307,7 +307,7 @@ big=$(python3 -c 'print("{\"prompt\":\"" + "a" * 9000 + "\"}")')
 bad "a body over --max-body (8K)" 413 - request_too_large $p "$big"
 python3 -c 'print("{\"prompt\":\"" + "a" * 9000 + "\"}")' > "$tmp/big.json"
 curl -s -o "$tmp/out" -H 'Transfer-Encoding: chunked' --data-binary @"$tmp/big.json" "$url/v1/completions"
-still_serves && grep -q "POST /v1/completions 413 .* aborted" "$log"
+still_serves && grep -q "POST /v1/completions 413 " "$log"
 ok_if $? "a chunked body over --max-body: refused while read (connection closed, 413 in the log); the server answers after"
 bad "an unknown path" 404 - unknown_url /v1/embeddings '{"input":"x"}'
 get /v1/completions
