@@ -35,7 +35,7 @@ typedef enum { SERVE_API_CHAT, SERVE_API_COMPLETION } serve_api_kind;
 
 enum {
     SERVE_API_MAX_REQ_STOPS = 4,   /* OpenAI's limit on a request's stop strings */
-    SERVE_API_MAX_STOPS = 4,       /* with the chat family's own: what the scheduler takes (serve_sched.h) */
+    SERVE_API_MAX_STOPS = 8,       /* with the chat family's own: what the scheduler takes (serve_sched.h) */
     SERVE_API_COMPLETION_MAX_TOKENS = 16,               /* /v1/completions' default max_tokens (OpenAI's) */
 };
 

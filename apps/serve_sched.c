@@ -5,7 +5,7 @@
  * request outlives the scheduler until the client releases it. The scheduler takes its lock before a
  * request's, never the other way round; the model runs with no lock held. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* memmem */
+#define _GNU_SOURCE /* strdup, clock_gettime */
 #endif
 #include "serve_sched.h"
 
@@ -15,7 +15,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { MAX_STOPS = 4 };
+#include "stopstr.h"
+
+enum { MAX_STOPS = 8 };
 
 typedef struct {
     char *p;
@@ -249,30 +251,10 @@ static bool req_cancelled(serve_req *r)
 
 /* ---- text: released only when final ---- */
 
-/* the earliest stop string in s[0..n): its offset, or -1 */
-static long find_stop(const serve_req *r, const char *s, size_t n)
-{
-    long best = -1;
-    for (int i = 0; i < r->nstops; i++) {
-        const char *hit = memmem(s, n, r->stops[i], strlen(r->stops[i]));
-        if (hit && (best < 0 || hit - s < best))
-            best = (long)(hit - s);
-    }
-    return best;
-}
-
 /* the bytes at the end of s[0..n) that may still become a stop string or complete a UTF-8 character */
 static size_t held_back(const serve_req *r, const char *s, size_t n)
 {
-    size_t hold = 0;
-    for (int i = 0; i < r->nstops; i++) {
-        size_t L = strlen(r->stops[i]);
-        for (size_t k = L - 1 < n ? L - 1 : n; k > hold; k--)
-            if (memcmp(s + n - k, r->stops[i], k) == 0) {
-                hold = k;
-                break;
-            }
-    }
+    size_t hold = stop_prefix((const char *const *)r->stops, r->nstops, s, n);
     /* an unfinished UTF-8 sequence at the end */
     for (size_t k = 1; k <= 3 && k <= n; k++) {
         unsigned char c = (unsigned char)s[n - k];
@@ -395,7 +377,7 @@ static void take_token(serve_sched *s, serve_req *r, int c, int32_t id)
             fail_req(s, r, &e);
             return;
         }
-        long at = find_stop(r, h->pending.p, h->pending.n);
+        long at = stop_find((const char *const *)r->stops, r->nstops, h->pending.p, h->pending.n);
         if (at >= 0) {
             h->pending.n = (size_t)at;
             end_choice(s, r, c, SERVE_FINISH_STOP);

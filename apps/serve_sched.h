@@ -55,7 +55,8 @@ typedef struct {
     int max_tokens;              /* >= 1; n_prompt + max_tokens is clamped to ctx (finish "length") */
     int n;                       /* choices, 1..slots */
     col_sample_opts so;          /* temperature 0 = greedy; choice i draws with seed so.seed + i */
-    const char *const *stops;    /* up to 4 stop strings (OpenAI's limit), none empty */
+    const char *const *stops;    /* up to 8 stop strings (a request's 4, OpenAI's limit, and its chat template's
+                                    own), none empty */
     int nstops;
     bool strip_leading_space;    /* drop the spaces a choice's text starts with (LLaMA-2's chat format) */
 } serve_params;
