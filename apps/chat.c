@@ -27,8 +27,8 @@
 #include "device.h"
 #include "memopts.h"
 #include "lineedit.h"
-#include "gguf.h"
 #include "lm_quant.h"
+#include "lm_session.h"
 #include "lm_source.h"
 #include "procsetup.h"
 
@@ -577,59 +577,23 @@ static int run_on(const options *opt, app_device *dev)
     }
 
     col_lm_trainer *tr = NULL;
-    /* a session for decoding only: batch 1 x 1 training graph, SGD without state */
-    col_lm_train_config tc;
-    memset(&tc, 0, sizeof tc);
-    tc.model = *mc;
-    tc.batch = 1;
-    tc.seq = 1;
-    tc.opt = col_opt_defaults(COL_OPT_SGD);
-    tc.inference = true;
-    tc.weights_follow = src.weights || src.gguf; /* (a preset starts from its random initialisation) */
-    char budget[256]; /* on a GPU without --gpu-mem: the compute tier's size from its free memory */
-    if (app_device_default_budget(dev, &o.mem.gpu_mem, budget, sizeof budget, &err) != 0) {
+    char budget[256];
+    col_lm_load_report rep = {0};
+    app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra};
+    if (app_lm_session(&src, &lo, &tr, &rep, budget, sizeof budget, &err) != COL_OK) {
         print_err(&err);
         col_lm_source_close(&src);
         return 1;
-    }
-    mem_opts_apply(&o.mem, &tc);
-    if (src.has_adapter) /* a LoRA run's output: the base weights plus the adapter beside them */
-        tc.lora = src.lora;
-    tc.weight_quant = o.quant != COL_F32 ? o.quant : col_lm_quant_detect(src.weights);
-    col_dtype *each = NULL; /* a GGUF file's block tensors, held as they are (without --quant) */
-    if (src.gguf && o.quant == COL_F32) {
-        each = calloc((size_t)col_lm_param_count(mc), sizeof *each);
-        if (!each || col_lm_gguf_param_dtypes(src.gguf, mc, each, &err) != COL_OK) {
-            if (!each)
-                col_err_set(&err, COL_ENOMEM, "out of memory");
-            print_err(&err);
-            free(each);
-            col_lm_source_close(&src);
-            return 1;
-        }
-        tc.weight_quant_each = each;
     }
     chat_engine g;
     chat_conv conv = {.family = family};
     memset(&g, 0, sizeof g);
     const char **stops = NULL;
-    col_lm_load_report rep = {0};
-    if (col_lm_trainer_create(&tc, &dev->be, &tr, &err) != COL_OK ||
-        (src.weights &&
-         col_lm_trainer_load_ex(tr, src.weights, o.ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, &rep, &err) != COL_OK) ||
-        (src.gguf && col_lm_trainer_load_gguf(tr, src.gguf, &err) != COL_OK) ||
-        (src.has_adapter && col_lm_trainer_load_adapter(tr, src.dir, &err) != COL_OK) ||
-        chat_engine_init(&g, tr, src.tok, mc->vocab_size, ctx, &err) != COL_OK) {
+    if (chat_engine_init(&g, tr, src.tok, mc->vocab_size, ctx, &err) != COL_OK) {
         print_err(&err);
         goto done;
     }
     app_load_warnings(stderr, PROG, &rep);
-    col_ckpt_close(src.weights); /* the weights are in the session now */
-    src.weights = NULL;
-    col_gguf_close(src.gguf);
-    src.gguf = NULL;
-    free(each);
-    each = NULL;
     if (src.preset[0])
         fprintf(stderr, PROG ": %s is a built-in architecture with random weights: expect noise\n", src.preset);
     g.max_new = max_new;
@@ -675,7 +639,6 @@ static int run_on(const options *opt, app_device *dev)
     }
 done:
     free(stops);
-    free(each);
     chat_conv_free(&conv);
     chat_engine_free(&g);
     col_lm_trainer_free(tr);

@@ -25,8 +25,8 @@
 #include "apperr.h"
 #include "backend.h"
 #include "device.h"
-#include "gguf.h"
 #include "lm_quant.h"
+#include "lm_session.h"
 #include "lm_source.h"
 #include "memopts.h"
 #include "procsetup.h"
@@ -349,56 +349,16 @@ static int run_on(const options *opt, app_device *dev)
                 src.tok_dir[0] ? src.tok_dir : o.model, src.chat_unknown);
 
     col_lm_trainer *tr = NULL;
-    /* a session for decoding only: batch 1 x 1 training graph, SGD without state (as colossal-chat) */
-    col_lm_train_config tc;
-    memset(&tc, 0, sizeof tc);
-    tc.model = *mc;
-    tc.batch = 1;
-    tc.seq = 1;
-    tc.opt = col_opt_defaults(COL_OPT_SGD);
-    tc.inference = true;
     char budget[256];
-    if (app_device_default_budget(dev, &o.mem.gpu_mem, budget, sizeof budget, &err) != 0) {
-        print_err(&err);
-        col_lm_source_close(&src);
-        return 1;
-    }
-    mem_opts_apply(&o.mem, &tc);
-    if (src.has_adapter)
-        tc.lora = src.lora;
-    /* quantized weights as colossal-chat holds them: --quant, else what the file holds */
-    tc.weight_quant = o.quant != COL_F32 ? o.quant : col_lm_quant_detect(src.weights);
-    col_dtype *each = NULL; /* a GGUF file's block tensors, held as they are (without --quant) */
-    if (src.gguf && o.quant == COL_F32) {
-        each = calloc((size_t)col_lm_param_count(mc), sizeof *each);
-        if (!each || col_lm_gguf_param_dtypes(src.gguf, mc, each, &err) != COL_OK) {
-            if (!each)
-                col_err_set(&err, COL_ENOMEM, "out of memory");
-            print_err(&err);
-            free(each);
-            col_lm_source_close(&src);
-            return 1;
-        }
-        tc.weight_quant_each = each;
-    }
-    int rc = 1;
     col_lm_load_report rep = {0};
     serve_sched *sched = NULL;
-    if (col_lm_trainer_create(&tc, &dev->be, &tr, &err) != COL_OK ||
-        (src.weights &&
-         col_lm_trainer_load_ex(tr, src.weights, o.ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, &rep, &err) != COL_OK) ||
-        (src.gguf && col_lm_trainer_load_gguf(tr, src.gguf, &err) != COL_OK) ||
-        (src.has_adapter && col_lm_trainer_load_adapter(tr, src.dir, &err) != COL_OK)) {
+    int rc = 1;
+    app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra};
+    if (app_lm_session(&src, &lo, &tr, &rep, budget, sizeof budget, &err) != COL_OK) {
         print_err(&err);
         goto done;
     }
     app_load_warnings(stderr, PROG, &rep);
-    col_ckpt_close(src.weights); /* the weights are in the session now */
-    src.weights = NULL;
-    col_gguf_close(src.gguf);
-    src.gguf = NULL;
-    free(each);
-    each = NULL;
     if (src.preset[0])
         fprintf(stderr, PROG ": %s is a built-in architecture with random weights: expect noise\n", src.preset);
     int32_t eos[2];
@@ -427,7 +387,6 @@ static int run_on(const options *opt, app_device *dev)
     if (rc != 0)
         serve_sched_stop(sched);
 done:
-    free(each);
     col_lm_trainer_free(tr);
     col_lm_source_close(&src);
     return rc;
