@@ -327,7 +327,7 @@ static mm_err compare(const float *y, const float *x, const float *wf, int64_t M
 
 static void test_matmul(const col_backend *be, const char *bname)
 {
-    static const int64_t Ms[] = {1, 3, 8, 17, 64};
+    static const int64_t Ms[] = {1, 3, 8, 17, 33, 64};
     for (int t = 0; t < 4; t++) {
         col_dtype dt = QTYPES[t];
         int64_t K = col_dtype_block(dt) == 32 ? 160 : 512, N = 37;

@@ -24,7 +24,10 @@
 #include "cpu_internal.h"
 #include "quant.h"
 
-enum { CQ_CHUNK = 16 }; /* W rows a thread takes at a time */
+enum { CQ_CHUNK = 16, /* W rows a thread takes at a time */
+       CQ_GROUP = 8 }; /* rows of x a row kernel takes at once (its accumulators in registers) */
+
+#define CQ_INLINE static inline __attribute__((always_inline))
 
 static inline size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
@@ -106,7 +109,6 @@ static void quantize_rows(const float *x, int64_t M, int64_t K, char *scratch, x
  * steps in order, with M a constant after inlining (the accumulators stay in registers) and, for
  * M <= 4, two sets of accumulators taking the blocks in turn (two chains of FMAs, not one). */
 
-#define CQ_INLINE static inline __attribute__((always_inline))
 
 static inline float f16(uint16_t h)
 {
@@ -230,12 +232,12 @@ CQ_INLINE void step_q6_K(const col_block_q6_K *w, int64_t b, const xrow *xr, con
     }
 }
 
-/* name##_m: a row with M rows of x, M a constant once inlined; name: the row for any M <= COL_QMV_ROWS */
+/* name##_m: a row with M rows of x, M a constant once inlined; name: the row for any M <= CQ_GROUP */
 #define CQ_ROW(name, T, STEP)                                                                                  \
     CQ_INLINE void name##_m(const T *w, int64_t nb, const xrow *xr, const int M, float *out)                  \
     {                                                                                                          \
         const int CH = M <= 4 ? 2 : 1;                                                                         \
-        __m256 acc[2][COL_QMV_ROWS];                                                                           \
+        __m256 acc[2][CQ_GROUP];                                                                               \
         for (int c = 0; c < 2; c++)                                                                            \
             for (int m = 0; m < M; m++)                                                                        \
                 acc[c][m] = _mm256_setzero_ps();                                                               \
@@ -261,7 +263,7 @@ CQ_INLINE void step_q6_K(const col_block_q6_K *w, int64_t b, const xrow *xr, con
         default: name##_m(w, nb, xr, 8, out); break;                                                           \
         }                                                                                                      \
     }
-_Static_assert(COL_QMV_ROWS == 8, "the rows' switch covers 1..8");
+_Static_assert(CQ_GROUP == 8, "the rows' switch covers 1..8");
 
 CQ_ROW(row_q8_0, col_block_q8_0, step_q8_0)
 CQ_ROW(row_q4_0, col_block_q4_0, step_q4_0)
@@ -357,6 +359,88 @@ static void row_q6_K(const void *wv, int64_t nb, const xrow *xr, int M, float *o
 
 typedef void (*row_fn)(const void *w, int64_t nb, const xrow *xr, int M, float *out);
 
+/* ---- dequantizing a row: col_dequantize_row's values (the same f32 products), in vectors ---- */
+
+#ifdef CQ_AVX2
+static void dequant_q8_0(const col_block_q8_0 *w, int64_t nb, float *y)
+{
+    for (int64_t b = 0; b < nb; b++, y += 32) {
+        __m256 d = _mm256_set1_ps(f16(w[b].d));
+        for (int k = 0; k < 4; k++) {
+            __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w[b].qs + 8 * k)));
+            _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(v)));
+        }
+    }
+}
+
+static void dequant_q4_0(const col_block_q4_0 *w, int64_t nb, float *y)
+{
+    const __m128i lo4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
+    for (int64_t b = 0; b < nb; b++, y += 32) {
+        __m256 d = _mm256_set1_ps(f16(w[b].d));
+        __m128i v = _mm_loadu_si128((const __m128i *)w[b].qs);
+        __m128i h[2] = {_mm_sub_epi8(_mm_and_si128(v, lo4), eight),
+                        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo4), eight)};
+        for (int k = 0; k < 4; k++) {
+            __m256i q = _mm256_cvtepi8_epi32(k & 1 ? _mm_srli_si128(h[k / 2], 8) : h[k / 2]);
+            _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+        }
+    }
+}
+
+static void dequant_q4_K(const col_block_q4_K *w, int64_t nb, float *y)
+{
+    for (int64_t b = 0; b < nb; b++) {
+        float d = f16(w[b].d), dmin = f16(w[b].dmin);
+        for (int s = 0; s < 8; s++, y += 32) {
+            uint8_t sc, mn;
+            col_q4k_scale_min(s, w[b].scales, &sc, &mn);
+            __m256 ds = _mm256_set1_ps(d * sc), dm = _mm256_set1_ps(dmin * mn);
+            const uint8_t *qs = w[b].qs + 32 * (s / 2);
+            for (int k = 0; k < 4; k++) {
+                __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * k)));
+                q = _mm256_and_si256(_mm256_srli_epi32(q, 4 * (s % 2)), _mm256_set1_epi32(0xF));
+                _mm256_storeu_ps(y + 8 * k, _mm256_sub_ps(_mm256_mul_ps(ds, _mm256_cvtepi32_ps(q)), dm));
+            }
+        }
+    }
+}
+
+static void dequant_q6_K(const col_block_q6_K *w, int64_t nb, float *y)
+{
+    for (int64_t b = 0; b < nb; b++) {
+        float d = f16(w[b].d);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;
+            for (int k = 0; k < 4; k++, y += 32) /* values 32k .. 32k + 31 of this half */
+                for (int e = 0; e < 4; e++) {
+                    __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + 32 * (k & 1) + 8 * e)));
+                    __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + 8 * e)));
+                    lo = _mm256_and_si256(_mm256_srli_epi32(lo, 4 * (k >> 1)), _mm256_set1_epi32(0xF));
+                    hi = _mm256_and_si256(_mm256_srli_epi32(hi, 2 * k), _mm256_set1_epi32(3));
+                    __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+                    __m256 ds = _mm256_set1_ps(d * (float)w[b].scales[8 * h + 2 * k + e / 2]);
+                    _mm256_storeu_ps(y + 8 * e, _mm256_mul_ps(ds, _mm256_cvtepi32_ps(q)));
+                }
+        }
+    }
+}
+#endif
+
+static void dequant_row(col_dtype dt, const void *q, int64_t K, float *y)
+{
+#ifdef CQ_AVX2
+    switch (dt) {
+    case COL_Q8_0: dequant_q8_0(q, K / 32, y); return;
+    case COL_Q4_0: dequant_q4_0(q, K / 32, y); return;
+    case COL_Q4_K: dequant_q4_K(q, K / 256, y); return;
+    case COL_Q6_K: dequant_q6_K(q, K / 256, y); return;
+    default: break;
+    }
+#endif
+    col_dequantize_row(dt, q, K, y);
+}
+
 static row_fn row_of(col_dtype dt)
 {
     switch (dt) {
@@ -395,19 +479,21 @@ col_status col_cpu_matmul_quant(const col_node *n, const col_exec *ex, col_err *
         return col_err_set(err, COL_EINTERNAL, "matmul: %zu bytes of scratch for a %s weight, %zu needed",
                            ex->scratch_bytes, col_dtype_name(dt), need);
     int nt = omp_in_parallel() ? 1 : col_cpu_threads(ex);
-    if (M <= COL_QMV_ROWS) {
+    if (M <= COL_QMV_ROWS) { /* x's rows in groups of CQ_GROUP against each row of W (in L1 by then) */
         xrow xr[COL_QMV_ROWS];
         quantize_rows(x, M, K, ex->scratch, xr);
         int64_t nb = K / col_dtype_block(dt), chunks = (N + CQ_CHUNK - 1) / CQ_CHUNK;
 #pragma omp parallel for schedule(static) if (N * K > COL_PAR_MIN) num_threads(nt)
         for (int64_t ch = 0; ch < chunks; ch++) {
             int64_t n1 = (ch + 1) * CQ_CHUNK < N ? (ch + 1) * CQ_CHUNK : N;
-            for (int64_t j = ch * CQ_CHUNK; j < n1; j++) {
-                float o[COL_QMV_ROWS];
-                row(w + (size_t)j * wrow, nb, xr, (int)M, o);
-                for (int64_t m = 0; m < M; m++)
-                    c[m * N + j] = o[m];
-            }
+            for (int64_t j = ch * CQ_CHUNK; j < n1; j++)
+                for (int64_t m0 = 0; m0 < M; m0 += CQ_GROUP) {
+                    float o[CQ_GROUP];
+                    int g = (int)(M - m0 < CQ_GROUP ? M - m0 : CQ_GROUP);
+                    row(w + (size_t)j * wrow, nb, xr + m0, g, o);
+                    for (int m = 0; m < g; m++)
+                        c[(m0 + m) * N + j] = o[m];
+                }
         }
         return COL_OK;
     }
@@ -421,7 +507,7 @@ col_status col_cpu_matmul_quant(const col_node *n, const col_exec *ex, col_err *
         int64_t n0 = pi * P, rows = N - n0 < P ? N - n0 : P;
         float *panel = (float *)((char *)ex->scratch + (size_t)omp_get_thread_num() * per);
         for (int64_t r = 0; r < rows; r++)
-            col_dequantize_row(dt, w + (size_t)(n0 + r) * wrow, K, panel + r * K);
+            dequant_row(dt, w + (size_t)(n0 + r) * wrow, K, panel + r * K);
         ctx->blas.sgemm(COL_BLAS_ROW_MAJOR, COL_BLAS_NO_TRANS, COL_BLAS_TRANS, (int)M, (int)rows, (int)K, 1.0f, x, (int)K,
                         panel, (int)K, 0.0f, c + n0, (int)N);
     }
@@ -439,6 +525,6 @@ void col_cpu_embedding_quant(const col_tensor *w, const col_tensor *ids, float *
 #pragma omp parallel for schedule(static) if (N * C > COL_PAR_MIN) num_threads(nt)
     for (int64_t r = 0; r < N; r++) {
         int64_t id = ids->dtype == COL_I32 ? ((const int32_t *)ids->data)[r] : ((const int64_t *)ids->data)[r];
-        col_dequantize_row(w->dtype, wd + (size_t)id * rs, C, out + r * C);
+        dequant_row(w->dtype, wd + (size_t)id * rs, C, out + r * C);
     }
 }
