@@ -353,7 +353,7 @@ static void test_matmul(const col_backend *be, const char *bname, int64_t q8_row
     static const int64_t Ms[] = {1, 3, 8, 17, 33, 64};
     for (int t = 0; t < 4; t++) {
         col_dtype dt = QTYPES[t];
-        int64_t K = col_dtype_block(dt) == 32 ? 160 : 512, N = 37;
+        int64_t K = col_dtype_block(dt) == 32 ? 160 : 768, N = 37; /* odd block counts: 5, 3 */
         float *wf;
         uint8_t *wq = make_weight(dt, N, K, &wf);
         for (size_t i = 0; i < sizeof Ms / sizeof *Ms; i++) {
