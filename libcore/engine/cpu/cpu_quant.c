@@ -1,18 +1,21 @@
 /* cpu_quant.c - CPU kernels for the quantized weights (tensor.h, quant.h): x @ W^T with W quantized,
  * and the rows of a quantized embedding table.
  *
- * Decoding (M <= COL_QMV_ROWS rows of x): llama.cpp's way. Each row of x is quantized once per call to
- * 8 bits in blocks of 32 (an f32 scale d = max|x| / 127 and q = round(x / d), half away from zero, as
- * ggml's q8_0 but with the scale kept in f32) into the node's scratch; then every block of W is decoded
- * in registers and dotted with the M rows in integers (AVX2: _mm256_maddubs_epi16 / _mm256_madd_epi16),
- * each block's integer sum scaled by the two scales in f32. W is read once, in place, and never
- * dequantized to memory. Threads own fixed chunks of W's rows and each output is summed in one fixed
- * order, so results do not depend on the thread count. The error against the product with exact x is
- * the rounding of x to 8 bits (about 0.2% of |x| a value, averaging out over K): what llama.cpp has.
+ * Decoding and short prompts (M <= COL_QMV_ROWS rows of x): llama.cpp's way. Each row of x is quantized
+ * once per call to 8 bits in blocks of 32 (an f32 scale d = max|x| / 127 and q = round(x / d), half away
+ * from zero, as ggml's q8_0 but with the scale kept in f32) into the node's scratch; then every block of W
+ * is decoded in registers and dotted with the rows of x, up to CQ_GROUP at a time, in integers (AVX2:
+ * _mm256_maddubs_epi16 / _mm256_madd_epi16), each block's integer sum scaled by the two scales in f32.
+ * W is read once, in place, and never dequantized to memory. Threads own fixed chunks of W's rows and each
+ * output is summed in one fixed order, so results do not depend on the thread count. The error against
+ * the product with exact x is the rounding of x to 8 bits (half a step of its block a value, averaging
+ * out over K): what llama.cpp has. On a Zen core with W in cache this is 1.6x (q4_0) and 1.25x (q8_0)
+ * faster than decoding W to f32 in registers and multiplying by exact x.
  *
- * Prefill (more rows): panels of col_matmul_quant_panel(K, N) rows of W are dequantized to f32 in the
- * scratch (exactly col_dequantize_row's values), one at a time, and multiplied with sgemm; no row of x is
- * quantized there. Built without AVX2, FMA and F16C the same integer sums run as plain loops. */
+ * Prefill (more rows): panels of col_matmul_quant_panel(K, N) rows of W are dequantized to f32 (exactly
+ * col_dequantize_row's values), each by one thread into its piece of the scratch, and multiplied with a
+ * one-thread sgemm on that thread: the same calls whatever the thread count. No row of x is rounded there.
+ * Built without AVX2, FMA and F16C the same integer sums run as plain loops. */
 #include <math.h>
 #include <string.h>
 
