@@ -1,6 +1,15 @@
 /* test_quant.c - the block-quantized dtypes (tensor.h, quant.h): sizes, quantizing and dequantizing
  * rows against gguf-py's bytes and values (tests/fixtures/quant, tools/refgen/make_quant_fixtures.py),
- * the error of a round trip for the K types (gguf-py has no quantizer for them). */
+ * the error of a round trip for the K types (gguf-py has no quantizer for them); x @ W^T with W
+ * quantized against the same product in double (M = 1 .. 64, N = 37: not a multiple of any split),
+ * the same bits on 1 and 3 threads, a view of W's rows, embedding rows, and what the graph refuses.
+ * The host's kernels round x to 8 bits for up to COL_QMV_ROWS rows (cpu_quant.c): there the reference
+ * is the product of the same rounded x, and the distance to the exact product is checked against what
+ * the rounding allows (sum |w| step/2 a row).
+ *
+ * Built with QUANT_TEST_CUDA (test_quant_emu: the CUDA emulator; test_quant_cuda: a GPU, skipped without
+ * one) the products and embeddings run on the CUDA backend, which does not round x: every product is
+ * checked against the exact one. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,11 +18,52 @@
 
 #include <omp.h>
 
+#ifdef QUANT_TEST_CUDA
+/* cudart reserves address space that ASan's shadow gap would block, and the CUDA driver keeps
+ * allocations until exit (for sanitizer builds) */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "protect_shadow_gap=0"; }
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:libcuda.so\nleak:libcudart.so\nleak:libcublas\n"; }
+#endif
+
 #include "graph.h"
 #include "plan.h"
 #include "quant.h"
 #include "tensor.h"
 #include "testlib.h"
+#ifdef QUANT_TEST_CUDA
+#include "cuda_testutil.h"
+#endif
+
+/* two f32 arrays equal bit for bit (any NaN equals any NaN: the payload is the FPU's) */
+static int64_t first_bit_diff(const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t ua, ub;
+        memcpy(&ua, &a[i], 4);
+        memcpy(&ub, &b[i], 4);
+        if (ua != ub && !(isnan(a[i]) && isnan(b[i])))
+            return i;
+    }
+    return -1;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+static float fnormal(void)
+{
+    float s = 0;
+    for (int i = 0; i < 12; i++)
+        s += frand();
+    return s * 0.5f;
+}
+
+#ifndef QUANT_TEST_CUDA /* the host's own checks */
 
 /* ---- the fixture file ---- */
 
@@ -77,19 +127,6 @@ static void free_cases(qcase *cs, int n)
 {
     for (int i = 0; i < n; i++)
         free(cs[i].x), free(cs[i].dq), free(cs[i].q);
-}
-
-/* two f32 arrays equal bit for bit (any NaN equals any NaN: the payload is the FPU's) */
-static int64_t first_bit_diff(const float *a, const float *b, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t ua, ub;
-        memcpy(&ua, &a[i], 4);
-        memcpy(&ub, &b[i], 4);
-        if (ua != ub && !(isnan(a[i]) && isnan(b[i])))
-            return i;
-    }
-    return -1;
 }
 
 /* ---- sizes ---- */
@@ -165,20 +202,6 @@ static void test_fixtures(void)
 
 /* ---- K types: the round trip ---- */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
-static float fnormal(void)
-{
-    float s = 0;
-    for (int i = 0; i < 12; i++)
-        s += frand();
-    return s * 0.5f;
-}
-
 /* rms error / rms of quantizing n values of weight-like data and back */
 static double round_trip(col_dtype dt, const float *x, int64_t n)
 {
@@ -216,6 +239,8 @@ static void test_round_trip(void)
     TL_OK(e4s < 0.006, "q4_K: values in [-1.1, -0.9] use the min (relative rms error %.5f)", e4s);
     free(x), free(z);
 }
+
+#endif
 
 /* ---- matmul and embedding through a plan ---- */
 
@@ -257,11 +282,8 @@ static col_status run_matmul(const col_backend *be, col_dtype dt, const float *x
     col_status st = col_graph_status(g);
     if (st != COL_OK)
         col_err_copy(err, col_graph_error(g));
-    if (st == COL_OK) {
-        col_bind(xn, (void *)x, NULL);
-        col_bind(wn, (void *)wq, NULL);
+    if (st == COL_OK) /* the leaves in the plan's arena (the device's memory on a GPU), uploaded */
         st = col_plan_create_on(g, be, &p, err);
-    }
     if (st == COL_OK)
         st = col_plan_upload(p, xn, x, (size_t)(M * K) * 4, err);
     if (st == COL_OK)
@@ -325,12 +347,13 @@ static mm_err compare(const float *y, const float *x, const float *wf, int64_t M
     return e;
 }
 
-static void test_matmul(const col_backend *be, const char *bname)
+/* q8_rows: the most rows of x the backend rounds to 8 bits (0: none) */
+static void test_matmul(const col_backend *be, const char *bname, int64_t q8_rows)
 {
-    static const int64_t Ms[] = {1, 3, 8, 17, 64};
+    static const int64_t Ms[] = {1, 3, 8, 17, 33, 64};
     for (int t = 0; t < 4; t++) {
         col_dtype dt = QTYPES[t];
-        int64_t K = col_dtype_block(dt) == 32 ? 160 : 512, N = 37;
+        int64_t K = col_dtype_block(dt) == 32 ? 160 : 768, N = 37; /* odd block counts: 5, 3 */
         float *wf;
         uint8_t *wq = make_weight(dt, N, K, &wf);
         for (size_t i = 0; i < sizeof Ms / sizeof *Ms; i++) {
@@ -345,7 +368,7 @@ static void test_matmul(const col_backend *be, const char *bname)
             omp_set_num_threads(1);
             col_status st1 = run_matmul(be, dt, x, wq, M, K, N, batched, y1, &err);
             omp_set_num_threads(omp_get_num_procs());
-            bool q8x = M <= COL_QMV_ROWS;
+            bool q8x = M <= q8_rows;
             mm_err e = compare(y, x, wf, M, K, N, q8x);
             TL_OK(st == COL_OK && st1 == COL_OK && e.err_ref < 1e-5 && e.in_bound,
                   "%s: x [%lld,%lld]%s @ W^T, W [%lld,%lld] %s: against the same product in double%s: %.2e; against exact "
@@ -362,7 +385,7 @@ static void test_matmul(const col_backend *be, const char *bname)
 }
 
 /* a slice of W's rows (a view that starts at a whole row), and an embedding of W's rows */
-static void test_views_embedding(const col_backend *be)
+static void test_views_embedding(const col_backend *be, bool q8x)
 {
     for (int t = 0; t < 4; t++) {
         col_dtype dt = QTYPES[t];
@@ -378,17 +401,22 @@ static void test_views_embedding(const col_backend *be)
         col_node *ws = col_slice(g, wn, 0, 5, 10); /* rows 5..14 */
         col_node *yn = col_matmul(g, xn, col_transpose(g, ws, 0, 1)), *en = col_embedding(g, wn, idn);
         col_mark_output(yn), col_mark_output(en);
-        col_bind(xn, x, NULL), col_bind(wn, wq, NULL), col_bind(idn, ids, NULL);
         col_plan *p = NULL;
         col_err err = {COL_OK};
-        col_status st = col_graph_status(g) == COL_OK ? col_plan_create(g, &p, &err) : col_graph_status(g);
+        col_status st = col_graph_status(g) == COL_OK ? col_plan_create_on(g, be, &p, &err) : col_graph_status(g);
+        if (st == COL_OK)
+            st = col_plan_upload(p, xn, x, sizeof(float) * (size_t)(M * K), &err);
+        if (st == COL_OK)
+            st = col_plan_upload(p, wn, wq, col_dtype_row_bytes(dt, K) * (size_t)N, &err);
+        if (st == COL_OK)
+            st = col_plan_upload(p, idn, ids, sizeof ids, &err);
         if (st == COL_OK)
             st = col_plan_run(p, be, &err);
-        if (st == COL_OK) {
-            memcpy(y, col_data(yn), sizeof(float) * (size_t)(M * 10));
-            memcpy(emb, col_data(en), sizeof(float) * (size_t)(5 * K));
-        }
-        mm_err e = compare(y, x, wf + 5 * K, M, K, 10, true);
+        if (st == COL_OK)
+            st = col_plan_download(p, yn, y, sizeof(float) * (size_t)(M * 10), &err);
+        if (st == COL_OK)
+            st = col_plan_download(p, en, emb, sizeof(float) * (size_t)(5 * K), &err);
+        mm_err e = compare(y, x, wf + 5 * K, M, K, 10, q8x);
         TL_OK(st == COL_OK && e.err_ref < 1e-5 && yn->t.shape[1] == 10, "%s: x @ W[5:15]^T (a view of whole rows): %.2e",
               col_dtype_name(dt), e.err_ref);
         bool same = st == COL_OK;
@@ -401,6 +429,7 @@ static void test_views_embedding(const col_backend *be)
     }
 }
 
+#ifndef QUANT_TEST_CUDA
 /* what the graph refuses, with a message that says why */
 static bool refused(col_graph *g, col_node *n, col_status code, const char *word)
 {
@@ -470,8 +499,18 @@ static void test_refusals(void)
     col_graph_free(g);
 }
 
+#endif
+
 int main(void)
 {
+#ifdef QUANT_TEST_CUDA
+    col_backend gpu;
+    if (!tl_cuda_backend_or_skip(&gpu))
+        return 0;
+    test_matmul(&gpu, "cuda", 0);
+    test_views_embedding(&gpu, false);
+    col_cuda_backend_free(&gpu);
+#else
     test_sizes();
     test_fixtures();
     test_round_trip();
@@ -481,9 +520,10 @@ int main(void)
         TL_OK(false, "CPU backend: %s", err.msg);
         return tl_done();
     }
-    test_matmul(&be, "cpu");
-    test_views_embedding(&be);
+    test_matmul(&be, "cpu", COL_QMV_ROWS);
+    test_views_embedding(&be, true);
     test_refusals();
     col_cpu_backend_free(&be);
+#endif
     return tl_done();
 }

@@ -123,17 +123,17 @@ col_lowp_tiles col_matmul_lowp_tiles(int64_t M, int64_t K, int64_t N);
 size_t col_matmul_lowp_scratch(int64_t M, int64_t K, int64_t N);
 /* A MATMUL of x [M, K] f32 (contiguous) and b [K, N], the transpose of a quantized weight W [N, K] whose
  * row n starts col_dtype_row_bytes(dt, n * b->stride[1]) bytes after b's data (ops_basic.c). The
- * backends decode W's blocks as they read them. With M <= COL_QMV_ROWS (decoding: one row per sequence)
- * a matrix-vector kernel reads each block once for all M rows, on the host from x's rows quantized to
- * 8 bits the way llama.cpp does (cpu_quant.c); with more rows, panels of col_matmul_quant_panel(K, N) rows
+ * backends decode W's blocks as they read them. With M <= COL_QMV_ROWS (decoding: a row per sequence, or
+ * a short prompt) a matrix-vector kernel reads each block once for all M rows, on the host from x's rows
+ * quantized to 8 bits the way llama.cpp does (cpu_quant.c); with more rows, panels of col_matmul_quant_panel(K, N) rows
  * of W are dequantized to f32 and multiplied with a GEMM, each panel by one thread (on the host: one
  * panel of scratch per thread, col_max_threads() of them when the node was built). The panels depend on
  * the shape only. The scratch the builder asks for covers both: 64-byte aligned pieces. */
-#define COL_QMV_ROWS 8
+#define COL_QMV_ROWS 32
 int64_t col_matmul_quant_panel(int64_t K, int64_t N);
 size_t col_matmul_quant_scratch(int64_t M, int64_t K, int64_t N, col_dtype dt);
 /* the quantized rows of x (M <= COL_QMV_ROWS) as the host kernels lay them out: per row, K int8 values,
- * then K / 32 f32 scales, then K / 16 i32 partial sums (each piece 64-byte aligned) */
+ * then K / 32 f32 scales, then K / 32 i32 sums of the values (each piece 64-byte aligned) */
 size_t col_matmul_quant_xrow_bytes(int64_t K);
 /* The geometry of a CONV2D, CONV2D_BWD_DATA or CONV2D_BWD_FILTER node, read from its shapes and params
  * (ops_image.c), for every backend's kernels. Output pixel (oy, ox) reads input pixel

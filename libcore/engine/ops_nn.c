@@ -23,7 +23,7 @@ col_node *col_embedding(col_graph *g, col_node *weight, col_node *ids)
     char b1[96], b2[96];
     col_dtype wt = weight->t.dtype;
     if (!col_check(g, col_dtype_is_float(wt) || col_dtype_is_quant(wt), COL_EDTYPE,
-                   "embedding: weight must be f32, bf16, f16 or quantized, got %s",
+                   "embedding: weight must be f32, bf16 or f16 (or quantized), got %s",
                    col_dtype_name(weight->t.dtype)) ||
         !col_check(g, weight->t.ndim == 2, COL_ESHAPE, "embedding: weight must be [V, C], got %s",
                    col_shape_str(&weight->t, b1, sizeof b1)) ||

@@ -209,5 +209,9 @@ void cu_register_nn(col_backend *be);      /* cuda_nn.cu */
 void cu_register_rope(col_backend *be);    /* cuda_rope.cu */
 void cu_register_attention(col_backend *be); /* cuda_attention.cu */
 void cu_register_image(col_backend *be);   /* cuda_image.cu */
+/* cuda_quant.cu (called by cuda_matmul.cu's MATMUL and cuda_nn.cu's EMBEDDING): x @ W^T with W quantized
+ * (backend.h); the rows ids (checked by the caller) of a quantized table w decoded into out [N, C] */
+col_status cu_matmul_quant(const col_node *n, const col_exec *ex, col_err *err);
+col_status cu_embedding_quant(col_cuda_ctx *c, const col_tensor *w, const col_tensor *ids, float *out, col_err *err);
 
 #endif

@@ -209,6 +209,8 @@ static col_status k_matmul(const col_node *n, const col_exec *ex, col_err *err)
     col_cuda_ctx *c = cu_ctx(ex);
     const col_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
     int nd = n->t.ndim;
+    if (col_dtype_is_quant(b->dtype)) /* x @ W^T, W quantized (cuda_quant.cu) */
+        return cu_matmul_quant(n, ex, err);
     int64_t M = n->t.shape[nd - 2], N = n->t.shape[nd - 1], K = a->shape[nd - 1];
     size_t esc = col_dtype_size(n->t.dtype), esa = col_dtype_size(a->dtype), esb = col_dtype_size(b->dtype);
     if (a->dtype != b->dtype || (a->dtype != COL_F32 && a->dtype != COL_BF16 && a->dtype != COL_F16) ||

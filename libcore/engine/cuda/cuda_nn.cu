@@ -86,6 +86,8 @@ static col_status k_embedding(const col_node *n, const col_exec *ex, col_err *er
     col_status st = check_ids(c, ids, V, false, 0, err, "embedding");
     if (st != COL_OK || N * C == 0)
         return st;
+    if (col_dtype_is_quant(w->dtype)) /* rows decoded (cuda_quant.cu) */
+        return cu_embedding_quant(c, w, ids, (float *)n->t.data, err);
     if (w->dtype != COL_F32)
         CU_LAUNCH(k_embedding_16, cu_blocks(c, N * C), CU_THREADS, 0, c->stream)(
             (float *)n->t.data, (const unsigned short *)w->data, w->dtype == COL_BF16, w->stride[0], ids->data,
