@@ -189,8 +189,11 @@ static void check_family(const char *name, const col_lm_config *c, col_dtype q)
         double gworst = -1, g = -1;
         if (tg && col_lm_batch_open(tg, SLOTS, CTX, &bg, &ge) == COL_OK)
             g = batched(bg, ref, c->vocab_size, plen, len, &gworst);
-        TL_OK(g >= 0 && g <= 1e-4, "%s: the CUDA backend's batched rows against the CPU's (worst %.3g) %s", name,
-              gworst, ge.msg);
+        /* quantized: the CPU's decoding products round each row of activations to 8-bit blocks (as llama.cpp
+         * does), the CUDA kernels multiply them in f32: the rows differ by that rounding (~1/254 of a block) */
+        double tol = q == COL_F32 ? 1e-4 : 2e-2;
+        TL_OK(g >= 0 && g <= tol, "%s: the CUDA backend's batched rows against the CPU's (worst %.3g, bound %g) %s",
+              name, gworst, tol, ge.msg);
         col_lm_batch_close(bg);
         col_lm_trainer_free(tg);
         col_cuda_backend_free(&gpu);
