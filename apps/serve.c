@@ -54,7 +54,7 @@ static void usage(FILE *f)
         "  GET  /v1/models            the one model served (--model-name)\n"
         "  GET  /health               {\"status\":\"ok\",\"slots\":..,\"busy\":..,\"queued\":..}; needs no API key\n"
         "  Requests take max_tokens, temperature (0..2; 0 = greedy), top_p, top_k, repetition_penalty, stop\n"
-        "  (up to 4 strings, a chat template's end-of-turn strings included), seed, n (up to --parallel) and\n"
+        "  (up to 4 strings, besides a chat template's end-of-turn strings), seed, n (up to --parallel) and\n"
         "  stream (server-sent events, with stream_options.include_usage); responses count usage. A request\n"
         "  asking for more tokens than the context leaves ends there (finish_reason \"length\").\n"
         "  Errors are OpenAI's error objects: 400 for a\n"
@@ -73,7 +73,10 @@ static void usage(FILE *f)
         "                         COLOSSAL_API_KEY, which keeps the key out of the process list; none if unset)\n"
         "  --model-name NAME      the model's name in the API (default: the name of MODEL's directory or file)\n"
         "Model:\n"
-        "  --ctx N                positions per sequence: prompt and completion (default: the model's)\n"
+        "  --ctx N                positions per sequence: prompt and completion (default: the model's, or\n"
+        "                         as many as --kv-mem holds)\n"
+        "  --kv-mem SIZE          memory for the key/value caches of the --parallel sequences (e.g. 2G; default:\n"
+        "                         what --parallel x --ctx needs); more than SIZE is refused at the start\n"
         "  --template NAME        chat template llama2 | llama3 | chatml | plain (default: the one the model's\n"
         "                         tokenizer_config.json names; without one, /v1/chat/completions is refused)\n"
         "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
@@ -135,6 +138,7 @@ typedef struct {
     col_chat_family family;
     int port, parallel, queue;
     long long ctx; /* -1: the model's */
+    size_t kv_mem; /* --kv-mem; 0: what the sequences need */
     size_t max_body;
     mem_opts mem;
     app_device_choice device;
@@ -143,12 +147,13 @@ typedef struct {
 static void parse_options(int argc, char **argv, options *o)
 {
     enum { O_HOST = 256, O_PORT, O_PAR, O_QUEUE, O_BODY, O_KEY, O_NAME, O_CTX, O_TEMPLATE, O_TOK, O_EXTRA, O_DEVICE,
-           O_VERSION, O_QUANT, O_MEM /* + index in mem_opt_names */ };
+           O_VERSION, O_QUANT, O_KVMEM, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"host", required_argument, 0, O_HOST}, {"port", required_argument, 0, O_PORT},
         {"parallel", required_argument, 0, O_PAR}, {"queue", required_argument, 0, O_QUEUE},
         {"max-body", required_argument, 0, O_BODY}, {"api-key", required_argument, 0, O_KEY},
         {"model-name", required_argument, 0, O_NAME}, {"ctx", required_argument, 0, O_CTX},
+        {"kv-mem", required_argument, 0, O_KVMEM},
         {"template", required_argument, 0, O_TEMPLATE}, {"tokenizer", required_argument, 0, O_TOK},
         {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"device", required_argument, 0, O_DEVICE},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {"quant", required_argument, 0, O_QUANT},
@@ -191,6 +196,10 @@ static void parse_options(int argc, char **argv, options *o)
             o->model_name = optarg;
             break;
         case O_CTX: o->ctx = parse_int(optarg, "--ctx", 2, 1 << 24); break;
+        case O_KVMEM:
+            if (!mem_parse_size(optarg, &o->kv_mem) || o->kv_mem == 0)
+                usage_error("--kv-mem must be a size such as 512M or 2G (got '%s')", optarg);
+            break;
         case O_TEMPLATE:
             if (col_chat_family_parse(optarg, &o->family, &err) != COL_OK)
                 usage_error("--template: %s", err.msg);
@@ -324,6 +333,17 @@ static int serve(const options *o, serve_sched *sched, const serve_api_model *m)
 }
 
 /* everything after the options and the device; returns the exit code */
+/* bytes for messages: KB, MB or GB (powers of 1000) */
+static void fmt_bytes(size_t b, char *buf, size_t n)
+{
+    if (b >= 1000000000)
+        snprintf(buf, n, "%.2f GB", (double)b / 1e9);
+    else if (b >= 1000000)
+        snprintf(buf, n, "%.1f MB", (double)b / 1e6);
+    else
+        snprintf(buf, n, "%.1f KB", (double)b / 1e3);
+}
+
 static int run_on(const options *opt, app_device *dev)
 {
     options o = *opt;
@@ -340,6 +360,20 @@ static int run_on(const options *opt, app_device *dev)
         return 2;
     }
     int ctx = o.ctx > 0 ? (int)o.ctx : mc->max_positions;
+    size_t per_pos = col_lm_batch_cache_bytes(mc, o.parallel, 1); /* one position of every sequence */
+    if (o.kv_mem && o.ctx <= 0 && per_pos > 0 && o.kv_mem / per_pos < (size_t)ctx)
+        ctx = (int)(o.kv_mem / per_pos); /* as many positions as --kv-mem holds */
+    if (o.kv_mem && (ctx < 2 || col_lm_batch_cache_bytes(mc, o.parallel, ctx) > o.kv_mem)) {
+        char have[32], need[32], pos[32];
+        fmt_bytes(o.kv_mem, have, sizeof have);
+        fmt_bytes(col_lm_batch_cache_bytes(mc, o.parallel, ctx < 2 ? 2 : ctx), need, sizeof need);
+        fmt_bytes(per_pos, pos, sizeof pos);
+        fprintf(stderr, PROG ": --kv-mem %s is too little: %d sequences of %d positions need %s of key/value caches "
+                "(%s a position); raise --kv-mem or lower --parallel or --ctx\n", have, o.parallel, ctx < 2 ? 2 : ctx,
+                need, pos);
+        col_lm_source_close(&src);
+        return 2;
+    }
     /* the rule of colossal-chat: an explicit --template, else the model's own template, else none */
     bool chat = o.has_template || src.has_chat;
     col_chat_family family = o.has_template ? o.family : src.chat;
@@ -377,8 +411,11 @@ static int run_on(const options *opt, app_device *dev)
     model_name_of(&o, name, sizeof name);
     serve_api_model m = {.tok = src.tok, .vocab = mc->vocab_size, .ctx = ctx, .max_n = o.parallel,
                          .model_name = name, .has_chat = chat, .family = family};
-    fprintf(stderr, PROG ": %s on %s: '%s', %s, context %d, %d parallel, queue %d\n", o.model, dev->desc, name,
-            chat ? col_chat_info(family)->name : "no chat template (completions only)", ctx, o.parallel, o.queue);
+    char kv[32];
+    fmt_bytes(col_lm_batch_cache_bytes(mc, o.parallel, ctx), kv, sizeof kv);
+    fprintf(stderr, PROG ": %s on %s: '%s', %s, context %d, %d parallel (%s of key/value caches), queue %d\n",
+            o.model, dev->desc, name, chat ? col_chat_info(family)->name : "no chat template (completions only)", ctx,
+            o.parallel, kv, o.queue);
     if (budget[0])
         fprintf(stderr, PROG ": %s\n", budget);
     if (dev->note[0])
