@@ -1,11 +1,16 @@
 /* bench_lm - whole-model speed on the CPU: a training step of GPT-2 124M
  * (B=4, T=64, f32, forward + backward + AdamW) against the sgemm rate, and
  * generation (prompt and per-token decode with the KV cache) for GPT-2 124M
- * and a ~1B LLaMA-shaped model against a memory-copy rate, both ceilings
- * measured in the same run. Weights are random (--init random): speed does
+ * and a ~1B LLaMA-shaped model (or a model directory, in a quantized format)
+ * against the memory bandwidth, both ceilings measured in the same run. Weights are random (--init random): speed does
  * not depend on their values.
  *
  *   bench_lm [train|generate|tier|nvme|precision|all] [reps]
+ *   bench_lm generate [reps] [MODEL [FORMAT]]
+ *
+ * generate (bench_decode.c): MODEL a preset or a Hugging Face model directory ($COL_BENCH_MODEL; default:
+ * gpt2, then llama-1b-shaped), FORMAT f32 or a quantized format (int8, q4, q8_0, q4_0, q4_K, q6_K;
+ * $COL_BENCH_QUANT; default f32, or what a colossal-quantize directory holds).
  *
  * precision: the training step in fp32, bf16 (16-bit operands converted to f32
  * tiles for sgemm, and through OpenBLAS's sbgemm when the library has one) and
@@ -31,7 +36,7 @@
  * Training FLOPs per step: 6 * N * tokens + 6 * L * C * T * tokens (llm.c's
  * count, N = parameters without position embeddings... here all parameters).
  * Decode is bandwidth-bound: every new token reads all weights once, so its
- * ceiling is weight bytes / copy rate. */
+ * ceiling is weight bytes / bandwidth (bench_decode.c). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +50,7 @@
 #include "mt_resident.h"
 #include "rng.h"
 #include "bench_util.h"
+#include "bench_decode.h"
 #include "backend_cpu.h"
 #include "procsetup.h"
 
@@ -62,26 +68,6 @@ static double sgemm_rate(const col_blas *blas, int M, int K, int N)
     }
     free(a), free(b), free(c);
     return 2.0 * M * K * N / bench_median(t, 5) / 1e9;
-}
-
-/* read + write bandwidth of a parallel copy of n floats, in GB/s (bytes moved both ways) */
-static double copy_rate(size_t n)
-{
-    float *a = malloc(n * 4), *b = malloc(n * 4);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++)
-        a[i] = (float)i, b[i] = 0;
-    double t[5];
-    for (int r = 0; r < 6; r++) {
-        double t0 = bench_now();
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++)
-            b[i] = a[i];
-        if (r)
-            t[r - 1] = bench_now() - t0;
-    }
-    free(a), free(b);
-    return 2.0 * (double)n * 4 / bench_median(t, 5) / 1e9;
 }
 
 static col_lm_trainer *session_tiered(const char *preset, int B, int T, size_t budget, col_backend *be)
@@ -213,7 +199,7 @@ static void bench_tier(col_backend *be, int reps)
     mt_resident_get_stats(col_lm_trainer_compute_tier(t), &rs);
     size_t least = rs.min_budget;
     col_lm_trainer_free(t);
-    double copy = copy_rate((size_t)64 << 20);
+    double copy = bench_copy_rate((size_t)64 << 20);
     t = session("gpt2", B, T, be);
     double base = step_time(t, ids, tg, reps);
     col_lm_trainer_free(t);
@@ -440,57 +426,22 @@ static void bench_precision(col_backend *be, int reps)
     col_cpu_backend_set_bf16_gemm(be, COL_CPU_BF16_AUTO);
 }
 
-static void bench_generate(col_backend *be, const char *preset, int reps)
-{
-    enum { P = 128, N = 64 };
-    col_lm_trainer *t = session(preset, 1, 8, be);
-    const col_lm_config *m = &col_lm_trainer_config(t)->model;
-    int32_t prompt[P], next;
-    col_rng r;
-    col_rng_init(&r, 4);
-    for (int i = 0; i < P; i++)
-        prompt[i] = (int32_t)col_rng_below(&r, (uint64_t)m->vocab_size);
-    col_err err = {0};
-    double tp[32], tg[32];
-    for (int k = 0; k <= reps; k++) {
-        const float *lg;
-        double t0 = bench_now();
-        if (col_lm_trainer_decode_reset(t, P + N, &err) != COL_OK || col_lm_trainer_decode(t, prompt, P, &lg, &err) != COL_OK) {
-            fprintf(stderr, "bench_lm: %s\n", err.msg);
-            exit(1);
-        }
-        double t1 = bench_now();
-        next = prompt[P - 1];
-        for (int j = 0; j < N; j++)
-            if (col_lm_trainer_decode(t, &next, 1, &lg, &err) != COL_OK) {
-                fprintf(stderr, "bench_lm: %s\n", err.msg);
-                exit(1);
-            }
-        if (k) {
-            tp[k - 1] = t1 - t0;
-            tg[k - 1] = (bench_now() - t1) / N;
-        }
-    }
-    double weights = 4.0 * (double)col_lm_trainer_param_count(t), bw = copy_rate((size_t)64 << 20);
-    double per_tok = bench_median(tg, reps);
-    printf("generate %s (%.2fB params, f32): prompt %d tokens %.0f tok/s; decode %.1f tok/s (%.0f ms/token); "
-           "weights %.2f GB per token = %.1f GB/s, %.2f of the copy rate %.1f GB/s\n",
-           preset, (double)col_lm_trainer_param_count(t) / 1e9, P, P / bench_median(tp, reps), 1 / per_tok, 1000 * per_tok,
-           weights / 1e9, weights / per_tok / 1e9, weights / per_tok / 1e9 / bw, bw);
-    col_lm_trainer_free(t);
-}
-
 int main(int argc, char **argv)
 {
     col_proc_setup(argv);
     const char *what = argc > 1 ? argv[1] : "all";
     int reps = argc > 2 ? atoi(argv[2]) : 5;
-    if (reps < 1 || reps > 31 ||
-        (strcmp(what, "train") && strcmp(what, "generate") && strcmp(what, "tier") && strcmp(what, "nvme") &&
+    bool gen = !strcmp(what, "generate");
+    const char *model = gen && argc > 3 ? argv[3] : getenv("COL_BENCH_MODEL");
+    const char *format = gen && argc > 4 ? argv[4] : getenv("COL_BENCH_QUANT");
+    if (reps < 1 || reps > 31 || argc > (gen ? 5 : 3) ||
+        (strcmp(what, "train") && !gen && strcmp(what, "tier") && strcmp(what, "nvme") &&
          strcmp(what, "precision") && strcmp(what, "all"))) {
-        fprintf(stderr, "usage: bench_lm [train|generate|tier|nvme|precision|all] [reps 1..31]\n");
+        fprintf(stderr, "usage: bench_lm [train|generate|tier|nvme|precision|all] [reps 1..31]\n"
+                        "       bench_lm generate [reps] [MODEL [FORMAT]]\n");
         return 2;
     }
+    int rc = 0;
     col_err err = {0};
     col_backend be;
     col_blas blas;
@@ -511,10 +462,13 @@ int main(int argc, char **argv)
         bench_nvme(&be, reps);
     if (!strcmp(what, "tier") || !strcmp(what, "all"))
         bench_tier(&be, reps);
-    if (!strcmp(what, "generate") || !strcmp(what, "all")) {
-        bench_generate(&be, "gpt2", reps);
-        bench_generate(&be, "llama-1b-shaped", reps);
+    if ((gen || !strcmp(what, "all")) && model && *model)
+        rc = bench_generate(&be, model, format && *format ? format : NULL, reps);
+    else if (gen || !strcmp(what, "all"))
+        {
+        const char *f = format && *format ? format : NULL;
+        rc = bench_generate(&be, "gpt2", f, reps) || bench_generate(&be, "llama-1b-shaped", f, reps);
     }
     col_cpu_backend_free(&be);
-    return 0;
+    return rc;
 }
