@@ -310,7 +310,7 @@ col_status col_tok_gguf_json(const col_gguf *g, char **json, size_t *json_len, c
         bool special = tt[i] == TT_CONTROL || (spm && i == unk);
         if (!special && tt[i] != TT_USER_DEFINED)
             continue;
-        char num[32];
+        char num[64];
         snprintf(num, sizeof num, "%s{\"id\":%lld,\"content\":", first ? "" : ",", (long long)i);
         col_strbuf_puts(&b, num);
         put_json_str(&b, t.s[i], t.len[i]);
