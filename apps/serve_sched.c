@@ -16,34 +16,20 @@
 #include <time.h>
 
 #include "stopstr.h"
+#include "textio.h"
 
 enum { MAX_STOPS = 8 };
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static bool sbuf_add(sbuf *b, const char *s, size_t n)
+/* appends to a text buffer; false once it is out of memory */
+static bool sbuf_add(col_strbuf *b, const char *s, size_t n)
 {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = (b->n + n + 1) * 2 + 64;
-        char *q = realloc(b->p, cap);
-        if (!q)
-            return false;
-        b->p = q;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return true;
+    col_strbuf_put(b, s, n);
+    return !b->oom;
 }
 
 typedef struct {
     int choice;
-    sbuf text;
+    col_strbuf text;
     serve_finish finish;
 } event;
 
@@ -53,7 +39,7 @@ typedef struct {
     int nctx, ngen, max_gen;
     int32_t last;           /* the token to feed next */
     serve_finish finish;
-    sbuf pending;           /* text held back: a possible start of a stop string or of a UTF-8 character */
+    col_strbuf pending;           /* text held back: a possible start of a stop string or of a UTF-8 character */
     bool any_text;          /* some text was released (strip_leading_space) */
 } choice;
 
@@ -74,7 +60,7 @@ struct serve_req {
     event *ev;
     int nev, cap, head;
     int ended;              /* choices whose last event was queued */
-    sbuf out;               /* the text serve_req_next handed out last */
+    col_strbuf out;               /* the text serve_req_next handed out last */
     int prompt_tokens, completion_tokens;
     char err[COL_ERR_MSG_MAX];
     struct serve_req *next; /* the queue */
@@ -189,7 +175,7 @@ int serve_req_next(serve_req *r, serve_event *ev, int timeout_ms)
             memset(&e->text, 0, sizeof e->text);
             ev->choice = e->choice;
             ev->text = r->out.p ? r->out.p : "";
-            ev->len = r->out.n;
+            ev->len = r->out.len;
             ev->finish = e->finish;
             rc = 1;
             break;
@@ -276,7 +262,7 @@ static bool release(serve_req *r, int c, choice *h, const char *p, size_t n, ser
             p++;
             n--;
         }
-    sbuf clean = {0};
+    col_strbuf clean = {0};
     bool ok = sbuf_add(&clean, "", 0);
     for (size_t i = 0; ok && i < n;) {
         unsigned char b = (unsigned char)p[i];
@@ -295,9 +281,9 @@ static bool release(serve_req *r, int c, choice *h, const char *p, size_t n, ser
         ok = good ? sbuf_add(&clean, p + i, len) : sbuf_add(&clean, "\xEF\xBF\xBD", 3);
         i += good ? len : 1;
     }
-    if (ok && clean.n > 0)
+    if (ok && clean.len > 0)
         h->any_text = true;
-    ok = ok && (clean.n > 0 || fin != SERVE_FINISH_NONE) ? req_push(r, c, clean.p, clean.n, fin) : ok;
+    ok = ok && (clean.len > 0 || fin != SERVE_FINISH_NONE) ? req_push(r, c, clean.p, clean.len, fin) : ok;
     free(clean.p);
     return ok;
 }
@@ -325,8 +311,8 @@ static void end_choice(serve_sched *s, serve_req *r, int c, serve_finish fin)
     h->finish = fin;
     slot_free(s, h);
     bool keep = fin == SERVE_FINISH_LENGTH || fin == SERVE_FINISH_STOP;
-    release(r, c, h, h->pending.p, keep ? h->pending.n : 0, fin);
-    h->pending.n = 0;
+    release(r, c, h, h->pending.p, keep ? h->pending.len : 0, fin);
+    h->pending.len = 0;
     r->live--;
 }
 
@@ -370,28 +356,28 @@ static void take_token(serve_sched *s, serve_req *r, int c, int32_t id)
     const char *b = s->cfg.tok ? col_tok_token_bytes(s->cfg.tok, id, &n) : NULL;
     bool special = b && col_tok_is_special(s->cfg.tok, id);
     if (b && n > 0) {
-        size_t keep = h->pending.n;
+        size_t keep = h->pending.len;
         if (!sbuf_add(&h->pending, b, n)) {
             col_err e = {0};
             col_err_set(&e, COL_ENOMEM, "out of memory");
             fail_req(s, r, &e);
             return;
         }
-        long at = stop_find((const char *const *)r->stops, r->nstops, h->pending.p, h->pending.n);
+        long at = stop_find((const char *const *)r->stops, r->nstops, h->pending.p, h->pending.len);
         if (at >= 0) {
-            h->pending.n = (size_t)at;
+            h->pending.len = (size_t)at;
             end_choice(s, r, c, SERVE_FINISH_STOP);
             return;
         }
         if (special) { /* a special token that ends nothing: not shown */
-            h->pending.n = keep;
+            h->pending.len = keep;
             h->pending.p[keep] = '\0';
         }
-        size_t hold = held_back(r, h->pending.p, h->pending.n), ready = h->pending.n - hold;
+        size_t hold = held_back(r, h->pending.p, h->pending.len), ready = h->pending.len - hold;
         if (ready > 0) {
             release(r, c, h, h->pending.p, ready, SERVE_FINISH_NONE);
             memmove(h->pending.p, h->pending.p + ready, hold + 1);
-            h->pending.n = hold;
+            h->pending.len = hold;
         }
     }
     if (h->ngen >= h->max_gen)
