@@ -124,7 +124,8 @@ int main(int argc, char **argv)
         col_lm_trainer *td = open_model(argv[cases[c].dir], COL_F32, &sd); /* colossal-quantize's, dequantized */
         double ceq = tq ? mean_loss(tq, ids, vocab, lq) : NAN, ced = td ? mean_loss(td, ids, vocab, ld) : NAN;
         double ratio = exp(ceq) / exp(ce32);
-        printf("# %s: loss %.5f, perplexity %.4f (%.3f%% over f32)\n", name, ceq, exp(ceq), 100 * (ratio - 1));
+        printf("# %s: loss %.5f, perplexity %.4f (%.3f%% over f32); its weights dequantized into f32: loss %.5f\n",
+               name, ceq, exp(ceq), 100 * (ratio - 1), ced);
         TL_OK(isfinite(ceq) && fabs(ratio - 1) <= cases[c].bound, "%s: perplexity %.4f within %.0f%% of f32's %.4f",
               name, exp(ceq), 100 * cases[c].bound, exp(ce32));
         double e = tq && td ? rel_max(lq, ld, nl) : INFINITY;
