@@ -151,20 +151,21 @@ static void check_family(const char *name, const col_lm_config *c, col_dtype q)
     /* a copied prefix continues as the original would */
     if (b && ref) {
         int32_t ids[CTX];
+        /* sequence 5 as the reference fed it: its prompt of 7 in one pass, then one token */
         for (int k = 0; k < len; k++)
-            ids[k] = tok(2, k, c->vocab_size); /* sequence 2: a prompt of 3, so ref holds position 6 */
+            ids[k] = tok(5, k, c->vocab_size);
         const float *lg;
         col_lm_batch_reset(b, 0);
-        st = col_lm_batch_prefill(b, 0, ids, 6, &lg, &err);
+        st = col_lm_batch_prefill(b, 0, ids, plen[5], &lg, &err);
         if (st == COL_OK)
-            st = col_lm_batch_copy_prefix(b, 2, 0, 6, &err);
+            st = col_lm_batch_copy_prefix(b, 2, 0, plen[5], &err);
         int sl[2] = {2, 0};
-        int32_t tk[2] = {ids[6], ids[6]};
+        int32_t tk[2] = {ids[plen[5]], ids[plen[5]]};
         if (st == COL_OK)
             st = col_lm_batch_step(b, sl, tk, 2, &lg, &err);
-        const float *r6 = ref + ((size_t)2 * CTX + 6) * (size_t)c->vocab_size;
-        TL_OK(st == COL_OK && max_diff(lg, r6, c->vocab_size) == 0 &&
-                  max_diff(lg + c->vocab_size, r6, c->vocab_size) == 0 && col_lm_batch_pos(b, 2) == 7,
+        const float *r7 = ref + ((size_t)5 * CTX + (size_t)plen[5]) * (size_t)c->vocab_size;
+        TL_OK(st == COL_OK && max_diff(lg, r7, c->vocab_size) == 0 &&
+                  max_diff(lg + c->vocab_size, r7, c->vocab_size) == 0 && col_lm_batch_pos(b, 2) == plen[5] + 1,
               "%s: a copied prompt prefix continues like the original (%s)", name, err.msg);
         /* refusals */
         col_err e1 = {0}, e2 = {0}, e3 = {0}, e4 = {0};
