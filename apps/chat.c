@@ -663,7 +663,7 @@ static int run(const options *o)
 
 int main(int argc, char **argv)
 {
-    col_proc_setup(argv);
+    col_proc_setup_decode(argv);
     options o;
     parse_options(argc, argv, &o);
     int rc = run(&o);

@@ -431,7 +431,7 @@ done:
 
 int main(int argc, char **argv)
 {
-    col_proc_setup(argv);
+    col_proc_setup_decode(argv);
     options o;
     parse_options(argc, argv, &o);
     if (!install_signals()) {

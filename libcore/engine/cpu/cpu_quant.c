@@ -426,9 +426,9 @@ CQ_INLINE void step8_q8_0(const char *w, size_t wrow, __m256i offs, int64_t b, c
         int64_t b = 0;                                                                                         \
         size_t pf = 0;                                                                                         \
         for (; b + 2 <= nb; b += 2) {                                                                          \
-            while (next && (size_t)b * BLOCK >= pf) { /* the next 8 rows: a line of each per 64 bytes read */  \
+            while (next && (size_t)b * BLOCK >= pf) { /* 8 rows ahead: a line of each per 64 bytes read */     \
                 for (int r = 0; r < 8; r++)                                                                    \
-                    __builtin_prefetch(next + r * wrow + pf, 0, 3);                                            \
+                    __builtin_prefetch(next + r * wrow + pf, 0, 2);                                            \
                 pf += 64;                                                                                      \
             }                                                                                                  \
             STEP(w, wrow, offs, b, xr, M, acc[0]);                                                             \
@@ -717,7 +717,10 @@ col_status col_cpu_matmul_quant(const col_node *n, const col_exec *ex, col_err *
             for (int64_t j = ch * CQ_CHUNK; j < n1; j++) {
 #ifdef CQ_VNNI
                 if (row8 && j + 8 <= n1) { /* 8 rows at once (the choice depends on j and N only) */
-                    const char *next = j + 16 <= N ? w + (size_t)(j + 8) * wrow : NULL;
+                    /* the 8 rows after the next 8 are asked for into L2 as these are read: measured on a Zen 4
+                     * VM (W from memory, 2 threads), 1.4x (q4_0) and 1.3x (q8_0) the rate of asking for the next 8
+                     * into L1 */
+                    const char *next = j + 24 <= N ? w + (size_t)(j + 16) * wrow : NULL;
                     for (int64_t m0 = 0; m0 < M; m0 += CQ_GROUP)
                         row8(w + (size_t)j * wrow, wrow, nb, xr + m0, (int)(M - m0 < CQ_GROUP ? M - m0 : CQ_GROUP),
                              c + m0 * N + j, N, next);
