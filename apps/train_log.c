@@ -228,9 +228,11 @@ col_status train_log_step_done(train_log *l, const train_log_step *s, col_err *e
     add_num(j, "grad_norm", s->grad_norm);
     add_num(j, "tokens_per_s", s->tokens_per_s);
     add_num(j, "elapsed_s", s->elapsed_s);
-    add_bytes(j, "mem_compute", s->mem_compute);
-    add_bytes(j, "mem_host", s->mem_host);
-    add_bytes(j, "mem_nvme", s->mem_nvme);
+    if (!s->no_mem) {
+        add_bytes(j, "mem_compute", s->mem_compute);
+        add_bytes(j, "mem_host", s->mem_host);
+        add_bytes(j, "mem_nvme", s->mem_nvme);
+    }
     col_status st = put_line(l, j, err);
     if (st == COL_OK && l->tb) {
         static const char *const tags[] = {"train/loss", "train/learning_rate", "train/grad_norm", "train/tokens_per_s"};

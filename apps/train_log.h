@@ -31,6 +31,7 @@ typedef struct {
     int64_t step;
     double loss, lr, grad_norm, tokens_per_s, elapsed_s;
     uint64_t mem_compute, mem_host, mem_nvme; /* bytes per tier */
+    bool no_mem;                              /* the bytes per tier are not known: left out */
 } train_log_step;
 
 /* a step of the history; eval_loss NaN where none was taken (loss NaN: an evaluation only) */
