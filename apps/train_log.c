@@ -222,11 +222,13 @@ col_status train_log_step_done(train_log *l, const train_log_step *s, col_err *e
     p->loss = s->loss, p->lr = s->lr, p->grad_norm = s->grad_norm;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "step", (double)s->step);
-    add_num(j, "epoch", (double)s->step * l->epochs_per_step);
+    if (isfinite(l->epochs_per_step)) /* (not known: left out) */
+        add_num(j, "epoch", (double)s->step * l->epochs_per_step);
     add_num(j, "loss", s->loss);
     add_num(j, "lr", s->lr);
     add_num(j, "grad_norm", s->grad_norm);
-    add_num(j, "tokens_per_s", s->tokens_per_s);
+    if (isfinite(s->tokens_per_s))
+        add_num(j, "tokens_per_s", s->tokens_per_s);
     add_num(j, "elapsed_s", s->elapsed_s);
     if (!s->no_mem) {
         add_bytes(j, "mem_compute", s->mem_compute);
@@ -253,7 +255,8 @@ col_status train_log_eval(train_log *l, int64_t step, double eval_loss, col_err 
     p->eval_loss = eval_loss;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "step", (double)step);
-    add_num(j, "epoch", (double)step * l->epochs_per_step);
+    if (isfinite(l->epochs_per_step))
+        add_num(j, "epoch", (double)step * l->epochs_per_step);
     add_num(j, "eval_loss", eval_loss);
     col_status st = put_line(l, j, err);
     if (st == COL_OK && l->tb && (st = tb_writer_scalar(l->tb, step, "eval/loss", (float)eval_loss, err)) == COL_OK)

@@ -1,7 +1,7 @@
 /* train_log.h - what a training run records in its output directory besides the model:
  *
  *   metrics.jsonl  one JSON object per step, appended and flushed as the step ends:
- *                  {"step", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s",
+ *                  {"step", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s" (epoch, tokens/s: where known),
  *                   "mem_compute", "mem_host", "mem_nvme"} (bytes as integers), and one per evaluation:
  *                  {"step", "epoch", "eval_loss"}. A resumed run keeps the lines up to the step it resumes from
  *                  (an interrupted run's later steps are dropped, so no step appears twice) and appends.
@@ -26,7 +26,7 @@
 #include "status.h"
 #include "tb_events.h"
 
-/* one step as logged */
+/* one step as logged (tokens_per_s NaN: not known, left out; so is the epoch when epochs_per_step is NaN) */
 typedef struct {
     int64_t step;
     double loss, lr, grad_norm, tokens_per_s, elapsed_s;
