@@ -421,13 +421,6 @@ static int train(run *r)
     int64_t start = dm_trainer_steps(t);
     double t0 = col_seconds();
     int rc = 0;
-    if (start < o->steps) { /* metrics.jsonl: a line per step (a resume keeps the saved steps' lines) */
-        if (train_log_open(&r->log, col_outdir_path(r->od), o->resume, start, false, NAN, &err) != COL_OK) {
-            free(pix), free(ids);
-            return fail(&err);
-        }
-        r->logging = true;
-    }
     for (int64_t s = start; s < o->steps && !rc; s++) {
         float loss = 0;
         col_status st = COL_OK;
@@ -443,9 +436,13 @@ static int train(run *r)
             rc = fail(&err);
             break;
         }
+        /* metrics.jsonl, from the first step done on (a resume keeps the saved steps' lines) */
         train_log_step ls = {.step = info.step, .loss = loss, .lr = info.lr, .grad_norm = info.grad_norm,
                              .tokens_per_s = NAN, .elapsed_s = col_seconds() - t0, .no_mem = true};
-        if (train_log_step_done(&r->log, &ls, &err) != COL_OK) {
+        if (!r->logging &&
+            (st = train_log_open(&r->log, col_outdir_path(r->od), o->resume, start, false, NAN, &err)) == COL_OK)
+            r->logging = true;
+        if (st != COL_OK || train_log_step_done(&r->log, &ls, &err) != COL_OK) {
             rc = fail(&err);
             break;
         }

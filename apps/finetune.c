@@ -339,10 +339,7 @@ static int train(run *r)
     double t_start = now();
     int rc = 0;
     r->start_step = ft_steps_done(r);
-    if (ft_log_open(r, &err) != COL_OK) {
-        col_err_prefix(&err, "the run's logs");
-        return fail_on(&r->par, &err);
-    }
+    ft_log_start(r);
     /* SA_RESTART: a signal during a save must not turn a write into EINTR */
     struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND | SA_RESTART};
     sigemptyset(&sa.sa_mask);
@@ -373,12 +370,13 @@ static int train(run *r)
         r->state.batches = bs;
         double t = now();
         ft_progress(r, &info, tokens / (t - t_step), t - t_start);
-        ft_publish(r, &info, tokens / (t - t_step), t - t_step);
         if (ft_log_step(r, &err) != COL_OK) {
             ft_say(r, "%s", "");
+            col_err_prefix(&err, "the run's log");
             rc = fail_on(&r->par, &err);
             break;
         }
+        ft_publish(r, &info, tokens / (t - t_step), t - t_step);
         if (rl_line[0] && !r->tty && (info.step % ft_log_every(o) == 0 || info.step == 1 ||
                                       info.step == o->steps))
             ft_say(r, "  %s", rl_line);

@@ -283,10 +283,11 @@ static inline int ft_log_every(const ft_opts *o) { return o->steps >= 20 ? o->st
 void ft_progress(ft_run *r, const col_lm_step_info *info, double tok_s, double elapsed);
 /* The run's statistics for colossal-top and --tui. */
 void ft_publish(ft_run *r, const col_lm_step_info *info, double tok_s, double step_s);
-/* Process 0 of a training run: opens metrics.jsonl (and --tensorboard's events) in --out, the history resumed from
- * it (and shown in the --tui sparkline); the live line's resize handler. */
-col_status ft_log_open(ft_run *r, col_err *err);
-/* Records a step (after ft_progress, whose figures it logs) and an evaluation; nothing when the logs are not open. */
+/* Before the first step: the live line's resize handler. */
+void ft_log_start(ft_run *r);
+/* Records a step (after ft_progress, whose figures it logs; before ft_publish) and an evaluation, on process 0.
+ * The first step opens metrics.jsonl (and --tensorboard's events) in --out, the history resumed from it and put
+ * into the loss ring (--tui's sparkline). */
 col_status ft_log_step(ft_run *r, col_err *err);
 col_status ft_log_eval(ft_run *r, int64_t step, double eval_loss, col_err *err);
 /* Into a save's stage dir: loss.png; and transformers' log_history for trainer_state.json (NULL without logs). */

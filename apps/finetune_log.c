@@ -91,8 +91,8 @@ void ft_progress(run *r, const col_lm_step_info *info, double tok_s, double elap
     snprintf(f_comp, sizeof f_comp, "mem: compute %s", comp);
     snprintf(f_host, sizeof f_host, "host %s", host);
     snprintf(f_nvme, sizeof f_nvme, "nvme %s", nvme);
-    const progress_field fields[] = {{f_step, 0}, {f_loss, 1}, {f_lr, 3}, {f_tok, 4},
-                                     {f_eta, 2},  {f_comp, 5}, {f_host, 6}, {f_nvme, 7}};
+    const progress_field fields[] = {{f_step, 0, NULL}, {f_loss, 1, NULL}, {f_lr, 3, NULL},   {f_tok, 4, NULL},
+                                     {f_eta, 2, NULL},  {f_comp, 5, NULL}, {f_host, 6, " "}, {f_nvme, 7, " "}};
     int nf = (int)(sizeof fields / sizeof fields[0]);
     if (r->tui) { /* under the view, as wide as the screen */
         progress_fit(fields, nf, COLS - 2, line, sizeof line);
@@ -147,13 +147,16 @@ void ft_publish(run *r, const col_lm_step_info *info, double tok_s, double step_
     mt_stats_publish(r->pub, d);
 }
 
-col_status ft_log_open(run *r, col_err *err)
+void ft_log_start(run *r)
 {
-    const ft_opts *o = &r->o;
     if (r->tty)
         progress_watch_resize();
-    if (!ft_par_leader(&r->par))
-        return COL_OK;
+}
+
+/* the logs, opened once the first step is done (a run that fails before leaves no directory behind) */
+static col_status log_open(run *r, col_err *err)
+{
+    const ft_opts *o = &r->o;
     size_t ntrain = r->ds ? col_dataset_n_train(r->ds) : 0; /* (RLHF: examples, not tokens: no epoch) */
     double per_step = ntrain && !r->rl ? (double)o->batch * o->seq * o->grad_accum / (double)ntrain : NAN;
     col_status st = train_log_open(&r->log, o->out, o->resume[0] != 0, r->start_step, o->tensorboard, per_step, err);
@@ -169,7 +172,10 @@ col_status ft_log_open(run *r, col_err *err)
 
 col_status ft_log_step(run *r, col_err *err)
 {
-    return r->logging ? train_log_step_done(&r->log, &r->last, err) : COL_OK;
+    if (!ft_par_leader(&r->par))
+        return COL_OK;
+    col_status st = r->logging ? COL_OK : log_open(r, err);
+    return st == COL_OK ? train_log_step_done(&r->log, &r->last, err) : st;
 }
 
 col_status ft_log_eval(run *r, int64_t step, double eval_loss, col_err *err)

@@ -45,35 +45,43 @@ int progress_width(int fd)
 
 enum { MAX_FIELDS = 32 };
 
+static const char *sep_of(const progress_field *f) { return f->sep ? f->sep : "  "; }
+
+/* the length of the kept fields joined */
+static size_t joined(const progress_field *f, const bool *keep, int n)
+{
+    size_t total = 0;
+    for (int i = 0, first = 1; i < n; i++)
+        if (keep[i]) {
+            total += strlen(f[i].text) + (first ? 0 : strlen(sep_of(&f[i])));
+            first = 0;
+        }
+    return total;
+}
+
 size_t progress_fit(const progress_field *f, int n, int width, char *buf, size_t size)
 {
     bool keep[MAX_FIELDS];
-    size_t total = 0;
     int kept = 0;
     if (n > MAX_FIELDS)
         n = MAX_FIELDS;
-    for (int i = 0; i < n; i++) {
-        keep[i] = f[i].text && f[i].text[0];
-        if (keep[i])
-            total += strlen(f[i].text) + (kept++ ? 2 : 0);
-    }
-    while (kept > 1 && total > (size_t)(width > 0 ? width : 0)) {
+    for (int i = 0; i < n; i++)
+        kept += keep[i] = f[i].text && f[i].text[0];
+    while (kept > 1 && joined(f, keep, n) > (size_t)(width > 0 ? width : 0)) {
         int drop = -1;
         for (int i = 0; i < n; i++)
             if (keep[i] && (drop < 0 || f[i].rank >= f[drop].rank))
                 drop = i;
         keep[drop] = false;
-        total -= strlen(f[drop].text) + 2;
         kept--;
     }
     size_t at = 0;
     if (size == 0)
         return 0;
-    buf[0] = '\0';
     for (int i = 0, first = 1; i < n; i++) {
         if (!keep[i])
             continue;
-        for (const char *s = first ? "" : "  "; *s && at + 1 < size; s++)
+        for (const char *s = first ? "" : sep_of(&f[i]); *s && at + 1 < size; s++)
             buf[at++] = *s;
         for (const char *s = f[i].text; *s && at + 1 < size; s++)
             buf[at++] = *s;

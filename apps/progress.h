@@ -9,9 +9,10 @@
 typedef struct {
     const char *text; /* "" or NULL: left out */
     int rank;         /* importance: 0 the most important; the highest rank is dropped first */
+    const char *sep;  /* what comes before it (after an earlier field): NULL for two spaces */
 } progress_field;
 
-/* Joins the fields in their order, two spaces apart, into buf (size bytes), leaving out the least important ones
+/* Joins the fields in their order, two spaces apart (or their sep), into buf (size bytes), leaving out the least important ones
  * (the highest rank; of equal ranks the later one) until the line is at most width columns (one column per byte:
  * the fields are ASCII). The most important field alone is cut to width. Returns the line's length. */
 size_t progress_fit(const progress_field *f, int n, int width, char *buf, size_t size);

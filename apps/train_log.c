@@ -237,7 +237,8 @@ col_status train_log_step_done(train_log *l, const train_log_step *s, col_err *e
     }
     col_status st = put_line(l, j, err);
     if (st == COL_OK && l->tb) {
-        static const char *const tags[] = {"train/loss", "train/learning_rate", "train/grad_norm", "train/tokens_per_s"};
+        static const char *const tags[] = {"train/loss", "train/learning_rate", "train/grad_norm",
+                                           "train/tokens_per_s"};
         const double v[] = {s->loss, s->lr, s->grad_norm, s->tokens_per_s};
         for (int i = 0; i < 4 && st == COL_OK; i++)
             st = tb_writer_scalar(l->tb, s->step, tags[i], (float)v[i], err);

@@ -1,10 +1,11 @@
 /* train_log.h - what a training run records in its output directory besides the model:
  *
  *   metrics.jsonl  one JSON object per step, appended and flushed as the step ends:
- *                  {"step", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s" (epoch, tokens/s: where known),
- *                   "mem_compute", "mem_host", "mem_nvme"} (bytes as integers), and one per evaluation:
- *                  {"step", "epoch", "eval_loss"}. A resumed run keeps the lines up to the step it resumes from
- *                  (an interrupted run's later steps are dropped, so no step appears twice) and appends.
+ *                  {"step", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "mem_compute",
+ *                   "mem_host", "mem_nvme"} (bytes as integers; a figure not known is left out), and one per
+ *                  evaluation: {"step", "epoch", "eval_loss"}. A resumed run keeps the lines up to the step it
+ *                  resumes from (an interrupted run's later steps are dropped, so no step appears twice) and
+ *                  appends.
  *   runs/events.out.tfevents.*  with --tensorboard: the same scalars for TensorBoard (tb_events.h), a new file
  *                  per process; tags train/loss, train/learning_rate, train/grad_norm, train/tokens_per_s,
  *                  eval/loss.

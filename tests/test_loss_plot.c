@@ -97,7 +97,8 @@ int main(void)
     image e = {0};
     bool read = st == COL_OK && read_png(path, &e);
     TL_OK(read && e.w == 320 && e.h == 200 && count(&e, 0, 0, 0, 40) > 100 && count(&e, LOSS_PLOT_TRAIN_RGB, 8) <= 48,
-          "an empty history: a 320 x 200 frame (%d black pixels), no curve (%d blue: the legend's 24 x 2 swatch)", read ? count(&e, 0, 0, 0, 40) : -1,
+          "an empty history: a 320 x 200 frame (%d black pixels), no curve (%d blue: the legend's 24 x 2 swatch)",
+          read ? count(&e, 0, 0, 0, 40) : -1,
           read ? count(&e, LOSS_PLOT_TRAIN_RGB, 8) : -1);
     free(e.rgb);
     /* a directory that is not there: one error naming the file */

@@ -10,17 +10,20 @@
 
 int main(void)
 {
-    const progress_field f[] = {{"step 12/200", 0}, {"loss 3.4567", 1}, {"lr 1.00e-03", 3}, {"1234 tok/s", 4},
-                                {"ETA 3m20s", 2},   {"mem: compute 12.3M", 5}, {"host 234.5M", 6}, {"nvme 0K", 7}};
+    /* the memory fields as one group: one space apart */
+    const progress_field f[] = {{"step 12/200", 0, NULL}, {"loss 3.4567", 1, NULL}, {"lr 1.00e-03", 3, NULL},
+                                {"1234 tok/s", 4, NULL},  {"ETA 3m20s", 2, NULL},   {"mem: compute 12.3M", 5, NULL},
+                                {"host 234.5M", 6, " "},  {"nvme 0K", 7, " "}};
     char buf[256];
-    const char *full = "step 12/200  loss 3.4567  lr 1.00e-03  1234 tok/s  ETA 3m20s  mem: compute 12.3M  "
-                       "host 234.5M  nvme 0K";
+    const char *full = "step 12/200  loss 3.4567  lr 1.00e-03  1234 tok/s  ETA 3m20s  mem: compute 12.3M "
+                       "host 234.5M nvme 0K";
     size_t n = progress_fit(f, 8, 200, buf, sizeof buf);
     TL_OK(strcmp(buf, full) == 0 && n == strlen(full), "wide enough: every field, two spaces apart (%s)", buf);
     n = progress_fit(f, 8, (int)strlen(full), buf, sizeof buf);
     TL_OK(strcmp(buf, full) == 0, "exactly as wide as the line: all of it");
     n = progress_fit(f, 8, (int)strlen(full) - 1, buf, sizeof buf);
-    TL_OK(strcmp(buf, "step 12/200  loss 3.4567  lr 1.00e-03  1234 tok/s  ETA 3m20s  mem: compute 12.3M  host 234.5M") == 0,
+    TL_OK(strcmp(buf, "step 12/200  loss 3.4567  lr 1.00e-03  1234 tok/s  ETA 3m20s  mem: compute 12.3M "
+                      "host 234.5M") == 0,
           "one column short: the least important field (nvme) goes first (%s)", buf);
     n = progress_fit(f, 8, 60, buf, sizeof buf);
     TL_OK(strcmp(buf, "step 12/200  loss 3.4567  lr 1.00e-03  1234 tok/s  ETA 3m20s") == 0 && n == 60,
@@ -29,9 +32,9 @@ int main(void)
     TL_OK(strcmp(buf, "step 12/200  loss 3.4567  ETA 3m20s") == 0, "40 columns: step, loss, ETA (%s)", buf);
     n = progress_fit(f, 8, 5, buf, sizeof buf);
     TL_OK(strcmp(buf, "step ") == 0 && n == 5, "narrower than the first field: it is cut to the width ('%s')", buf);
-    const progress_field g[] = {{"a", 0}, {"", 9}, {NULL, 9}, {"b", 1}};
+    const progress_field g[] = {{"a", 0, NULL}, {"", 9, NULL}, {NULL, 9, NULL}, {"b", 1, "-"}};
     progress_fit(g, 4, 80, buf, sizeof buf);
-    TL_OK(strcmp(buf, "a  b") == 0, "empty fields are left out ('%s')", buf);
+    TL_OK(strcmp(buf, "a-b") == 0, "empty fields are left out; a field's own separator ('%s')", buf);
     for (int w = 0; w <= 120; w++) {
         n = progress_fit(f, 8, w, buf, sizeof buf);
         if (n > (size_t)w || strlen(buf) != n) {

@@ -77,8 +77,8 @@ int main(void)
         if (!ev) {
             bad++;
         } else if (records == 0) {
-            TL_OK(ev->what_case == COLOSSAL__TB__EVENT__WHAT_FILE_VERSION && !strcmp(ev->file_version, "brain.Event:2") &&
-                      ev->wall_time > 1.6e9,
+            TL_OK(ev->what_case == COLOSSAL__TB__EVENT__WHAT_FILE_VERSION &&
+                      !strcmp(ev->file_version, "brain.Event:2") && ev->wall_time > 1.6e9,
                   "record 1: file_version brain.Event:2 (wall time %.0f)", ev->wall_time);
         } else if (records == 1) {
             TL_OK(ev->what_case == COLOSSAL__TB__EVENT__WHAT_SESSION_LOG &&
