@@ -128,6 +128,14 @@ PY
 then ok "a resume drops the logged steps after the save it resumes from (and a torn line): 1..12 once each"
 else notok "resume after a crash: $(cut -c1-40 c/metrics.jsonl | tr '\n' ' ')"; fi
 
+# ---- a link in place of the log: not followed, one line ----
+echo precious > victim.txt
+rm c/metrics.jsonl && ln -s ../victim.txt c/metrics.jsonl
+"$ft" --resume c --steps 14 --quiet > /dev/null 2> err; rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l < err)" -eq 1 ] && grep -q "symbolic link" err && [ "$(cat victim.txt)" = precious ] &&
+    ok "metrics.jsonl as a link: refused in one line, the file behind it untouched ($(cat err))" ||
+    notok "metrics.jsonl as a link: exit $rc: $(cat err) / $(cat victim.txt)"
+
 # ---- the saved history in the loss ring (--tui's sparkline and colossal-top's) ----
 "$ft" gpt2-tiny corpus.txt --batch 8 --seq 64 --out d --steps 10 --quiet 2> /dev/null
 "$ft" --resume d --steps 100000 --quiet > /dev/null 2>&1 &
