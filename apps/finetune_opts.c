@@ -43,6 +43,7 @@ static const ft_optdef optdefs[] = {
     {"tp", true, false},          {"tp-mode", true, false},      {"tp-depth", true, false},
     {"sp", true, false},          {"sp-mode", true, false},      {"parallel", true, false},
     {"plan-only", false, true},    {"tp-seq-split", false, false},
+    {"tensorboard", false, true},
 };
 
 /* The compute precision when --precision is not given. On the CPU backend f32: bf16 measured 5-10% slower per
@@ -69,7 +70,9 @@ void ft_usage(FILE *f)
         "       .gz, .xz and .zst files are read directly\n"
         "\n"
         "  --out DIR              where the model goes (default finetune-out); written whole at each save\n"
-        "  --resume DIR           continue a run saved in DIR exactly where it stopped\n"
+        "  --resume DIR           continue a run saved in DIR exactly where it stopped; with --steps N above the\n"
+        "                         run's own, a finished or unfinished run goes on to N steps (the schedule is\n"
+        "                         then the one of an N-step run from the step it resumes at; warmup kept)\n"
         "  --overwrite            replace a run already in --out\n"
         "  --tokenizer PATH       a tokenizer directory or file, or gpt2 | llama2 | llama3 | bytes\n"
         "  --template NAME        chat template for .jsonl data: llama2 | llama3 | chatml | plain\n"
@@ -131,6 +134,9 @@ void ft_usage(FILE *f)
         "  --json                 one JSON object per step on stdout instead of the progress line, and at\n"
         "                         the end {\"memory\":...}: the peak resident memory against the bound\n"
         "  --quiet                no progress output\n"
+        "  --tensorboard          also write TensorBoard event files into OUT/runs/ (tensorboard --logdir OUT);\n"
+        "                         every run writes OUT/metrics.jsonl (a JSON object per step and evaluation) and,\n"
+        "                         with each save, OUT/loss.png (the training and validation curves)\n"
         "  --tui                  show the run as colossal-top does (q stops, saving, like Ctrl-C); every run\n"
         "                         publishes its statistics for colossal-top in any case\n"
         "%s"
@@ -362,6 +368,7 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "json")) return o->json = true;
     if (!strcmp(name, "quiet")) return o->quiet = true;
     if (!strcmp(name, "tui")) return o->tui = true;
+    if (!strcmp(name, "tensorboard")) return o->tensorboard = true;
     return BAD("unknown option --%s", name);
 }
 
@@ -496,6 +503,48 @@ bool ft_embedded_defaults(ft_opts *o, char *msg, size_t n)
     return true;
 }
 
+/* sets the saved option name to value (replacing it, else added) */
+static bool replace_saved(ft_opts *o, const char *name, const char *value)
+{
+    for (int i = 0; i < o->nargs; i++)
+        if (!strcmp(o->arg_name[i], name)) {
+            char *v = strdup(value);
+            if (!v)
+                return false;
+            free(o->arg_value[i]);
+            o->arg_value[i] = v;
+            return true;
+        }
+    return ft_remember(o, name, value);
+}
+
+/* --resume DIR --steps N: a run goes on to N steps, N at least its own. The schedule is the one of an N-step
+ * run (session from the options: cosine and linear decay towards step N from where the run is); the warmup
+ * stays what it was (by default steps/20 of the old steps, pinned as --warmup). */
+static bool extend_steps(ft_opts *o, const ft_state *s, const char *value, col_err *err)
+{
+    int steps, old = o->steps;
+    char msg[512];
+    if (!ft_set(o, "steps", value, msg, sizeof msg))
+        return col_err_set(err, COL_EINVAL, "%s", msg), false;
+    steps = o->steps;
+    if (steps < old)
+        return col_err_set(err, COL_EINVAL, "--steps %d is fewer than the run's %d steps: on --resume, --steps can "
+                           "only extend a run (%lld done)", steps, old, (long long)s->step), false;
+    if (steps == old)
+        return true;
+    char num[32];
+    bool ok = true;
+    if (o->warmup < 0) { /* the default warmup was steps/20 of the run as started */
+        snprintf(num, sizeof num, "%d", old / 20);
+        ok = ft_set(o, "warmup", num, msg, sizeof msg) && replace_saved(o, "warmup", num);
+    }
+    snprintf(num, sizeof num, "%d", steps);
+    if (!ok || !replace_saved(o, "steps", num))
+        return col_err_set(err, COL_ENOMEM, "--steps: out of memory"), false;
+    return true;
+}
+
 /* --resume DIR: the saved options, then the runtime ones given now */
 bool ft_resume_options(ft_opts *o, ft_state *s, col_err *err)
 {
@@ -510,7 +559,9 @@ bool ft_resume_options(ft_opts *o, ft_state *s, col_err *err)
     char msg[512];
     bool ok = true;
     for (int i = 0; i < given.nargs && ok; i++) {
-        if (!ft_runtime_option(given.arg_name[i])) {
+        if (!strcmp(given.arg_name[i], "steps")) {
+            ok = extend_steps(o, s, given.arg_value[i], err);
+        } else if (!ft_runtime_option(given.arg_name[i])) {
             col_err_set(err, COL_EINVAL, "--%s cannot change when resuming (the run's options are in %s/trainer_state.json)",
                         given.arg_name[i], given.resume);
             ok = false;
