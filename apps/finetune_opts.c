@@ -137,8 +137,9 @@ void ft_usage(FILE *f)
         "                         publishes its statistics for colossal-top in any case\n"
         "%s"
         "  --help                 print this help and exit; --version: print the version and exit\n"
-        "Ctrl-C finishes the current step, saves, and exits with status 130.\n"
-        "%s", app_device_help, mem_opts_help, ft_rl_help, cli_exit_help);
+        "%s"
+        "130 stopped by Ctrl-C or SIGTERM: the current step finishes and the run is saved (--resume continues it).\n",
+        app_device_help, mem_opts_help, ft_rl_help, cli_exit_help);
 }
 
 void ft_defaults(ft_opts *o)

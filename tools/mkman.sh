@@ -3,8 +3,8 @@
 # itself prints for --help and --version, so the page cannot drift from the program:
 #   NAME         the program's name and its summary (below)
 #   SYNOPSIS     the help's "usage:" lines
-#   DESCRIPTION  the rest of the help: indented lines starting with '-' become option items, unindented
-#                lines ending in ':' subsections, deeper-indented lines continue the item above
+#   DESCRIPTION  the rest of the help: indented lines starting with '-' (and "TERM  text" lines) become
+#                items, unindented lines ending in ':' subsections, deeper-indented lines continue the item
 #   EXIT STATUS  the help's "Exit status:" paragraph
 # Run by `make` for every program (Makefile.am); tests/test_cli_docs.sh checks the pages.
 set -eu
@@ -59,6 +59,7 @@ state == "synopsis" { print ".SH DESCRIPTION"; state = "text" }
 }
 state == "exit" { if ($0 == "") state = "text"; else print esc(trim($0)); next }
 /^$/ { print ".PP"; state = "text"; next }
+state == "item" && /^          / { print esc(trim($0)); next }
 /^ +-/ {
     # an option: its part up to the first gap of two spaces, then its description
     line = trim($0)
@@ -71,7 +72,16 @@ state == "exit" { if ($0 == "") state = "text"; else print esc(trim($0)); next }
     state = "item"
     next
 }
-state == "item" && /^         / { print esc(trim($0)); next }
+# a term such as "MODEL  a Hugging Face model directory ..."
+/^[A-Z][A-Z0-9_.]*  +[^ ]/ {
+    term = $1
+    print ".TP"
+    print ".B " esc(term)
+    print esc(trim(substr($0, length(term) + 1)))
+    state = "item"
+    next
+}
+state == "item" && /^    / { print esc(trim($0)); next }
 /^[^ ].*:$/ { print ".SS " esc($0); state = "text"; next }
 {
     if (state == "item") { print ".PP"; state = "text" }
