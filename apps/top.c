@@ -34,10 +34,10 @@ static void usage(FILE *f)
     fprintf(f, "usage: colossal-top [-d SECONDS] [-p PID[,PID...]] [--view 1|2|3] [--json | --once]\n"
                "  -d, --delay SECONDS  refresh period (default 1; 0.1 to 3600)\n"
                "  -p, --pid PIDS       show only these processes (ids separated by commas)\n"
-               "  --view N     start in view N: 1 overview, 2 chunk map, 3 links and step time\n"
-               "  --json       print one snapshot of all running colossal processes as JSON and exit\n"
-               "  --once       draw one frame as text on stdout and exit (size from $COLUMNS x $LINES)\n"
-               "  -h, --help   print this help and exit; --version: print the version and exit\n"
+               "  --view N             start in view N: 1 overview, 2 chunk map, 3 links and step time\n"
+               "  --json               print one snapshot of all running colossal processes as JSON and exit\n"
+               "  --once               draw one frame as text on stdout and exit (size from $COLUMNS x $LINES)\n"
+               "  -h, --help           print this help and exit; --version: print the version and exit\n"
                "keys: 1 2 3 or Tab switch views, j/k or arrows select a process, q quits\n"
                "%s", cli_exit_help);
 }
