@@ -13,7 +13,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include "apperr.h"
 #include "backend.h"
 #include "chat.h"
+#include "cliopt.h"
 #include "device.h"
 #include "memopts.h"
 #include "lineedit.h"
@@ -73,13 +73,14 @@ static void usage(FILE *f)
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "                         (by default an error: it often means config.json does not fit the weights)\n"
         "%s%s"
+        "  --help                 print this help and exit; --version: print the version and exit\n"
         "Generation stops at the end-of-sequence token, a stop string or --max-new-tokens.\n"
         "Interactive: arrows, home/end, ctrl-a/e/k/u/w edit the line; up/down recall earlier lines (kept in\n"
         "$XDG_STATE_HOME/colossal/chat_history, else ~/.local/state/colossal/chat_history); ctrl-c stops a\n"
         "reply; ctrl-d or ctrl-c on an empty line quits.\n"
         "Commands (interactive or piped): /reset (forget the conversation), /system TEXT (set or, without TEXT,\n"
-        "clear the system prompt), /quit. A line starting with // sends the text after the first /.\n", app_device_help,
-        mem_opts_help);
+        "clear the system prompt), /quit. A line starting with // sends the text after the first /.\n"
+        "%s", app_device_help, mem_opts_help, cli_exit_help);
 }
 
 /* The option (without "--") that sets s, named beside a library error that marks s (apperr.h). */
@@ -101,29 +102,8 @@ static void print_err(const col_err *e)
     fprintf(stderr, PROG ": %s\n", app_err_line(e, chat_flag_of, line, sizeof line));
 }
 
-static _Noreturn void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static _Noreturn void usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, PROG ": ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see " PROG " --help)\n");
-    va_end(ap);
-    exit(2);
-}
-
-static long long parse_int(const char *s, const char *opt, long long lo, long long hi)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || errno || v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s must be an integer in %lld..%lld (got '%s')\n", opt, lo, hi, s);
-        exit(2);
-    }
-    return v;
-}
+#define usage_error(...) cli_usage_error(PROG, __VA_ARGS__)
+#define parse_int(s, opt, lo, hi) cli_parse_int(PROG, s, opt, lo, hi)
 
 static float parse_float(const char *s, const char *opt)
 {
@@ -185,7 +165,7 @@ typedef struct {
 static void parse_options(int argc, char **argv, options *o)
 {
     enum { O_TEMPLATE = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_REP, O_SEED, O_MAXNEW, O_STOP, O_CTX, O_TOK,
-           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_DEVICE, O_QUANT, O_MEM /* + index in mem_opt_names */ };
+           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_DEVICE, O_QUANT, O_VERSION, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"template", required_argument, 0, O_TEMPLATE}, {"system", required_argument, 0, O_SYSTEM},
         {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
@@ -196,7 +176,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"raw", no_argument, 0, O_RAW}, {"prompt-ids", required_argument, 0, O_IDS},
         {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'},
         {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"device", required_argument, 0, O_DEVICE},
-        {"quant", required_argument, 0, O_QUANT},
+        {"quant", required_argument, 0, O_QUANT}, {"version", no_argument, 0, O_VERSION},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
         {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
@@ -254,6 +234,7 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         }
         case 'h': usage(stdout); exit(0);
+        case O_VERSION: cli_print_version(PROG); exit(0);
         case O_MEM: case O_MEM + 1: case O_MEM + 2: case O_MEM + 3: case O_MEM + 4: case O_MEM + 5: case O_MEM + 6: {
             char msg[256];
             if (mem_opt_set(&o->mem, mem_opt_names[c - O_MEM], optarg, msg, sizeof msg) != 1)
@@ -261,7 +242,10 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         }
         case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: usage_error("unknown option '%s'", argv[optind - 1]);
+        default: {
+            char msg[512];
+            usage_error("%s", cli_unknown_option(argv[optind - 1], opts, msg, sizeof msg));
+        }
         }
     }
     if (optind >= argc)

@@ -236,8 +236,9 @@ col_status ft_state_read(const char *dir, ft_opts *o, ft_state *s, col_err *err)
 /* The same on the file's text (len bytes; path names it in messages). */
 col_status ft_state_parse(const char *text, size_t len, const char *path, ft_opts *o, ft_state *s, col_err *err);
 /* The output directory must be ours to replace: absent, empty, or an
- * earlier colossal-finetune output (then only with --resume or --overwrite;
- * the user's own files in it are kept, outdir.h). */
+ * earlier colossal-finetune output (then only with --resume or --overwrite, or
+ * for the embedded default one that trained no further than it would; the
+ * user's own files in it are kept, outdir.h). */
 bool ft_check_out(const ft_opts *o, col_err *err);
 
 /* ---- finetune.c and finetune_session.c: a run ---- */

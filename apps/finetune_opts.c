@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cliopt.h"
 #include "finetune.h"
 
 typedef struct {
@@ -42,7 +43,7 @@ static const ft_optdef optdefs[] = {
     {"micro-batches", true, false}, {"comm-timeout", true, true}, {"virtual-stages", true, false},
     {"tp", true, false},          {"tp-mode", true, false},      {"tp-depth", true, false},
     {"sp", true, false},          {"sp-mode", true, false},      {"parallel", true, false},
-    {"plan-only", false, true},    {"tp-seq-split", false, false},
+    {"plan-only", false, true},    {"tp-seq-split", false, false}, {"version", false, true},
     {"tensorboard", false, true},
 };
 
@@ -59,7 +60,8 @@ void ft_usage(FILE *f)
         "       colossal-finetune --resume DIR\n"
         "Trains a language model and writes it as a Hugging Face model directory.\n"
         "With no MODEL: the embedded default, a small byte-level GPT trained from scratch on the bundled\n"
-        "King James Bible for about 3 minutes, written to colossal-default/ (replacing an earlier one).\n"
+        "King James Bible for about 3 minutes, written to colossal-default/ (replacing an earlier one, unless\n"
+        "that one trained further than this run would: then only with --overwrite).\n"
         "\n"
         "MODEL  a Hugging Face model directory (config.json, model.safetensors or pytorch_model.bin, tokenizer\n"
         "       files), a hub id (org/name) already in the Hugging Face cache, or an architecture trained from\n"
@@ -140,8 +142,10 @@ void ft_usage(FILE *f)
         "  --tui                  show the run as colossal-top does (q stops, saving, like Ctrl-C); every run\n"
         "                         publishes its statistics for colossal-top in any case\n"
         "%s"
-        "Ctrl-C finishes the current step, saves, and exits with status 130.\n", app_device_help, mem_opts_help,
-        ft_rl_help);
+        "  --help                 print this help and exit; --version: print the version and exit\n"
+        "%s"
+        "130 stopped by Ctrl-C or SIGTERM: the current step finishes and the run is saved (--resume continues it).\n",
+        app_device_help, mem_opts_help, ft_rl_help, cli_exit_help);
 }
 
 void ft_defaults(ft_opts *o)
@@ -397,11 +401,12 @@ bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code)
 {
     struct option lo[NOPTS + 64];
     int nlo = 0;
-    for (int i = 0; i < NOPTS; i++)
-        lo[nlo++] = (struct option){optdefs[i].name, optdefs[i].has_arg ? required_argument : no_argument, NULL, 0};
-    for (int i = 0; i < ft_rl_noptdefs && nlo < NOPTS + 63; i++)
-        lo[nlo++] = (struct option){ft_rl_optdefs[i].name, ft_rl_optdefs[i].has_arg ? required_argument : no_argument,
-                                    NULL, 0};
+    /* each option its own value: an abbreviation of several is ambiguous, not the first of them */
+    for (int i = 0; i < NOPTS; i++, nlo++)
+        lo[nlo] = (struct option){optdefs[i].name, optdefs[i].has_arg ? required_argument : no_argument, NULL, 256 + nlo};
+    for (int i = 0; i < ft_rl_noptdefs && nlo < NOPTS + 63; i++, nlo++)
+        lo[nlo] = (struct option){ft_rl_optdefs[i].name, ft_rl_optdefs[i].has_arg ? required_argument : no_argument,
+                                  NULL, 256 + nlo};
     lo[nlo] = (struct option){0, 0, 0, 0};
     *exit_code = 2;
     char msg[512];
@@ -418,12 +423,15 @@ bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code)
             return false;
         }
         if (c == '?') {
-            fprintf(stderr, "colossal-finetune: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            fprintf(stderr, "colossal-finetune: %s (see --help)\n", cli_unknown_option(argv[optind - 1], lo, msg, sizeof msg));
             return false;
         }
         const char *name = lo[idx].name;
-        if (!strcmp(name, "help")) {
-            ft_usage(stdout);
+        if (!strcmp(name, "help") || !strcmp(name, "version")) {
+            if (name[0] == 'h')
+                ft_usage(stdout);
+            else
+                cli_print_version("colossal-finetune");
             *exit_code = 0;
             return false;
         }
@@ -485,7 +493,7 @@ bool ft_embedded_defaults(ft_opts *o, char *msg, size_t n)
     static const char *const pairs[][2] = {
         {"out", "colossal-default"}, {"steps", "600"}, {"batch", "16"}, {"seq", "128"}, {"lr", "2e-3"},
         {"weight-decay", "0.1"}, {"beta2", "0.95"}, {"warmup", "30"}, {"eval-every", "60"}, {"eval-batches", "4"},
-        {"sample-every", "200"}, {"sample-prompt", "And God said"}, {"overwrite", ""},
+        {"sample-every", "200"}, {"sample-prompt", "And God said"},
     };
     ft_opts user = *o; /* the options as parsed: replayed after the defaults */
     ft_defaults(o);

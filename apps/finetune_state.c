@@ -190,9 +190,37 @@ static bool only_logs(const char *dir)
     return only && logs > 0;
 }
 
+/* The embedded default replaces its earlier output unless that one trained further than this run would. */
+static bool default_may_replace(const ft_opts *o, col_err *err)
+{
+    ft_opts *saved = calloc(1, sizeof *saved);
+    ft_state s;
+    col_err e = {0};
+    if (!saved)
+        return col_err_set(err, COL_ENOMEM, "out of memory"), false;
+    ft_defaults(saved);
+    bool read = ft_state_read(o->out, saved, &s, &e) == COL_OK;
+    bool other = read && strcmp(saved->model, o->model) != 0;
+    ft_free(saved);
+    free(saved);
+    if (other)
+        return col_err_set(err, COL_EIO, "%s holds a run of another model, not the embedded default's: continue it "
+                           "with --resume %s, replace it with --overwrite, or choose another --out", o->out, o->out),
+               false;
+    if (!read)
+        return col_err_set(err, COL_EIO, "%s holds a run whose state cannot be read (%s): replace it with --overwrite, "
+                           "or choose another --out", o->out, e.msg), false;
+    if (s.step > o->steps)
+        return col_err_set(err, COL_EIO, "%s holds a run trained further (%lld steps) than this one would (%d): "
+                           "continue it with --resume %s, replace it with --overwrite, or choose another --out",
+                           o->out, (long long)s.step, o->steps, o->out), false;
+    return true;
+}
+
 /* The output directory must be ours to replace: absent, empty, or an earlier
- * colossal-finetune output (then only with --resume or --overwrite; the
- * user's own files in it are kept, outdir.h). */
+ * colossal-finetune output (then only with --resume or --overwrite, or for the
+ * embedded default one that trained no further than it would; the user's own
+ * files in it are kept, outdir.h). */
 bool ft_check_out(const ft_opts *o, col_err *err)
 {
     char path[4200], some[1024];
@@ -203,6 +231,8 @@ bool ft_check_out(const ft_opts *o, col_err *err)
     if (only_logs(o->out)) /* the logs of a run stopped before its first save: nothing to keep */
         return true;
     if (stat(path, &sb) == 0) {
+        if (!o->resume[0] && !o->overwrite && o->embedded)
+            return default_may_replace(o, err);
         if (!o->resume[0] && !o->overwrite)
             return col_err_set(err, COL_EIO, "%s holds a run already: continue it with --resume %s, replace it "
                                "with --overwrite, or choose another --out", o->out, o->out), false;

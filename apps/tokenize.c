@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cliopt.h"
 #include "hf_config.h"
 #include "lm_source.h"
 #include "tokenizer.h"
@@ -27,7 +28,9 @@ static void usage(FILE *f)
                "cache, or a bundled tokenizer: gpt2, llama2, llama3, bytes, clip.\n"
                "  --no-special     add no BOS/EOS around the ids\n"
                "  --split-special  encode special tokens written in the text (\"<|eot_id|>\") as plain text\n"
-               "  --skip-special   with --decode, leave special tokens out of the text\n");
+               "  --skip-special   with --decode, leave special tokens out of the text\n"
+               "  --help           print this help and exit; --version: print the version and exit\n"
+               "%s", cli_exit_help);
 }
 
 static char *read_stdin(size_t *len)
@@ -133,8 +136,16 @@ int main(int argc, char **argv)
         else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
+        } else if (strcmp(a, "--version") == 0) {
+            cli_print_version("colossal-tokenize");
+            return 0;
         } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "colossal-tokenize: unknown option '%s'\n", a);
+            static const struct option known[] = {
+                {"decode", no_argument, 0, 0}, {"no-special", no_argument, 0, 0}, {"split-special", no_argument, 0, 0},
+                {"skip-special", no_argument, 0, 0}, {"help", no_argument, 0, 0}, {"version", no_argument, 0, 0},
+                {0, 0, 0, 0}};
+            char msg[512];
+            fprintf(stderr, "colossal-tokenize: %s\n", cli_unknown_option(a, known, msg, sizeof msg));
             usage(stderr);
             return 2;
         } else if (model) {
@@ -160,6 +171,11 @@ int main(int argc, char **argv)
             if (col_hf_resolve(model, buf, sizeof buf, &err) != COL_OK)
                 return fail(err.msg);
             path = buf;
+        } else {
+            char names[256], msg[4400];
+            snprintf(msg, sizeof msg, "%s not found: give a tokenizer directory or file, a hub id, or a bundled "
+                     "tokenizer (%s)", model, col_bundled_tokenizer_names(names, sizeof names));
+            return fail(msg);
         }
     }
     col_tokenizer *t;

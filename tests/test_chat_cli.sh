@@ -248,7 +248,7 @@ check "--prompt-ids with an id >= vocab" 1 "id 257 (at position 1) is out of ran
 check "--prompt without a tokenizer" 1 "has no tokenizer files" -- "$tmp/notok" --prompt hi
 grep -q -- "give a tokenizer apart from the model (--tokenizer)$" "$tmp/err" && pass "... and names --tokenizer" ||
     fail "no --tokenizer: $(cat "$tmp/err")"
-check "a --tokenizer that does not exist" 1 "nothing-here: No such file or directory (--tokenizer)" -- "$base" \
+check "a --tokenizer that does not exist" 1 "nothing-here not found: give a tokenizer directory or file, or a bundled tokenizer (gpt2, llama2, llama3, bytes, clip) (--tokenizer)" -- "$base" \
     --tokenizer "$tmp/nothing-here" --prompt hi
 check "--stop without a tokenizer" 1 "--stop needs a tokenizer" -- "$tmp/notok" --prompt-ids 1,2 --json --stop x
 check "unknown option" 2 "unknown option '--bogus'" -- "$base" --bogus

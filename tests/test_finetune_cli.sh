@@ -66,7 +66,10 @@ if [ -n "$want" ] && [ "$(printf '%s' "And God said$got" | head -c ${#want})" = 
 else
     notok "chat on the output: '$got' vs sample '$want'"
 fi
-check "a second default run replaces the first" 0 "the model is in colossal-default" -- --steps 2 --batch 2 --seq 16
+check "a second default run that would train less keeps the first" 1 "holds a run trained further (40 steps)" -- \
+    --steps 2 --batch 2 --seq 16
+check "a second default run replaces the first with --overwrite" 0 "the model is in colossal-default" -- --steps 2 \
+    --batch 2 --seq 16 --overwrite
 
 # ---- kill -9 in the middle, resume: the same losses as the uninterrupted run ----
 run="gpt2-tiny $tmp/corpus.txt --steps 150 --batch 4 --seq 32 --save-every 3 --dropout 0.1 --json --lr 3e-3"

@@ -77,7 +77,7 @@ printf '0123abcd' > "$tmp/hf/hub/models--acme--tiny-gpt/refs/main"
 cp "${srcdir:-.}/assets/tokenizers/gpt2/vocab.json" "${srcdir:-.}/assets/tokenizers/gpt2/merges.txt" "$snap/"
 HF_HOME="$tmp/hf" check "a hub id from the Hugging Face cache" 0 "[15496, 995, 0]" "$tmp/hello" -- acme/tiny-gpt
 HF_HOME="$tmp/hf" check "a hub id missing from the cache" 1 "huggingface-cli download acme/other" "$tmp/hello" -- acme/other
-check "missing tokenizer" 1 "No such file" "$tmp/hello" -- "$tmp/nothing-here"
+check "missing tokenizer: the bundled ones are named" 1 "nothing-here not found: give a tokenizer directory or file, a hub id, or a bundled tokenizer (gpt2, llama2, llama3, bytes, clip)" "$tmp/hello" -- "$tmp/nothing-here"
 check "directory without tokenizer files" 1 "no tokenizer.json, nor vocab.json with merges.txt" "$tmp/hello" -- "$tmp"
 check "corrupt tokenizer.json" 1 "invalid JSON at byte" "$tmp/hello" -- "$tmp/corrupt.json"
 check "--decode of invalid JSON" 1 "not a JSON array of token ids" "$tmp/badjson" -- --decode gpt2

@@ -28,11 +28,24 @@ static bool exists_in(const char *dir, const char *name)
     return access(p, F_OK) == 0;
 }
 
+/* the tokenizers in assets/tokenizers/ */
+static const char *const bundled_names[] = {"gpt2", "llama2", "llama3", "bytes", "clip"};
+#define NBUNDLED (sizeof bundled_names / sizeof bundled_names[0])
+
+const char *col_bundled_tokenizer_names(char *buf, size_t size)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < NBUNDLED && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%s", i ? ", " : "", bundled_names[i]);
+    return buf;
+}
+
 const char *col_bundled_tokenizer(const char *name, char *buf, size_t size)
 {
-    static const char *const names[] = {"gpt2", "llama2", "llama3", "bytes", "clip"};
+    const char *const *names = bundled_names;
     static const char *const roots[] = {COL_ASSET_DIR "/tokenizers", COL_SRC_ASSET_DIR "/tokenizers"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    for (size_t i = 0; i < NBUNDLED; i++) {
         if (strcmp(name, names[i]) != 0)
             continue;
         for (size_t r = 0; r < sizeof roots / sizeof roots[0]; r++) {
@@ -64,6 +77,9 @@ static col_status open_tokenizer(col_lm_source *s, const char *path, col_err *er
     const char *p = path;
     if (access(path, F_OK) != 0 && col_bundled_tokenizer(path, buf, sizeof buf))
         p = buf;
+    else if (access(path, F_OK) != 0)
+        return col_err_set_on(err, COL_SETTING_TOKENIZER, COL_EIO, "tokenizer %s not found: give a tokenizer directory "
+                              "or file, or a bundled tokenizer (%s)", path, col_bundled_tokenizer_names(buf, sizeof buf));
     col_status st = col_tok_load(p, &s->tok, err);
     if (st != COL_OK)
         return st;

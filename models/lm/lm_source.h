@@ -58,4 +58,7 @@ col_status col_lm_source_copy_tokenizer(const col_lm_source *s, const char *dir,
  * bytes, clip), installed copy first; NULL for another name. */
 const char *col_bundled_tokenizer(const char *name, char *buf, size_t size);
 
+/* The names of the bundled tokenizers, "gpt2, llama2, ...", into buf (size bytes); returns buf. */
+const char *col_bundled_tokenizer_names(char *buf, size_t size);
+
 #endif
