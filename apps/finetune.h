@@ -261,6 +261,9 @@ typedef struct ft_run {
     memwatch mw;            /* peak resident memory per phase, against the budgets' bound */
     ft_par par;             /* the run's processes (mpirun, srun); one without a launcher */
     ft_rl *rl;              /* --method other than sft: the method's data and models (finetune_rl.c) */
+    bool write_chat;        /* the data is chat, rendered with chat_family, which the model's tokenizer_config.json
+                               does not name: the output's tokenizer_config.json gets it (save) */
+    col_chat_family chat_family;
 } ft_run;
 
 /* The training session of the run (finetune_session.c): the options as a trainer configuration, the session

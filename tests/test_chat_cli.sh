@@ -228,12 +228,55 @@ if [ "$rc" -eq 0 ] && [ "$(wc -l < "$tmp/out")" -eq 3 ] && [ "$(grep -c dropping
 else
     fail "three turns in a small context: exit $rc, $(wc -l < "$tmp/out") replies"
 fi
+# a message too long alone keeps its end: the reply is the one to that end sent in a context that holds it
 printf '%s\n' "$u1" > "$tmp/in"
-check "a turn that does not fit even alone is skipped" 1 "this message does not fit" -- \
-    "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1))
+"$chat" "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1)) < "$tmp/in" \
+    > "$tmp/out" 2> "$tmp/err"
+rc=$?
+kept=$(sed -n 's/.*keeping its last \([0-9]*\) of .*/\1/p' "$tmp/err")
+tail=$(printf '%s' "$u1" | tail -c "${kept:-0}")
+printf '%s\n' "$tail" > "$tmp/in"
+"$chat" "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" < "$tmp/in" > "$tmp/out2" 2> /dev/null
+if [ "$rc" -eq 0 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && [ -n "$kept" ] && [ "$kept" -lt ${#u1} ] &&
+    [ -s "$tmp/out" ] && cmp -s "$tmp/out" "$tmp/out2"; then
+    pass "a message too long alone keeps its last $kept characters ('$tail'), with one note"
+    cp "$tmp/out" "$tmp/cut_reply"
+else
+    fail "a message too long alone: exit $rc, kept '${kept}', replies '$(cat "$tmp/out")' / '$(cat "$tmp/out2")'"
+fi
+printf '%s\n' "$u1" > "$tmp/in"
+check "a system prompt that leaves no room: the turn is skipped" 1 "this message does not fit" -- \
+    "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1)) \
+    --system "a system prompt far too long for this context"
 : > "$tmp/in"
-check "--prompt that does not fit" 1 "does not fit" -- \
-    "$tmp/chat_model" --prompt "$u1" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1))
+"$chat" "$tmp/chat_model" --prompt "$u1" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1)) \
+    > "$tmp/out3" 2> "$tmp/err"
+if [ $? -eq 0 ] && grep -q "keeping its last $kept of" "$tmp/err" && cmp -s "$tmp/cut_reply" "$tmp/out3"; then
+    pass "--prompt too long alone: the same end kept, the same reply"
+else
+    fail "--prompt too long alone"
+fi
+# raw text longer than the context: its end is completed (the byte-level base: one token a byte)
+long=$(printf 'The cat sat. %.0s' 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24)
+"$chat" "$base" --prompt "$long" $greedy --max-new-tokens 4 --ctx 40 > "$tmp/out" 2> "$tmp/err"
+rc=$?
+kept=$(sed -n 's/.*completing its last \([0-9]*\) tokens.*/\1/p' "$tmp/err")
+"$chat" "$base" --prompt "$(printf '%s' "$long" | tail -c "${kept:-0}")" $greedy --max-new-tokens 4 > "$tmp/out2" 2> /dev/null
+if [ "$rc" -eq 0 ] && [ "${kept:-0}" -eq 36 ] && [ -s "$tmp/out" ] && cmp -s "$tmp/out" "$tmp/out2"; then
+    pass "raw text past the context: its last 36 tokens completed, as the same text given alone"
+else
+    fail "raw text past the context: exit $rc, kept ${kept:-none}: $(cat "$tmp/err")"
+fi
+# the default room for the reply is what the context leaves: a 70-character prompt to a 128-position model
+p70=$(printf 'And God said, Let there be light: and there was light. And God saw it.')
+"$chat" gpt2-bytes --prompt "$p70" $greedy --seed 1 --verbose > "$tmp/out" 2> "$tmp/err"
+rc=$?
+made=$(sed -n 's/^(\([0-9]*\) tokens in.*prompt: \([0-9]*\) tokens.*/\1 \2/p' "$tmp/err")
+if [ "$rc" -eq 0 ] && [ "${#p70}" -eq 70 ] && [ -n "$made" ] && [ $(echo "$made" | awk '{print $1 + $2}') -le 128 ]; then
+    pass "a 70-character prompt to a 128-position model is answered (tokens made, fed: $made)"
+else
+    fail "a 70-character prompt to a 128-position model: exit $rc: $(cat "$tmp/err")"
+fi
 
 # ---- bad input ----
 mkdir -p "$tmp/corrupt"
@@ -257,7 +300,7 @@ check "--temperature -1" 2 "temperature" -- "$base" --temperature -1 --prompt hi
 check "--max-new-tokens abc" 2 "--max-new-tokens must be an integer" -- "$base" --max-new-tokens abc
 check "--prompt-ids 1,x" 2 "--prompt-ids must be a comma-separated list" -- "$base" --prompt-ids 1,x --json
 check "--template bogus" 2 "--template" -- "$base" --template bogus --prompt hi
-check "--ctx past the model's positions" 2 "more than the model's 256 positions" -- "$base" --ctx 1000 --prompt hi
+check "--ctx past the model's positions says why" 2 "the model has 256 positions (max_position_embeddings in its config.json)" -- "$base" --ctx 1000 --prompt hi
 check "--max-new-tokens filling the context" 2 "leaves no room" -- "$base" --ctx 16 --max-new-tokens 16 --prompt hi
 check "--system on a model without a template" 2 "--system needs a chat template" -- "$base" --system x --prompt hi
 check "--json without a prompt" 2 "--json goes with --prompt" -- "$base" --json
