@@ -38,8 +38,9 @@ const char chat_commands_help[] =
 void chat_print_stats(const chat_reply *r)
 {
     double gen = r->gen_s > 0 ? r->gen_s : 1e-9, pre = r->prompt_s > 0 ? r->prompt_s : 1e-9;
-    fprintf(stderr, "(%d tokens in %.2f s, %.1f tokens/s; prompt: %d tokens in %.2f s, %.1f tokens/s)\n", r->nids,
-            r->gen_s, r->nids / gen, r->nprompt, r->prompt_s, r->nprompt / pre);
+    fprintf(stderr, "(%d token%s in %.2f s, %.1f tokens/s; prompt: %d token%s in %.2f s, %.1f tokens/s)\n", r->nids,
+            r->nids == 1 ? "" : "s", r->gen_s, r->nids / gen, r->nprompt, r->nprompt == 1 ? "" : "s", r->prompt_s,
+            r->nprompt / pre);
 }
 
 static void history_path(char *buf, size_t size)

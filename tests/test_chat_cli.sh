@@ -5,8 +5,11 @@
 # greedy ids of tests/fixtures/hf/*_ref.safetensors as text). Covers greedy
 # ids and text, chat templates (from --tokenizer, from the model directory,
 # --template, --system), multi-turn conversations, stop strings, seeded
-# sampling, context overflow, bad input, and the line editor in a
-# pseudo-terminal (tmux; skipped when tmux is absent).
+# sampling, context overflow (oldest turns dropped, the end of a message too
+# long alone kept, the default reply room), bad input, and in a
+# pseudo-terminal (tmux; skipped when tmux is absent) the line editor (editing,
+# history, wrapping at a narrow width), the loading line, /help, /stats, and
+# keys typed during a reply.
 chat=${CHAT:-./apps/colossal-chat}
 src=${SRCDIR:-${srcdir:-.}}
 fx="$src/tests/fixtures/chat_model"
@@ -388,6 +391,91 @@ else
     fi
     tmux -S "$tmux_sock" send-keys -t chat C-d
     if wait_for '^exit=0$'; then pass "ctrl-d quits with exit 0"; else fail "ctrl-d"; fi
+fi
+
+# ---- the terminal during and around replies: a narrow pane (40 columns), a model slow enough to type during
+# its reply (the gpt2 architecture, random weights: some 10-20 tokens/s here) ----
+wait_in() { # wait_in SESSION PATTERN [COUNT]: as wait_for, for another session (up to ~30 s)
+    i=0
+    while [ $i -lt 300 ]; do
+        tmux -S "$tmux_sock" capture-pane -p -J -t "$1" > "$tmp/screen" 2>/dev/null
+        [ "$(grep -cE -- "$2" "$tmp/screen")" -ge "${3:-1}" ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+show() { sed 's/^/# screen: /' "$tmp/screen" | grep -v '^# screen: $' | tail -${1:-12}; }
+if [ -n "$why" ] || ! tmux -S "$tmux_sock" new-session -d -s slow -x 40 -y 60 \
+        "XDG_STATE_HOME='$tmp/state2' '$chat' gpt2 $greedy --max-new-tokens 120 --device cpu; echo \"exit=\$?\"; sleep 60"; then
+    for t in "loading message" "long lines wrap" "/help" "/stats" "type-ahead during a reply" "ctrl-c"; do
+        n=$((n + 1)); echo "ok $n # SKIP $t: ${why:-tmux cannot start a session here}"
+    done
+else
+    if wait_in slow '^colossal-chat: loading gpt2 \.\.\. done in [0-9.]+ s$'; then
+        pass "on a terminal, a loading line while the weights load"
+    else
+        fail "no loading line"; show
+    fi
+    wait_in slow '^> ?$' || true
+    # 59 characters after the 2 of the prompt: two rows of 40; a character typed at the start moves both
+    tmux -S "$tmux_sock" send-keys -t slow -l 'the quick brown fox jumps over the lazy dog again and again'
+    tmux -S "$tmux_sock" send-keys -t slow Home X
+    i=0
+    while [ $i -lt 100 ]; do
+        tmux -S "$tmux_sock" capture-pane -p -t slow > "$tmp/screen"
+        grep -qx 'zy dog again and again' "$tmp/screen" && break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if grep -qx '> Xthe quick brown fox jumps over the la' "$tmp/screen" && grep -qx 'zy dog again and again' "$tmp/screen" &&
+        ! grep -q 'y dog again and again.' "$tmp/screen"; then
+        pass "a line wider than the terminal wraps onto a second row, redrawn whole after an edit at its start"
+    else
+        fail "long lines wrap"; show
+    fi
+    tmux -S "$tmux_sock" send-keys -t slow End C-u
+    sleep 0.3
+    tmux -S "$tmux_sock" capture-pane -p -t slow > "$tmp/screen"
+    if ! grep -q 'again' "$tmp/screen" && grep -qx '> *' "$tmp/screen"; then
+        pass "killing the wrapped line clears both rows"
+    else
+        fail "the wrapped line is not cleared"; show
+    fi
+    tmux -S "$tmux_sock" send-keys -t slow -l '/help'
+    tmux -S "$tmux_sock" send-keys -t slow Enter
+    if wait_in slow '^/stats +show' && wait_in slow '^/reset ' && wait_in slow '^> ?$' 1; then
+        pass "/help lists the commands"
+    else
+        fail "/help"; show
+    fi
+    tmux -S "$tmux_sock" send-keys -t slow -l '/stats'
+    tmux -S "$tmux_sock" send-keys -t slow Enter
+    wait_in slow 'tokens/s shown after each reply' || true
+    # "hi", then keys typed while the reply streams: not inside the reply, waiting on the next line
+    tmux -S "$tmux_sock" send-keys -t slow -l 'hi'
+    tmux -S "$tmux_sock" send-keys -t slow Enter
+    sleep 0.3
+    tmux -S "$tmux_sock" send-keys -t slow -l 'typed ahead'
+    tmux -S "$tmux_sock" capture-pane -p -J -t slow > "$tmp/during"
+    if grep -q 'tokens/s;' "$tmp/during"; then
+        fail "type-ahead: the reply was over before the keys were sent (too fast a machine for this check)"
+    elif wait_in slow '^\([0-9]+ tokens in [0-9.]+ s, [0-9.]+ tokens/s; prompt: 1 token in' &&
+        wait_in slow '^> typed ahead$' && [ "$(grep -c 'typed ahead' "$tmp/screen")" -eq 1 ]; then
+        pass "/stats: a tokens/s line after the reply; keys typed during it are not echoed into it but begin the next line"
+    else
+        fail "/stats or type-ahead"; show
+    fi
+    # ctrl-c stops a reply; the typed-ahead text was sent with it
+    tmux -S "$tmux_sock" send-keys -t slow Enter
+    sleep 0.3
+    tmux -S "$tmux_sock" send-keys -t slow C-c
+    if wait_in slow '^\(reply stopped\)$' && wait_in slow '^\([0-9]+ tokens? in' 2; then
+        pass "ctrl-c stops a reply on the quiet terminal"
+    else
+        fail "ctrl-c during a reply"; show
+    fi
+    tmux -S "$tmux_sock" send-keys -t slow C-d
 fi
 
 # ---- model output on a terminal: control characters shown, not sent ----
