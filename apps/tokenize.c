@@ -134,6 +134,10 @@ static int chat(const col_tokenizer *t, const char *dir, const char *text, size_
     col_err err = {0};
     col_chat_family fam;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (access(path, F_OK) != 0) {
+        snprintf(msg, sizeof msg, "--chat: %.400s has no tokenizer_config.json, so no chat_template", dir);
+        return fail(msg);
+    }
     if (col_read_file(path, (size_t)64 << 20, &cfg, &clen, &err) != COL_OK)
         return fail(err.msg);
     col_status st = col_chat_detect(cfg, clen, &fam, &err);
