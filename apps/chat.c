@@ -31,6 +31,7 @@
 #include "lm_session.h"
 #include "lm_source.h"
 #include "procsetup.h"
+#include "timer.h"
 
 #define PROG "colossal-chat"
 
@@ -363,10 +364,12 @@ static int run_on(const options *opt, app_device *dev)
     const col_lm_config *mc = &src.config;
     int rc = 1;
     if (o.ctx > mc->max_positions) {
-        fprintf(stderr, PROG ": --ctx %lld is refused: the model has %d positions (max_position_embeddings in %s) and "
-                        "was not trained past them (a learned position table has no row beyond, rotary positions are "
-                        "out of the range it saw): use --ctx %d or less\n", o.ctx, mc->max_positions,
-                src.preset[0] ? "the built-in architecture" : "its config.json", mc->max_positions);
+        char from[128];
+        snprintf(from, sizeof from, "%s%s", src.preset[0] ? "max_position_embeddings of the built-in " : src.gguf ?
+                 "context_length in the GGUF file" : "max_position_embeddings in its config.json", src.preset);
+        fprintf(stderr, PROG ": --ctx %lld is refused: the model has %d positions (%s) and was not trained past them "
+                        "(a learned position table has no row beyond, rotary positions are out of the range it saw): "
+                        "use --ctx %d or less\n", o.ctx, mc->max_positions, from, mc->max_positions);
         col_lm_source_close(&src);
         return 2;
     }
@@ -409,17 +412,14 @@ static int run_on(const options *opt, app_device *dev)
     app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra};
     /* on a terminal, say what is happening while the weights load (a large model takes a while) */
     bool tell_load = isatty(STDERR_FILENO);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = col_seconds();
     if (tell_load) {
         fprintf(stderr, PROG ": loading %s ...", src.preset[0] ? src.preset : src.dir);
         fflush(stderr);
     }
     col_status lst = app_lm_session(&src, &lo, &tr, &rep, budget, sizeof budget, &err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (tell_load)
-        fprintf(stderr, lst == COL_OK ? " done in %.1f s\n" : " failed\n",
-                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+        fprintf(stderr, lst == COL_OK ? " done in %.1f s\n" : " failed\n", col_seconds() - t0);
     if (lst != COL_OK) {
         chat_print_err(&err);
         col_lm_source_close(&src);

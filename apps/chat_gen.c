@@ -7,11 +7,11 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "stopstr.h"
 #include "termsafe.h"
+#include "timer.h"
 
 col_status chat_engine_init(chat_engine *g, col_lm_trainer *tr, const col_tokenizer *tok, int vocab, int ctx,
                             col_err *err)
@@ -32,13 +32,6 @@ int chat_default_reserve(int ctx)
 {
     int r = ctx / 4 < 256 ? ctx / 4 : 256;
     return r > 0 ? r : 1;
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 void chat_engine_free(chat_engine *g)
@@ -168,10 +161,10 @@ col_status chat_generate(chat_engine *g, const int32_t *prompt, int n, FILE *out
         st = col_lm_trainer_decode_reset(g->tr, g->ctx, err);
     }
     const float *logits = NULL;
-    double t0 = now_s();
+    double t0 = col_seconds();
     if (st == COL_OK)
         st = feed(g, prompt + start, n - start, &logits, err);
-    double t1 = now_s();
+    double t1 = col_seconds();
     stream_t s = {.out = g->tok ? out : NULL, .tty = g->tok && out && isatty(fileno(out))};
     bool oom = false;
     r->finish = CHAT_FINISH_LENGTH;
@@ -205,7 +198,7 @@ col_status chat_generate(chat_engine *g, const int32_t *prompt, int n, FILE *out
     }
     r->nprompt = n - start;
     r->prompt_s = t1 - t0;
-    r->gen_s = now_s() - t1;
+    r->gen_s = col_seconds() - t1;
     if (st == COL_OK && r->finish != CHAT_FINISH_STOP && s.pending.n > 0) /* no stop string came: it is text */
         oom = !emit(g, &s, s.pending.p, s.pending.n);
     if (s.out && s.tty)
