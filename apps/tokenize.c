@@ -154,13 +154,13 @@ static int chat(const col_tokenizer *t, const char *dir, const char *text, size_
         cJSON_Delete(root);
         return fail(n < 0 ? "--chat: stdin is not a JSON list of messages (or {\"messages\": [...]})" : "out of memory");
     }
-    static const char *const roles[] = {"system", "user", "assistant"};
     cJSON_ArrayForEach(m, list) {
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
         int k = 0;
-        while (k < 3 && !(cJSON_IsString(r) && strcmp(r->valuestring, roles[k]) == 0))
+        while (col_chat_role_name((col_chat_role)k) && !(cJSON_IsString(r) && !strcmp(r->valuestring,
+                                                                                  col_chat_role_name((col_chat_role)k))))
             k++;
-        if (k == 3 || !cJSON_IsString(c)) {
+        if (!col_chat_role_name((col_chat_role)k) || !cJSON_IsString(c)) {
             snprintf(msg, sizeof msg, "--chat: message %d needs a \"role\" (system, user or assistant) and a string "
                      "\"content\"", i);
             free(msgs);

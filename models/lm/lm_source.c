@@ -318,14 +318,7 @@ col_status col_lm_source_write_chat_template(const col_lm_source *s, const char 
     cJSON_Delete(root);
     if (!text)
         return col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
-    size_t n = strlen(text);
-    char *withnl = realloc(text, n + 2);
-    if (withnl) {
-        text = withnl;
-        text[n++] = '\n';
-        text[n] = '\0';
-    }
-    col_status st = col_write_file_atomic(path, text, n, err);
+    col_status st = col_write_file_atomic(path, text, strlen(text), err);
     free(text);
     return st;
 }
