@@ -119,6 +119,7 @@ static col_status save(run *r, bool final, col_err *err)
     if (st == COL_OK && leader &&
         (st = col_lm_source_copy_tokenizer(&r->src, stage, err)) == COL_OK &&
         (st = ft_log_save(r, stage, err)) == COL_OK &&
+        (!r->write_chat || (st = col_lm_source_write_chat_template(&r->src, stage, r->chat_family, err)) == COL_OK) &&
         (st = ft_state_write(stage, &r->o, &r->state, ft_log_history(r), err)) == COL_OK)
         st = col_outdir_commit(r->od, err);
     if (st != COL_OK && leader)
@@ -153,6 +154,9 @@ static col_status open_data(run *r, col_err *err)
         return col_err_set(err, COL_EUNSUPPORTED, "the model's chat template is not one colossal knows (%s); choose "
                            "the format of the chat data with --template llama2|llama3|chatml|plain",
                            r->src.chat_unknown);
+    /* the output, a chat model now, names its template (unless the model's own, kept as it is, was used) */
+    r->chat_family = fam;
+    r->write_chat = st == COL_OK && col_dataset_is_chat_path(o->data) && !(r->src.has_chat && r->src.chat == fam);
     if (st == COL_OK && o->rl.method != COL_RLM_SFT)
         return ft_rl_open_data(r, fam, err);
     col_chat_sft *sft = NULL;
@@ -467,7 +471,7 @@ static int train(run *r)
                now() - r->t0, o->out);
         if (r->src.tok)
             printf("talk to it: colossal-chat %s%s\n", o->out,
-                   r->src.has_chat || o->chat_template[0] ? ""
+                   r->src.has_chat || r->write_chat ? ""
                    : o->embedded                          ? " --prompt \"And God said\""
                                                           : " --prompt \"...\"");
     }

@@ -270,6 +270,9 @@ typedef struct ft_run {
     bool logging;           /* log is open */
     int cols;               /* the live line's width (0: to be asked) */
     train_log_step last;    /* the figures of the last progress line, which ft_log_step records */
+    bool write_chat;        /* the data is chat, rendered with chat_family, which the model's tokenizer_config.json
+                               does not name: the output's tokenizer_config.json gets it (save) */
+    col_chat_family chat_family;
 } ft_run;
 
 /* A line above the live progress line (or a plain line on stdout); nothing with --quiet or --json. */

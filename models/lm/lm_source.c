@@ -283,3 +283,58 @@ col_status col_lm_source_copy_tokenizer(const col_lm_source *s, const char *dir,
     }
     return COL_OK;
 }
+
+/* obj[key] = the text of token id (when the tokenizer has it and obj has no key) */
+static bool add_token_name(cJSON *obj, const char *key, const col_tokenizer *tok, int32_t id)
+{
+    size_t n = 0;
+    const char *b = tok && id >= 0 ? col_tok_token_bytes(tok, id, &n) : NULL;
+    if (!b || n == 0 || cJSON_HasObjectItem(obj, key))
+        return true;
+    char *name = strndup(b, n);
+    bool ok = name && cJSON_AddStringToObject(obj, key, name);
+    free(name);
+    return ok;
+}
+
+col_status col_lm_source_write_chat_template(const col_lm_source *s, const char *dir, col_chat_family f,
+                                             col_err *err)
+{
+    const char *tmpl = col_chat_jinja(f);
+    if (!tmpl)
+        return col_err_set(err, COL_EINVAL, "chat template: unknown family %d", (int)f);
+    char path[4200], *json = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    cJSON *root = NULL;
+    if (access(path, F_OK) == 0) {
+        col_status st = col_read_file(path, (size_t)64 << 20, &json, &len, err);
+        if (st != COL_OK)
+            return st;
+        root = cJSON_ParseWithLength(json, len);
+        free(json);
+        if (!cJSON_IsObject(root)) {
+            cJSON_Delete(root);
+            return col_err_set(err, COL_EFORMAT, "%s: not a JSON object: the chat template cannot be added to it",
+                               path);
+        }
+    } else if ((root = cJSON_CreateObject()) && !cJSON_AddStringToObject(root, "tokenizer_class",
+                                                                        "PreTrainedTokenizerFast")) {
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    bool ok = root != NULL;
+    if (ok) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "chat_template");
+        ok = cJSON_AddStringToObject(root, "chat_template", tmpl) &&
+             add_token_name(root, "bos_token", s->tok, s->tok ? col_tok_bos_id(s->tok) : -1) &&
+             add_token_name(root, "eos_token", s->tok, s->tok ? col_tok_eos_id(s->tok) : -1);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text)
+        return col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
+    col_status st = col_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return st;
+}
