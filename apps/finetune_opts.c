@@ -137,7 +137,7 @@ void ft_usage(FILE *f)
         "  --json                 one JSON object per step on stdout instead of the progress line, and at\n"
         "                         the end {\"memory\":...}: the peak resident memory against the bound\n"
         "  --quiet                no progress output\n"
-        "  --tensorboard          also write TensorBoard event files into OUT/runs/ (tensorboard --logdir OUT);\n"
+        "  --tensorboard          also write TensorBoard event files into OUT/runs/ (TensorBoard reads OUT);\n"
         "                         every run writes OUT/metrics.jsonl (a JSON object per step and evaluation) and,\n"
         "                         with each save, OUT/loss.png (the training and validation curves)\n"
         "  --tui                  show the run as colossal-top does (q stops, saving, like Ctrl-C); every run\n"

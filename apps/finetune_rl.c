@@ -105,6 +105,13 @@ col_status ft_rl_open_data(ft_run *r, col_chat_family fam, col_err *err)
     if (st != COL_OK)
         return st;
     x->n = col_rl_data_count(x->data);
+    /* the output names the chat template only when conversations were rendered with it: prompts and completions
+     * given as strings are the model's text as they are (a GRPO run on "2+3=" prompts stays a text completer) */
+    bool chat = false;
+    for (int64_t i = 0; i < x->n && !chat; i++)
+        chat = col_rl_data_get(x->data, i)->chat;
+    if (!chat)
+        r->write_chat = false;
     x->nval = (int64_t)floor((double)x->n * o->val_percent / 100.0);
     bool online = o->rl.method == COL_RLM_PPO || o->rl.method == COL_RLM_GRPO;
     if (online)

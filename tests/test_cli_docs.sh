@@ -84,8 +84,8 @@ for p in $progs; do
 done
 got=$(comp "$build/apps/colossal-finetune" --ste | tr '\n' ' ')
 [ "$got" = "--steps " ] && ok "colossal-finetune --ste<TAB>: --steps" || notok "--ste: '$got'"
-got=$(comp "$build/apps/colossal-chat" --ver | tr '\n' ' ')
-[ "$got" = "--version " ] && ok "colossal-chat --ver<TAB>: --version" || notok "--ver: '$got'"
+got=$(comp "$build/apps/colossal-chat" --vers | tr '\n' ' ')
+[ "$got" = "--version " ] && ok "colossal-chat --vers<TAB>: --version" || notok "--vers: '$got'"
 got=$(comp "$build/apps/colossal-chat" m --device cu | tr '\n' ' ')
 [ "$got" = "cuda cuda:0 cuda:1 " ] && ok "--device cu<TAB>: the GPUs" || notok "--device cu: '$got'"
 got=$(cd "$tmp" && comp "$build/apps/colossal-chat" m --tokenizer ll | tr '\n' ' ')
