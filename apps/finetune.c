@@ -25,6 +25,7 @@
 #include "memwatch.h"
 #include "mt_resident.h"
 #include "mt_stats.h"
+#include "statpub.h"
 #include "outdir.h"
 #include "lm_pipeline.h"
 #include "procsetup.h"
@@ -410,21 +411,7 @@ static void publish(run *r, const col_lm_step_info *info, double tok_s, double s
     d->nvme_written = mt_nvme_bytes_written(col_lm_trainer_pool(r->tr));
     d->link_bytes[MT_LINK_H2N] = d->nvme_written;
     d->link_bytes[MT_LINK_N2H] = mt_nvme_bytes_read(col_lm_trainer_pool(r->tr));
-    size_t dfree, dtotal;
-    if (app_device_memory(&r->dev, &dfree, &dtotal)) { /* the compute tier is the GPU's memory */
-        mt_stats_set_device(d, r->dev.label);
-        d->device_used = dtotal - dfree;
-        d->device_total = dtotal;
-    }
-    mt_resident *ct = col_lm_trainer_compute_tier(r->tr);
-    if (ct) { /* chunk copies on the compute tier: its peak beside the activations, and the bytes moved */
-        mt_resident_stats rs;
-        mt_resident_get_stats(ct, &rs);
-        d->tier_used[MT_TIER_GPU] = rs.peak;
-        d->tier_budget[MT_TIER_GPU] = rs.budget;
-        d->link_bytes[MT_LINK_H2C] = rs.bytes[MT_LINK_H2C];
-        d->link_bytes[MT_LINK_C2H] = rs.bytes[MT_LINK_C2H];
-    }
+    app_stats_compute(d, &r->dev, col_lm_trainer_compute_tier(r->tr)); /* the device's memory, the compute tier */
     d->step = info->step;
     d->total_steps = r->o.steps;
     d->tokens_per_s = tok_s;

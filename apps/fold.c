@@ -25,6 +25,7 @@
 #include "fold_model.h"
 #include "fold_pdb.h"
 #include "procsetup.h"
+#include "statpub.h"
 #include "textio.h"
 #include "timer.h"
 
@@ -345,6 +346,7 @@ static int run(fold_opts *o)
     int rc = 0;
     path_list params = {0};
     app_device dev = {0};
+    app_stats *stats = NULL; /* for colossal-top */
 #ifdef COL_WITH_COMM
     col_comm *world = NULL;
 #endif
@@ -406,6 +408,8 @@ static int run(fold_opts *o)
             rc = fail(&err);
             break;
         }
+        if (!stats) stats = app_stats_start(FOLD_PROG, model);
+        app_stats_update(stats, mb_store_pool(fold_model_store(m)), NULL, 0, &dev, mem.host_budget, mem.compute_budget);
         if (use_dap) fold_model_set_dap(m, &dap);
         for (int k = 0; k < fasta.n && rc == 0; k++)
             rc = fold_record(o, m, model, params.n, &fasta.seqs[k], k, fasta.n, &dev, mem.compute_budget, writer);
@@ -414,6 +418,7 @@ static int run(fold_opts *o)
     }
     if (rc == 0 && ran == 0) rc = fail_msg("%s: no AlphaFold2 monomer model without templates to run%s", o->params, "");
 done:
+    app_stats_end(stats);
     app_device_close(&dev);
 #ifdef COL_WITH_COMM
     col_comm_free(world);

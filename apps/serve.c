@@ -386,12 +386,14 @@ static int run_on(const options *opt, app_device *dev)
     char budget[256];
     col_lm_load_report rep = {0};
     serve_sched *sched = NULL;
+    app_stats *stats = NULL;
     int rc = 1;
     app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra};
     if (app_lm_session(&src, &lo, &tr, &rep, budget, sizeof budget, &err) != COL_OK) {
         print_err(&err);
         goto done;
     }
+    stats = app_lm_stats(PROG, o.model, tr, &lo); /* for colossal-top */
     app_load_warnings(stderr, PROG, &rep);
     if (src.preset[0])
         fprintf(stderr, PROG ": %s is a built-in architecture with random weights: expect noise\n", src.preset);
@@ -424,6 +426,7 @@ static int run_on(const options *opt, app_device *dev)
     if (rc != 0)
         serve_sched_stop(sched);
 done:
+    app_stats_end(stats);
     col_lm_trainer_free(tr);
     col_lm_source_close(&src);
     return rc;

@@ -196,6 +196,52 @@ for seed in 1 2 3; do
 done
 ok $bad "random contents: --json and every view at three sizes exit 0"
 
+# ---- every program that runs a model in memtier publishes: colossal-chat and colossal-serve on the tiny model ----
+CHAT=${CHAT:-apps/colossal-chat}
+SERVE=${SERVE:-apps/colossal-serve}
+fx=${SRCDIR:-.}/tests/fixtures/chat_model/base
+if [ -x "$CHAT" ] && [ -x "$SERVE" ] && [ -d "$fx" ]; then
+    # the chat waits for its prompt on a fifo held open by this shell
+    mkfifo "$tmp/fifo"
+    "$CHAT" "$fx" --temperature 0 --max-new 4 <"$tmp/fifo" >"$tmp/chat.out" 2>"$tmp/chat.err" &
+    C=$!
+    pids="$pids $C"
+    exec 7>"$tmp/fifo"
+    i=0
+    while [ $i -lt 300 ] && ! [ -e "/dev/shm/colossal-$C" ]; do sleep 0.1; i=$((i + 1)); done
+    "$TOP" --json -p "$C" >"$tmp/cj"
+    # the host tier holds the model's weights: more than nothing
+    host=$(sed 's/.*"tiers":{[^}]*},"host":{"used":\([0-9]*\).*/\1/' "$tmp/cj")
+    grep -q '^{"format_version":4,"processes":\[{"pid":'"$C"',"program":"colossal-chat","run":"base",' "$tmp/cj" &&
+        [ "${host:-0}" -gt 0 ] 2>/dev/null
+    ok $? "colossal-chat publishes: --json lists it (program, model, host tier ${host:-?} bytes)"
+    sleep 1.5 # the statistics are republished every second while it waits
+    "$TOP" --json -p "$C" >"$tmp/cj2"
+    u1=$(grep -o '"updated":[0-9.]*' "$tmp/cj" | cut -d: -f2)
+    u2=$(grep -o '"updated":[0-9.]*' "$tmp/cj2" | cut -d: -f2)
+    awk "BEGIN{exit !($u2 > $u1)}"
+    ok $? "colossal-chat: republished while it waits for a prompt ($u1, then $u2)"
+    echo hello >&7
+    exec 7>&-
+    wait "$C"
+    rc=$?
+    [ $rc -eq 0 ] && [ -s "$tmp/chat.out" ] && ! [ -e "/dev/shm/colossal-$C" ]
+    ok $? "colossal-chat: answers and ends (exit $rc) and its segment is gone"
+    "$SERVE" "$fx" --port 0 >/dev/null 2>"$tmp/serve.err" &
+    S=$!
+    pids="$pids $S"
+    i=0
+    while [ $i -lt 300 ] && ! grep -q 'listening on' "$tmp/serve.err"; do sleep 0.1; i=$((i + 1)); done
+    "$TOP" --json -p "$S" | grep -q '"pid":'"$S"',"program":"colossal-serve","run":"base",'
+    ok $? "colossal-serve publishes: --json lists it"
+    kill "$S" 2>/dev/null
+    wait "$S" 2>/dev/null
+    ! [ -e "/dev/shm/colossal-$S" ]
+    ok $? "colossal-serve: stopped by SIGTERM, its segment is gone"
+else
+    for t in chat chat-alive chat-end serve serve-end; do skip "colossal-chat, colossal-serve or the fixture not built"; done
+fi
+
 # ---- bad arguments ----
 for bad in "-d 0" "-d x" "--view 9" "-p abc" "--bogus" "--json --once" "-d"; do
     # shellcheck disable=SC2086

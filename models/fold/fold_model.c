@@ -62,6 +62,8 @@ col_status fold_model_open(const char *params, const col_backend *be, const mb_s
     return COL_OK;
 }
 
+mb_store *fold_model_store(fold_model *m) { return m->store; }
+
 void fold_model_free(fold_model *m)
 {
     if (!m) return;
