@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "apperr.h"
+#include "units.h"
 #ifdef COL_WITH_COMM
 #include "comm.h"
 #endif
@@ -327,10 +328,11 @@ static int fold_record(const fold_opts *o, fold_model *m, const char *model, int
             if (r.ptm >= 0) printf("\tpTM %.4f", r.ptm);
             printf("\n");
         }
+        char arena[COL_BYTES_STR];
         if (!o->quiet)
-            fprintf(stderr, FOLD_PROG ": %s: %.1f s (features %.2f s, plan %.2f s, %d passes %.1f s), arena %.1f MiB\n",
+            fprintf(stderr, FOLD_PROG ": %s: %.1f s (features %.2f s, plan %.2f s, %d passes %.1f s), arena %s\n",
                     name, col_seconds() - t0, features_s, r.seconds_build, o->recycles + 1, r.seconds_run,
-                    r.arena_bytes / 1048576.0);
+                    col_fmt_bytes(arena, sizeof arena, (uint64_t)r.arena_bytes));
     }
     free(resnum);
     fold_result_free(&r);

@@ -147,8 +147,6 @@ static int list(top_proc *shown, const top_proc *all, int n, top_sort sort, cons
     return n;
 }
 
-static double top_now_ms(void) { return 1e3 * col_seconds(); }
-
 /* ---- --json ---- */
 
 static cJSON *tier_triplet(const uint64_t v[MT_NTIERS])
@@ -473,7 +471,7 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        double end = top_now_ms() + delay * 1000;
+        double end = col_seconds() + delay;
         for (;;) { /* until the time is up: the list made again whenever the sort or the filter changes */
             int pid = ui->selected >= 0 && ui->selected < nshown ? shown[ui->selected].pid : 0;
             ui->total = n;
@@ -482,7 +480,7 @@ int main(int argc, char **argv)
                 if (shown[i].pid == pid)
                     ui->selected = i; /* the selection follows its process */
             top_tui_frame(t, shown, nshown);
-            top_wait_result w = top_tui_wait(t, shown, nshown, (int)lround(fmax(0, end - top_now_ms())));
+            top_wait_result w = top_tui_wait(t, shown, nshown, (int)lround(fmax(0, end - col_seconds()) * 1000));
             if (w != TOP_WAIT_LIST) {
                 quit = w == TOP_WAIT_QUIT;
                 break;

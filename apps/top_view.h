@@ -7,7 +7,9 @@
  * parallel run under one header, a line each (device, tiers, step, loss,
  * collectives' bytes and wait); 2 chunk map of the selected process,
  * coloured by tier; 3 bandwidth per link, the step-time split, and a
- * rank's collectives. Up/Down or j/k select a process, q quits.
+ * rank's collectives. Up/Down or j/k select a process, h ? F1 show the
+ * help, q quits; colossal-top's list (top_ui.lister) also has USER CPU% RSS
+ * columns, sorting (s, F6) and a filter (/): top_procs.h.
  *
  * A program that shows its own run needs three calls:
  *     top_tui *t = top_tui_open("colossal-finetune");   (NULL: not a terminal)

@@ -181,6 +181,75 @@ grep -q "^ collectives: rank 1 of 3, run $RID$" "$tmp/ponce3" &&
 ok $? "--once --view 3: a rank's collectives (none for a process on its own)"
 kill "$R0" "$R1" "$R2" 2>/dev/null
 
+# ---- like htop: USER, CPU%, RSS; sorting, filtering; bars without a budget; the chunk view's totals; the hint ----
+# BIG: 4 times the memory, steps 4 times as long; Y: twice, and it spins (a whole core); O: 8 MiB of activations
+# beside its chunks on the compute tier. Memory (compute + host): BIG 240 MiB, Y 120, O 68, A 60; steps per
+# second: A and O 1, Y 0.5, BIG 0.25.
+start_pub "$tmp/big.out" --program big-pub --run aaa-big --scale 4
+BIG=$pub_pid
+start_pub "$tmp/busy.out" --program busy-pub --run busy-run --scale 2 --busy
+Y=$pub_pid
+start_pub "$tmp/o.out" --program other-pub --run zzz-other --other-mib 8
+O=$pub_pid
+# obj PID FILE: that process's object of a --json snapshot
+obj() { sed 's/.*{"pid":'"$1"',"program"/{"pid":'"$1"',"program"/; s/\("cmdline":"[^"]*"}\).*/\1/' "$2"; }
+num() { grep -o '"'"$1"'":[-0-9.]*' | head -n 1 | cut -d: -f2; }
+sleep 1
+"$TOP" --json -p "$A,$Y" >"$tmp/sj"
+me=$(id -un)
+rss_a=$(obj "$A" "$tmp/sj" | num rss_bytes)
+rss_ref=$(awk '/^VmRSS:/{print $2 * 1024}' "/proc/$A/status")
+cpu_a=$(obj "$A" "$tmp/sj" | num cpu_percent)
+cpu_y=$(obj "$Y" "$tmp/sj" | num cpu_percent)
+obj "$A" "$tmp/sj" | grep -qF '"user":"'"$me"'","cpu_percent":' &&
+    obj "$A" "$tmp/sj" | grep -qF '"cmdline":"'"$PUB"' --seconds 300 --program top-test-pub --run gpt2-test"}' &&
+    awk "BEGIN{d = $rss_a - $rss_ref; exit !($rss_ref > 0 && d * d <= ($rss_ref / 10) ^ 2)}"
+ok $? "--json: user ($me), cmdline, rss_bytes ($rss_a; /proc says $rss_ref)"
+# (on a busy machine the spinning one gets its share of a core, not all of it)
+awk "BEGIN{exit !($cpu_y >= 5 && $cpu_a >= 0 && $cpu_a < $cpu_y / 4)}"
+ok $? "--json: cpu_percent of a spinning process ($cpu_y) and of one that sleeps ($cpu_a)"
+COLUMNS=130 LINES=12 LC_ALL=C "$TOP" --once -p "$A" >"$tmp/cols"
+grep -q "^ PID  *USER  *CPU%  *RSS  *PROGRAM  *RUN  .*sort: pid$" "$tmp/cols" &&
+    grep -q "^>$A  *$me  *[0-9][0-9.]*  *[0-9.]* [KMG]iB  *top-test-pub  *gpt2-test  *step" "$tmp/cols"
+ok $? "--once: the column names, and USER CPU% RSS on the process line"
+# order PIDS...: the pids of the process lines of a frame (stdin), as one line
+order() { grep -E '^[ >][0-9]+ ' | sed 's/^[ >]\([0-9]*\) .*/\1/' | tr '\n' ' '; }
+bypid=$(printf '%s\n' "$A" "$BIG" "$Y" "$O" | sort -n | tr '\n' ' ')
+ao=$(printf '%s\n' "$A" "$O" | sort -n | tr '\n' ' ')
+good=0
+for k in "pid:$bypid" "memory:$BIG $Y $O $A " "rate:$ao$Y $BIG " "name:$BIG $Y $O $A "; do
+    got=$(COLUMNS=130 LINES=40 LC_ALL=C "$TOP" --once --sort "${k%%:*}" -p "$A,$BIG,$Y,$O" | order)
+    [ "$got" = "${k#*:}" ] || { good=1; echo "# --sort ${k%%:*}: got $got, want ${k#*:}"; }
+done
+ok $good "--once --sort pid, memory, rate, name: the processes in that order"
+COLUMNS=130 LINES=40 LC_ALL=C "$TOP" --once --sort rate -p "$A,$BIG" | grep -q 'sort: step rate$'
+ok $? "--once --sort rate: the sort is named on the screen"
+f1=$(COLUMNS=130 LINES=40 LC_ALL=C "$TOP" --once --filter AAA-B -p "$A,$BIG,$Y,$O" | order)
+f2=$(COLUMNS=130 LINES=40 LC_ALL=C "$TOP" --once --filter '--busy' -p "$A,$BIG,$Y,$O" | order)
+COLUMNS=130 LINES=40 LC_ALL=C "$TOP" --once --filter nomatch -p "$A,$BIG" >"$tmp/nf"
+[ "$f1" = "$BIG " ] && [ "$f2" = "$Y " ] && grep -q '^colossal-top  0 of 2 processes' "$tmp/nf" &&
+    grep -q 'no process matches the filter "nomatch" (2 running)' "$tmp/nf" &&
+    [ "$("$TOP" --json --filter other -p "$A,$O" | grep -o '"pid":[0-9]*' | tr '\n' ' ')" = "\"pid\":$O " ]
+ok $? "--filter: a run name in any case, a command line's argument, nothing matching (says so), --json too"
+start_pub "$tmp/nb.out" --program nobudget-pub --no-budget
+NB=$pub_pid
+mach=$(awk '/^MemTotal:/{v = $2; u = "KiB"; if (v >= 1023.95) {v /= 1024; u = "MiB"} if (v >= 1023.95) {v /= 1024; u = "GiB"}
+    if (v >= 1023.95) {v /= 1024; u = "TiB"} printf "%.1f %s", v, u}' /proc/meminfo)
+COLUMNS=120 LINES=12 LC_ALL=C "$TOP" --once -p "$NB" >"$tmp/nb"
+grep -q "^    compute \[||*  *\] 48\.0 MiB/$mach machine" "$tmp/nb" &&
+    grep -q "^    host    \[||*  *\] 12\.0 MiB/$mach machine" "$tmp/nb" && grep -q '^    nvme    \[  *\] 1\.5 GiB/-' "$tmp/nb"
+ok $? "--once without budgets: the bars show used against the machine's memory ($mach), labelled so"
+kill "$NB" 2>/dev/null
+COLUMNS=120 LINES=12 LC_ALL=C "$TOP" --once -p "$O" >"$tmp/ov"
+COLUMNS=80 LINES=30 LC_ALL=C "$TOP" --once --view 2 -p "$O" >"$tmp/ch"
+grep -q '^    compute \[|*  *\] 56\.0 MiB/64\.0 MiB' "$tmp/ov" && grep -q '^ total  *56\.0 MiB  *12\.0 MiB  *1\.5 GiB$' "$tmp/ch" &&
+    grep -q '^ other  *8\.0 MiB  *0 B  *0 B$' "$tmp/ch" && ! grep -q '^ other' "$tmp/once2" &&
+    grep -q '^ total  *48\.0 MiB  *12\.0 MiB  *1\.5 GiB$' "$tmp/once2"
+ok $? "overview and chunk view agree on the compute tier: 56.0 MiB in both, 8.0 MiB of it outside the chunks"
+COLUMNS=120 LINES=24 LC_ALL=C "$TOP" --once -p 1 >"$tmp/hint"
+grep -q '^ start one and it shows here: colossal-finetune MODEL DATA' "$tmp/hint" && grep -q 'colossal-chat, colossal-serve or colossal-diffuse' "$tmp/hint"
+ok $? "--once with no process: a hint of what to start"
+
 # ---- untrusted contents: random bytes in every field must not crash any view ----
 bad=0
 for seed in 1 2 3; do
@@ -257,7 +326,7 @@ ok $? "without a terminal the live view refuses clearly (exit $rc)"
 
 # ---- the live screen in tmux ----
 if ! command -v tmux >/dev/null 2>&1; then
-    for t in start views select links resize tiny back quit tui tui-keys tui-quit; do skip "tmux not installed"; done
+    for t in start views select links resize tiny back quit tui tui-keys tui-quit help sort rate name pid filter edit esc cpu quit2; do skip "tmux not installed"; done
 else
     T="tmux -L $sock -f /dev/null"
     screen() { $T capture-pane -p -t top 2>/dev/null; }
@@ -318,6 +387,72 @@ else
     while [ $i -lt 50 ] && $T has-session -t top 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
     ! $T has-session -t top 2>/dev/null && [ "$(cat "$tmp/rc2" 2>/dev/null)" = 0 ]
     ok $? "tmux: q ends it with status 0"
+    # the keys of colossal-top: help, sort, filter; CPU% between refreshes
+    $T new-session -d -s keys -x 130 -y 40 \
+        "LC_ALL=C.UTF-8 '$TOP' -d 0.3 -p $A,$BIG,$Y,$O; echo \$? >'$tmp/rc3'; sleep 0.3"
+    kscreen() { $T capture-pane -p -t keys 2>/dev/null; }
+    # kwait REGEX: up to 5 s for the keys session's screen to show it; korder WANT: for its process order
+    kwait() {
+        i=0
+        while [ $i -lt 50 ]; do
+            kscreen | grep -q -- "$1" && return 0
+            sleep 0.1
+            i=$((i + 1))
+        done
+        kscreen >"$tmp/last_screen"
+        return 1
+    }
+    korder() {
+        i=0
+        while [ $i -lt 50 ]; do
+            [ "$(kscreen | order)" = "$1" ] && return 0
+            sleep 0.1
+            i=$((i + 1))
+        done
+        echo "# order: got $(kscreen | order), want $1"
+        return 1
+    }
+    kwait "^>$A " && kwait 'sort: pid$'
+    bad=0
+    for key in h '?' F1; do
+        $T send-keys -t keys "$key"
+        kwait '^ colossal-top keys' && kwait '^   h, ?, F1  *this help; any key closes it' &&
+            kwait '^   s, F6  *sort by pid, memory' && kwait '^   /  *filter: a part of the program' || bad=1
+        $T send-keys -t keys x
+        kwait "^>$A " || bad=1
+    done
+    ok $bad "tmux: h, ? and F1 show the help with every key; any key closes it"
+    $T send-keys -t keys s
+    kwait 'sort: memory$' && korder "$BIG $Y $O $A "
+    ok $? "tmux: s sorts by memory, shown top right"
+    $T send-keys -t keys F6
+    kwait 'sort: step rate$' && korder "$ao$Y $BIG "
+    ok $? "tmux: F6 sorts by step rate"
+    $T send-keys -t keys s
+    kwait 'sort: name$' && korder "$BIG $Y $O $A " && kwait "^>$A "
+    ok $? "tmux: s again sorts by name; the selection follows its process"
+    $T send-keys -t keys s
+    kwait 'sort: pid$' && korder "$bypid"
+    ok $? "tmux: s again: back to pid order"
+    $T send-keys -t keys / b u S
+    kwait '^ filter: buS' && korder "$Y " && kwait '  1 of 4 processes  '
+    ok $? "tmux: / opens the filter prompt; typing filters as it goes (any case)"
+    $T send-keys -t keys BSpace BSpace BSpace o t h Enter
+    kwait 'sort: pid  filter: oth$' && korder "$O "
+    ok $? "tmux: Backspace edits the filter, Enter keeps it"
+    $T send-keys -t keys Escape
+    kwait '  4 processes  ' && korder "$bypid"
+    ok $? "tmux: Esc clears the filter"
+    # a spinning process's CPU% between two refreshes
+    cpu=$(kscreen | grep -E "^[ >]$Y " | awk '{print $3}')
+    cpu_idle=$(kscreen | grep -E "^[ >]$A " | awk '{print $3}')
+    awk "BEGIN{exit !(${cpu:-0} >= 5 && ${cpu_idle:-100} < ${cpu:-0} / 4)}"
+    ok $? "tmux: CPU% between refreshes: a spinning process $cpu, a sleeping one $cpu_idle"
+    $T send-keys -t keys Escape
+    i=0
+    while [ $i -lt 50 ] && $T has-session -t keys 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    ! $T has-session -t keys 2>/dev/null && [ "$(cat "$tmp/rc3" 2>/dev/null)" = 0 ]
+    ok $? "tmux: Esc with no filter quits with status 0"
     [ -f "$tmp/last_screen" ] && sed 's/^/# /' "$tmp/last_screen"
 fi
 
