@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +78,13 @@ app_stats *app_stats_start(const char *program, const char *run)
     mt_stats_publish(s->pub, d);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
-    if (pthread_create(&s->thread, NULL, republish, s) != 0) {
+    /* the thread takes no signals: Ctrl-C and SIGTERM go to the program's own threads, interrupting their waits */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&s->thread, NULL, republish, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         pthread_cond_destroy(&s->wake), pthread_mutex_destroy(&s->mu);
         mt_stats_destroy(s->pub), free(d), free(s);
         return NULL;

@@ -107,6 +107,7 @@ static int scan(top_proc *procs, const top_proc *prev, int nprev, const pid_filt
         if (es[i].state == MT_STATS_BAD_VERSION) {
             snprintf(p->problem, sizeof p->problem, "publishes statistics format version %u; this colossal-top reads "
                      "version %u", es[i].version, MT_STATS_VERSION);
+            top_proc_sys(p, NULL);
             k++;
             continue;
         }

@@ -329,11 +329,12 @@ if ! command -v tmux >/dev/null 2>&1; then
     for t in start views select links resize tiny back quit tui tui-keys tui-quit help sort rate name pid filter edit esc cpu quit2; do skip "tmux not installed"; done
 else
     T="tmux -L $sock -f /dev/null"
-    screen() { $T capture-pane -p -t top 2>/dev/null; }
-    # wait_for REGEX: up to 5 s for the screen to show it
+    sess=top # the tmux session screen and wait_for look at
+    screen() { $T capture-pane -p -t "$sess" 2>/dev/null; }
+    # wait_for REGEX: up to 10 s (a loaded machine) for the screen to show it
     wait_for() {
         i=0
-        while [ $i -lt 50 ]; do
+        while [ $i -lt 100 ]; do
             screen | grep -q -- "$1" && return 0
             sleep 0.1
             i=$((i + 1))
@@ -390,62 +391,52 @@ else
     # the keys of colossal-top: help, sort, filter; CPU% between refreshes
     $T new-session -d -s keys -x 130 -y 40 \
         "LC_ALL=C.UTF-8 '$TOP' -d 0.3 -p $A,$BIG,$Y,$O; echo \$? >'$tmp/rc3'; sleep 0.3"
-    kscreen() { $T capture-pane -p -t keys 2>/dev/null; }
-    # kwait REGEX: up to 5 s for the keys session's screen to show it; korder WANT: for its process order
-    kwait() {
-        i=0
-        while [ $i -lt 50 ]; do
-            kscreen | grep -q -- "$1" && return 0
-            sleep 0.1
-            i=$((i + 1))
-        done
-        kscreen >"$tmp/last_screen"
-        return 1
-    }
+    sess=keys
+    # korder WANT: up to 10 s for the screen's processes to come in that order
     korder() {
         i=0
-        while [ $i -lt 50 ]; do
-            [ "$(kscreen | order)" = "$1" ] && return 0
+        while [ $i -lt 100 ]; do
+            [ "$(screen | order)" = "$1" ] && return 0
             sleep 0.1
             i=$((i + 1))
         done
-        echo "# order: got $(kscreen | order), want $1"
+        echo "# order: got $(screen | order), want $1"
         return 1
     }
-    kwait "^>$A " && kwait 'sort: pid$'
+    wait_for "^>$A " && wait_for 'sort: pid$'
     bad=0
     for key in h '?' F1; do
         $T send-keys -t keys "$key"
-        kwait '^ colossal-top keys' && kwait '^   h, ?, F1  *this help; any key closes it' &&
-            kwait '^   s, F6  *sort by pid, memory' && kwait '^   /  *filter: a part of the program' || bad=1
+        wait_for '^ colossal-top keys' && wait_for '^   h, ?, F1  *this help; any key closes it' &&
+            wait_for '^   s, F6  *sort by pid, memory' && wait_for '^   /  *filter: a part of the program' || bad=1
         $T send-keys -t keys x
-        kwait "^>$A " || bad=1
+        wait_for "^>$A " || bad=1
     done
     ok $bad "tmux: h, ? and F1 show the help with every key; any key closes it"
     $T send-keys -t keys s
-    kwait 'sort: memory$' && korder "$BIG $Y $O $A "
+    wait_for 'sort: memory$' && korder "$BIG $Y $O $A "
     ok $? "tmux: s sorts by memory, shown top right"
     $T send-keys -t keys F6
-    kwait 'sort: step rate$' && korder "$ao$Y $BIG "
+    wait_for 'sort: step rate$' && korder "$ao$Y $BIG "
     ok $? "tmux: F6 sorts by step rate"
     $T send-keys -t keys s
-    kwait 'sort: name$' && korder "$BIG $Y $O $A " && kwait "^>$A "
+    wait_for 'sort: name$' && korder "$BIG $Y $O $A " && wait_for "^>$A "
     ok $? "tmux: s again sorts by name; the selection follows its process"
     $T send-keys -t keys s
-    kwait 'sort: pid$' && korder "$bypid"
+    wait_for 'sort: pid$' && korder "$bypid"
     ok $? "tmux: s again: back to pid order"
     $T send-keys -t keys / b u S
-    kwait '^ filter: buS' && korder "$Y " && kwait '  1 of 4 processes  '
+    wait_for '^ filter: buS' && korder "$Y " && wait_for '  1 of 4 processes  '
     ok $? "tmux: / opens the filter prompt; typing filters as it goes (any case)"
     $T send-keys -t keys BSpace BSpace BSpace o t h Enter
-    kwait 'sort: pid  filter: oth$' && korder "$O "
+    wait_for 'sort: pid  filter: oth$' && korder "$O "
     ok $? "tmux: Backspace edits the filter, Enter keeps it"
     $T send-keys -t keys Escape
-    kwait '  4 processes  ' && korder "$bypid"
+    wait_for '  4 processes  ' && korder "$bypid"
     ok $? "tmux: Esc clears the filter"
     # a spinning process's CPU% between two refreshes
-    cpu=$(kscreen | grep -E "^[ >]$Y " | awk '{print $3}')
-    cpu_idle=$(kscreen | grep -E "^[ >]$A " | awk '{print $3}')
+    cpu=$(screen | grep -E "^[ >]$Y " | awk '{print $3}')
+    cpu_idle=$(screen | grep -E "^[ >]$A " | awk '{print $3}')
     awk "BEGIN{exit !(${cpu:-0} >= 5 && ${cpu_idle:-100} < ${cpu:-0} / 4)}"
     ok $? "tmux: CPU% between refreshes: a spinning process $cpu, a sleeping one $cpu_idle"
     $T send-keys -t keys Escape
