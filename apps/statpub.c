@@ -116,6 +116,19 @@ void app_stats_update(app_stats *s, const mt_pool *pool, mt_resident *ct, size_t
     free(d);
 }
 
+void app_stats_step(app_stats *s, int64_t step, int64_t total, double loss, double seconds)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->d->step = step;
+    s->d->total_steps = total;
+    mt_stats_push_loss(s->d, loss);
+    mt_stats_add_step_times(s->d, seconds, 0, 0);
+    mt_stats_publish(s->pub, s->d);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void app_stats_end(app_stats *s)
 {
     if (!s)

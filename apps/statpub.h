@@ -12,6 +12,7 @@
 #define COL_APPS_STATPUB_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device.h"
 #include "mt_resident.h"
@@ -31,6 +32,9 @@ app_stats *app_stats_start(const char *program, const char *run);
  * s NULL is ignored. */
 void app_stats_update(app_stats *s, const mt_pool *pool, mt_resident *ct, size_t arena, const app_device *dev,
                       size_t host_budget, size_t compute_budget);
+/* A training step done: step of total, its loss and seconds (the whole step's time, as compute); published at
+ * once. s NULL is ignored. */
+void app_stats_step(app_stats *s, int64_t step, int64_t total, double loss, double seconds);
 /* Stops the thread and removes the segment. NULL is ignored. */
 void app_stats_end(app_stats *s);
 

@@ -310,6 +310,24 @@ if [ -x "$CHAT" ] && [ -x "$SERVE" ] && [ -d "$fx" ]; then
 else
     for t in chat chat-alive chat-end serve serve-end; do skip "colossal-chat, colossal-serve or the fixture not built"; done
 fi
+DIFFUSE=${DIFFUSE:-apps/colossal-diffuse}
+sd=${SRCDIR:-.}/tests/fixtures
+if [ -x "$DIFFUSE" ] && [ -d "$sd/sd_pipeline/model" ]; then
+    # a training run of many quick steps: its steps and losses as it goes
+    "$DIFFUSE" --train "$sd/sd_pipeline/model" "$sd/sd_train/images" --batch 2 --seed 5 -q --steps 1000000 \
+        --out "$tmp/dtrain" >/dev/null 2>"$tmp/dtrain.err" &
+    Dt=$!
+    pids="$pids $Dt"
+    i=0
+    while [ $i -lt 300 ] && ! "$TOP" --json -p "$Dt" | grep -q '"step":[1-9]'; do sleep 0.1; i=$((i + 1)); done
+    "$TOP" --json -p "$Dt" >"$tmp/dj"
+    grep -q '"pid":'"$Dt"',"program":"colossal-diffuse","run":"model",.*"step":[1-9][0-9]*,"total_steps":1000000,"loss":[0-9]' "$tmp/dj" &&
+        grep -q '"losses":\[[0-9]' "$tmp/dj"
+    ok $? "colossal-diffuse --train publishes: --json lists it with its step, loss and losses"
+    kill "$Dt" 2>/dev/null
+else
+    skip "colossal-diffuse or its fixture not built"
+fi
 
 # ---- bad arguments ----
 for bad in "-d 0" "-d x" "--view 9" "-p abc" "--bogus" "--json --once" "-d"; do
