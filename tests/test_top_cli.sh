@@ -347,6 +347,12 @@ if ! command -v tmux >/dev/null 2>&1; then
     for t in start views select links resize tiny back quit tui tui-keys tui-quit help sort rate name pid filter edit esc cpu quit2; do skip "tmux not installed"; done
 else
     T="tmux -L $sock -f /dev/null"
+    # ends SESSION FILE: up to 10 s for the session to end; true when it did and FILE holds the exit status 0
+    ends() {
+        i=0
+        while [ $i -lt 100 ] && $T has-session -t "$1" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+        ! $T has-session -t "$1" 2>/dev/null && [ "$(cat "$2" 2>/dev/null)" = 0 ]
+    }
     sess=top # the tmux session screen and wait_for look at
     screen() { $T capture-pane -p -t "$sess" 2>/dev/null; }
     # wait_for REGEX: up to 10 s (a loaded machine) for the screen to show it
@@ -387,9 +393,7 @@ else
     wait_for '\[3 links\]' && wait_for '^ nvme->host  *512\.0 MiB'
     ok $? "tmux: back to 100x30, the full view again"
     $T send-keys -t top q
-    i=0
-    while [ $i -lt 50 ] && $T has-session -t top 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    ! $T has-session -t top 2>/dev/null && [ "$(cat "$tmp/rc" 2>/dev/null)" = 0 ]
+    ends top "$tmp/rc"
     ok $? "tmux: q quits with status 0 and the session ends"
 
     # a program showing its own run (what colossal-finetune --tui does): top_tui_show every 100 ms
@@ -402,9 +406,7 @@ else
     wait_for '\[3 links\]' && wait_for '^ host->compute  *3\.0 GiB  *0 B/s$'
     ok $? "tmux: its keys switch views too"
     $T send-keys -t top q
-    i=0
-    while [ $i -lt 50 ] && $T has-session -t top 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    ! $T has-session -t top 2>/dev/null && [ "$(cat "$tmp/rc2" 2>/dev/null)" = 0 ]
+    ends top "$tmp/rc2"
     ok $? "tmux: q ends it with status 0"
     # the keys of colossal-top: help, sort, filter; CPU% between refreshes
     $T new-session -d -s keys -x 130 -y 40 \
@@ -458,9 +460,7 @@ else
     awk "BEGIN{exit !(${cpu:-0} >= 5 && ${cpu_idle:-100} < ${cpu:-0} / 4)}"
     ok $? "tmux: CPU% between refreshes: a spinning process $cpu, a sleeping one $cpu_idle"
     $T send-keys -t keys Escape
-    i=0
-    while [ $i -lt 50 ] && $T has-session -t keys 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    ! $T has-session -t keys 2>/dev/null && [ "$(cat "$tmp/rc3" 2>/dev/null)" = 0 ]
+    ends keys "$tmp/rc3"
     ok $? "tmux: Esc with no filter quits with status 0"
     [ -f "$tmp/last_screen" ] && sed 's/^/# /' "$tmp/last_screen"
 fi
