@@ -172,6 +172,27 @@ bool top_sort_parse(const char *s, top_sort *key)
     return false;
 }
 
+/* the filter prompt (top_procs.h) */
+void top_filter_key(top_ui *ui, int key)
+{
+    size_t len = strlen(ui->filter);
+    if (key == 27 || key == 21) { /* Esc clears and closes, Ctrl-U clears */
+        ui->filter[0] = 0;
+        ui->filtering = key != 27;
+    } else if (key == '\n' || key == '\r' || key == KEY_ENTER) {
+        ui->filtering = false;
+    } else if (key == KEY_BACKSPACE || key == 127 || key == 8) {
+        while (len > 0 && ((unsigned char)ui->filter[len - 1] & 0xc0) == 0x80)
+            len--; /* a whole UTF-8 character */
+        if (len > 0)
+            len--;
+        ui->filter[len] = 0;
+    } else if (key >= 32 && key < 256 && key != 127 && len + 1 < sizeof ui->filter) {
+        ui->filter[len] = (char)key;
+        ui->filter[len + 1] = 0;
+    }
+}
+
 /* ---- /proc/PID ---- */
 
 /* utime + stime (fields 14 and 15 of /proc/PID/stat) and the start time after boot (field 22), in clock ticks;

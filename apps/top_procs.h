@@ -31,6 +31,10 @@ int top_procs_filter(top_proc *procs, int n, const char *filter);
 /* Steps per second of p's last step (from its step-time split); 0 when not known. */
 double top_proc_step_rate(const top_proc *p);
 
+/* A key while the filter prompt is open (ui->filtering): printable bytes are added to ui->filter, Backspace takes
+ * the last character off, Ctrl-U clears it, Enter closes the prompt keeping it, Esc closes it clearing it. */
+void top_filter_key(top_ui *ui, int key);
+
 /* "pid", "memory", "step rate", "name" */
 const char *top_sort_name(top_sort key);
 /* The key named s (those names, or "rate"); false when there is none. */

@@ -300,7 +300,7 @@ if [ -x "$CHAT" ] && [ -x "$SERVE" ] && [ -d "$fx" ]; then
     S=$!
     pids="$pids $S"
     i=0
-    while [ $i -lt 300 ] && ! grep -q 'listening on' "$tmp/serve.err"; do sleep 0.1; i=$((i + 1)); done
+    while [ $i -lt 300 ] && ! grep -q 'listening on' "$tmp/serve.err" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
     "$TOP" --json -p "$S" | grep -q '"pid":'"$S"',"program":"colossal-serve","run":"base",'
     ok $? "colossal-serve publishes: --json lists it"
     kill "$S" 2>/dev/null
