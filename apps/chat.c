@@ -13,7 +13,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include "apperr.h"
 #include "backend.h"
 #include "chat.h"
+#include "cliopt.h"
 #include "device.h"
 #include "memopts.h"
 #include "lineedit.h"
@@ -31,6 +31,7 @@
 #include "lm_session.h"
 #include "lm_source.h"
 #include "procsetup.h"
+#include "timer.h"
 
 #define PROG "colossal-chat"
 
@@ -62,24 +63,30 @@ static void usage(FILE *f)
         "  --repetition-penalty R >0; 1 = off (default 1)\n"
         "  --seed N               default: from the clock\n"
         "Stopping and context:\n"
-        "  --max-new-tokens N     most tokens per reply (default 256, at most half the context)\n"
+        "  --max-new-tokens N     most tokens per reply (default: all the room the context has left after the\n"
+        "                         prompt)\n"
         "  --stop STR             stop when the reply contains STR (repeatable; added to the template's own\n"
         "                         end-of-turn strings); STR itself is not printed\n"
-        "  --ctx N                context limit in tokens (default: the model's positions); when a conversation\n"
-        "                         and --max-new-tokens no longer fit, the oldest turns are dropped\n"
+        "  --ctx N                context limit in tokens (default and most: the model's positions). A prompt\n"
+        "                         must leave room for a reply: --max-new-tokens, else min(256, ctx/4) tokens;\n"
+        "                         when a conversation does not, the oldest turns are dropped, and a single\n"
+        "                         message (or --raw text) too long alone keeps its end (a note on stderr)\n"
         "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
         "  --quant TYPE           hold the weights quantized: int8 (q8_0), q4 (q4_0), q4_K or q6_K (a model\n"
         "                         colossal-quantize wrote loads quantized without it)\n"
+        "  --verbose              after each reply, a line on stderr: tokens, seconds and tokens/s of the reply\n"
+        "                         and of the prompt (interactive: /stats turns it on and off)\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "                         (by default an error: it often means config.json does not fit the weights)\n"
         "%s%s"
+        "  --help                 print this help and exit; --version: print the version and exit\n"
         "Generation stops at the end-of-sequence token, a stop string or --max-new-tokens.\n"
         "Interactive: arrows, home/end, ctrl-a/e/k/u/w edit the line; up/down recall earlier lines (kept in\n"
         "$XDG_STATE_HOME/colossal/chat_history, else ~/.local/state/colossal/chat_history); ctrl-c stops a\n"
-        "reply; ctrl-d or ctrl-c on an empty line quits.\n"
-        "Commands (interactive or piped): /reset (forget the conversation), /system TEXT (set or, without TEXT,\n"
-        "clear the system prompt), /quit. A line starting with // sends the text after the first /.\n", app_device_help,
-        mem_opts_help);
+        "reply; ctrl-d or ctrl-c on an empty line quits. Long lines wrap. What is typed while a reply streams is\n"
+        "not shown inside it: it becomes the start of the next line (Enter included, like a shell's type-ahead).\n"
+        "On a terminal, stderr says \"loading MODEL ... done in S s\" around loading the weights.\n"
+        "Commands (interactive or piped):\n%s%s", app_device_help, mem_opts_help, chat_commands_help, cli_exit_help);
 }
 
 /* The option (without "--") that sets s, named beside a library error that marks s (apperr.h). */
@@ -94,36 +101,14 @@ static const char *chat_flag_of(col_setting s)
     }
 }
 
-/* one line for a failed call: the message, and the option of the setting at fault */
-static void print_err(const col_err *e)
+void chat_print_err(const col_err *e)
 {
     char line[APP_ERR_LINE_MAX];
     fprintf(stderr, PROG ": %s\n", app_err_line(e, chat_flag_of, line, sizeof line));
 }
 
-static _Noreturn void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static _Noreturn void usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, PROG ": ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see " PROG " --help)\n");
-    va_end(ap);
-    exit(2);
-}
-
-static long long parse_int(const char *s, const char *opt, long long lo, long long hi)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || errno || v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s must be an integer in %lld..%lld (got '%s')\n", opt, lo, hi, s);
-        exit(2);
-    }
-    return v;
-}
+#define usage_error(...) cli_usage_error(PROG, __VA_ARGS__)
+#define parse_int(s, opt, lo, hi) cli_parse_int(PROG, s, opt, lo, hi)
 
 static float parse_float(const char *s, const char *opt)
 {
@@ -171,7 +156,7 @@ static int32_t *parse_ids(const char *s, int *n)
 
 typedef struct {
     const char *model, *tokenizer, *system, *prompt, *prompt_ids;
-    bool raw, json, has_template, has_seed, ignore_extra;
+    bool raw, json, has_template, has_seed, ignore_extra, verbose;
     col_dtype quant; /* --quant; COL_F32: none (or what the model holds) */
     col_chat_family family;
     col_sample_opts so;
@@ -185,7 +170,7 @@ typedef struct {
 static void parse_options(int argc, char **argv, options *o)
 {
     enum { O_TEMPLATE = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_REP, O_SEED, O_MAXNEW, O_STOP, O_CTX, O_TOK,
-           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_DEVICE, O_QUANT, O_MEM /* + index in mem_opt_names */ };
+           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_DEVICE, O_QUANT, O_VERSION, O_VERBOSE, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"template", required_argument, 0, O_TEMPLATE}, {"system", required_argument, 0, O_SYSTEM},
         {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
@@ -196,7 +181,8 @@ static void parse_options(int argc, char **argv, options *o)
         {"raw", no_argument, 0, O_RAW}, {"prompt-ids", required_argument, 0, O_IDS},
         {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'},
         {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"device", required_argument, 0, O_DEVICE},
-        {"quant", required_argument, 0, O_QUANT},
+        {"quant", required_argument, 0, O_QUANT}, {"version", no_argument, 0, O_VERSION},
+        {"verbose", no_argument, 0, O_VERBOSE},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
         {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
@@ -243,6 +229,7 @@ static void parse_options(int argc, char **argv, options *o)
         case O_IDS: o->prompt_ids = optarg; break;
         case O_JSON: o->json = true; break;
         case O_EXTRA: o->ignore_extra = true; break;
+        case O_VERBOSE: o->verbose = true; break;
         case O_QUANT:
             if (!col_lm_quant_parse(optarg, &o->quant))
                 usage_error("--quant '%s' is not one of " COL_LM_QUANT_NAMES, optarg);
@@ -254,6 +241,7 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         }
         case 'h': usage(stdout); exit(0);
+        case O_VERSION: cli_print_version(PROG); exit(0);
         case O_MEM: case O_MEM + 1: case O_MEM + 2: case O_MEM + 3: case O_MEM + 4: case O_MEM + 5: case O_MEM + 6: {
             char msg[256];
             if (mem_opt_set(&o->mem, mem_opt_names[c - O_MEM], optarg, msg, sizeof msg) != 1)
@@ -261,7 +249,10 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         }
         case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: usage_error("unknown option '%s'", argv[optind - 1]);
+        default: {
+            char msg[512];
+            usage_error("%s", cli_unknown_option(argv[optind - 1], opts, msg, sizeof msg));
+        }
         }
     }
     if (optind >= argc)
@@ -283,183 +274,6 @@ static void parse_options(int argc, char **argv, options *o)
         usage_error("--system needs a chat template, not --raw");
 }
 
-/* ---- interactive mode ---- */
-
-static volatile sig_atomic_t g_interrupted; /* SIGINT during a reply (the only state a signal handler may touch) */
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    g_interrupted = 1;
-}
-
-static void history_path(char *buf, size_t size)
-{
-    const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-    char dir[4096];
-    buf[0] = '\0';
-    if (state && state[0] == '/')
-        snprintf(dir, sizeof dir, "%s", state);
-    else if (home && home[0] == '/')
-        snprintf(dir, sizeof dir, "%s/.local/state", home);
-    else
-        return;
-    /* mkdir -p of dir/colossal; failures only mean no history file */
-    for (char *p = dir + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            mkdir(dir, 0700);
-            *p = c;
-            if (!c)
-                break;
-        }
-    }
-    int k = snprintf(buf, size, "%s/colossal", dir);
-    if (k < 0 || (size_t)k >= size || (mkdir(buf, 0700) != 0 && errno != EEXIST)) {
-        buf[0] = '\0';
-        return;
-    }
-    snprintf(buf + k, size - (size_t)k, "/chat_history");
-}
-
-typedef struct {
-    chat_engine *g;
-    chat_conv *conv; /* NULL: raw completion */
-    bool interactive;
-    int failures;
-    const app_device *dev;  /* where the model runs: said when an interactive session starts */
-    const char *budget;     /* on a GPU without --gpu-mem: the compute tier's size chosen ("" otherwise) */
-} session;
-
-/* One line of input: a command, or a turn. Returns false to quit. */
-static bool handle_line(session *s, const char *line, col_err *err)
-{
-    if (line[0] == '\0')
-        return true;
-    if (line[0] == '/' && line[1] != '/') {
-        const char *arg = strchr(line, ' ');
-        size_t cmd = arg ? (size_t)(arg - line) : strlen(line);
-        arg = arg ? arg + 1 : "";
-        if (cmd == 5 && strncmp(line, "/quit", 5) == 0)
-            return false;
-        if (cmd == 6 && strncmp(line, "/reset", 6) == 0) {
-            if (s->conv)
-                chat_conv_reset(s->conv);
-            if (s->interactive)
-                fprintf(stderr, "(conversation cleared)\n");
-        } else if (cmd == 7 && strncmp(line, "/system", 7) == 0) {
-            if (!s->conv)
-                fprintf(stderr, PROG ": /system needs a chat template (this model completes text: use --template)\n");
-            else if (chat_conv_set_system(s->conv, arg, err) != COL_OK)
-                print_err(err);
-            else if (s->interactive)
-                fprintf(stderr, *arg ? "(system prompt set)\n" : "(system prompt cleared)\n");
-        } else {
-            fprintf(stderr, PROG ": unknown command '%.*s': /reset, /system TEXT or /quit (// sends a line "
-                            "starting with /)\n", (int)cmd, line);
-            if (!s->interactive)
-                s->failures++;
-        }
-        return true;
-    }
-    if (line[0] == '/')
-        line++;
-    chat_reply r;
-    bool skipped = false;
-    col_status st;
-    struct sigaction sa = {.sa_handler = on_sigint}, old;
-    g_interrupted = 0;
-    if (s->interactive)
-        sigaction(SIGINT, &sa, &old);
-    if (s->conv) {
-        st = chat_turn(s->g, s->conv, line, stdout, &r, &skipped, err);
-    } else {
-        int32_t *ids;
-        int n;
-        st = chat_encode(s->g, line, COL_TOK_ADD_SPECIAL | COL_TOK_PARSE_SPECIAL, &ids, &n, err);
-        if (st == COL_OK && (n < 1 || n + s->g->max_new > s->g->ctx)) {
-            fprintf(stderr, PROG ": this text does not fit: %d tokens plus --max-new-tokens %d exceed the context "
-                            "of %d; shorten it, lower --max-new-tokens or raise --ctx (skipped)\n",
-                    n, s->g->max_new, s->g->ctx);
-            skipped = true;
-        } else if (st == COL_OK) {
-            st = chat_generate(s->g, ids, n, stdout, &r, err);
-        }
-        free(ids);
-    }
-    if (s->interactive)
-        sigaction(SIGINT, &old, NULL);
-    if (st != COL_OK) {
-        print_err(err);
-        s->failures++;
-        return s->interactive; /* piped input: stop at a real error */
-    }
-    if (skipped) {
-        s->failures++;
-        return true;
-    }
-    printf("\n");
-    if (r.finish == CHAT_FINISH_INTERRUPT)
-        fprintf(stderr, "(reply stopped)\n");
-    fflush(stdout);
-    chat_reply_free(&r);
-    return true;
-}
-
-static int run_interactive(session *s, col_err *err)
-{
-    le_editor *ed = le_new(1000);
-    if (!ed) {
-        fprintf(stderr, PROG ": out of memory\n");
-        return 1;
-    }
-    char hp[4200];
-    history_path(hp, sizeof hp);
-    if (hp[0] && !le_history_load(ed, hp))
-        fprintf(stderr, PROG ": cannot read the history file %s: %s (going on without it)\n", hp, strerror(errno));
-    fprintf(stderr, "%s\n", s->dev->desc);
-    if (s->budget[0])
-        fprintf(stderr, "%s\n", s->budget);
-    if (s->dev->note[0])
-        fprintf(stderr, "note: %s\n", s->dev->note);
-    fprintf(stderr, "%s. /reset, /system TEXT, /quit; ctrl-c stops a reply, ctrl-d quits.\n",
-            s->conv ? "Chat" : "Text completion (no chat template)");
-    for (;;) {
-        char *line = NULL;
-        int a = le_readline(ed, "> ", STDIN_FILENO, STDOUT_FILENO, &line);
-        if (a == LE_CANCEL)
-            continue;
-        if (a != LE_DONE)
-            break;
-        le_history_add(ed, line);
-        le_history_save_line(ed, line);
-        bool go_on = handle_line(s, line, err);
-        free(line);
-        if (!go_on)
-            break;
-    }
-    le_free(ed);
-    return 0;
-}
-
-static int run_piped(session *s, col_err *err)
-{
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    bool go_on = true;
-    while (go_on && (n = getline(&line, &cap, stdin)) >= 0) {
-        if (n > 0 && line[n - 1] == '\n')
-            line[--n] = '\0';
-        if (n > 0 && line[n - 1] == '\r')
-            line[--n] = '\0';
-        go_on = handle_line(s, line, err);
-    }
-    free(line);
-    return s->failures ? 1 : 0;
-}
-
 /* ---- one prompt ---- */
 
 static int print_json(const chat_reply *r)
@@ -471,7 +285,7 @@ static int print_json(const chat_reply *r)
     return 0;
 }
 
-static int run_prompt(session *s, const options *o, col_err *err)
+static int run_prompt(chat_session *s, const options *o, col_err *err)
 {
     chat_reply r;
     col_status st;
@@ -487,9 +301,13 @@ static int run_prompt(session *s, const options *o, col_err *err)
                 free(ids);
                 return 1;
             }
-        if (n + s->g->max_new > s->g->ctx) {
-            fprintf(stderr, PROG ": %d prompt ids plus --max-new-tokens %d exceed the context of %d; lower "
-                            "--max-new-tokens or raise --ctx\n", n, s->g->max_new, s->g->ctx);
+        if (n + (s->g->max_new >= 0 ? s->g->max_new : 1) > s->g->ctx) {
+            if (s->g->max_new >= 0)
+                fprintf(stderr, PROG ": %d prompt ids plus --max-new-tokens %d exceed the context of %d; lower "
+                                "--max-new-tokens or raise --ctx\n", n, s->g->max_new, s->g->ctx);
+            else
+                fprintf(stderr, PROG ": %d prompt ids leave no room for a reply in the context of %d; raise --ctx\n",
+                        n, s->g->ctx);
             free(ids);
             return 1;
         }
@@ -498,21 +316,10 @@ static int run_prompt(session *s, const options *o, col_err *err)
     } else if (s->conv) {
         st = chat_turn(s->g, s->conv, o->prompt, out, &r, &skipped, err);
     } else {
-        int32_t *ids;
-        int n;
-        st = chat_encode(s->g, o->prompt, COL_TOK_ADD_SPECIAL | COL_TOK_PARSE_SPECIAL, &ids, &n, err);
-        if (st == COL_OK && n < 1)
-            st = col_err_set(err, COL_EINVAL, "--prompt: the text gives no tokens: nothing to continue");
-        else if (st == COL_OK && n + s->g->max_new > s->g->ctx)
-            st = col_err_set(err, COL_EINVAL, "--prompt: %s%d tokens plus --max-new-tokens %d exceed the context "
-                             "of %d; shorten it, lower --max-new-tokens or raise --ctx", n > s->g->ctx ? "more than " : "",
-                             n > s->g->ctx ? s->g->ctx : n, s->g->max_new, s->g->ctx);
-        if (st == COL_OK)
-            st = chat_generate(s->g, ids, n, out, &r, err);
-        free(ids);
+        st = chat_complete(s->g, o->prompt, out, &r, err);
     }
     if (st != COL_OK) {
-        print_err(err);
+        chat_print_err(err);
         return 1;
     }
     if (skipped)
@@ -521,6 +328,9 @@ static int run_prompt(session *s, const options *o, col_err *err)
         print_json(&r);
     else
         printf("\n");
+    fflush(stdout);
+    if (s->stats)
+        chat_print_stats(&r);
     chat_reply_free(&r);
     return 0;
 }
@@ -533,18 +343,23 @@ static int run_on(const options *opt, app_device *dev)
     col_lm_source src;
     bool text_needed = !o.prompt_ids;
     if (col_lm_source_open(o.model, o.tokenizer, text_needed, &src, &err) != COL_OK) {
-        print_err(&err);
+        chat_print_err(&err);
         return 1;
     }
     const col_lm_config *mc = &src.config;
     int rc = 1;
     if (o.ctx > mc->max_positions) {
-        fprintf(stderr, PROG ": --ctx %lld is more than the model's %d positions\n", o.ctx, mc->max_positions);
+        char from[128];
+        snprintf(from, sizeof from, "%s%s", src.preset[0] ? "max_position_embeddings of the built-in " : src.gguf ?
+                 "context_length in the GGUF file" : "max_position_embeddings in its config.json", src.preset);
+        fprintf(stderr, PROG ": --ctx %lld is refused: the model has %d positions (%s) and was not trained past them "
+                        "(a learned position table has no row beyond, rotary positions are out of the range it saw): "
+                        "use --ctx %d or less\n", o.ctx, mc->max_positions, from, mc->max_positions);
         col_lm_source_close(&src);
         return 2;
     }
     int ctx = o.ctx > 0 ? (int)o.ctx : mc->max_positions;
-    int max_new = o.max_new >= 0 ? (int)o.max_new : (256 < ctx / 2 ? 256 : ctx / 2);
+    int max_new = o.max_new >= 0 ? (int)o.max_new : -1; /* -1: the room left after the prompt */
     if (max_new >= ctx) {
         fprintf(stderr, PROG ": --max-new-tokens %d leaves no room for a prompt in a context of %d tokens\n", max_new,
                 ctx);
@@ -580,8 +395,18 @@ static int run_on(const options *opt, app_device *dev)
     char budget[256];
     col_lm_load_report rep = {0};
     app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra};
-    if (app_lm_session(&src, &lo, &tr, &rep, budget, sizeof budget, &err) != COL_OK) {
-        print_err(&err);
+    /* on a terminal, say what is happening while the weights load (a large model takes a while) */
+    bool tell_load = isatty(STDERR_FILENO);
+    double t0 = col_seconds();
+    if (tell_load) {
+        fprintf(stderr, PROG ": loading %s ...", src.preset[0] ? src.preset : src.dir);
+        fflush(stderr);
+    }
+    col_status lst = app_lm_session(&src, &lo, &tr, &rep, budget, sizeof budget, &err);
+    if (tell_load)
+        fprintf(stderr, lst == COL_OK ? " done in %.1f s\n" : " failed\n", col_seconds() - t0);
+    if (lst != COL_OK) {
+        chat_print_err(&err);
         col_lm_source_close(&src);
         return 1;
     }
@@ -591,17 +416,18 @@ static int run_on(const options *opt, app_device *dev)
     memset(&g, 0, sizeof g);
     const char **stops = NULL;
     if (chat_engine_init(&g, tr, src.tok, mc->vocab_size, ctx, &err) != COL_OK) {
-        print_err(&err);
+        chat_print_err(&err);
         goto done;
     }
     app_load_warnings(stderr, PROG, &rep);
     if (src.preset[0])
         fprintf(stderr, PROG ": %s is a built-in architecture with random weights: expect noise\n", src.preset);
     g.max_new = max_new;
+    g.reserve = max_new >= 0 ? max_new : chat_default_reserve(ctx);
     g.so = o.so;
     if (!o.has_seed)
         g.so.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    g.interrupted = &g_interrupted;
+    g.interrupted = &chat_interrupted;
     if (src.tok && col_tok_eos_id(src.tok) >= 0)
         g.eos[g.neos++] = col_tok_eos_id(src.tok);
     if (mc->eos_id >= 0 && mc->eos_id < mc->vocab_size && (g.neos == 0 || g.eos[0] != mc->eos_id))
@@ -623,17 +449,17 @@ static int run_on(const options *opt, app_device *dev)
     g.stops = stops;
     g.strip_leading_space = chat && family == COL_CHAT_LLAMA2;
     if (chat && chat_conv_set_system(&conv, o.system, &err) != COL_OK) {
-        print_err(&err);
+        chat_print_err(&err);
         goto done;
     }
-    session s = {.g = &g, .conv = chat ? &conv : NULL, .dev = dev, .budget = budget};
+    chat_session s = {.g = &g, .conv = chat ? &conv : NULL, .dev = dev, .budget = budget, .stats = o.verbose};
     if (o.prompt || o.prompt_ids)
         rc = run_prompt(&s, &o, &err);
     else if (isatty(STDIN_FILENO)) {
         s.interactive = true;
-        rc = run_interactive(&s, &err);
+        rc = chat_run_interactive(&s, &err);
     } else
-        rc = run_piped(&s, &err);
+        rc = chat_run_piped(&s, &err);
     if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
         fprintf(stderr, PROG ": cannot write to stdout\n");
         rc = 1;
@@ -655,7 +481,7 @@ static int run(const options *o)
     col_err err = {0};
     int rc = app_device_open(&o->device, &dev, &err);
     if (rc != 0) {
-        print_err(&err);
+        chat_print_err(&err);
         return rc;
     }
     rc = run_on(o, &dev);
@@ -665,7 +491,7 @@ static int run(const options *o)
 
 int main(int argc, char **argv)
 {
-    col_proc_setup(argv);
+    col_proc_setup_decode(argv);
     options o;
     parse_options(argc, argv, &o);
     int rc = run(&o);

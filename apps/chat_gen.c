@@ -4,12 +4,14 @@
  * context (see chat.h). */
 #include "chat.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "stopstr.h"
 #include "termsafe.h"
+#include "timer.h"
 
 col_status chat_engine_init(chat_engine *g, col_lm_trainer *tr, const col_tokenizer *tok, int vocab, int ctx,
                             col_err *err)
@@ -24,6 +26,12 @@ col_status chat_engine_init(chat_engine *g, col_lm_trainer *tr, const col_tokeni
     if (!g->cache)
         return col_err_set(err, COL_ENOMEM, "out of memory");
     return col_sampler_init(&g->sampler, vocab, err);
+}
+
+int chat_default_reserve(int ctx)
+{
+    int r = ctx / 4 < 256 ? ctx / 4 : 256;
+    return r > 0 ? r : 1;
 }
 
 void chat_engine_free(chat_engine *g)
@@ -136,10 +144,11 @@ static col_status feed(chat_engine *g, const int32_t *ids, int n, const float **
 col_status chat_generate(chat_engine *g, const int32_t *prompt, int n, FILE *out, chat_reply *r, col_err *err)
 {
     memset(r, 0, sizeof *r);
-    if (n < 1 || n + g->max_new > g->ctx)
+    if (n < 1 || n >= g->ctx || (g->max_new >= 0 && n + g->max_new > g->ctx))
         return col_err_set(err, COL_EINVAL, "a prompt of %d tokens and %d new tokens do not fit the context of %d",
-                           n, g->max_new, g->ctx);
-    r->ids = malloc(sizeof *r->ids * ((size_t)g->max_new + 1));
+                           n, g->max_new >= 0 ? g->max_new : 1, g->ctx);
+    int max_new = g->max_new >= 0 ? g->max_new : g->ctx - n;
+    r->ids = malloc(sizeof *r->ids * ((size_t)max_new + 1));
     if (!r->ids)
         return col_err_set(err, COL_ENOMEM, "out of memory");
     /* keep the cache when the prompt extends what it holds (the next turn of a conversation) */
@@ -152,12 +161,14 @@ col_status chat_generate(chat_engine *g, const int32_t *prompt, int n, FILE *out
         st = col_lm_trainer_decode_reset(g->tr, g->ctx, err);
     }
     const float *logits = NULL;
+    double t0 = col_seconds();
     if (st == COL_OK)
         st = feed(g, prompt + start, n - start, &logits, err);
+    double t1 = col_seconds();
     stream_t s = {.out = g->tok ? out : NULL, .tty = g->tok && out && isatty(fileno(out))};
     bool oom = false;
     r->finish = CHAT_FINISH_LENGTH;
-    for (int k = 0; k < g->max_new && st == COL_OK; k++) {
+    for (int k = 0; k < max_new && st == COL_OK; k++) {
         if (g->interrupted && *g->interrupted) {
             r->finish = CHAT_FINISH_INTERRUPT;
             break;
@@ -182,9 +193,12 @@ col_status chat_generate(chat_engine *g, const int32_t *prompt, int n, FILE *out
             st = col_err_set(err, COL_ENOMEM, "out of memory");
             break;
         }
-        if (k + 1 < g->max_new)
+        if (k + 1 < max_new)
             st = feed(g, &id, 1, &logits, err);
     }
+    r->nprompt = n - start;
+    r->prompt_s = t1 - t0;
+    r->gen_s = col_seconds() - t1;
     if (st == COL_OK && r->finish != CHAT_FINISH_STOP && s.pending.n > 0) /* no stop string came: it is text */
         oom = !emit(g, &s, s.pending.p, s.pending.n);
     if (s.out && s.tty)
@@ -210,8 +224,36 @@ col_status chat_encode(const chat_engine *g, const char *text, unsigned flags, i
     col_status st = col_tok_encode_ex(g->tok, text, strlen(text), flags, ids, &m, err);
     if (st != COL_OK)
         return st;
-    *n = m > (size_t)g->ctx ? g->ctx + 1 : (int)m;
+    if (m > INT_MAX) {
+        free(*ids);
+        *ids = NULL;
+        return col_err_set(err, COL_EINVAL, "the text is more than %d tokens", INT_MAX);
+    }
+    *n = (int)m;
     return COL_OK;
+}
+
+col_status chat_complete(chat_engine *g, const char *text, FILE *out, chat_reply *r, col_err *err)
+{
+    int32_t *ids = NULL;
+    int n = 0;
+    memset(r, 0, sizeof *r);
+    col_status st = chat_encode(g, text, COL_TOK_ADD_SPECIAL | COL_TOK_PARSE_SPECIAL, &ids, &n, err);
+    if (st != COL_OK)
+        return st;
+    int keep = g->ctx - g->reserve, bos = n > 0 && ids[0] == col_tok_bos_id(g->tok) ? 1 : 0;
+    if (n < 1) {
+        st = col_err_set(err, COL_EINVAL, "the text gives no tokens: nothing to continue");
+    } else if (n > keep) {
+        fprintf(stderr, "colossal-chat: the text is %d tokens, more than the context of %d leaves with %d for the "
+                        "reply: completing its last %d tokens\n", n, g->ctx, g->reserve, keep - bos);
+        memmove(ids + bos, ids + n - (keep - bos), sizeof *ids * (size_t)(keep - bos));
+        n = keep;
+    }
+    if (st == COL_OK)
+        st = chat_generate(g, ids, n, out, r, err);
+    free(ids);
+    return st;
 }
 
 /* ---- conversations ---- */
@@ -289,6 +331,52 @@ static col_status conv_encode(const chat_engine *g, const chat_conv *c, int32_t 
     return st;
 }
 
+/* Cuts the start of the newest message until the conversation leaves g->reserve tokens for the reply (a binary
+ * search over its character boundaries). Returns false when even the empty message does not fit. */
+static bool conv_keep_end(const chat_engine *g, chat_conv *c, int32_t **ids, int *n, col_status *st, col_err *err)
+{
+    char *msg = (char *)c->msgs[c->n - 1].content;
+    size_t len = strlen(msg), lo = 0, hi = len, best = SIZE_MAX;
+    int full = *n;
+    while (lo <= hi && *st == COL_OK) {
+        size_t mid = lo + (hi - lo) / 2, cut = mid;
+        while (cut < len && ((unsigned char)msg[cut] & 0xC0) == 0x80) /* a character boundary */
+            cut++;
+        c->msgs[c->n - 1].content = msg + cut;
+        int32_t *t;
+        int k;
+        if ((*st = conv_encode(g, c, &t, &k, err)) != COL_OK)
+            break;
+        free(t);
+        if (k + g->reserve <= g->ctx) {
+            best = cut;
+            if (mid == 0)
+                break;
+            hi = mid - 1;
+        } else {
+            lo = cut + 1;
+        }
+    }
+    c->msgs[c->n - 1].content = msg;
+    if (*st != COL_OK || best == SIZE_MAX)
+        return false;
+    size_t chars = 0, all = 0;
+    for (size_t i = 0; i < len; i++)
+        if (((unsigned char)msg[i] & 0xC0) != 0x80) {
+            all++;
+            chars += i >= best;
+        }
+    memmove(msg, msg + best, len - best + 1);
+    free(*ids);
+    *ids = NULL;
+    if ((*st = conv_encode(g, c, ids, n, err)) != COL_OK)
+        return false;
+    fprintf(stderr, "colossal-chat: the message is %d tokens with the template, more than the context of %d leaves "
+                    "with %d for the reply: keeping its last %zu of %zu characters\n", full, g->ctx, g->reserve,
+            chars, all);
+    return true;
+}
+
 col_status chat_turn(chat_engine *g, chat_conv *c, const char *user, FILE *out, chat_reply *r, bool *skipped,
                      col_err *err)
 {
@@ -302,22 +390,23 @@ col_status chat_turn(chat_engine *g, chat_conv *c, const char *user, FILE *out, 
     for (;;) {
         if ((st = conv_encode(g, c, &ids, &n, err)) != COL_OK)
             break;
-        if (n + g->max_new <= g->ctx)
+        if (n + g->reserve <= g->ctx)
             break;
-        free(ids);
-        ids = NULL;
         if (c->n >= 3) { /* user, assistant, ..., user: drop the oldest pair */
+            free(ids);
+            ids = NULL;
             if (!c->told_drop)
                 fprintf(stderr, "colossal-chat: the conversation no longer fits the context of %d tokens "
-                                "(with %d for the reply): dropping the oldest turns\n", g->ctx, g->max_new);
+                                "(with %d for the reply): dropping the oldest turns\n", g->ctx, g->reserve);
             c->told_drop = true;
             conv_drop_first(c, 2);
             continue;
         }
-        fprintf(stderr, "colossal-chat: this message does not fit: %s%d tokens with the template%s, plus "
-                        "--max-new-tokens %d, exceed the context of %d; shorten it, lower --max-new-tokens or raise "
-                        "--ctx (skipped)\n", n > g->ctx ? "more than " : "", n > g->ctx ? g->ctx : n,
-                c->system ? " and the system prompt" : "", g->max_new, g->ctx);
+        if (conv_keep_end(g, c, &ids, &n, &st, err) || st != COL_OK)
+            break;
+        fprintf(stderr, "colossal-chat: this message does not fit: the template%s alone, with %d tokens for the "
+                        "reply, exceeds the context of %d; shorten the system prompt, lower --max-new-tokens or "
+                        "raise --ctx (skipped)\n", c->system ? " and the system prompt" : "", g->reserve, g->ctx);
         *skipped = true;
         break;
     }

@@ -41,14 +41,12 @@ typedef struct {
     const char *train_only;                /* the first training option given (refused without --train) */
 } diffuse_opts;
 
-/* Parses the command line. Returns 0 (run), 1 (--help: printed to stdout),
+/* Parses the command line. Returns 0 (run), 1 (--help or --version: printed to stdout),
  * or 2 with one line in msg (n bytes) saying what is wrong. */
 int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n);
 void diffuse_usage(FILE *f);
-/* The option parsers' pieces (diffuse_opts.c), shared with diffuse_train_opts.c: a message into msg (n bytes)
- * returning 2; an integer in lo..hi; a finite number in [lo, hi]. */
-int diffuse_bad(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-bool diffuse_to_ll(const char *s, long long lo, long long hi, long long *v);
+/* The option parsers' pieces (diffuse_opts.c), shared with diffuse_train_opts.c (besides cliopt.h's cli_bad and
+ * cli_to_ll): a finite number in [lo, hi]. */
 bool diffuse_to_num(const char *s, double lo, double hi, float *v);
 /* The scheduler names --scheduler takes, NULL-terminated. */
 extern const char *const diffuse_schedulers[];

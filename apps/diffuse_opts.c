@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cliopt.h"
 #include "diffuse.h"
 
 const char *const diffuse_schedulers[] = {"ddim", "pndm", "euler", "euler-a", "dpm++2m", "dpm++2m-karras", "lcm", "ddpm", NULL};
@@ -41,27 +42,10 @@ void diffuse_usage(FILE *f)
             "                        (a single file's is the CLIP tokenizer colossal carries)\n"
             "      --force           replace an existing --out file that colossal-diffuse did not write\n"
             "  -q, --quiet           no progress bar\n"
-            "%s%s%s",
-            DF_MAX_LORA, diffuse_train_help, app_device_help, mem_opts_help);
-}
-
-int diffuse_bad(char *msg, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, n, fmt, ap);
-    va_end(ap);
-    return 2;
-}
-
-bool diffuse_to_ll(const char *s, long long lo, long long hi, long long *v)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || errno || x < lo || x > hi) return false;
-    *v = x;
-    return true;
+            "%s%s%s"
+            "  -h, --help            print this help and exit; --version: print the version and exit\n"
+            "%s",
+            DF_MAX_LORA, diffuse_train_help, app_device_help, mem_opts_help, cli_exit_help);
 }
 
 bool diffuse_to_num(const char *s, double lo, double hi, float *v)
@@ -73,8 +57,8 @@ bool diffuse_to_num(const char *s, double lo, double hi, float *v)
     return true;
 }
 
-#define bad diffuse_bad
-#define to_int diffuse_to_ll
+#define bad cli_bad
+#define to_int cli_to_ll
 static bool to_float(const char *s, float *v) { return diffuse_to_num(s, -1e6, 1e6, v); }
 
 static bool parse_size(const char *s, int *w, int *h)
@@ -96,7 +80,7 @@ static bool parse_size(const char *s, int *w, int *h)
 int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n)
 {
     enum { O_NEG = 256, O_STEPS, O_CFG, O_SEED, O_SIZE, O_BATCH, O_SCHED, O_INIT, O_STRENGTH, O_MASK, O_LORA, O_RNG,
-           O_DEVICE, O_FORCE, O_TOK, O_MEM /* + index in mem_opt_names */, O_TRAIN = O_MEM + 16 /* + k */ };
+           O_DEVICE, O_FORCE, O_TOK, O_VERSION, O_MEM /* + index in mem_opt_names */, O_TRAIN = O_MEM + 16 /* + k */ };
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'}, {"negative", required_argument, 0, O_NEG},
         {"steps", required_argument, 0, O_STEPS}, {"cfg", required_argument, 0, O_CFG},
@@ -106,6 +90,7 @@ int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n)
         {"mask", required_argument, 0, O_MASK}, {"lora", required_argument, 0, O_LORA},
         {"rng", required_argument, 0, O_RNG}, {"device", required_argument, 0, O_DEVICE},
         {"force", no_argument, 0, O_FORCE}, {"tokenizer", required_argument, 0, O_TOK}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, O_VERSION},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
         {"nvme-max", required_argument, 0, O_MEM + 4}, {"nvme-kinds", required_argument, 0, O_MEM + 5},
@@ -201,11 +186,15 @@ int diffuse_parse(int argc, char **argv, diffuse_opts *o, char *msg, size_t n)
         case O_TOK: o->tokenizer = optarg; break;
         case 'q': o->quiet = true; break;
         case 'h': diffuse_usage(stdout); return 1;
+        case O_VERSION: cli_print_version(DIFFUSE_PROG); return 1;
         case O_MEM: case O_MEM + 1: case O_MEM + 2: case O_MEM + 3: case O_MEM + 4: case O_MEM + 5: case O_MEM + 6:
             if (mem_opt_set(&o->mem, mem_opt_names[c - O_MEM], optarg, msg, n) != 1) return 2;
             break;
         case ':': return bad(msg, n, "option '%s' needs a value", argv[optind - 1]);
-        default: return bad(msg, n, "unknown option '%s'", argv[optind - 1]);
+        default: {
+            char line[512];
+            return bad(msg, n, "%s", cli_unknown_option(argv[optind - 1], opts, line, sizeof line));
+        }
         }
     }
     if (o->train) return diffuse_train_finish(argc, argv, optind, o, msg, n);

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@
 #include "dm_vae.h"
 #include "outdir.h"
 #include "statpub.h"
+#include "train_log.h"
 #include "sd_model.h"
 #include "sd_train.h"
 #include "textio.h"
@@ -55,6 +57,8 @@ typedef struct {
     sd_trainer *tr;
     uint64_t seed;
     char model_abs[PATH_MAX], images_abs[PATH_MAX], class_abs[PATH_MAX];
+    train_log log;  /* metrics.jsonl and loss.png (train_log.h) */
+    bool logging;
 } run;
 
 static int fail(const col_err *e)
@@ -329,6 +333,8 @@ static col_status save(run *r, col_err *err)
     snprintf(p, sizeof p, "%s/" OPT_FILE, stage);
     if (st == COL_OK) st = dm_trainer_save_optimizer(sd_train_session(r->tr), p, err);
     if (st == COL_OK) st = write_state(r, stage, err);
+    snprintf(p, sizeof p, "%s/loss.png", stage);
+    if (st == COL_OK && r->logging) st = train_log_plot(&r->log, p, err);
     if (st == COL_OK) st = col_outdir_commit(r->od, err);
     if (st != COL_OK) col_outdir_abort(r->od);
     return st;
@@ -347,7 +353,8 @@ static int check_out(run *r)
     if (ours || !exists(dir)) return 0;
     DIR *d = opendir(dir);
     int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    for (struct dirent *e; d && (e = readdir(d));) /* (metrics.jsonl: a run stopped before its first save) */
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "metrics.jsonl");
     if (d) closedir(d);
     if (n) return fail_line("--out %s is not empty and is not a colossal-diffuse training output: choose another folder", dir);
     return 0;
@@ -434,6 +441,16 @@ static int train(run *r)
         app_stats_update(stats, dm_trainer_pool(t), NULL, 0, &r->dev, o->mem.cpu_mem, o->mem.gpu_mem);
         app_stats_step(stats, info.step, o->steps, loss, col_seconds() - ts);
         ts = col_seconds();
+        /* metrics.jsonl, from the first step done on (a resume keeps the saved steps' lines) */
+        train_log_step ls = {.step = info.step, .loss = loss, .lr = info.lr, .grad_norm = info.grad_norm,
+                             .tokens_per_s = NAN, .elapsed_s = col_seconds() - t0, .no_mem = true};
+        if (!r->logging &&
+            (st = train_log_open(&r->log, col_outdir_path(r->od), o->resume, start, false, NAN, &err)) == COL_OK)
+            r->logging = true;
+        if (st != COL_OK || train_log_step_done(&r->log, &ls, &err) != COL_OK) {
+            rc = fail(&err);
+            break;
+        }
         if (!o->quiet)
             fprintf(stderr, "step %" PRId64 "/%d  loss %.5f  lr %.3g  grad norm %.4g  %.2f s/step\n", info.step, o->steps,
                     (double)loss, (double)info.lr, info.grad_norm, (col_seconds() - t0) / (double)(s - start + 1));
@@ -532,6 +549,9 @@ int diffuse_train(diffuse_opts *o)
     int rc = setup(&r);
     if (!rc) rc = train(&r);
     if (!rc) printf("%s\n", col_outdir_path(r.od));
+    col_err ignored;
+    if (r.logging)
+        train_log_close(&r.log, &ignored);
     sd_train_free(r.tr);
     app_device_close(&r.dev);
     col_outdir_close(r.od);

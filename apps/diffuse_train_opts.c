@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cliopt.h"
 #include "diffuse.h"
 
 const char *const diffuse_train_opt_names[DF_TRAIN_NOPTS] = {
@@ -45,8 +46,8 @@ void diffuse_train_defaults(diffuse_opts *o)
     o->grad_accum = 1;
 }
 
-#define bad diffuse_bad
-#define to_ll diffuse_to_ll
+#define bad cli_bad
+#define to_ll cli_to_ll
 #define to_num diffuse_to_num
 
 int diffuse_train_opt(diffuse_opts *o, int k, const char *arg, char *msg, size_t n)

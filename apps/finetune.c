@@ -25,7 +25,6 @@
 #include "memwatch.h"
 #include "mt_resident.h"
 #include "mt_stats.h"
-#include "statpub.h"
 #include "outdir.h"
 #include "lm_pipeline.h"
 #include "procsetup.h"
@@ -119,7 +118,9 @@ static col_status save(run *r, bool final, col_err *err)
         st = col_lm_trainer_save_optimizer(r->tr, stage, err);
     if (st == COL_OK && leader &&
         (st = col_lm_source_copy_tokenizer(&r->src, stage, err)) == COL_OK &&
-        (st = ft_state_write(stage, &r->o, &r->state, err)) == COL_OK)
+        (st = ft_log_save(r, stage, err)) == COL_OK &&
+        (!r->write_chat || (st = col_lm_source_write_chat_template(&r->src, stage, r->chat_family, err)) == COL_OK) &&
+        (st = ft_state_write(stage, &r->o, &r->state, ft_log_history(r), err)) == COL_OK)
         st = col_outdir_commit(r->od, err);
     if (st != COL_OK && leader)
         col_outdir_abort(r->od); /* a stage that could not be put in place is kept (the message says where) */
@@ -153,6 +154,9 @@ static col_status open_data(run *r, col_err *err)
         return col_err_set(err, COL_EUNSUPPORTED, "the model's chat template is not one colossal knows (%s); choose "
                            "the format of the chat data with --template llama2|llama3|chatml|plain",
                            r->src.chat_unknown);
+    /* the output, a chat model now, names its template (unless the model's own, kept as it is, was used) */
+    r->chat_family = fam;
+    r->write_chat = st == COL_OK && col_dataset_is_chat_path(o->data) && !(r->src.has_chat && r->src.chat == fam);
     if (st == COL_OK && o->rl.method != COL_RLM_SFT)
         return ft_rl_open_data(r, fam, err);
     col_chat_sft *sft = NULL;
@@ -273,31 +277,7 @@ static col_status sample(run *r, char **text, col_err *err)
     return st;
 }
 
-static void fmt_secs(double s, char *buf, size_t n)
-{
-    if (!isfinite(s) || s < 0)
-        snprintf(buf, n, "?");
-    else if (s < 60)
-        snprintf(buf, n, "%.0fs", s);
-    else if (s < 3600)
-        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else
-        snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
-}
-
-static void fmt_bytes(double b, char *buf, size_t n)
-{
-    if (b < 1e6)
-        snprintf(buf, n, "%.0fK", b / 1e3);
-    else if (b < 1e9)
-        snprintf(buf, n, "%.1fM", b / 1e6);
-    else
-        snprintf(buf, n, "%.2fG", b / 1e9);
-}
-
-/* a line above the live progress line (or a plain line) */
-static void say(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(run *r, const char *fmt, ...)
+void ft_say(run *r, const char *fmt, ...)
 {
     if (r->o.quiet || r->o.json)
         return;
@@ -342,87 +322,6 @@ static void json_event(const char *key, double step, const char *skey, const cha
     cJSON_Delete(j);
 }
 
-static void progress(run *r, const col_lm_step_info *info, double tok_s, double elapsed)
-{
-    const ft_opts *o = &r->o;
-    /* what this step wrote to NVMe (SSD endurance is a cost): includes any save since the last step */
-    uint64_t nvme_total = mt_nvme_bytes_written(col_lm_trainer_pool(r->tr)), nvme_step = nvme_total - r->nvme_written;
-    r->nvme_written = nvme_total;
-    if (o->json) {
-        /* %.9g: the float loss exactly, so runs can be compared bit for bit */
-        printf("{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tok_per_s\":%.1f,\"elapsed_s\":%.3f,"
-               "\"compute_s\":%.4f,\"wait_s\":%.4f,\"optim_s\":%.4f,\"nvme_written\":%llu,\"loss_scale\":%.9g,"
-               "\"skipped\":%lld}\n",
-               (long long)info->step, info->loss, info->lr, info->grad_norm, tok_s, elapsed, info->compute_s,
-               info->wait_s, info->optim_s, (unsigned long long)nvme_step, info->loss_scale,
-               (long long)info->skipped_total);
-        fflush(stdout);
-        return;
-    }
-    if (o->quiet)
-        return;
-    mt_pool_stats ms;
-    mt_stats(col_lm_trainer_pool(r->tr), &ms);
-    char eta[32], host[32], comp[96], nvme[32];
-    fmt_secs((double)(o->steps - info->step) * (elapsed / (double)(info->step - r->start_step)), eta, sizeof eta);
-    fmt_bytes((double)ms.host_bytes, host, sizeof host);
-    /* the compute tier: the activation arena, plus the chunk copies when it has a budget */
-    size_t compute = col_lm_trainer_arena_bytes(r->tr), on_nvme = 0;
-    mt_resident *ct = col_lm_trainer_compute_tier(r->tr);
-    if (ct) {
-        mt_resident_stats rs;
-        mt_resident_get_stats(ct, &rs);
-        compute = rs.peak;
-    }
-    for (int k = 0; k < MT_NKINDS; k++)
-        on_nvme += ms.bytes[k][MT_TIER_NVME];
-    fmt_bytes((double)compute, comp, sizeof comp);
-    fmt_bytes((double)on_nvme, nvme, sizeof nvme);
-    size_t dfree, dtotal; /* on a GPU: its memory in use (every process's) and its size, beside the compute tier's */
-    if (app_device_memory(&r->dev, &dfree, &dtotal)) {
-        char du[32], dt[32];
-        fmt_bytes((double)(dtotal - dfree), du, sizeof du);
-        fmt_bytes((double)dtotal, dt, sizeof dt);
-        size_t k = strlen(comp);
-        snprintf(comp + k, sizeof comp - k, " (%s %s/%s)", r->dev.name, du, dt);
-    }
-    if (r->tty) {
-        fprintf(stderr, "\r\033[Kstep %lld/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s  mem: compute %s host %s nvme %s",
-                (long long)info->step, o->steps, info->loss, info->lr, tok_s, eta, comp, host, nvme);
-        fflush(stderr);
-    } else {
-        int every = o->steps >= 20 ? o->steps / 20 : 1;
-        if (info->step % every == 0 || info->step == o->steps || info->step == 1)
-            say(r, "step %lld/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s  mem: compute %s host %s nvme %s",
-                (long long)info->step, o->steps, info->loss, info->lr, tok_s, eta, comp, host, nvme);
-    }
-}
-
-/* the run's statistics for colossal-top and --tui */
-static void publish(run *r, const col_lm_step_info *info, double tok_s, double step_s)
-{
-    if (!r->pub)
-        return;
-    mt_stats_data *d = r->sd;
-    mt_stats_fill_from_pool(d, col_lm_trainer_pool(r->tr));
-    ft_rl_publish(r, d); /* RLHF: each model's share, and the others' memory in the totals */
-    d->tier_used[MT_TIER_GPU] = col_lm_trainer_arena_bytes(r->tr);
-    d->tier_budget[MT_TIER_HOST] = r->o.mem.cpu_mem;
-    d->nvme_written = mt_nvme_bytes_written(col_lm_trainer_pool(r->tr));
-    d->link_bytes[MT_LINK_H2N] = d->nvme_written;
-    d->link_bytes[MT_LINK_N2H] = mt_nvme_bytes_read(col_lm_trainer_pool(r->tr));
-    app_stats_compute(d, &r->dev, col_lm_trainer_compute_tier(r->tr)); /* the device's memory, the compute tier */
-    d->step = info->step;
-    d->total_steps = r->o.steps;
-    d->tokens_per_s = tok_s;
-    mt_stats_push_loss(d, info->loss);
-    /* what the trainer did not count (data loading, evaluation, this) goes with compute */
-    double other = step_s - info->compute_s - info->wait_s - info->optim_s;
-    mt_stats_add_step_times(d, info->compute_s + (other > 0 ? other : 0), info->wait_s, info->optim_s);
-    ft_par_stats_step(&r->par, d);
-    mt_stats_publish(r->pub, d);
-}
-
 static int train(run *r)
 {
     ft_opts *o = &r->o;
@@ -432,11 +331,11 @@ static int train(run *r)
     /* generation under tensor parallelism: not with sequence parallelism yet (lm_trainer.h) */
     bool can_sample = !r->pipe && r->par.sp_size == 1;
     if (r->pipe && (o->eval_every > 0 || o->sample_every > 0 || o->val_percent > 0))
-        say(r, "note: a pipelined run (--pp) does not evaluate or sample yet: training only");
+        ft_say(r, "note: a pipelined run (--pp) does not evaluate or sample yet: training only");
     else if (!can_sample && o->sample_every > 0)
-        say(r, "note: --sample-every: generation does not run under --sp yet: no samples");
+        ft_say(r, "note: --sample-every: generation does not run under --sp yet: no samples");
     else if (!can_eval && o->val_percent > 0)
-        say(r, "note: the validation split is shorter than one batch of %d x %d tokens: no evaluation", o->batch, o->seq);
+        ft_say(r, "note: the validation split is shorter than one batch of %d x %d tokens: no evaluation", o->batch, o->seq);
     col_batch_state bs = o->resume[0] ? r->state.batches
                                       : col_batch_state_init(o->shuffle ? COL_BATCH_SHUFFLED : COL_BATCH_SEQUENTIAL,
                                                              o->seed);
@@ -444,6 +343,7 @@ static int train(run *r)
     double t_start = now();
     int rc = 0;
     r->start_step = ft_steps_done(r);
+    ft_log_start(r);
     /* SA_RESTART: a signal during a save must not turn a write into EINTR */
     struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND | SA_RESTART};
     sigemptyset(&sa.sa_mask);
@@ -467,17 +367,23 @@ static int train(run *r)
                              : col_lm_trainer_step(r->tr, r->ids, r->tg, &info, &err);
         }
         if (st != COL_OK) {
-            say(r, "%s", "");
+            ft_say(r, "%s", "");
             rc = fail_on(&r->par, &err);
             break;
         }
         r->state.batches = bs;
         double t = now();
-        progress(r, &info, tokens / (t - t_step), t - t_start);
-        publish(r, &info, tokens / (t - t_step), t - t_step);
-        if (rl_line[0] && !r->tty && (info.step % (o->steps >= 20 ? o->steps / 20 : 1) == 0 || info.step == 1 ||
+        ft_progress(r, &info, tokens / (t - t_step), t - t_start);
+        if (ft_log_step(r, &err) != COL_OK) {
+            ft_say(r, "%s", "");
+            col_err_prefix(&err, "the run's log");
+            rc = fail_on(&r->par, &err);
+            break;
+        }
+        ft_publish(r, &info, tokens / (t - t_step), t - t_step);
+        if (rl_line[0] && !r->tty && (info.step % ft_log_every(o) == 0 || info.step == 1 ||
                                       info.step == o->steps))
-            say(r, "  %s", rl_line);
+            ft_say(r, "  %s", rl_line);
         if (r->tui) {
             mt_stats_pub_snapshot(r->pub, r->snap);
             if (top_tui_show(r->tui, r->snap))
@@ -493,16 +399,21 @@ static int train(run *r)
                 rc = fail_on(&r->par, &err);
                 break;
             }
+            if (ft_log_eval(r, s, r->rl ? ev.loss : vl, &err) != COL_OK) {
+                ft_say(r, "%s", "");
+                rc = fail_on(&r->par, &err);
+                break;
+            }
             if (r->rl && o->json)
                 printf("{\"step\":%lld,\"val_loss\":%.9g,\"val_margin\":%.9g,\"val_accuracy\":%.9g}\n", (long long)s,
                        ev.loss, ev.margin, ev.accuracy);
             else if (r->rl)
-                say(r, "step %lld: held-out pairs: loss %.4f  margin %.4f  accuracy %.2f (%d batches)", (long long)s,
+                ft_say(r, "step %lld: held-out pairs: loss %.4f  margin %.4f  accuracy %.2f (%d batches)", (long long)s,
                     ev.loss, ev.margin, ev.accuracy, ev.batches);
             else if (o->json)
                 json_event("step", (double)s, NULL, NULL, "val_loss", vl);
             else
-                say(r, "step %lld: validation loss %.4f (%d batches)", (long long)s, vl, nb);
+                ft_say(r, "step %lld: validation loss %.4f (%d batches)", (long long)s, vl, nb);
         }
         if (o->sample_every > 0 && (s % o->sample_every == 0 || s == o->steps) && r->src.tok && can_sample &&
             o->rl.method != COL_RLM_RM) {
@@ -531,7 +442,7 @@ static int train(run *r)
         if (last || (o->save_every > 0 && s % o->save_every == 0)) {
             mw_enter(&r->mw, MW_SAVE);
             if (save(r, s == o->steps, &err) != COL_OK) {
-                say(r, "%s", "");
+                ft_say(r, "%s", "");
                 col_err_prefix(&err, "saving step %lld", (long long)s);
                 rc = fail_on(&r->par, &err);
                 break;
@@ -546,7 +457,7 @@ static int train(run *r)
         r->o.quiet = r->quiet_saved;
     }
     if (rc == 0 && g_interrupted) {
-        say(r, "%s", "");
+        ft_say(r, "%s", "");
         if (ft_par_leader(&r->par))
             fprintf(stderr, "colossal-finetune: interrupted: step %lld saved in %s; continue with --resume %s\n",
                 (long long)ft_steps_done(r), o->out, o->out);
@@ -555,11 +466,12 @@ static int train(run *r)
     if (rc == 0 && !o->quiet && !o->json) {
         if (r->tty)
             fputc('\n', stderr);
-        printf("done: %lld steps in %.1f s; the model is in %s/\n", (long long)ft_steps_done(r),
+        /* what this process did (a resumed run counts from where it started) */
+        printf("done: %lld steps in %.1f s; the model is in %s/\n", (long long)(ft_steps_done(r) - r->start_step),
                now() - r->t0, o->out);
         if (r->src.tok)
             printf("talk to it: colossal-chat %s%s\n", o->out,
-                   r->src.has_chat || o->chat_template[0] ? ""
+                   r->src.has_chat || r->write_chat ? ""
                    : o->embedded                          ? " --prompt \"And God said\""
                                                           : " --prompt \"...\"");
     }
@@ -585,6 +497,9 @@ static void cleanup(run *r)
     ft_par_close(&r->par);
     free(r->ids);
     free(r->tg);
+    col_err ignored;
+    if (r->logging)
+        train_log_close(&r->log, &ignored);
     col_outdir_close(r->od);
     ft_free(&r->o);
 }
@@ -747,33 +662,33 @@ int main(int argc, char **argv)
             free(sp);
             trained = total;
         }
-        say(&r, "model: %s (%s, %d layers, width %d, %.2fM parameters, %.2fM trained%s)", o->model,
+        ft_say(&r, "model: %s (%s, %d layers, width %d, %.2fM parameters, %.2fM trained%s)", o->model,
             col_arch_name(c->arch), c->n_layer, c->hidden, total / 1e6, trained / 1e6,
             o->lora_rank ? " by LoRA" : r.src.weights || o->resume[0] ? "" : ", from scratch");
         if (r.par.size > 1 && r.par.tp_size * r.par.sp_size > 1) {
             char pp[64] = "";
             if (r.par.pp_size > 1)
                 snprintf(pp, sizeof pp, " x %d pipeline stages (%d micro-batches)", r.par.pp_size, o->micro_batches);
-            say(&r, "%d processes: %d data parallel (ZeRO %d) x %d tensor parallel (%s) x %d sequence parallel (%s)%s",
+            ft_say(&r, "%d processes: %d data parallel (ZeRO %d) x %d tensor parallel (%s) x %d sequence parallel (%s)%s",
                 r.par.size, r.par.dp_size, o->zero, r.par.tp_size, col_tp_mode_name(o->tp_mode), r.par.sp_size,
                 col_sp_mode_name(o->sp_mode), pp);
         }
         else if (r.par.size > 1)
-            say(&r, "%d processes: %d data parallel (ZeRO %d) x %d pipeline stages (%d micro-batches)", r.par.size,
+            ft_say(&r, "%d processes: %d data parallel (ZeRO %d) x %d pipeline stages (%d micro-batches)", r.par.size,
                 r.par.dp_size, o->zero, r.par.pp_size, o->micro_batches);
         if (r.rl)
-            say(&r, "data: %s: %lld examples for --method %s; %d rows of %d tokens per step, %s", o->data,
+            ft_say(&r, "data: %s: %lld examples for --method %s; %d rows of %d tokens per step, %s", o->data,
                 (long long)r.state.data_tokens, col_rl_method_name(o->rl.method), ft_rl_rows(o), o->seq,
                 o->shuffle ? "shuffled" : "in order");
         else
-            say(&r, "data: %s: %zu tokens, %zu for training; batch %d x %d%s, %s", o->data, col_dataset_n_tokens(r.ds),
+            ft_say(&r, "data: %s: %zu tokens, %zu for training; batch %d x %d%s, %s", o->data, col_dataset_n_tokens(r.ds),
                 col_dataset_n_train(r.ds), o->batch, o->seq, o->grad_accum > 1 ? " with accumulation" : "",
                 o->shuffle ? "shuffled" : "in order");
-        say(&r, "%s; %s to %d steps into %s/", r.dev.desc, o->resume[0] ? "resuming" : "training", o->steps, o->out);
+        ft_say(&r, "%s; %s to %d steps into %s/", r.dev.desc, o->resume[0] ? "resuming" : "training", o->steps, o->out);
         if (r.dev.note[0])
-            say(&r, "note: %s", r.dev.note);
+            ft_say(&r, "note: %s", r.dev.note);
         if (budget_line[0])
-            say(&r, "%s", budget_line);
+            ft_say(&r, "%s", budget_line);
     }
     if (mt_stats_create("colossal-finetune", &r.pub, &err) == COL_OK) {
         r.sd = calloc(1, sizeof *r.sd);
@@ -783,7 +698,7 @@ int main(int argc, char **argv)
         else
             mt_stats_destroy(r.pub), r.pub = NULL;
     } else {
-        say(&r, "note: no statistics for colossal-top (%s)", err.msg);
+        ft_say(&r, "note: no statistics for colossal-top (%s)", err.msg);
         r.pub = NULL;
     }
     col_err_clear(&err);

@@ -20,6 +20,7 @@
 #include "lm_trainer.h"
 #include "optim.h"
 #include "rlhf_rollout.h"
+#include "train_log.h"
 
 enum { FT_MAX_ARGS = 96 };
 
@@ -85,6 +86,7 @@ typedef struct {
     double comm_timeout;         /* seconds */
     /* output */
     bool json, quiet, overwrite, tui;
+    bool tensorboard;            /* --tensorboard: TensorBoard event files in OUT/runs/ */
     ft_rl_opts rl;               /* --method and its options */
     /* the options as given (name, value) - what a resumed run replays */
     int nargs;
@@ -224,16 +226,19 @@ typedef struct {
  * state into *s) with the runtime options o was given on top; false with
  * err set (COL_EINVAL when an option given may not change on resume). */
 bool ft_resume_options(ft_opts *o, ft_state *s, col_err *err);
-/* Writes dir/trainer_state.json: the state plus the options to replay. */
-col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, col_err *err);
+/* Writes dir/trainer_state.json: the state plus the options to replay, and log_history (transformers' list of
+ * logged steps and evaluations, train_log.h; taken over and freed; NULL: an empty list) beside global_step,
+ * max_steps and logging_steps as transformers' TrainerState names them. */
+col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, cJSON *log_history, col_err *err);
 /* Reads dir/trainer_state.json into *s and replays its options into *o
  * (which holds the defaults). */
 col_status ft_state_read(const char *dir, ft_opts *o, ft_state *s, col_err *err);
 /* The same on the file's text (len bytes; path names it in messages). */
 col_status ft_state_parse(const char *text, size_t len, const char *path, ft_opts *o, ft_state *s, col_err *err);
 /* The output directory must be ours to replace: absent, empty, or an
- * earlier colossal-finetune output (then only with --resume or --overwrite;
- * the user's own files in it are kept, outdir.h). */
+ * earlier colossal-finetune output (then only with --resume or --overwrite, or
+ * for the embedded default one that trained no further than it would; the
+ * user's own files in it are kept, outdir.h). */
 bool ft_check_out(const ft_opts *o, col_err *err);
 
 /* ---- finetune.c and finetune_session.c: a run ---- */
@@ -261,7 +266,37 @@ typedef struct ft_run {
     memwatch mw;            /* peak resident memory per phase, against the budgets' bound */
     ft_par par;             /* the run's processes (mpirun, srun); one without a launcher */
     ft_rl *rl;              /* --method other than sft: the method's data and models (finetune_rl.c) */
+    train_log log;          /* metrics.jsonl, --tensorboard, loss.png (process 0 of a training run) */
+    bool logging;           /* log is open */
+    int cols;               /* the live line's width (0: to be asked) */
+    train_log_step last;    /* the figures of the last progress line, which ft_log_step records */
+    bool write_chat;        /* the data is chat, rendered with chat_family, which the model's tokenizer_config.json
+                               does not name: the output's tokenizer_config.json gets it (save) */
+    col_chat_family chat_family;
 } ft_run;
+
+/* A line above the live progress line (or a plain line on stdout); nothing with --quiet or --json. */
+void ft_say(ft_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- finetune_log.c: what a step shows and records ---- */
+/* The steps between two plain progress lines (not on a terminal), which are also transformers' logging_steps in
+ * log_history: steps/20, at least 1. */
+static inline int ft_log_every(const ft_opts *o) { return o->steps >= 20 ? o->steps / 20 : 1; }
+/* The step's progress: a JSON line (--json), the live line fitted to the terminal, or a plain line every
+ * steps/20 steps; with --tui the same line under the view. */
+void ft_progress(ft_run *r, const col_lm_step_info *info, double tok_s, double elapsed);
+/* The run's statistics for colossal-top and --tui. */
+void ft_publish(ft_run *r, const col_lm_step_info *info, double tok_s, double step_s);
+/* Before the first step: the live line's resize handler. */
+void ft_log_start(ft_run *r);
+/* Records a step (after ft_progress, whose figures it logs; before ft_publish) and an evaluation, on process 0.
+ * The first step opens metrics.jsonl (and --tensorboard's events) in --out, the history resumed from it and put
+ * into the loss ring (--tui's sparkline). */
+col_status ft_log_step(ft_run *r, col_err *err);
+col_status ft_log_eval(ft_run *r, int64_t step, double eval_loss, col_err *err);
+/* Into a save's stage dir: loss.png; and transformers' log_history for trainer_state.json (NULL without logs). */
+col_status ft_log_save(ft_run *r, const char *stage, col_err *err);
+cJSON *ft_log_history(const ft_run *r);
 
 /* The training session of the run (finetune_session.c): the options as a trainer configuration, the session
  * made (with --pp this process's stages of a pipeline) and filled from MODEL's weights or the run resumed. */

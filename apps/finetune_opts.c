@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cliopt.h"
 #include "finetune.h"
 
 typedef struct {
@@ -42,7 +43,8 @@ static const ft_optdef optdefs[] = {
     {"micro-batches", true, false}, {"comm-timeout", true, true}, {"virtual-stages", true, false},
     {"tp", true, false},          {"tp-mode", true, false},      {"tp-depth", true, false},
     {"sp", true, false},          {"sp-mode", true, false},      {"parallel", true, false},
-    {"plan-only", false, true},    {"tp-seq-split", false, false},
+    {"plan-only", false, true},    {"tp-seq-split", false, false}, {"version", false, true},
+    {"tensorboard", false, true},
 };
 
 /* The compute precision when --precision is not given. On the CPU backend f32: bf16 measured 5-10% slower per
@@ -58,7 +60,8 @@ void ft_usage(FILE *f)
         "       colossal-finetune --resume DIR\n"
         "Trains a language model and writes it as a Hugging Face model directory.\n"
         "With no MODEL: the embedded default, a small byte-level GPT trained from scratch on the bundled\n"
-        "King James Bible for about 3 minutes, written to colossal-default/ (replacing an earlier one).\n"
+        "King James Bible for about 3 minutes, written to colossal-default/ (replacing an earlier one, unless\n"
+        "that one trained further than this run would: then only with --overwrite).\n"
         "\n"
         "MODEL  a Hugging Face model directory (config.json, model.safetensors or pytorch_model.bin, tokenizer\n"
         "       files), a hub id (org/name) already in the Hugging Face cache, or an architecture trained from\n"
@@ -69,11 +72,14 @@ void ft_usage(FILE *f)
         "       .gz, .xz and .zst files are read directly\n"
         "\n"
         "  --out DIR              where the model goes (default finetune-out); written whole at each save\n"
-        "  --resume DIR           continue a run saved in DIR exactly where it stopped\n"
+        "  --resume DIR           continue a run saved in DIR exactly where it stopped; with --steps N above the\n"
+        "                         run's own, a finished or unfinished run goes on to N steps (the schedule is\n"
+        "                         then the one of an N-step run from the step it resumes at; warmup kept)\n"
         "  --overwrite            replace a run already in --out\n"
         "  --tokenizer PATH       a tokenizer directory or file, or gpt2 | llama2 | llama3 | bytes\n"
         "  --template NAME        chat template for .jsonl data: llama2 | llama3 | chatml | plain\n"
-        "                         (default: the one tokenizer_config.json names, else chatml)\n"
+        "                         (default: the one tokenizer_config.json names, else chatml); the output's\n"
+        "                         tokenizer_config.json names it (chat_template), so colossal-chat OUT chats\n"
         "  --steps N              optimizer steps (default 200)\n"
         "  --batch B --seq T      B rows of T tokens per micro-batch (default 4 x 256, T at most the model's)\n"
         "  --grad-accum N         micro-batches per step (default 1)\n"
@@ -131,11 +137,16 @@ void ft_usage(FILE *f)
         "  --json                 one JSON object per step on stdout instead of the progress line, and at\n"
         "                         the end {\"memory\":...}: the peak resident memory against the bound\n"
         "  --quiet                no progress output\n"
+        "  --tensorboard          also write TensorBoard event files into OUT/runs/ (tensorboard --logdir OUT);\n"
+        "                         every run writes OUT/metrics.jsonl (a JSON object per step and evaluation) and,\n"
+        "                         with each save, OUT/loss.png (the training and validation curves)\n"
         "  --tui                  show the run as colossal-top does (q stops, saving, like Ctrl-C); every run\n"
         "                         publishes its statistics for colossal-top in any case\n"
         "%s"
-        "Ctrl-C finishes the current step, saves, and exits with status 130.\n", app_device_help, mem_opts_help,
-        ft_rl_help);
+        "  --help                 print this help and exit; --version: print the version and exit\n"
+        "%s"
+        "130 stopped by Ctrl-C or SIGTERM: the current step finishes and the run is saved (--resume continues it).\n",
+        app_device_help, mem_opts_help, ft_rl_help, cli_exit_help);
 }
 
 void ft_defaults(ft_opts *o)
@@ -362,6 +373,7 @@ bool ft_set(ft_opts *o, const char *name, const char *v, char *msg, size_t n)
     if (!strcmp(name, "json")) return o->json = true;
     if (!strcmp(name, "quiet")) return o->quiet = true;
     if (!strcmp(name, "tui")) return o->tui = true;
+    if (!strcmp(name, "tensorboard")) return o->tensorboard = true;
     return BAD("unknown option --%s", name);
 }
 
@@ -390,11 +402,12 @@ bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code)
 {
     struct option lo[NOPTS + 64];
     int nlo = 0;
-    for (int i = 0; i < NOPTS; i++)
-        lo[nlo++] = (struct option){optdefs[i].name, optdefs[i].has_arg ? required_argument : no_argument, NULL, 0};
-    for (int i = 0; i < ft_rl_noptdefs && nlo < NOPTS + 63; i++)
-        lo[nlo++] = (struct option){ft_rl_optdefs[i].name, ft_rl_optdefs[i].has_arg ? required_argument : no_argument,
-                                    NULL, 0};
+    /* each option its own value: an abbreviation of several is ambiguous, not the first of them */
+    for (int i = 0; i < NOPTS; i++, nlo++)
+        lo[nlo] = (struct option){optdefs[i].name, optdefs[i].has_arg ? required_argument : no_argument, NULL, 256 + nlo};
+    for (int i = 0; i < ft_rl_noptdefs && nlo < NOPTS + 63; i++, nlo++)
+        lo[nlo] = (struct option){ft_rl_optdefs[i].name, ft_rl_optdefs[i].has_arg ? required_argument : no_argument,
+                                  NULL, 256 + nlo};
     lo[nlo] = (struct option){0, 0, 0, 0};
     *exit_code = 2;
     char msg[512];
@@ -411,12 +424,15 @@ bool ft_parse(int argc, char **argv, ft_opts *o, int *exit_code)
             return false;
         }
         if (c == '?') {
-            fprintf(stderr, "colossal-finetune: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            fprintf(stderr, "colossal-finetune: %s (see --help)\n", cli_unknown_option(argv[optind - 1], lo, msg, sizeof msg));
             return false;
         }
         const char *name = lo[idx].name;
-        if (!strcmp(name, "help")) {
-            ft_usage(stdout);
+        if (!strcmp(name, "help") || !strcmp(name, "version")) {
+            if (name[0] == 'h')
+                ft_usage(stdout);
+            else
+                cli_print_version("colossal-finetune");
             *exit_code = 0;
             return false;
         }
@@ -478,7 +494,7 @@ bool ft_embedded_defaults(ft_opts *o, char *msg, size_t n)
     static const char *const pairs[][2] = {
         {"out", "colossal-default"}, {"steps", "600"}, {"batch", "16"}, {"seq", "128"}, {"lr", "2e-3"},
         {"weight-decay", "0.1"}, {"beta2", "0.95"}, {"warmup", "30"}, {"eval-every", "60"}, {"eval-batches", "4"},
-        {"sample-every", "200"}, {"sample-prompt", "And God said"}, {"overwrite", ""},
+        {"sample-every", "200"}, {"sample-prompt", "And God said"},
     };
     ft_opts user = *o; /* the options as parsed: replayed after the defaults */
     ft_defaults(o);
@@ -496,6 +512,48 @@ bool ft_embedded_defaults(ft_opts *o, char *msg, size_t n)
     return true;
 }
 
+/* sets the saved option name to value (replacing it, else added) */
+static bool replace_saved(ft_opts *o, const char *name, const char *value)
+{
+    for (int i = 0; i < o->nargs; i++)
+        if (!strcmp(o->arg_name[i], name)) {
+            char *v = strdup(value);
+            if (!v)
+                return false;
+            free(o->arg_value[i]);
+            o->arg_value[i] = v;
+            return true;
+        }
+    return ft_remember(o, name, value);
+}
+
+/* --resume DIR --steps N: a run goes on to N steps, N at least its own. The schedule is the one of an N-step
+ * run (session from the options: cosine and linear decay towards step N from where the run is); the warmup
+ * stays what it was (by default steps/20 of the old steps, pinned as --warmup). */
+static bool extend_steps(ft_opts *o, const ft_state *s, const char *value, col_err *err)
+{
+    int steps, old = o->steps;
+    char msg[512];
+    if (!ft_set(o, "steps", value, msg, sizeof msg))
+        return col_err_set(err, COL_EINVAL, "%s", msg), false;
+    steps = o->steps;
+    if (steps < old)
+        return col_err_set(err, COL_EINVAL, "--steps %d is fewer than the run's %d steps: on --resume, --steps can "
+                           "only extend a run (%lld done)", steps, old, (long long)s->step), false;
+    if (steps == old)
+        return true;
+    char num[32];
+    bool ok = true;
+    if (o->warmup < 0) { /* the default warmup was steps/20 of the run as started */
+        snprintf(num, sizeof num, "%d", old / 20);
+        ok = ft_set(o, "warmup", num, msg, sizeof msg) && replace_saved(o, "warmup", num);
+    }
+    snprintf(num, sizeof num, "%d", steps);
+    if (!ok || !replace_saved(o, "steps", num))
+        return col_err_set(err, COL_ENOMEM, "--steps: out of memory"), false;
+    return true;
+}
+
 /* --resume DIR: the saved options, then the runtime ones given now */
 bool ft_resume_options(ft_opts *o, ft_state *s, col_err *err)
 {
@@ -510,7 +568,9 @@ bool ft_resume_options(ft_opts *o, ft_state *s, col_err *err)
     char msg[512];
     bool ok = true;
     for (int i = 0; i < given.nargs && ok; i++) {
-        if (!ft_runtime_option(given.arg_name[i])) {
+        if (!strcmp(given.arg_name[i], "steps")) {
+            ok = extend_steps(o, s, given.arg_value[i], err);
+        } else if (!ft_runtime_option(given.arg_name[i])) {
             col_err_set(err, COL_EINVAL, "--%s cannot change when resuming (the run's options are in %s/trainer_state.json)",
                         given.arg_name[i], given.resume);
             ok = false;

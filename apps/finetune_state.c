@@ -22,7 +22,7 @@ static cJSON *u64(uint64_t v)
     return cJSON_CreateString(buf);
 }
 
-col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, col_err *err)
+col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, cJSON *log_history, col_err *err)
 {
     cJSON *root = cJSON_CreateObject(), *b = cJSON_CreateObject(), *args = cJSON_CreateArray();
     cJSON_AddStringToObject(root, "format", STATE_FORMAT);
@@ -54,6 +54,11 @@ col_status ft_state_write(const char *dir, const ft_opts *o, const ft_state *s, 
         cJSON_AddItemToArray(args, pair);
     }
     cJSON_AddItemToObject(root, "options", args);
+    /* what transformers' TrainerState names these (its log_history: train_log.h) */
+    cJSON_AddNumberToObject(root, "global_step", (double)s->step);
+    cJSON_AddNumberToObject(root, "max_steps", o->steps);
+    cJSON_AddNumberToObject(root, "logging_steps", ft_log_every(o));
+    cJSON_AddItemToObject(root, "log_history", log_history ? log_history : cJSON_CreateArray());
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text)
@@ -92,7 +97,7 @@ col_status ft_state_read(const char *dir, ft_opts *o, ft_state *s, col_err *err)
     char path[4200], *text = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
-    col_status st = col_read_file(path, (size_t)1 << 20, &text, &len, err);
+    col_status st = col_read_file(path, (size_t)64 << 20, &text, &len, err); /* log_history: 100 B a step */
     if (st != COL_OK)
         return col_err_set(err, st, "%s: %s (is it a colossal-finetune output directory?)", dir, err->msg);
     st = ft_state_parse(text, len, path, o, s, err);
@@ -168,9 +173,54 @@ static void some_entries(const char *path, char *out, size_t n)
         closedir(d);
 }
 
+/* whether dir holds the logs of a run (train_log.h) and nothing else */
+static bool only_logs(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    bool only = d != NULL;
+    int logs = 0;
+    while (only && (e = readdir(d))) {
+        bool log = !strcmp(e->d_name, "metrics.jsonl") || !strcmp(e->d_name, "runs");
+        logs += log;
+        only = log || !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    }
+    if (d)
+        closedir(d);
+    return only && logs > 0;
+}
+
+/* The embedded default replaces its earlier output unless that one trained further than this run would. */
+static bool default_may_replace(const ft_opts *o, col_err *err)
+{
+    ft_opts *saved = calloc(1, sizeof *saved);
+    ft_state s;
+    col_err e = {0};
+    if (!saved)
+        return col_err_set(err, COL_ENOMEM, "out of memory"), false;
+    ft_defaults(saved);
+    bool read = ft_state_read(o->out, saved, &s, &e) == COL_OK;
+    bool other = read && strcmp(saved->model, o->model) != 0;
+    ft_free(saved);
+    free(saved);
+    if (other)
+        return col_err_set(err, COL_EIO, "%s holds a run of another model, not the embedded default's: continue it "
+                           "with --resume %s, replace it with --overwrite, or choose another --out", o->out, o->out),
+               false;
+    if (!read)
+        return col_err_set(err, COL_EIO, "%s holds a run whose state cannot be read (%s): replace it with --overwrite, "
+                           "or choose another --out", o->out, e.msg), false;
+    if (s.step > o->steps)
+        return col_err_set(err, COL_EIO, "%s holds a run trained further (%lld steps) than this one would (%d): "
+                           "continue it with --resume %s, replace it with --overwrite, or choose another --out",
+                           o->out, (long long)s.step, o->steps, o->out), false;
+    return true;
+}
+
 /* The output directory must be ours to replace: absent, empty, or an earlier
- * colossal-finetune output (then only with --resume or --overwrite; the
- * user's own files in it are kept, outdir.h). */
+ * colossal-finetune output (then only with --resume or --overwrite, or for the
+ * embedded default one that trained no further than it would; the user's own
+ * files in it are kept, outdir.h). */
 bool ft_check_out(const ft_opts *o, col_err *err)
 {
     char path[4200], some[1024];
@@ -178,7 +228,11 @@ bool ft_check_out(const ft_opts *o, col_err *err)
     if (stat(o->out, &sb) != 0)
         return true;
     snprintf(path, sizeof path, "%s/trainer_state.json", o->out);
+    if (only_logs(o->out)) /* the logs of a run stopped before its first save: nothing to keep */
+        return true;
     if (stat(path, &sb) == 0) {
+        if (!o->resume[0] && !o->overwrite && o->embedded)
+            return default_may_replace(o, err);
         if (!o->resume[0] && !o->overwrite)
             return col_err_set(err, COL_EIO, "%s holds a run already: continue it with --resume %s, replace it "
                                "with --overwrite, or choose another --out", o->out, o->out), false;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cliopt.h"
 #include "fold.h"
 
 void fold_usage(FILE *f)
@@ -33,32 +34,18 @@ void fold_usage(FILE *f)
             "  -q, --quiet           no progress lines\n"
             "%s"
             "      --cpu-mem SIZE    host memory for the weights (default unlimited)\n"
-            "      --gpu-mem SIZE    the GPU's budget for weights moving in and out (default: most of its free memory)\n",
-            app_device_help);
+            "      --gpu-mem SIZE    the GPU's budget for weights moving in and out (default: most of its free memory)\n"
+            "  -h, --help            print this help and exit; --version: print the version and exit\n"
+            "%s",
+            app_device_help, cli_exit_help);
 }
 
-static int bad(char *msg, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, n, fmt, ap);
-    va_end(ap);
-    return 2;
-}
-
-static bool to_ll(const char *s, long long lo, long long hi, long long *v)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || errno || x < lo || x > hi) return false;
-    *v = x;
-    return true;
-}
+#define bad cli_bad
+#define to_ll cli_to_ll
 
 int fold_parse(int argc, char **argv, fold_opts *o, char *msg, size_t n)
 {
-    enum { O_MSA = 256, O_RECYCLES, O_CHUNK, O_CIF, O_JSON, O_FORCE, O_DEVICE, O_CLUSTERS, O_EXTRA, O_CPU, O_GPU };
+    enum { O_MSA = 256, O_RECYCLES, O_CHUNK, O_CIF, O_JSON, O_FORCE, O_DEVICE, O_CLUSTERS, O_EXTRA, O_CPU, O_GPU, O_VERSION };
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'}, {"msa", required_argument, 0, O_MSA},
         {"recycles", required_argument, 0, O_RECYCLES}, {"chunk-size", required_argument, 0, O_CHUNK},
@@ -66,7 +53,7 @@ int fold_parse(int argc, char **argv, fold_opts *o, char *msg, size_t n)
         {"device", required_argument, 0, O_DEVICE}, {"max-msa-clusters", required_argument, 0, O_CLUSTERS},
         {"max-extra-msa", required_argument, 0, O_EXTRA}, {"cpu-mem", required_argument, 0, O_CPU},
         {"gpu-mem", required_argument, 0, O_GPU}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->recycles = 3;
     o->chunk = -1;
@@ -79,6 +66,7 @@ int fold_parse(int argc, char **argv, fold_opts *o, char *msg, size_t n)
     while ((c = getopt_long(argc, argv, ":ho:q", opts, NULL)) != -1) {
         switch (c) {
         case 'h': fold_usage(stdout); return 1;
+        case O_VERSION: cli_print_version(FOLD_PROG); return 1;
         case 'o':
             if (!*optarg) return bad(msg, n, "--out needs a path");
             o->out = optarg;
@@ -122,7 +110,10 @@ int fold_parse(int argc, char **argv, fold_opts *o, char *msg, size_t n)
             break;
         }
         case ':': return bad(msg, n, "%s needs a value", argv[optind - 1]);
-        default: return bad(msg, n, "unknown option '%s'", argv[optind - 1]);
+        default: {
+            char line[512];
+            return bad(msg, n, "%s", cli_unknown_option(argv[optind - 1], opts, line, sizeof line));
+        }
         }
     }
     if (argc - optind != 2) return bad(msg, n, "expected PARAMS and PROTEIN.fasta (got %d arguments)", argc - optind);

@@ -19,6 +19,7 @@ struct le_editor {
     int browse;         /* history entry shown: nhist = the line being typed */
     char *scratch;      /* the line being typed, kept while browsing the history */
     char *hist_path;
+    int cursor_row;     /* le_readline: the screen row of the cursor, counted from the prompt's row */
 };
 
 /* ---- keys ---- */
@@ -453,37 +454,41 @@ static int term_cols(int fd)
     return 80;
 }
 
-/* Redraws the prompt and the part of the line around the cursor that fits
- * the terminal's width, then puts the cursor in place. */
+/* Redraws the prompt and the whole line, wrapped at the terminal's width
+ * over as many rows as it needs, then puts the cursor in place. The rows
+ * drawn before are found from e->cursor_row (the row the cursor was left on,
+ * counted from the prompt's row) and cleared first. (A wide character that
+ * does not fit at the end of a row moves to the next one on the terminal
+ * but not in this count: the cursor may be one column off after it.) */
 static void refresh(le_editor *e, const char *prompt, int fd)
 {
     size_t cols = (size_t)term_cols(fd), pw = le_text_width(prompt, strlen(prompt));
-    size_t room = cols > pw + 1 ? cols - pw - 1 : 1;
-    size_t start = 0, cur = le_text_width(e->buf, e->pos);
-    while (cur > room - 1 && start < e->pos) { /* scroll: drop characters on the left */
-        uint32_t c;
-        size_t k = utf8_at(e->buf + start, e->len - start, &c);
-        cur -= (size_t)cp_width(c);
-        start += k;
+    size_t cur = pw + le_text_width(e->buf, e->pos), all = pw + le_text_width(e->buf, e->len);
+    char seq[32];
+    int k;
+    if (e->cursor_row > 0) {
+        k = snprintf(seq, sizeof seq, "\x1b[%dA", e->cursor_row);
+        put(fd, seq, (size_t)k);
     }
-    size_t end = start, w = 0;
-    while (end < e->len) {
-        uint32_t c;
-        size_t k = utf8_at(e->buf + end, e->len - end, &c);
-        if (w + (size_t)cp_width(c) > room)
-            break;
-        w += (size_t)cp_width(c);
-        end += k;
-    }
-    char tail[32];
-    put(fd, "\r", 1);
+    put(fd, "\r\x1b[J", 4);
     put(fd, prompt, strlen(prompt));
-    put(fd, e->buf + start, end - start);
-    put(fd, "\x1b[K\r", 4);
-    if (pw + cur > 0) {
-        int k = snprintf(tail, sizeof tail, "\x1b[%zuC", pw + cur);
-        put(fd, tail, (size_t)k);
+    put(fd, e->buf, e->len);
+    size_t end_row = all > 0 ? (all - 1) / cols : 0;
+    if (e->pos == e->len && all > 0 && all % cols == 0) { /* the terminal waits to wrap: go to the next row */
+        put(fd, "\n\r", 2);
+        end_row++;
     }
+    size_t crow = cur / cols, ccol = cur % cols;
+    if (end_row > crow) {
+        k = snprintf(seq, sizeof seq, "\x1b[%zuA", end_row - crow);
+        put(fd, seq, (size_t)k);
+    }
+    put(fd, "\r", 1);
+    if (ccol > 0) {
+        k = snprintf(seq, sizeof seq, "\x1b[%zuC", ccol);
+        put(fd, seq, (size_t)k);
+    }
+    e->cursor_row = (int)crow;
 }
 
 int le_readline(le_editor *e, const char *prompt, int fd_in, int fd_out, char **out)
@@ -501,6 +506,7 @@ int le_readline(le_editor *e, const char *prompt, int fd_in, int fd_out, char **
     if (tcsetattr(fd_in, TCSADRAIN, &raw) != 0) /* DRAIN, not FLUSH: keep what was typed ahead */
         return -1;
     le_begin(e);
+    e->cursor_row = 0;
     le_parser p = {0};
     refresh(e, prompt, fd_out);
     int result = -1;
@@ -519,6 +525,7 @@ int le_readline(le_editor *e, const char *prompt, int fd_in, int fd_out, char **
         le_action a = le_apply(e, key, text, len);
         if (a == LE_REDRAW_ALL) {
             put(fd_out, "\x1b[H\x1b[2J", 7);
+            e->cursor_row = 0;
             a = LE_CONTINUE;
         }
         if (a == LE_CONTINUE) {
@@ -526,7 +533,7 @@ int le_readline(le_editor *e, const char *prompt, int fd_in, int fd_out, char **
             continue;
         }
         if (a == LE_DONE) {
-            e->pos = e->len; /* show the whole line (as far as it fits) before leaving it */
+            e->pos = e->len; /* the cursor after the whole line before leaving it */
             refresh(e, prompt, fd_out);
             *out = strdup(e->buf);
             result = *out ? LE_DONE : -1;

@@ -1,6 +1,6 @@
 /* lineedit.h - a small line editor for interactive programs on a terminal.
  *
- * One line at a time, scrolled horizontally when it is wider than the
+ * One line at a time, wrapped over several rows when it is wider than the
  * terminal: left/right (ctrl-b/f), word left/right (ctrl-left/right,
  * alt-b/f), home/end (ctrl-a/e), backspace, delete (ctrl-d on a non-empty
  * line), ctrl-k (kill to end), ctrl-u (kill to start), ctrl-w (kill the word

@@ -43,6 +43,13 @@ void col_proc_setup(char **argv)
     choose_threads();
 }
 
+void col_proc_setup_decode(char **argv)
+{
+    (void)argv;
+    choose_blas_core();
+    choose_threads();
+}
+
 static const char *env_or(const char *name, const char *dflt)
 {
     const char *v = getenv(name);

@@ -20,6 +20,7 @@
 #include "units.h"
 #include "backend_cpu.h"
 #include "checkpoint.h"
+#include "cliopt.h"
 #include "hf_config.h"
 #include "lm_quant.h"
 #include "lm_source.h"
@@ -41,7 +42,9 @@ static void usage(FILE *f)
                "  --tokenizer PATH  the tokenizer to copy when MODEL has none\n"
                "The projections, token embeddings and an untied head are quantized (a matrix whose inner\n"
                "dimension is not a multiple of the block stays f32); norms, biases and positions stay f32.\n"
-               "Files of yours in OUT are kept; colossal's own files there are replaced.\n");
+               "  --help            print this help and exit; --version: print the version and exit\n"
+               "Files of yours in OUT are kept; colossal's own files there are replaced.\n"
+               "%s", cli_exit_help);
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -134,12 +137,18 @@ int main(int argc, char **argv)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
+        } else if (strcmp(a, "--version") == 0) {
+            cli_print_version(PROG);
+            return 0;
         } else if (strcmp(a, "--type") == 0 || strcmp(a, "--tokenizer") == 0) {
             if (i + 1 >= argc)
                 return usage_error("%s needs a value", a);
             *(strcmp(a, "--type") == 0 ? &type : &tokenizer) = argv[++i];
         } else if (a[0] == '-' && a[1]) {
-            return usage_error("unknown option '%s'", a);
+            static const struct option known[] = {{"type", required_argument, 0, 0}, {"tokenizer", required_argument, 0, 0},
+                                                   {"help", no_argument, 0, 0}, {"version", no_argument, 0, 0}, {0, 0, 0, 0}};
+            char msg[512];
+            return usage_error("%s", cli_unknown_option(a, known, msg, sizeof msg));
         } else if (npos < 2) {
             pos[npos++] = a;
         } else {

@@ -15,7 +15,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 
 #include "apperr.h"
 #include "backend.h"
+#include "cliopt.h"
 #include "device.h"
 #include "lm_quant.h"
 #include "lm_session.h"
@@ -34,10 +34,6 @@
 #include "serve_sched.h"
 
 #define PROG "colossal-serve"
-
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "unknown"
-#endif
 
 static void usage(FILE *f)
 {
@@ -84,10 +80,10 @@ static void usage(FILE *f)
         "                         colossal-quantize wrote, or a .gguf file, loads quantized without it)\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "%s%s"
-        "  --version              print the version and exit\n"
+        "  --help                 print this help and exit; --version: print the version and exit\n"
         "SIGTERM or SIGINT (ctrl-c): stop accepting connections, finish the requests in flight, exit 0; a second\n"
-        "signal exits at once. One access log line per request goes to stderr.\n", app_device_help,
-        mem_opts_help);
+        "signal exits at once. One access log line per request goes to stderr.\n"
+        "%s", app_device_help, mem_opts_help, cli_exit_help);
 }
 
 static const char *serve_flag_of(col_setting s)
@@ -107,29 +103,8 @@ static void print_err(const col_err *e)
     fprintf(stderr, PROG ": %s\n", app_err_line(e, serve_flag_of, line, sizeof line));
 }
 
-static _Noreturn void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static _Noreturn void usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, PROG ": ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see " PROG " --help)\n");
-    va_end(ap);
-    exit(2);
-}
-
-static long long parse_int(const char *s, const char *opt, long long lo, long long hi)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || errno || v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s must be an integer in %lld..%lld (got '%s')\n", opt, lo, hi, s);
-        exit(2);
-    }
-    return v;
-}
+#define usage_error(...) cli_usage_error(PROG, __VA_ARGS__)
+#define parse_int(s, opt, lo, hi) cli_parse_int(PROG, s, opt, lo, hi)
 
 typedef struct {
     const char *model, *tokenizer, *host, *api_key, *model_name;
@@ -218,7 +193,7 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         }
         case 'h': usage(stdout); exit(0);
-        case O_VERSION: printf(PROG " " PACKAGE_VERSION "\n"); exit(0);
+        case O_VERSION: cli_print_version(PROG); exit(0);
         case O_MEM: case O_MEM + 1: case O_MEM + 2: case O_MEM + 3: case O_MEM + 4: case O_MEM + 5: case O_MEM + 6: {
             char msg[256];
             if (mem_opt_set(&o->mem, mem_opt_names[c - O_MEM], optarg, msg, sizeof msg) != 1)
@@ -226,7 +201,10 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         }
         case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: usage_error("unknown option '%s'", argv[optind - 1]);
+        default: {
+            char msg[512];
+            usage_error("%s", cli_unknown_option(argv[optind - 1], opts, msg, sizeof msg));
+        }
         }
     }
     if (optind >= argc)
@@ -434,7 +412,7 @@ done:
 
 int main(int argc, char **argv)
 {
-    col_proc_setup(argv);
+    col_proc_setup_decode(argv);
     options o;
     parse_options(argc, argv, &o);
     if (!install_signals()) {

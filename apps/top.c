@@ -29,6 +29,7 @@
 
 #include "timer.h"
 #include "top_procs.h"
+#include "cliopt.h"
 #include "top_view.h"
 
 #define MAX_PROCS 256
@@ -37,14 +38,16 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: colossal-top [-d SECONDS] [-p PID[,PID...]] [--view 1|2|3] [--sort KEY] [--filter TEXT]\n"
                "                    [--json | --once]\n"
-               "  -d SECONDS     refresh period (default 1; 0.1 to 3600)\n"
-               "  -p PIDS        show only these processes\n"
-               "  --view N       start in view N: 1 overview, 2 chunk map, 3 links and step time\n"
-               "  --sort KEY     pid (default), memory, rate (steps per second) or name\n"
-               "  --filter TEXT  only processes whose program, run name or command line holds TEXT\n"
-               "  --json         print one snapshot of the running colossal processes as JSON and exit\n"
-               "  --once         draw one frame as text on stdout and exit (size from $COLUMNS x $LINES)\n"
-               "keys: h ? F1 help, 1 2 3 or Tab views, j/k or arrows select, s or F6 sort, / filter, q quits\n");
+               "  -d, --delay SECONDS  refresh period (default 1; 0.1 to 3600)\n"
+               "  -p, --pid PIDS       show only these processes (ids separated by commas)\n"
+               "  --view N             start in view N: 1 overview, 2 chunk map, 3 links and step time\n"
+               "  --sort KEY           pid (default), memory, rate (steps per second) or name\n"
+               "  --filter TEXT        only processes whose program, run name or command line holds TEXT\n"
+               "  --json               print one snapshot of the running colossal processes as JSON and exit\n"
+               "  --once               draw one frame as text on stdout and exit (size from $COLUMNS x $LINES)\n"
+               "  -h, --help           print this help and exit; --version: print the version and exit\n"
+               "keys: h ? F1 help, 1 2 3 or Tab views, j/k or arrows select, s or F6 sort, / filter, q quits\n"
+               "%s", cli_exit_help);
 }
 
 static int usage_error(const char *msg, const char *arg)
@@ -377,6 +380,9 @@ int main(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--version")) {
+            cli_print_version("colossal-top");
+            return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--once")) {
@@ -413,6 +419,14 @@ int main(int argc, char **argv)
                 delay = v;
             }
         } else {
+            static const struct option known[] = {
+                {"delay", required_argument, 0, 0}, {"pid", required_argument, 0, 0}, {"view", required_argument, 0, 0},
+                {"json", no_argument, 0, 0}, {"once", no_argument, 0, 0}, {"help", no_argument, 0, 0},
+                {"version", no_argument, 0, 0}, {"sort", required_argument, 0, 0}, {"filter", required_argument, 0, 0},
+                {0, 0, 0, 0}};
+            char msg[512];
+            if (a[0] == '-')
+                return usage_error(cli_unknown_option(a, known, msg, sizeof msg), NULL);
             return usage_error("unknown argument", a);
         }
     }

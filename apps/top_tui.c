@@ -14,6 +14,7 @@ struct top_tui {
     SCREEN *screen;
     top_proc cur, prev;
     bool quit;
+    char status[512]; /* top_tui_set_status: the bottom row */
 };
 
 static double wall_now(void)
@@ -56,9 +57,16 @@ void top_tui_frame(top_tui *t, const top_proc *procs, int n)
         t->ui.selected = n > 0 ? n - 1 : 0;
     t->ui.now = wall_now();
     top_view_draw(stdscr, &t->ui, procs, n);
+    if (t->status[0] && LINES > 1) {
+        wmove(stdscr, LINES - 1, 0);
+        wclrtoeol(stdscr);
+        mvwaddnstr(stdscr, LINES - 1, 1, t->status, COLS > 2 ? COLS - 2 : 0);
+    }
     wnoutrefresh(stdscr);
     doupdate();
 }
+
+void top_tui_set_status(top_tui *t, const char *line) { snprintf(t->status, sizeof t->status, "%s", line); }
 
 top_wait_result top_tui_wait(top_tui *t, const top_proc *procs, int n, int ms)
 {

@@ -105,6 +105,9 @@ void top_tui_frame(top_tui *t, const top_proc *procs, int n);
 typedef enum { TOP_WAIT_TIME, TOP_WAIT_QUIT, TOP_WAIT_LIST } top_wait_result;
 top_wait_result top_tui_wait(top_tui *t, const top_proc *procs, int n, int ms);
 top_ui *top_tui_ui(top_tui *t);
+/* A line of the program's own (its progress line: ETA, learning rate) shown on the bottom row from the next
+ * frame on ("" for none). */
+void top_tui_set_status(top_tui *t, const char *line);
 /* Leaves curses mode and frees t. NULL is ignored. */
 void top_tui_close(top_tui *t);
 

@@ -27,7 +27,8 @@
 #                llama-bench's tg starts from an empty context)
 #   FORMATS      of f32 q8_0 q4_0 q4_0-pure (default: all four); q4_0 is llama-quantize's Q4_0 (the output
 #                matrix in Q6_K, its default), q4_0-pure the same with --pure (every matrix in Q4_0, as ours)
-#   OMP_WAIT_POLICY  bench_lm's default is passive (apps/procsetup.h); set active to spin as llama.cpp does
+#   OMP_WAIT_POLICY  bench_lm generate keeps libgomp's default (spin a while, then sleep: apps/procsetup.h, as
+#                colossal-chat and colossal-serve); set active to spin always as llama.cpp does
 #   OUT          where the raw outputs go (default: $MODELS/bench-YYYYmmdd-HHMMSS)
 #   QUIET        before each run, wait until the machine's CPUs were at most this % busy over a second (default
 #                15; 100 = never wait), at most QUIET_WAIT seconds (default 600); each run's wait and the busy

@@ -428,8 +428,11 @@ static void bench_precision(col_backend *be, int reps)
 
 int main(int argc, char **argv)
 {
-    col_proc_setup(argv);
     const char *what = argc > 1 ? argv[1] : "all";
+    if (!strcmp(what, "generate")) /* decoding: the settings colossal-chat and colossal-serve run with */
+        col_proc_setup_decode(argv);
+    else
+        col_proc_setup(argv);
     int reps = argc > 2 ? atoi(argv[2]) : 5;
     bool gen = !strcmp(what, "generate");
     const char *model = gen && argc > 3 ? argv[3] : getenv("COL_BENCH_MODEL");

@@ -5,8 +5,11 @@
 # greedy ids of tests/fixtures/hf/*_ref.safetensors as text). Covers greedy
 # ids and text, chat templates (from --tokenizer, from the model directory,
 # --template, --system), multi-turn conversations, stop strings, seeded
-# sampling, context overflow, bad input, and the line editor in a
-# pseudo-terminal (tmux; skipped when tmux is absent).
+# sampling, context overflow (oldest turns dropped, the end of a message too
+# long alone kept, the default reply room), bad input, and in a
+# pseudo-terminal (tmux; skipped when tmux is absent) the line editor (editing,
+# history, wrapping at a narrow width), the loading line, /help, /stats, and
+# keys typed during a reply.
 chat=${CHAT:-./apps/colossal-chat}
 src=${SRCDIR:-${srcdir:-.}}
 fx="$src/tests/fixtures/chat_model"
@@ -228,12 +231,55 @@ if [ "$rc" -eq 0 ] && [ "$(wc -l < "$tmp/out")" -eq 3 ] && [ "$(grep -c dropping
 else
     fail "three turns in a small context: exit $rc, $(wc -l < "$tmp/out") replies"
 fi
+# a message too long alone keeps its end: the reply is the one to that end sent in a context that holds it
 printf '%s\n' "$u1" > "$tmp/in"
-check "a turn that does not fit even alone is skipped" 1 "this message does not fit" -- \
-    "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1))
+"$chat" "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1)) < "$tmp/in" \
+    > "$tmp/out" 2> "$tmp/err"
+rc=$?
+kept=$(sed -n 's/.*keeping its last \([0-9]*\) of .*/\1/p' "$tmp/err")
+tail=$(printf '%s' "$u1" | tail -c "${kept:-0}")
+printf '%s\n' "$tail" > "$tmp/in"
+"$chat" "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" < "$tmp/in" > "$tmp/out2" 2> /dev/null
+if [ "$rc" -eq 0 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && [ -n "$kept" ] && [ "$kept" -lt ${#u1} ] &&
+    [ -s "$tmp/out" ] && cmp -s "$tmp/out" "$tmp/out2"; then
+    pass "a message too long alone keeps its last $kept characters ('$tail'), with one note"
+    cp "$tmp/out" "$tmp/cut_reply"
+else
+    fail "a message too long alone: exit $rc, kept '${kept}', replies '$(cat "$tmp/out")' / '$(cat "$tmp/out2")'"
+fi
+printf '%s\n' "$u1" > "$tmp/in"
+check "a system prompt that leaves no room: the turn is skipped" 1 "this message does not fit" -- \
+    "$tmp/chat_model" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1)) \
+    --system "a system prompt far too long for this context"
 : > "$tmp/in"
-check "--prompt that does not fit" 1 "does not fit" -- \
-    "$tmp/chat_model" --prompt "$u1" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1))
+"$chat" "$tmp/chat_model" --prompt "$u1" $greedy --max-new-tokens "$chat_new" --ctx $((chat1_len + chat_new - 1)) \
+    > "$tmp/out3" 2> "$tmp/err"
+if [ $? -eq 0 ] && grep -q "keeping its last $kept of" "$tmp/err" && cmp -s "$tmp/cut_reply" "$tmp/out3"; then
+    pass "--prompt too long alone: the same end kept, the same reply"
+else
+    fail "--prompt too long alone"
+fi
+# raw text longer than the context: its end is completed (the byte-level base: one token a byte)
+long=$(printf 'The cat sat. %.0s' 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24)
+"$chat" "$base" --prompt "$long" $greedy --max-new-tokens 4 --ctx 40 > "$tmp/out" 2> "$tmp/err"
+rc=$?
+kept=$(sed -n 's/.*completing its last \([0-9]*\) tokens.*/\1/p' "$tmp/err")
+"$chat" "$base" --prompt "$(printf '%s' "$long" | tail -c "${kept:-0}")" $greedy --max-new-tokens 4 > "$tmp/out2" 2> /dev/null
+if [ "$rc" -eq 0 ] && [ "${kept:-0}" -eq 36 ] && [ -s "$tmp/out" ] && cmp -s "$tmp/out" "$tmp/out2"; then
+    pass "raw text past the context: its last 36 tokens completed, as the same text given alone"
+else
+    fail "raw text past the context: exit $rc, kept ${kept:-none}: $(cat "$tmp/err")"
+fi
+# the default room for the reply is what the context leaves: a 70-character prompt to a 128-position model
+p70=$(printf 'And God said, Let there be light: and there was light. And God saw it.')
+"$chat" gpt2-bytes --prompt "$p70" $greedy --seed 1 --verbose > "$tmp/out" 2> "$tmp/err"
+rc=$?
+made=$(sed -n 's/^(\([0-9]*\) tokens in.*prompt: \([0-9]*\) tokens.*/\1 \2/p' "$tmp/err")
+if [ "$rc" -eq 0 ] && [ "${#p70}" -eq 70 ] && [ -n "$made" ] && [ $(echo "$made" | awk '{print $1 + $2}') -le 128 ]; then
+    pass "a 70-character prompt to a 128-position model is answered (tokens made, fed: $made)"
+else
+    fail "a 70-character prompt to a 128-position model: exit $rc: $(cat "$tmp/err")"
+fi
 
 # ---- bad input ----
 mkdir -p "$tmp/corrupt"
@@ -248,7 +294,7 @@ check "--prompt-ids with an id >= vocab" 1 "id 257 (at position 1) is out of ran
 check "--prompt without a tokenizer" 1 "has no tokenizer files" -- "$tmp/notok" --prompt hi
 grep -q -- "give a tokenizer apart from the model (--tokenizer)$" "$tmp/err" && pass "... and names --tokenizer" ||
     fail "no --tokenizer: $(cat "$tmp/err")"
-check "a --tokenizer that does not exist" 1 "nothing-here: No such file or directory (--tokenizer)" -- "$base" \
+check "a --tokenizer that does not exist" 1 "nothing-here not found: give a tokenizer directory or file, or a bundled tokenizer (gpt2, llama2, llama3, bytes, clip) (--tokenizer)" -- "$base" \
     --tokenizer "$tmp/nothing-here" --prompt hi
 check "--stop without a tokenizer" 1 "--stop needs a tokenizer" -- "$tmp/notok" --prompt-ids 1,2 --json --stop x
 check "unknown option" 2 "unknown option '--bogus'" -- "$base" --bogus
@@ -257,7 +303,7 @@ check "--temperature -1" 2 "temperature" -- "$base" --temperature -1 --prompt hi
 check "--max-new-tokens abc" 2 "--max-new-tokens must be an integer" -- "$base" --max-new-tokens abc
 check "--prompt-ids 1,x" 2 "--prompt-ids must be a comma-separated list" -- "$base" --prompt-ids 1,x --json
 check "--template bogus" 2 "--template" -- "$base" --template bogus --prompt hi
-check "--ctx past the model's positions" 2 "more than the model's 256 positions" -- "$base" --ctx 1000 --prompt hi
+check "--ctx past the model's positions says why" 2 "the model has 256 positions (max_position_embeddings in its config.json)" -- "$base" --ctx 1000 --prompt hi
 check "--max-new-tokens filling the context" 2 "leaves no room" -- "$base" --ctx 16 --max-new-tokens 16 --prompt hi
 check "--system on a model without a template" 2 "--system needs a chat template" -- "$base" --system x --prompt hi
 check "--json without a prompt" 2 "--json goes with --prompt" -- "$base" --json
@@ -345,6 +391,91 @@ else
     fi
     tmux -S "$tmux_sock" send-keys -t chat C-d
     if wait_for '^exit=0$'; then pass "ctrl-d quits with exit 0"; else fail "ctrl-d"; fi
+fi
+
+# ---- the terminal during and around replies: a narrow pane (40 columns), a model slow enough to type during
+# its reply (the gpt2 architecture, random weights: some 10-20 tokens/s here) ----
+wait_in() { # wait_in SESSION PATTERN [COUNT]: as wait_for, for another session (up to ~30 s)
+    i=0
+    while [ $i -lt 300 ]; do
+        tmux -S "$tmux_sock" capture-pane -p -J -t "$1" > "$tmp/screen" 2>/dev/null
+        [ "$(grep -cE -- "$2" "$tmp/screen")" -ge "${3:-1}" ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+show() { sed 's/^/# screen: /' "$tmp/screen" | grep -v '^# screen: $' | tail -${1:-12}; }
+if [ -n "$why" ] || ! tmux -S "$tmux_sock" new-session -d -s slow -x 40 -y 60 \
+        "XDG_STATE_HOME='$tmp/state2' '$chat' gpt2 $greedy --max-new-tokens 120 --device cpu; echo \"exit=\$?\"; sleep 60"; then
+    for t in "loading message" "long lines wrap" "/help" "/stats" "type-ahead during a reply" "ctrl-c"; do
+        n=$((n + 1)); echo "ok $n # SKIP $t: ${why:-tmux cannot start a session here}"
+    done
+else
+    if wait_in slow '^colossal-chat: loading gpt2 \.\.\. done in [0-9.]+ s$'; then
+        pass "on a terminal, a loading line while the weights load"
+    else
+        fail "no loading line"; show
+    fi
+    wait_in slow '^> ?$' || true
+    # 59 characters after the 2 of the prompt: two rows of 40; a character typed at the start moves both
+    tmux -S "$tmux_sock" send-keys -t slow -l 'the quick brown fox jumps over the lazy dog again and again'
+    tmux -S "$tmux_sock" send-keys -t slow Home X
+    i=0
+    while [ $i -lt 100 ]; do
+        tmux -S "$tmux_sock" capture-pane -p -t slow > "$tmp/screen"
+        grep -qx 'zy dog again and again' "$tmp/screen" && break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if grep -qx '> Xthe quick brown fox jumps over the la' "$tmp/screen" && grep -qx 'zy dog again and again' "$tmp/screen" &&
+        ! grep -q 'y dog again and again.' "$tmp/screen"; then
+        pass "a line wider than the terminal wraps onto a second row, redrawn whole after an edit at its start"
+    else
+        fail "long lines wrap"; show
+    fi
+    tmux -S "$tmux_sock" send-keys -t slow End C-u
+    sleep 0.3
+    tmux -S "$tmux_sock" capture-pane -p -t slow > "$tmp/screen"
+    if ! grep -q 'again' "$tmp/screen" && grep -qx '> *' "$tmp/screen"; then
+        pass "killing the wrapped line clears both rows"
+    else
+        fail "the wrapped line is not cleared"; show
+    fi
+    tmux -S "$tmux_sock" send-keys -t slow -l '/help'
+    tmux -S "$tmux_sock" send-keys -t slow Enter
+    if wait_in slow '^/stats +show' && wait_in slow '^/reset ' && wait_in slow '^> ?$' 1; then
+        pass "/help lists the commands"
+    else
+        fail "/help"; show
+    fi
+    tmux -S "$tmux_sock" send-keys -t slow -l '/stats'
+    tmux -S "$tmux_sock" send-keys -t slow Enter
+    wait_in slow 'tokens/s shown after each reply' || true
+    # "hi", then keys typed while the reply streams: not inside the reply, waiting on the next line
+    tmux -S "$tmux_sock" send-keys -t slow -l 'hi'
+    tmux -S "$tmux_sock" send-keys -t slow Enter
+    sleep 0.3
+    tmux -S "$tmux_sock" send-keys -t slow -l 'typed ahead'
+    tmux -S "$tmux_sock" capture-pane -p -J -t slow > "$tmp/during"
+    if grep -q 'tokens/s;' "$tmp/during"; then
+        fail "type-ahead: the reply was over before the keys were sent (too fast a machine for this check)"
+    elif wait_in slow '^\([0-9]+ tokens in [0-9.]+ s, [0-9.]+ tokens/s; prompt: 1 token in' &&
+        wait_in slow '^> typed ahead$' && [ "$(grep -c 'typed ahead' "$tmp/screen")" -eq 1 ]; then
+        pass "/stats: a tokens/s line after the reply; keys typed during it are not echoed into it but begin the next line"
+    else
+        fail "/stats or type-ahead"; show
+    fi
+    # ctrl-c stops a reply; the typed-ahead text was sent with it
+    tmux -S "$tmux_sock" send-keys -t slow Enter
+    sleep 0.3
+    tmux -S "$tmux_sock" send-keys -t slow C-c
+    if wait_in slow '^\(reply stopped\)$' && wait_in slow '^\([0-9]+ tokens? in' 2; then
+        pass "ctrl-c stops a reply on the quiet terminal"
+    else
+        fail "ctrl-c during a reply"; show
+    fi
+    tmux -S "$tmux_sock" send-keys -t slow C-d
 fi
 
 # ---- model output on a terminal: control characters shown, not sent ----

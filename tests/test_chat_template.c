@@ -1,12 +1,18 @@
 /* test_chat_template.c - chat prompt rendering against transformers' renders
  * of the published Jinja templates (tests/fixtures/chat, written by
- * tools/refgen/make_chat_fixtures.py), assistant byte ranges, and detection
- * from tokenizer_config.json contents. */
+ * tools/refgen/make_chat_fixtures.py), assistant byte ranges, detection
+ * from tokenizer_config.json contents, and the Jinja text colossal-finetune
+ * writes: read back, it renders to the same ids as the family named
+ * (tools/refgen/check_chat_roundtrip.py compares that text with transformers'
+ * apply_chat_template). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "chat_template.h"
+#include "lm_source.h"
 #include "testlib.h"
 #include "textio.h"
 
@@ -253,6 +259,104 @@ static void test_detect(void)
     TL_OK(col_chat_detect(NULL, 0, &f, &err) == COL_EINVAL, "NULL text");
 }
 
+/* ids of conversation c rendered with family f, tokenized as colossal-chat does */
+static int32_t *render_ids(const col_tokenizer *t, col_chat_family f, int c, size_t *n)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int32_t *ids = NULL;
+    col_err err = {0};
+    *n = 0;
+    if (col_chat_render(f, cases[c].m, cases[c].n, cases[c].gen, &text, &len, NULL, &err) == COL_OK)
+        col_tok_encode_ex(t, text, len, COL_TOK_PARSE_SPECIAL, &ids, n, &err);
+    free(text);
+    return ids;
+}
+
+/* the family a tokenizer_config.json in dir names, or -1 */
+static int detect_dir(const char *dir, char **json)
+{
+    char path[600];
+    size_t len = 0;
+    col_err err = {0};
+    col_chat_family f;
+    *json = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (col_read_file(path, 0, json, &len, &err) != COL_OK)
+        return -1;
+    return col_chat_detect(*json, len, &f, &err) == COL_OK ? (int)f : -1;
+}
+
+static void test_written(void)
+{
+    char buf[4096], dir[] = "/tmp/test_chat_template_XXXXXX";
+    col_lm_source src;
+    col_err err = {0};
+    memset(&src, 0, sizeof src);
+    const char *tp = col_bundled_tokenizer("llama3", buf, sizeof buf);
+    if (!tp || col_tok_load(tp, &src.tok, &err) != COL_OK) {
+        tl_skip_check("the written templates", "the bundled llama3 tokenizer cannot be read");
+        return;
+    }
+    tl_mkdtemp(dir);
+    for (int f = 0; f < 4; f++) {
+        /* a directory without tokenizer_config.json: a new one, the tokenizer's bos/eos named */
+        char path[600], *json = NULL;
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+        remove(path);
+        col_status st = col_lm_source_write_chat_template(&src, dir, (col_chat_family)f, &err);
+        int got = st == COL_OK ? detect_dir(dir, &json) : -1;
+        cJSON *root = json ? cJSON_Parse(json) : NULL;
+        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+        const cJSON *bos = cJSON_GetObjectItemCaseSensitive(root, "bos_token");
+        TL_OK(got == f && cJSON_IsString(ct) && strcmp(ct->valuestring, col_chat_jinja((col_chat_family)f)) == 0 &&
+                  cJSON_IsString(bos) && strcmp(bos->valuestring, "<|begin_of_text|>") == 0,
+              "%s: the written tokenizer_config.json names the Jinja text, read back as %s (bos_token %s) %s",
+              col_chat_info((col_chat_family)f)->name, got >= 0 ? col_chat_info((col_chat_family)got)->name : "none",
+              cJSON_IsString(bos) ? bos->valuestring : "none", err.msg);
+        cJSON_Delete(root);
+        free(json);
+        /* the text read back renders to the ids of the family named */
+        for (int c = 0; got >= 0 && c < (int)(sizeof cases / sizeof cases[0]); c++) {
+            if (f == COL_CHAT_LLAMA2 && cases[c].m[0].role != COL_ROLE_SYSTEM && cases[c].m[0].role != COL_ROLE_USER)
+                continue;
+            size_t na, nb;
+            int32_t *a = render_ids(src.tok, (col_chat_family)f, c, &na);
+            int32_t *b = render_ids(src.tok, (col_chat_family)got, c, &nb);
+            TL_OK(a && b && na == nb && na > 0 && memcmp(a, b, na * sizeof *a) == 0,
+                  "%s %s: the template read back gives the same %zu ids", col_chat_info((col_chat_family)f)->name,
+                  cases[c].name, na);
+            free(a);
+            free(b);
+        }
+    }
+    /* an existing file keeps its other entries and its special tokens; its template is replaced */
+    char path[600], *json = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    const char *old = "{\"model_max_length\": 77, \"eos_token\": {\"content\": \"</s>\"}, \"chat_template\": \"x\"}";
+    col_write_file_atomic(path, old, strlen(old), &err);
+    int got = col_lm_source_write_chat_template(&src, dir, COL_CHAT_PLAIN, &err) == COL_OK ? detect_dir(dir, &json) : -1;
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token");
+    TL_OK(got == COL_CHAT_PLAIN && cJSON_GetObjectItemCaseSensitive(root, "model_max_length") && cJSON_IsObject(eos),
+          "an existing tokenizer_config.json: template replaced (plain read back), the rest kept");
+    cJSON_Delete(root);
+    free(json);
+    /* not JSON: an error naming the file */
+    col_write_file_atomic(path, "[1,", 3, &err);
+    TL_OK(col_lm_source_write_chat_template(&src, dir, COL_CHAT_CHATML, &err) == COL_EFORMAT &&
+              strstr(err.msg, "tokenizer_config.json"), "a tokenizer_config.json that is not an object: %s", err.msg);
+    /* plain has no markers: only its exact text is plain */
+    char *t = strdup(col_chat_jinja(COL_CHAT_PLAIN));
+    col_chat_family f;
+    t[strlen(t) / 2] ^= 1;
+    TL_OK(col_chat_detect_template(t, &f, &err) == COL_EUNSUPPORTED, "plain's text changed by one bit is not plain");
+    free(t);
+    TL_OK(col_chat_jinja((col_chat_family)4) == NULL, "no Jinja text for an unknown family");
+    tl_remove_tree(dir);
+    col_tok_free(src.tok);
+}
+
 int main(void)
 {
     test_fixtures();
@@ -261,5 +365,6 @@ int main(void)
     test_render_errors();
     test_family_info();
     test_detect();
+    test_written();
     return tl_done();
 }

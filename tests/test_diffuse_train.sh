@@ -65,6 +65,13 @@ if run $full --steps 2 --out "$tmp/res" && run $full --steps 4 --out "$tmp/res" 
    cmp -s "$tmp/full/trainer_state.json" "$tmp/res/trainer_state.json"; then
     pass "--resume continues bitwise (weights, optimizer state, generator)"
 else fail "--resume continues bitwise (weights, optimizer state, generator)"; fi
+# the run's log: a line per step, the resumed run going on from the saved steps; its loss in the uninterrupted
+# run's; loss.png beside the save
+if [ "$(sed -n 's/^{"step":\([0-9]*\),.*/\1/p' "$tmp/res/metrics.jsonl" | tr '\n' ' ')" = "1 2 3 4 " ] &&
+   [ "$(sed 's/,"elapsed_s":[^,}]*//' "$tmp/res/metrics.jsonl")" = "$(sed 's/,"elapsed_s":[^,}]*//' "$tmp/full/metrics.jsonl")" ] &&
+   grep -q '"loss":[0-9.]*,"lr":' "$tmp/full/metrics.jsonl" && [ -s "$tmp/full/loss.png" ]; then
+    pass "metrics.jsonl: steps 1..4, the resumed run's the same as the uninterrupted one's; loss.png"
+else fail "metrics.jsonl of the runs: $(head -c 200 "$tmp/res/metrics.jsonl")"; fi
 
 # LoRA with prior preservation, saved every 2 steps, resumed
 if run $lora --steps 4 --out "$tmp/lora" && [ -s "$tmp/lora/pytorch_lora_weights.safetensors" ] && [ ! -e "$tmp/lora/unet" ] &&

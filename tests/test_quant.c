@@ -384,6 +384,39 @@ static void test_matmul(const col_backend *be, const char *bname, int64_t q8_row
     }
 }
 
+/* Row m of an M-row product has the bits of row m multiplied alone, for every M up to max_rows: what lets a
+ * server decode many sequences in one product and give each the numbers it gets alone (tests/test_lm_batch
+ * checks it through whole models). K spans several blocks of each kind, odd counts included. */
+static void test_rows_alone(const col_backend *be, const char *bname, int64_t max_rows)
+{
+    for (int t = 0; t < 4; t++) {
+        col_dtype dt = QTYPES[t];
+        int64_t K = col_dtype_block(dt) == 32 ? 32 * 13 : 256 * 3, N = 21;
+        float *wf;
+        uint8_t *wq = make_weight(dt, N, K, &wf);
+        float *x = malloc((size_t)(max_rows * K) * 4), *alone = malloc((size_t)(max_rows * N) * 4),
+              *y = malloc((size_t)(max_rows * N) * 4);
+        fill_normal(x, max_rows * K, 1.0f);
+        col_err err = {COL_OK};
+        col_status st = COL_OK;
+        for (int64_t m = 0; m < max_rows && st == COL_OK; m++)
+            st = run_matmul(be, dt, x + m * K, wq, 1, K, N, false, alone + m * N, &err);
+        int64_t worst = -1;
+        for (int64_t M = 2; M <= max_rows && st == COL_OK; M++) {
+            st = run_matmul(be, dt, x, wq, M, K, N, false, y, &err);
+            if (st == COL_OK && memcmp(y, alone, (size_t)(M * N) * 4) && worst < 0)
+                worst = M;
+        }
+        char where[48] = "";
+        if (worst >= 0)
+            snprintf(where, sizeof where, "; first differs at M = %lld", (long long)worst);
+        TL_OK(st == COL_OK && worst < 0,
+              "%s: %s: every row of an M-row product (M = 2..%lld) has the bits of that row alone%s (%s)", bname,
+              col_dtype_name(dt), (long long)max_rows, where, st == COL_OK ? "ran" : err.msg);
+        free(x), free(alone), free(y), free(wq), free(wf);
+    }
+}
+
 /* a slice of W's rows (a view that starts at a whole row), and an embedding of W's rows */
 static void test_views_embedding(const col_backend *be, bool q8x)
 {
@@ -521,6 +554,7 @@ int main(void)
         return tl_done();
     }
     test_matmul(&be, "cpu", COL_QMV_ROWS);
+    test_rows_alone(&be, "cpu", COL_QMV_ROWS);
     test_views_embedding(&be, true);
     test_refusals();
     col_cpu_backend_free(&be);

@@ -39,6 +39,7 @@ ok_if() { if [ "$1" = 0 ]; then pass "$2"; else fail "$2"; fi; }
 start() {
     log="$tmp/$1.log"
     shift
+    rm -f "$log" # a log of the same name from an earlier server must not be read as this one's
     "$serve" "$@" --port 0 2> "$log" &
     pid=$!
     url=

@@ -77,12 +77,28 @@ printf '0123abcd' > "$tmp/hf/hub/models--acme--tiny-gpt/refs/main"
 cp "${srcdir:-.}/assets/tokenizers/gpt2/vocab.json" "${srcdir:-.}/assets/tokenizers/gpt2/merges.txt" "$snap/"
 HF_HOME="$tmp/hf" check "a hub id from the Hugging Face cache" 0 "[15496, 995, 0]" "$tmp/hello" -- acme/tiny-gpt
 HF_HOME="$tmp/hf" check "a hub id missing from the cache" 1 "huggingface-cli download acme/other" "$tmp/hello" -- acme/other
-check "missing tokenizer" 1 "No such file" "$tmp/hello" -- "$tmp/nothing-here"
+check "missing tokenizer: the bundled ones are named" 1 "nothing-here not found: give a tokenizer directory or file, a hub id, or a bundled tokenizer (gpt2, llama2, llama3, bytes, clip)" "$tmp/hello" -- "$tmp/nothing-here"
 check "directory without tokenizer files" 1 "no tokenizer.json, nor vocab.json with merges.txt" "$tmp/hello" -- "$tmp"
 check "corrupt tokenizer.json" 1 "invalid JSON at byte" "$tmp/hello" -- "$tmp/corrupt.json"
 check "--decode of invalid JSON" 1 "not a JSON array of token ids" "$tmp/badjson" -- --decode gpt2
 check "--decode of an id out of range" 1 "token id 50257 at position 1 is out of range [0, 50257)" "$tmp/range" -- --decode gpt2
 check "--decode of a fractional id" 1 "element 1 of the array is not an integer id" "$tmp/frac" -- --decode gpt2
+# --chat: the conversation as the model's chat template renders it (chatml written out here by hand), decoded back
+chatml_dir="${srcdir:-.}/tests/fixtures/chat_model/chatml"
+printf '{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}' > "$tmp/conv"
+"$tok" --chat --generation-prompt "$chatml_dir" < "$tmp/conv" > "$tmp/ids" 2> "$tmp/err" &&
+    "$tok" --decode "$chatml_dir" < "$tmp/ids" > "$tmp/text"
+printf '<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n' > "$tmp/want"
+same_bytes "--chat --generation-prompt: the ids of the chatml conversation" "$tmp/want" "$tmp/text"
+printf '[{"role": "user", "content": "hi"}]' > "$tmp/conv2"
+"$tok" --chat "$chatml_dir" < "$tmp/conv2" > "$tmp/ids" 2> "$tmp/err" && "$tok" --decode "$chatml_dir" < "$tmp/ids" > "$tmp/text"
+printf '<|im_start|>user\nhi<|im_end|>\n' > "$tmp/want"
+same_bytes "--chat without the generation prompt, a bare list of messages" "$tmp/want" "$tmp/text"
+check "--chat on a tokenizer without a chat template" 1 "no chat_template" "$tmp/conv" -- --chat gpt2
+printf '[{"role": "wizard", "content": "hi"}]' > "$tmp/conv3"
+check "--chat with an unknown role" 1 "message 0 needs a \"role\"" "$tmp/conv3" -- --chat "$chatml_dir"
+check "--chat with text that is not a conversation" 1 "not a JSON list of messages" "$tmp/hello" -- --chat "$chatml_dir"
+check "--generation-prompt without --chat" 2 "goes with --chat" "$tmp/hello" -- --generation-prompt gpt2
 check "unknown option" 2 "usage:" "$tmp/hello" -- --bogus gpt2
 check "no model" 2 "no MODEL given" "$tmp/hello" --
 check "extra argument" 2 "unexpected argument" "$tmp/hello" -- gpt2 llama2

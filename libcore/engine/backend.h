@@ -133,7 +133,8 @@ size_t col_matmul_lowp_scratch(int64_t M, int64_t K, int64_t N);
 int64_t col_matmul_quant_panel(int64_t K, int64_t N);
 size_t col_matmul_quant_scratch(int64_t M, int64_t K, int64_t N, col_dtype dt);
 /* the quantized rows of x (M <= COL_QMV_ROWS) as the host kernels lay them out: per row, K int8 values,
- * then K / 32 f32 scales, then K / 32 i32 sums of the values (each piece 64-byte aligned) */
+ * then K / 32 f32 scales, then K / 32 i32 sums of the values, then K / 32 vectors of 8 i32 that start each
+ * block's integer dot product (each piece 64-byte aligned) */
 size_t col_matmul_quant_xrow_bytes(int64_t K);
 /* The geometry of a CONV2D, CONV2D_BWD_DATA or CONV2D_BWD_FILTER node, read from its shapes and params
  * (ops_image.c), for every backend's kernels. Output pixel (oy, ox) reads input pixel

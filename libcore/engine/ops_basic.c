@@ -195,7 +195,7 @@ int64_t col_matmul_quant_panel(int64_t K, int64_t N)
 
 size_t col_matmul_quant_xrow_bytes(int64_t K)
 {
-    return align64((size_t)K) + align64((size_t)(K / 32) * 4) * 2;
+    return align64((size_t)K) * 2 + align64((size_t)(K / 32) * 4) * 2;
 }
 
 size_t col_matmul_quant_scratch(int64_t M, int64_t K, int64_t N, col_dtype dt)

@@ -23,6 +23,48 @@ static const col_chat_family_info families[] = {
     [COL_CHAT_PLAIN] = {"plain", "\n", stop_plain},
 };
 #define NFAMILIES ((int)(sizeof families / sizeof families[0]))
+
+/* Jinja equivalents of the renders below (whitespace control on every tag, so that transformers' trim_blocks /
+ * lstrip_blocks change nothing); '\n' is a Jinja string escape. */
+static const char *const jinja[] = {
+    [COL_CHAT_LLAMA2] =
+        "{%- if messages and messages[0]['role'] == 'system' -%}"
+        "{%- set loop_messages = messages[1:] -%}{%- set system_message = messages[0]['content'] -%}"
+        "{%- else -%}{%- set loop_messages = messages -%}{%- set system_message = none -%}{%- endif -%}"
+        "{%- for message in loop_messages -%}"
+        "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) or message['role'] not in ['user', "
+        "'assistant'] -%}"
+        "{{- raise_exception('Conversation roles must be [system] then alternate user/assistant/user/...') -}}"
+        "{%- endif -%}"
+        "{%- if loop.index0 == 0 and system_message is not none -%}"
+        "{%- set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] -%}"
+        "{%- else -%}{%- set content = message['content'] -%}{%- endif -%}"
+        "{%- if message['role'] == 'user' -%}{{- '<s>[INST] ' + content | trim + ' [/INST]' -}}"
+        "{%- else -%}{{- ' ' + content | trim + ' </s>' -}}{%- endif -%}"
+        "{%- endfor -%}",
+    [COL_CHAT_LLAMA3] =
+        "{%- for message in messages -%}"
+        "{%- if loop.first -%}{{- '<|begin_of_text|>' -}}{%- endif -%}"
+        "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+        "'<|eot_id|>' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}",
+    [COL_CHAT_CHATML] =
+        "{%- for message in messages -%}"
+        "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+    [COL_CHAT_PLAIN] =
+        "{%- for message in messages -%}"
+        "{{- message['role'] + ': ' + message['content'] + '\\n' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- 'assistant: ' -}}{%- endif -%}",
+};
+
+const char *col_chat_jinja(col_chat_family f)
+{
+    return (int)f >= 0 && (int)f < NFAMILIES ? jinja[f] : NULL;
+}
 #define FAMILY_OPTIONS "llama2, llama3, chatml or plain"
 
 const col_chat_family_info *col_chat_info(col_chat_family f)
@@ -236,6 +278,11 @@ col_status col_chat_detect_template(const char *t, col_chat_family *out, col_err
 {
     if (!t)
         return col_err_set_on(err, COL_SETTING_CHAT_TEMPLATE, COL_EINVAL, "chat template: none given; " NO_JINJA);
+    for (int i = 0; i < NFAMILIES; i++)
+        if (strcmp(t, jinja[i]) == 0) {
+            *out = (col_chat_family)i;
+            return COL_OK;
+        }
     if (strstr(t, "<|start_header_id|>")) {
         if (strstr(t, "Cutting Knowledge Date"))
             return col_err_set_on(err, COL_SETTING_CHAT_TEMPLATE, COL_EUNSUPPORTED,

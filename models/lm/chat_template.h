@@ -66,7 +66,16 @@ col_status col_chat_render(col_chat_family f, const col_chat_message *msgs, int 
  * a template of no built-in family is an error that names the options and
  * marks COL_SETTING_CHAT_TEMPLATE. */
 col_status col_chat_detect(const char *json, size_t len, col_chat_family *out, col_err *err);
-/* The same on a template string itself. */
+/* The same on a template string itself. A template equal to col_chat_jinja's
+ * text of a family is that family (plain has no marker of its own). */
 col_status col_chat_detect_template(const char *tmpl, col_chat_family *out, col_err *err);
+
+/* The Jinja text of family f as a tokenizer_config.json "chat_template" holds
+ * it (what colossal-finetune writes beside a model trained on chat data):
+ * transformers' apply_chat_template renders it to the same text as
+ * col_chat_render (tools/refgen/check_chat_roundtrip.py checks that). The
+ * markers are literal text, not bos_token/eos_token, so the render does not
+ * depend on the tokenizer's special tokens. NULL for an unknown family. */
+const char *col_chat_jinja(col_chat_family f);
 
 #endif

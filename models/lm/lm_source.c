@@ -28,11 +28,24 @@ static bool exists_in(const char *dir, const char *name)
     return access(p, F_OK) == 0;
 }
 
+/* the tokenizers in assets/tokenizers/ */
+static const char *const bundled_names[] = {"gpt2", "llama2", "llama3", "bytes", "clip"};
+#define NBUNDLED (sizeof bundled_names / sizeof bundled_names[0])
+
+const char *col_bundled_tokenizer_names(char *buf, size_t size)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < NBUNDLED && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%s", i ? ", " : "", bundled_names[i]);
+    return buf;
+}
+
 const char *col_bundled_tokenizer(const char *name, char *buf, size_t size)
 {
-    static const char *const names[] = {"gpt2", "llama2", "llama3", "bytes", "clip"};
+    const char *const *names = bundled_names;
     static const char *const roots[] = {COL_ASSET_DIR "/tokenizers", COL_SRC_ASSET_DIR "/tokenizers"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    for (size_t i = 0; i < NBUNDLED; i++) {
         if (strcmp(name, names[i]) != 0)
             continue;
         for (size_t r = 0; r < sizeof roots / sizeof roots[0]; r++) {
@@ -64,6 +77,9 @@ static col_status open_tokenizer(col_lm_source *s, const char *path, col_err *er
     const char *p = path;
     if (access(path, F_OK) != 0 && col_bundled_tokenizer(path, buf, sizeof buf))
         p = buf;
+    else if (access(path, F_OK) != 0)
+        return col_err_set_on(err, COL_SETTING_TOKENIZER, COL_EIO, "tokenizer %s not found: give a tokenizer directory "
+                              "or file, or a bundled tokenizer (%s)", path, col_bundled_tokenizer_names(buf, sizeof buf));
     col_status st = col_tok_load(p, &s->tok, err);
     if (st != COL_OK)
         return st;
@@ -266,4 +282,59 @@ col_status col_lm_source_copy_tokenizer(const col_lm_source *s, const char *dir,
             return st;
     }
     return COL_OK;
+}
+
+/* obj[key] = the text of token id (when the tokenizer has it and obj has no key) */
+static bool add_token_name(cJSON *obj, const char *key, const col_tokenizer *tok, int32_t id)
+{
+    size_t n = 0;
+    const char *b = tok && id >= 0 ? col_tok_token_bytes(tok, id, &n) : NULL;
+    if (!b || n == 0 || cJSON_HasObjectItem(obj, key))
+        return true;
+    char *name = strndup(b, n);
+    bool ok = name && cJSON_AddStringToObject(obj, key, name);
+    free(name);
+    return ok;
+}
+
+col_status col_lm_source_write_chat_template(const col_lm_source *s, const char *dir, col_chat_family f,
+                                             col_err *err)
+{
+    const char *tmpl = col_chat_jinja(f);
+    if (!tmpl)
+        return col_err_set(err, COL_EINVAL, "chat template: unknown family %d", (int)f);
+    char path[4200], *json = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    cJSON *root = NULL;
+    if (access(path, F_OK) == 0) {
+        col_status st = col_read_file(path, (size_t)64 << 20, &json, &len, err);
+        if (st != COL_OK)
+            return st;
+        root = cJSON_ParseWithLength(json, len);
+        free(json);
+        if (!cJSON_IsObject(root)) {
+            cJSON_Delete(root);
+            return col_err_set(err, COL_EFORMAT, "%s: not a JSON object: the chat template cannot be added to it",
+                               path);
+        }
+    } else if ((root = cJSON_CreateObject()) && !cJSON_AddStringToObject(root, "tokenizer_class",
+                                                                        "PreTrainedTokenizerFast")) {
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    bool ok = root != NULL;
+    if (ok) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "chat_template");
+        ok = cJSON_AddStringToObject(root, "chat_template", tmpl) &&
+             add_token_name(root, "bos_token", s->tok, s->tok ? col_tok_bos_id(s->tok) : -1) &&
+             add_token_name(root, "eos_token", s->tok, s->tok ? col_tok_eos_id(s->tok) : -1);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text)
+        return col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
+    col_status st = col_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return st;
 }

@@ -54,8 +54,20 @@ void col_lm_source_close(col_lm_source *s);
  * not an error. */
 col_status col_lm_source_copy_tokenizer(const col_lm_source *s, const char *dir, col_err *err);
 
+/* Writes the chat template family f into dir/tokenizer_config.json as
+ * transformers keeps it: "chat_template" (col_chat_jinja's text), and
+ * "bos_token" / "eos_token" (the tokenizer's, as strings) where the file has
+ * none. The file in dir (copied there by col_lm_source_copy_tokenizer) is
+ * kept otherwise; without one a new file names PreTrainedTokenizerFast.
+ * Written atomically. */
+col_status col_lm_source_write_chat_template(const col_lm_source *s, const char *dir, col_chat_family f,
+                                             col_err *err);
+
 /* The directory of a tokenizer bundled with colossal (gpt2, llama2, llama3,
  * bytes, clip), installed copy first; NULL for another name. */
 const char *col_bundled_tokenizer(const char *name, char *buf, size_t size);
+
+/* The names of the bundled tokenizers, "gpt2, llama2, ...", into buf (size bytes); returns buf. */
+const char *col_bundled_tokenizer_names(char *buf, size_t size);
 
 #endif

@@ -17,29 +17,41 @@
  * one-thread sgemm on that thread: the same calls whatever the thread count. No row of x is rounded there.
  * Built without AVX2, FMA and F16C the same integer sums run as plain loops. */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define CQ_AVX2 1
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define CQ_VNNI 1 /* vpdpbusd: four u8 x s8 products added to an i32 lane in one instruction */
+#endif
 #endif
 
 #include "cpu_internal.h"
 #include "quant.h"
 
 enum { CQ_CHUNK = 16, /* W rows a thread takes at a time */
-       CQ_GROUP = 8,   /* rows of x a row kernel takes at once (its accumulators in registers) */
-       CQ_AHEAD = 2 }; /* rows of W asked for ahead of their use */
+       CQ_AHEAD = 2 };  /* rows of W asked for ahead of their use */
+/* rows of x a row kernel takes at once, their accumulators (two sets) in vector registers */
+#ifdef __AVX512VL__
+#define CQ_GROUP 8 /* 2 x 8 of 32 registers */
+#else
+#define CQ_GROUP 4 /* 2 x 4 of 16 */
+#endif
 
 #define CQ_INLINE static inline __attribute__((always_inline))
 
 static inline size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
-/* a row of x quantized: K int8 values, a scale and a sum of the values per block of 32 */
+/* a row of x quantized: K int8 values, a scale and a sum of the values per block of 32, and per block 8 i32
+ * lanes that start its integer dot product: - bias * sum in lane 0, zeros elsewhere (bias: what the kernel
+ * of W's dtype adds to W's values to make them unsigned bytes, taken back this way) */
 typedef struct {
     const int8_t *q;
     const float *d;
     const int32_t *s;
+    const int32_t *c;
 } xrow;
 
 /* ---- quantizing x ---- */
@@ -93,8 +105,9 @@ static void quantize_block(const float *x, int8_t *q, float *dout, int32_t *sum)
 #endif
 }
 
-/* rows [0, M) of x [M, K] into the scratch (col_matmul_quant_xrow_bytes(K) a row) */
-static void quantize_rows(const float *x, int64_t M, int64_t K, char *scratch, xrow *xr)
+/* rows [0, M) of x [M, K] into the scratch (col_matmul_quant_xrow_bytes(K) a row), with the start
+ * vectors of a kernel that adds bias to W's values (0: none made) */
+static void quantize_rows(const float *x, int64_t M, int64_t K, int32_t bias, char *scratch, xrow *xr)
 {
     size_t rb = col_matmul_quant_xrow_bytes(K);
     for (int64_t m = 0; m < M; m++) {
@@ -102,9 +115,15 @@ static void quantize_rows(const float *x, int64_t M, int64_t K, char *scratch, x
         int8_t *q = (int8_t *)p;
         float *d = (float *)(p + align64((size_t)K));
         int32_t *s = (int32_t *)((char *)d + align64((size_t)(K / 32) * 4));
-        for (int64_t b = 0; b < K / 32; b++)
+        int32_t *c = (int32_t *)((char *)s + align64((size_t)(K / 32) * 4));
+        for (int64_t b = 0; b < K / 32; b++) {
             quantize_block(x + m * K + 32 * b, q + 32 * b, d + b, s + b);
-        xr[m] = (xrow){q, d, s};
+            if (bias) {
+                memset(c + 8 * b, 0, 32);
+                c[8 * b] = -bias * s[b];
+            }
+        }
+        xr[m] = (xrow){q, d, s, c};
     }
 }
 
@@ -132,37 +151,52 @@ static inline float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* the products of the signed bytes w and y summed in pairs of pairs: 8 i32 lanes (|w| <= 128) */
-CQ_INLINE __m256i dot_i8(__m256i w, __m256i y)
+/* acc + the products of unsigned bytes u and signed bytes y, four adjacent ones a lane (without VNNI:
+ * through 16-bit pair sums, so u < 128) */
+CQ_INLINE __m256i dot_u8_acc(__m256i acc, __m256i u, __m256i y)
 {
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#ifdef CQ_VNNI
+    return _mm256_dpbusd_epi32(acc, u, y);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)));
+#endif
 }
 
-/* unsigned bytes u (< 128) times signed y */
-CQ_INLINE __m256i dot_u8(__m256i u, __m256i y) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)); }
+/* unsigned bytes u (< 128) times signed y: 8 i32 lanes */
+CQ_INLINE __m256i dot_u8(__m256i u, __m256i y) { return dot_u8_acc(_mm256_setzero_si256(), u, y); }
+
+/* the products of the signed bytes w and y: 8 i32 lanes (|w| <= 128) */
+CQ_INLINE __m256i dot_i8(__m256i w, __m256i y) { return dot_u8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w)); }
 
 CQ_INLINE __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
+/* q8_0: with VNNI, W's bytes + 128 as unsigned (an xor) against x, started at - 128 sum(x) */
 CQ_INLINE void step_q8_0(const col_block_q8_0 *w, int64_t b, const xrow *xr, const int M, __m256 *acc)
 {
     __m256i q = load32(w[b].qs);
+#ifdef CQ_VNNI
+    q = _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80));
+#endif
     float dw = f16(w[b].d);
     for (int m = 0; m < M; m++) {
-        __m256 s = _mm256_cvtepi32_ps(dot_i8(q, load32(xr[m].q + 32 * b)));
-        acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xr[m].d[b]), s, acc[m]);
+#ifdef CQ_VNNI
+        __m256i p = dot_u8_acc(load32(xr[m].c + 8 * b), q, load32(xr[m].q + 32 * b));
+#else
+        __m256i p = dot_i8(q, load32(xr[m].q + 32 * b));
+#endif
+        acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xr[m].d[b]), _mm256_cvtepi32_ps(p), acc[m]);
     }
 }
 
+/* q4_0: the nibbles as they are (0..15) against x, started at - 8 sum(x) */
 CQ_INLINE void step_q4_0(const col_block_q4_0 *w, int64_t b, const xrow *xr, const int M, __m256 *acc)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)w[b].qs);
     __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0xF)); /* 0..15, 16..31 */
-    q = _mm256_sub_epi8(q, _mm256_set1_epi8(8));
     float dw = f16(w[b].d);
     for (int m = 0; m < M; m++) {
-        __m256 s = _mm256_cvtepi32_ps(dot_i8(q, load32(xr[m].q + 32 * b)));
-        acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xr[m].d[b]), s, acc[m]);
+        __m256i p = dot_u8_acc(load32(xr[m].c + 8 * b), q, load32(xr[m].q + 32 * b));
+        acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xr[m].d[b]), _mm256_cvtepi32_ps(p), acc[m]);
     }
 }
 
@@ -236,11 +270,23 @@ CQ_INLINE void step_q6_K(const col_block_q6_K *w, int64_t b, const xrow *xr, con
     }
 }
 
-/* name##_m: a row with M rows of x, M a constant once inlined; name: the row for any M <= CQ_GROUP */
+#if CQ_GROUP == 8
+#define CQ_CASES_4_7(name)                                                                                     \
+    case 4: name##_m(w, nb, xr, 4, out); break;                                                                \
+    case 5: name##_m(w, nb, xr, 5, out); break;                                                                \
+    case 6: name##_m(w, nb, xr, 6, out); break;                                                                \
+    case 7: name##_m(w, nb, xr, 7, out); break;
+#else
+#define CQ_CASES_4_7(name)
+#endif
+
+/* name##_m: a row with M rows of x, M a constant once inlined; name: the row for any M <= CQ_GROUP.
+ * Two sets of accumulators take the blocks in turn (two chains of FMAs) whatever M is: each output's sums
+ * run in an order that depends on K only, so a row of x gets the same bits in any group. */
 #define CQ_ROW(name, T, STEP)                                                                                  \
     CQ_INLINE void name##_m(const T *w, int64_t nb, const xrow *xr, const int M, float *out)                  \
     {                                                                                                          \
-        const int CH = M <= 4 ? 2 : 1;                                                                         \
+        const int CH = 2;                                                                                      \
         __m256 acc[2][CQ_GROUP];                                                                               \
         for (int c = 0; c < 2; c++)                                                                            \
             for (int m = 0; m < M; m++)                                                                        \
@@ -260,19 +306,158 @@ CQ_INLINE void step_q6_K(const col_block_q6_K *w, int64_t b, const xrow *xr, con
         case 1: name##_m(w, nb, xr, 1, out); break;                                                            \
         case 2: name##_m(w, nb, xr, 2, out); break;                                                            \
         case 3: name##_m(w, nb, xr, 3, out); break;                                                            \
-        case 4: name##_m(w, nb, xr, 4, out); break;                                                            \
-        case 5: name##_m(w, nb, xr, 5, out); break;                                                            \
-        case 6: name##_m(w, nb, xr, 6, out); break;                                                            \
-        case 7: name##_m(w, nb, xr, 7, out); break;                                                            \
-        default: name##_m(w, nb, xr, 8, out); break;                                                           \
+        CQ_CASES_4_7(name)                                                                                     \
+        default: name##_m(w, nb, xr, CQ_GROUP, out); break;                                                    \
         }                                                                                                      \
     }
-_Static_assert(CQ_GROUP == 8, "the rows' switch covers 1..8");
+_Static_assert(CQ_GROUP == 4 || CQ_GROUP == 8, "the rows' switch covers 1..CQ_GROUP");
 
 CQ_ROW(row_q8_0, col_block_q8_0, step_q8_0)
 CQ_ROW(row_q4_0, col_block_q4_0, step_q4_0)
 CQ_ROW(row_q4_K, col_block_q4_K, step_q4_K)
 CQ_ROW(row_q6_K, col_block_q6_K, step_q6_K)
+
+#ifdef CQ_VNNI
+/* ---- eight rows of W at once (VNNI): lane r of every vector belongs to W's row r ----
+ * A block of each of the 8 rows is loaded and transposed in registers so that vector g holds bytes
+ * 4g..4g+3 of every row; vpdpbusd against 4 bytes of x broadcast to every lane then sums each row's
+ * products in its own lane, the 8 rows' scales (one gather) are applied in one multiply and each block is
+ * one FMA for 8 rows. Each output still sums its blocks in a fixed order (two chains, as the row kernels),
+ * so a row of x gets the same bits in any group of rows. */
+
+/* rows r = 0..7 at p + r * wrow, 16 bytes each: out[g] lane r = bytes 4g..4g+3 of row r */
+CQ_INLINE void load_t16(const char *p, size_t wrow, __m256i out[4])
+{
+    __m256i y[4];
+    for (int r = 0; r < 4; r++)
+        y[r] = _mm256_loadu2_m128i((const __m128i *)(p + (r + 4) * wrow), (const __m128i *)(p + r * wrow));
+    __m256i a = _mm256_unpacklo_epi32(y[0], y[1]), b = _mm256_unpackhi_epi32(y[0], y[1]);
+    __m256i c = _mm256_unpacklo_epi32(y[2], y[3]), d = _mm256_unpackhi_epi32(y[2], y[3]);
+    out[0] = _mm256_unpacklo_epi64(a, c), out[1] = _mm256_unpackhi_epi64(a, c);
+    out[2] = _mm256_unpacklo_epi64(b, d), out[3] = _mm256_unpackhi_epi64(b, d);
+}
+
+/* the f16 scale at p + r * wrow of each row r, as 8 f32 lanes */
+CQ_INLINE __m256 load_scales8(const char *p, __m256i offs)
+{
+    __m256i v = _mm256_i32gather_epi32((const int *)p, offs, 1); /* the scale and the 2 bytes after it */
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v));
+}
+
+CQ_INLINE __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* block b of the 8 rows of q4_0 against M rows of x: nibbles as they are, each lane started at -8 sum(x) */
+CQ_INLINE void step8_q4_0(const char *w, size_t wrow, __m256i offs, int64_t b, const xrow *xr, const int M,
+                          __m256 *acc)
+{
+    const char *p = w + (size_t)b * sizeof(col_block_q4_0);
+    __m256i t[4], lo[4], hi[4];
+    load_t16(p + offsetof(col_block_q4_0, qs), wrow, t);
+    for (int g = 0; g < 4; g++) {
+        lo[g] = _mm256_and_si256(t[g], _mm256_set1_epi8(0xF));
+        hi[g] = _mm256_and_si256(_mm256_srli_epi16(t[g], 4), _mm256_set1_epi8(0xF));
+    }
+    __m256 dw = load_scales8(p, offs);
+    for (int m = 0; m < M; m++) {
+        const int8_t *y = xr[m].q + 32 * b;
+        __m256i s[4] = {_mm256_set1_epi32(xr[m].c[8 * b]), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                        _mm256_setzero_si256()}; /* four short chains of vpdpbusd, not one long one */
+        for (int g = 0; g < 4; g++) {
+            s[g & 1] = _mm256_dpbusd_epi32(s[g & 1], lo[g], bcast4(y + 4 * g));
+            s[2 + (g & 1)] = _mm256_dpbusd_epi32(s[2 + (g & 1)], hi[g], bcast4(y + 16 + 4 * g));
+        }
+        s[0] = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
+        acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xr[m].d[b])), _mm256_cvtepi32_ps(s[0]), acc[m]);
+    }
+}
+
+/* block b of the 8 rows of q8_0: bytes + 128 (an xor) as unsigned, each lane started at -128 sum(x) */
+CQ_INLINE void step8_q8_0(const char *w, size_t wrow, __m256i offs, int64_t b, const xrow *xr, const int M,
+                          __m256 *acc)
+{
+    const char *p = w + (size_t)b * sizeof(col_block_q8_0);
+    const char *q = p + offsetof(col_block_q8_0, qs);
+    __m256i v[8], a[8], t[8];
+    for (int r = 0; r < 8; r++)
+        v[r] = _mm256_xor_si256(load32(q + r * wrow), _mm256_set1_epi8((char)0x80));
+    for (int r = 0; r < 8; r += 2) { /* pairs of rows: dwords 0,1 4,5 (lo) and 2,3 6,7 (hi) interleaved */
+        a[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
+        a[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
+    }
+    for (int r = 0; r < 8; r += 4) /* quads of rows: one dword of 4 rows per 128-bit half */
+        for (int h = 0; h < 2; h++) {
+            t[r + 2 * h] = _mm256_unpacklo_epi64(a[r + h], a[r + 2 + h]);
+            t[r + 2 * h + 1] = _mm256_unpackhi_epi64(a[r + h], a[r + 2 + h]);
+        }
+    /* t[0..3]: dwords (0|4), (1|5), (2|6), (3|7) of rows 0..3 in the halves; t[4..7] the same of rows 4..7 */
+    __m256i col[8];
+    for (int g = 0; g < 4; g++) {
+        col[g] = _mm256_permute2x128_si256(t[g], t[4 + g], 0x20);     /* dword g of rows 0..7 */
+        col[g + 4] = _mm256_permute2x128_si256(t[g], t[4 + g], 0x31); /* dword g + 4 */
+    }
+    __m256 dw = load_scales8(p, offs);
+    for (int m = 0; m < M; m++) {
+        const int8_t *y = xr[m].q + 32 * b;
+        __m256i s[4] = {_mm256_set1_epi32(xr[m].c[8 * b]), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                        _mm256_setzero_si256()};
+        for (int g = 0; g < 8; g++)
+            s[g & 3] = _mm256_dpbusd_epi32(s[g & 3], col[g], bcast4(y + 4 * g));
+        s[0] = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
+        acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xr[m].d[b])), _mm256_cvtepi32_ps(s[0]), acc[m]);
+    }
+}
+
+/* name##_m: 8 rows of W from w (wrow bytes apart) against M rows of x; out[m * ldo + r] */
+#define CQ_ROW8(name, STEP, BLOCK)                                                                             \
+    CQ_INLINE void name##_m(const char *w, size_t wrow, int64_t nb, const xrow *xr, const int M, float *out,     \
+                            int64_t ldo, const char *next)                                                     \
+    {                                                                                                          \
+        const __m256i offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),                     \
+                                                _mm256_set1_epi32((int)wrow));                                 \
+        __m256 acc[2][CQ_GROUP];                                                                               \
+        for (int c = 0; c < 2; c++)                                                                            \
+            for (int m = 0; m < M; m++)                                                                        \
+                acc[c][m] = _mm256_setzero_ps();                                                               \
+        int64_t b = 0;                                                                                         \
+        size_t pf = 0;                                                                                         \
+        for (; b + 2 <= nb; b += 2) {                                                                          \
+            while (next && (size_t)b * BLOCK >= pf) { /* 8 rows ahead: a line of each per 64 bytes read */     \
+                for (int r = 0; r < 8; r++)                                                                    \
+                    __builtin_prefetch(next + r * wrow + pf, 0, 2);                                            \
+                pf += 64;                                                                                      \
+            }                                                                                                  \
+            STEP(w, wrow, offs, b, xr, M, acc[0]);                                                             \
+            STEP(w, wrow, offs, b + 1, xr, M, acc[1]);                                                         \
+        }                                                                                                      \
+        for (; b < nb; b++)                                                                                    \
+            STEP(w, wrow, offs, b, xr, M, acc[0]);                                                             \
+        for (int m = 0; m < M; m++)                                                                            \
+            _mm256_storeu_ps(out + m * ldo, _mm256_add_ps(acc[0][m], acc[1][m]));                              \
+    }                                                                                                          \
+    static void name(const char *w, size_t wrow, int64_t nb, const xrow *xr, int M, float *out, int64_t ldo,   \
+                     const char *next)                                                                         \
+    {                                                                                                          \
+        switch (M) {                                                                                           \
+        case 1: name##_m(w, wrow, nb, xr, 1, out, ldo, next); break;                                           \
+        case 2: name##_m(w, wrow, nb, xr, 2, out, ldo, next); break;                                           \
+        case 3: name##_m(w, wrow, nb, xr, 3, out, ldo, next); break;                                           \
+        case 4: name##_m(w, wrow, nb, xr, 4, out, ldo, next); break;                                           \
+        case 5: name##_m(w, wrow, nb, xr, 5, out, ldo, next); break;                                           \
+        case 6: name##_m(w, wrow, nb, xr, 6, out, ldo, next); break;                                           \
+        case 7: name##_m(w, wrow, nb, xr, 7, out, ldo, next); break;                                           \
+        default: name##_m(w, wrow, nb, xr, 8, out, ldo, next); break;                                          \
+        }                                                                                                      \
+    }
+_Static_assert(CQ_GROUP == 8, "VNNI comes with AVX-512VL: 8 rows of x a group");
+
+CQ_ROW8(rows8_q4_0, step8_q4_0, sizeof(col_block_q4_0))
+CQ_ROW8(rows8_q8_0, step8_q8_0, sizeof(col_block_q8_0))
+#endif /* CQ_VNNI */
 
 #else /* plain loops: the same integer sums, each block's scaled and added in order */
 
@@ -445,6 +630,21 @@ static void dequant_row(col_dtype dt, const void *q, int64_t K, float *y)
     col_dequantize_row(dt, q, K, y);
 }
 
+/* what the decoding kernel of dt adds to W's values (quantize_rows) */
+static int32_t bias_of(col_dtype dt)
+{
+#ifdef CQ_AVX2
+    if (dt == COL_Q4_0)
+        return 8;
+#ifdef CQ_VNNI
+    if (dt == COL_Q8_0)
+        return 128;
+#endif
+#endif
+    (void)dt;
+    return 0;
+}
+
 static row_fn row_of(col_dtype dt)
 {
     switch (dt) {
@@ -455,6 +655,16 @@ static row_fn row_of(col_dtype dt)
     default: return NULL;
     }
 }
+
+#ifdef CQ_VNNI
+typedef void (*row8_fn)(const char *w, size_t wrow, int64_t nb, const xrow *xr, int M, float *out, int64_t ldo,
+                        const char *next);
+
+static row8_fn row8_of(col_dtype dt)
+{
+    return dt == COL_Q4_0 ? rows8_q4_0 : dt == COL_Q8_0 ? rows8_q8_0 : NULL;
+}
+#endif
 
 /* ---- the MATMUL kernel ---- */
 
@@ -496,12 +706,28 @@ col_status col_cpu_matmul_quant(const col_node *n, const col_exec *ex, col_err *
     int nt = omp_in_parallel() ? 1 : col_cpu_threads(ex);
     if (M <= COL_QMV_ROWS) { /* x's rows in groups of CQ_GROUP against each row of W (in L1 by then) */
         xrow xr[COL_QMV_ROWS];
-        quantize_rows(x, M, K, ex->scratch, xr);
+        quantize_rows(x, M, K, bias_of(dt), ex->scratch, xr);
         int64_t nb = K / col_dtype_block(dt), chunks = (N + CQ_CHUNK - 1) / CQ_CHUNK;
+#ifdef CQ_VNNI
+        row8_fn row8 = wrow < (size_t)INT32_MAX / 8 ? row8_of(dt) : NULL; /* the gather's offsets are i32 */
+#endif
 #pragma omp parallel for schedule(static) if (N * K > COL_PAR_MIN) num_threads(nt)
         for (int64_t ch = 0; ch < chunks; ch++) {
             int64_t n1 = (ch + 1) * CQ_CHUNK < N ? (ch + 1) * CQ_CHUNK : N;
             for (int64_t j = ch * CQ_CHUNK; j < n1; j++) {
+#ifdef CQ_VNNI
+                if (row8 && j + 8 <= n1) { /* 8 rows at once (the choice depends on j and N only) */
+                    /* the 8 rows after the next 8 are asked for into L2 as these are read: measured on a Zen 4
+                     * VM (W from memory, 2 threads), 1.4x (q4_0) and 1.3x (q8_0) the rate of asking for the next 8
+                     * into L1 */
+                    const char *next = j + 24 <= N ? w + (size_t)(j + 16) * wrow : NULL;
+                    for (int64_t m0 = 0; m0 < M; m0 += CQ_GROUP)
+                        row8(w + (size_t)j * wrow, wrow, nb, xr + m0, (int)(M - m0 < CQ_GROUP ? M - m0 : CQ_GROUP),
+                             c + m0 * N + j, N, next);
+                    j += 7;
+                    continue;
+                }
+#endif
                 prefetch_row(w, wrow, j + CQ_AHEAD, N);
                 for (int64_t m0 = 0; m0 < M; m0 += CQ_GROUP) {
                     float o[CQ_GROUP];
