@@ -39,7 +39,7 @@ if [ $rc -eq 0 ] && grep -q "^cuda:0: Fake GPU: CPU kernels on fake device memor
 else
     notok "default device or budget: exit $rc: $(head -n 5 "$tmp/g.out" | tr '\n' '|') $(head -n 2 "$tmp/g.err")"
 fi
-grep -q "^step 40/40 .* mem: compute [0-9.]*[KMG] (cuda:0 [0-9.]*M/805.3M) host [0-9.]*[KMG] nvme 0K$" "$tmp/g.out" &&
+grep -q "^step 40/40 .* mem: compute [0-9.]* [KMG]\?i\?B (cuda:0 [0-9.]* MiB/768.0 MiB) host [0-9.]* [KMG]\?i\?B nvme 0 B$" "$tmp/g.out" &&
     ok "the progress line shows the GPU's memory used/total beside the compute tier: $(grep '^step 40/40' "$tmp/g.out" | sed 's/.*mem:/mem:/')" ||
     notok "no GPU memory in the progress line: $(grep '^step 40/40' "$tmp/g.out")"
 grep -q "^memory: peak resident .* (host .* + compute tier .* + overhead .* + gpu runtime 256\.0 MiB + before the session" "$tmp/g.out" &&
