@@ -410,6 +410,7 @@ static int run_on(const options *opt, app_device *dev)
         col_lm_source_close(&src);
         return 1;
     }
+    app_stats *stats = app_lm_stats(PROG, o.model, tr, &lo); /* for colossal-top */
     chat_engine g;
     chat_conv conv = {.family = family};
     memset(&g, 0, sizeof g);
@@ -464,6 +465,7 @@ static int run_on(const options *opt, app_device *dev)
         rc = 1;
     }
 done:
+    app_stats_end(stats);
     free(stops);
     chat_conv_free(&conv);
     chat_engine_free(&g);

@@ -49,12 +49,3 @@ size_t app_device_budget_rule(size_t free_bytes, size_t total_bytes)
     return (free_bytes - keep) / mib * mib;
 }
 
-void app_device_fmt_size(double b, char *buf, size_t n)
-{
-    if (b >= 1024.0 * 1024 * 1024)
-        snprintf(buf, n, "%.1f GiB", b / (1024.0 * 1024 * 1024));
-    else if (b >= 1024.0 * 1024)
-        snprintf(buf, n, "%.0f MiB", b / (1024.0 * 1024));
-    else
-        snprintf(buf, n, "%.0f KiB", b / 1024.0);
-}

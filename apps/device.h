@@ -51,9 +51,6 @@ size_t app_device_budget_rule(size_t free_bytes, size_t total_bytes);
 /* The reserve the rule keeps back for a device of total bytes. */
 size_t app_device_reserve(size_t total_bytes);
 
-/* "79.1 GiB", "512 MiB", "12 KiB": sizes in the device lines */
-void app_device_fmt_size(double bytes, char *buf, size_t n);
-
 /* ---- the backend (device_open.c) ---- */
 
 typedef struct {

@@ -6,6 +6,7 @@
 #include "backend_cpu.h"
 #include "device.h"
 #include "device_gpu.h"
+#include "units.h"
 
 static int open_cpu(app_device *d, col_err *err)
 {
@@ -34,7 +35,7 @@ static col_status open_gpu(app_device *d, int index, col_err *err)
     size_t fr, total;
     char tot[32] = "";
     if (app_device_memory(d, &fr, &total)) {
-        app_device_fmt_size((double)total, tot + 2, sizeof tot - 2);
+        col_fmt_bytes(tot + 2, sizeof tot - 2, total);
         tot[0] = ',', tot[1] = ' ';
     }
     snprintf(d->label, sizeof d->label, "%s: %.300s", d->name, app_gpu_name(&d->be));
@@ -121,8 +122,8 @@ int app_device_default_budget(const app_device *d, size_t *budget, char *line, s
         return 1;
     }
     char f[32], k[32], b[32];
-    app_device_fmt_size((double)fr, f, sizeof f);
-    app_device_fmt_size((double)app_device_reserve(total), k, sizeof k);
+    col_fmt_bytes(f, sizeof f, fr);
+    col_fmt_bytes(k, sizeof k, app_device_reserve(total));
     size_t want = app_device_budget_rule(fr, total);
     if (!want) {
         col_err_set(err, COL_ENOMEM, "%s has %s free, too little beside the %s kept back for the device's own use: "
@@ -130,7 +131,7 @@ int app_device_default_budget(const app_device *d, size_t *budget, char *line, s
         return 1;
     }
     *budget = want;
-    app_device_fmt_size((double)want, b, sizeof b);
+    col_fmt_bytes(b, sizeof b, want);
     snprintf(line, n, "compute tier %s: the %s free on %s less %s kept back (--gpu-mem sets it)", b, f, d->name, k);
     return 0;
 }

@@ -17,6 +17,7 @@
 #include "procsetup.h"
 #include "sd_model.h"
 #include "sd_pipeline.h"
+#include "statpub.h"
 #include "timer.h"
 
 #define PARAM_KEY "parameters"
@@ -126,6 +127,7 @@ static int run(diffuse_opts *o)
     int rc = 0;
     app_device dev = {0};
     sd_pipeline *p = NULL;
+    app_stats *stats = NULL; /* for colossal-top */
     col_image *imgs = NULL;
     if (o->init) { /* the size follows the source image unless given, rounded down to multiples of 8 */
         int w = init.width / 8 * 8, h = init.height / 8 * 8;
@@ -164,6 +166,8 @@ static int run(diffuse_opts *o)
         rc = fail(&err);
         goto done;
     }
+    stats = app_stats_start(DIFFUSE_PROG, o->model);
+    app_stats_update(stats, mb_store_pool(sd_pipeline_store(p)), NULL, 0, &dev, mem.host_budget, mem.compute_budget);
     if (!o->has_seed) {
         uint64_t s = 0;
         if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) s = (uint64_t)(col_seconds() * 1e9);
@@ -213,6 +217,7 @@ done:
     if (imgs)
         for (int k = 0; k < o->batch; k++) col_image_free(&imgs[k]);
     free(imgs);
+    app_stats_end(stats);
     sd_pipeline_free(p);
     app_device_close(&dev);
     col_image_free(&init);

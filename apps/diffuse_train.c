@@ -32,6 +32,7 @@
 #include "dm_unet.h"
 #include "dm_vae.h"
 #include "outdir.h"
+#include "statpub.h"
 #include "train_log.h"
 #include "sd_model.h"
 #include "sd_train.h"
@@ -419,8 +420,9 @@ static int train(run *r)
     }
     dm_trainer *t = sd_train_session(r->tr);
     int64_t start = dm_trainer_steps(t);
-    double t0 = col_seconds();
+    double t0 = col_seconds(), ts = t0;
     int rc = 0;
+    app_stats *stats = app_stats_start(DIFFUSE_PROG, o->model); /* for colossal-top */
     for (int64_t s = start; s < o->steps && !rc; s++) {
         float loss = 0;
         col_status st = COL_OK;
@@ -436,6 +438,9 @@ static int train(run *r)
             rc = fail(&err);
             break;
         }
+        app_stats_update(stats, dm_trainer_pool(t), NULL, 0, &r->dev, o->mem.cpu_mem, o->mem.gpu_mem);
+        app_stats_step(stats, info.step, o->steps, loss, col_seconds() - ts);
+        ts = col_seconds();
         /* metrics.jsonl, from the first step done on (a resume keeps the saved steps' lines) */
         train_log_step ls = {.step = info.step, .loss = loss, .lr = info.lr, .grad_norm = info.grad_norm,
                              .tokens_per_s = NAN, .elapsed_s = col_seconds() - t0, .no_mem = true};
@@ -452,6 +457,7 @@ static int train(run *r)
         bool last = s + 1 == o->steps;
         if ((last || (o->save_every && (s + 1) % o->save_every == 0)) && save(r, &err) != COL_OK) rc = fail(&err);
     }
+    app_stats_end(stats);
     if (start >= o->steps) rc = fail_line("the run in %s has done %" PRId64 " steps already: give --steps above that to "
                                           "go on", col_outdir_path(r->od), start);
     free(pix);

@@ -9,7 +9,9 @@
 #include "memtier.h"
 #include "mt_resident.h"
 #include "progress.h"
+#include "statpub.h"
 #include "top_view.h"
+#include "units.h"
 
 typedef ft_run run;
 
@@ -23,16 +25,6 @@ static void fmt_secs(double s, char *buf, size_t n)
         snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
     else
         snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
-}
-
-static void fmt_bytes(double b, char *buf, size_t n)
-{
-    if (b < 1e6)
-        snprintf(buf, n, "%.0fK", b / 1e3);
-    else if (b < 1e9)
-        snprintf(buf, n, "%.1fM", b / 1e6);
-    else
-        snprintf(buf, n, "%.2fG", b / 1e9);
 }
 
 void ft_progress(run *r, const col_lm_step_info *info, double tok_s, double elapsed)
@@ -70,14 +62,14 @@ void ft_progress(run *r, const col_lm_step_info *info, double tok_s, double elap
         return;
     char eta[32], host[32], comp[96], nvme[32];
     fmt_secs((double)(o->steps - info->step) * (elapsed / (double)(info->step - r->start_step)), eta, sizeof eta);
-    fmt_bytes((double)ms.host_bytes, host, sizeof host);
-    fmt_bytes((double)compute, comp, sizeof comp);
-    fmt_bytes((double)on_nvme, nvme, sizeof nvme);
+    col_fmt_bytes(host, sizeof host, ms.host_bytes);
+    col_fmt_bytes(comp, sizeof comp, compute);
+    col_fmt_bytes(nvme, sizeof nvme, on_nvme);
     size_t dfree, dtotal; /* on a GPU: its memory in use (every process's) and its size, beside the compute tier's */
     if (app_device_memory(&r->dev, &dfree, &dtotal)) {
         char du[32], dt[32];
-        fmt_bytes((double)(dtotal - dfree), du, sizeof du);
-        fmt_bytes((double)dtotal, dt, sizeof dt);
+        col_fmt_bytes(du, sizeof du, dtotal - dfree);
+        col_fmt_bytes(dt, sizeof dt, dtotal);
         size_t k = strlen(comp);
         snprintf(comp + k, sizeof comp - k, " (%s %s/%s)", r->dev.name, du, dt);
     }
@@ -121,21 +113,7 @@ void ft_publish(run *r, const col_lm_step_info *info, double tok_s, double step_
     d->nvme_written = mt_nvme_bytes_written(col_lm_trainer_pool(r->tr));
     d->link_bytes[MT_LINK_H2N] = d->nvme_written;
     d->link_bytes[MT_LINK_N2H] = mt_nvme_bytes_read(col_lm_trainer_pool(r->tr));
-    size_t dfree, dtotal;
-    if (app_device_memory(&r->dev, &dfree, &dtotal)) { /* the compute tier is the GPU's memory */
-        mt_stats_set_device(d, r->dev.label);
-        d->device_used = dtotal - dfree;
-        d->device_total = dtotal;
-    }
-    mt_resident *ct = col_lm_trainer_compute_tier(r->tr);
-    if (ct) { /* chunk copies on the compute tier: its peak beside the activations, and the bytes moved */
-        mt_resident_stats rs;
-        mt_resident_get_stats(ct, &rs);
-        d->tier_used[MT_TIER_GPU] = rs.peak;
-        d->tier_budget[MT_TIER_GPU] = rs.budget;
-        d->link_bytes[MT_LINK_H2C] = rs.bytes[MT_LINK_H2C];
-        d->link_bytes[MT_LINK_C2H] = rs.bytes[MT_LINK_C2H];
-    }
+    app_stats_compute(d, &r->dev, col_lm_trainer_compute_tier(r->tr)); /* the device's memory, the compute tier */
     d->step = info->step;
     d->total_steps = r->o.steps;
     d->tokens_per_s = tok_s;

@@ -1,5 +1,6 @@
 /* finetune_plan.c - --parallel auto and --plan-only (finetune_plan.h). */
 #include "finetune_plan.h"
+#include "units.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,12 +203,14 @@ int ft_plan(ft_opts *o, ft_par *p)
             col_plan_layout_name(&e[0].l, name, sizeof name);
             char ts[32];
             snprintf(ts, sizeof ts, "%.4g ms", e[0].t_step * 1e3);
+            char ms[COL_BYTES_STR], ma[COL_BYTES_STR];
+            col_fmt_bytes(ms, sizeof ms, (uint64_t)(e[0].params + e[0].grads + e[0].states));
+            col_fmt_bytes(ma, sizeof ma, (uint64_t)e[0].activations);
             if (o->json && !o->plan_only)
                 json_entry(&e[0], 0, "plan");
             else if (!o->json)
-                fprintf(o->plan_only ? stdout : stderr, "planner: chose %s: predicted step %s, model states %.3g MiB "
-                        "+ activations %.3g MiB per process; %s\n", name, ts,
-                        (e[0].params + e[0].grads + e[0].states) / 1048576.0, e[0].activations / 1048576.0, line);
+                fprintf(o->plan_only ? stdout : stderr, "planner: chose %s: predicted step %s, model states %s "
+                        "+ activations %s per process; %s\n", name, ts, ms, ma, line);
         } else if (o->plan_only) {
             col_plan_layout_name(&e[0].l, name, sizeof name);
             fprintf(stderr, "colossal-finetune: no layout of %d processes fits the memory budgets (the smallest, %s: "

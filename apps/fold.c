@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "apperr.h"
+#include "units.h"
 #ifdef COL_WITH_COMM
 #include "comm.h"
 #endif
@@ -25,6 +26,7 @@
 #include "fold_model.h"
 #include "fold_pdb.h"
 #include "procsetup.h"
+#include "statpub.h"
 #include "textio.h"
 #include "timer.h"
 
@@ -326,10 +328,11 @@ static int fold_record(const fold_opts *o, fold_model *m, const char *model, int
             if (r.ptm >= 0) printf("\tpTM %.4f", r.ptm);
             printf("\n");
         }
+        char arena[COL_BYTES_STR];
         if (!o->quiet)
-            fprintf(stderr, FOLD_PROG ": %s: %.1f s (features %.2f s, plan %.2f s, %d passes %.1f s), arena %.1f MiB\n",
+            fprintf(stderr, FOLD_PROG ": %s: %.1f s (features %.2f s, plan %.2f s, %d passes %.1f s), arena %s\n",
                     name, col_seconds() - t0, features_s, r.seconds_build, o->recycles + 1, r.seconds_run,
-                    r.arena_bytes / 1048576.0);
+                    col_fmt_bytes(arena, sizeof arena, (uint64_t)r.arena_bytes));
     }
     free(resnum);
     fold_result_free(&r);
@@ -345,6 +348,7 @@ static int run(fold_opts *o)
     int rc = 0;
     path_list params = {0};
     app_device dev = {0};
+    app_stats *stats = NULL; /* for colossal-top */
 #ifdef COL_WITH_COMM
     col_comm *world = NULL;
 #endif
@@ -406,6 +410,8 @@ static int run(fold_opts *o)
             rc = fail(&err);
             break;
         }
+        if (!stats) stats = app_stats_start(FOLD_PROG, model);
+        app_stats_update(stats, mb_store_pool(fold_model_store(m)), NULL, 0, &dev, mem.host_budget, mem.compute_budget);
         if (use_dap) fold_model_set_dap(m, &dap);
         for (int k = 0; k < fasta.n && rc == 0; k++)
             rc = fold_record(o, m, model, params.n, &fasta.seqs[k], k, fasta.n, &dev, mem.compute_budget, writer);
@@ -414,6 +420,7 @@ static int run(fold_opts *o)
     }
     if (rc == 0 && ran == 0) rc = fail_msg("%s: no AlphaFold2 monomer model without templates to run%s", o->params, "");
 done:
+    app_stats_end(stats);
     app_device_close(&dev);
 #ifdef COL_WITH_COMM
     col_comm_free(world);

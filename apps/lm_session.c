@@ -59,3 +59,13 @@ col_status app_lm_session(col_lm_source *src, const app_lm_opts *o, col_lm_train
     *out = tr;
     return COL_OK;
 }
+
+app_stats *app_lm_stats(const char *program, const char *model, const col_lm_trainer *tr, const app_lm_opts *o)
+{
+    app_stats *s = app_stats_start(program, model);
+    col_lm_memory m;
+    col_lm_trainer_memory(tr, &m); /* without a compute tier: the activations and key/value cache in place */
+    app_stats_update(s, col_lm_trainer_pool(tr), col_lm_trainer_compute_tier(tr), m.activations + m.kv_cache, o->dev,
+                     o->mem->cpu_mem, o->mem->gpu_mem);
+    return s;
+}

@@ -12,6 +12,7 @@
 #include "lm_source.h"
 #include "lm_trainer.h"
 #include "memopts.h"
+#include "statpub.h"
 
 typedef struct {
     mem_opts *mem;       /* the memory options (a GPU's default compute budget is written into it) */
@@ -25,5 +26,9 @@ typedef struct {
  * NULL. */
 col_status app_lm_session(col_lm_source *src, const app_lm_opts *o, col_lm_trainer **out, col_lm_load_report *rep,
                           char *budget, size_t n, col_err *err);
+
+/* Publishes the session's statistics for colossal-top (statpub.h) as program running model; end them with
+ * app_stats_end. NULL when they cannot be published (the program goes on). */
+app_stats *app_lm_stats(const char *program, const char *model, const col_lm_trainer *tr, const app_lm_opts *o);
 
 #endif

@@ -1,5 +1,6 @@
 /* memwatch.c - see memwatch.h. */
 #include "memwatch.h"
+#include "units.h"
 
 #include "procmem.h"
 
@@ -51,14 +52,6 @@ static size_t session_peak(const memwatch *w)
     return most;
 }
 
-static void fmt(size_t b, char *buf, size_t n)
-{
-    if (b < (size_t)1e9)
-        snprintf(buf, n, "%.1fM", (double)b / 1e6);
-    else
-        snprintf(buf, n, "%.2fG", (double)b / 1e9);
-}
-
 void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
 {
     close_phase(w);
@@ -88,18 +81,18 @@ void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
         return;
     }
     char a[32], b[32], c[32], d[32], e[32], f[32], g[48] = "", o[48] = "";
-    fmt(peak, a, sizeof a);
-    fmt(bound, b, sizeof b);
-    fmt(m.host_budget ? m.host_budget : m.host, c, sizeof c);
-    fmt(m.compute, d, sizeof d);
-    fmt(m.overhead, e, sizeof e);
-    fmt(w->base, f, sizeof f);
+    col_fmt_bytes(a, sizeof a, peak);
+    col_fmt_bytes(b, sizeof b, bound);
+    col_fmt_bytes(c, sizeof c, m.host_budget ? m.host_budget : m.host);
+    col_fmt_bytes(d, sizeof d, m.compute);
+    col_fmt_bytes(e, sizeof e, m.overhead);
+    col_fmt_bytes(f, sizeof f, w->base);
     if (w->runtime) {
-        fmt(w->runtime, g + 15, sizeof g - 15);
+        col_fmt_bytes(g + 15, sizeof g - 15, w->runtime);
         memcpy(g, " + gpu runtime ", 15);
     }
     if (w->others) {
-        fmt(w->others, o + 16, sizeof o - 16);
+        col_fmt_bytes(o + 16, sizeof o - 16, w->others);
         memcpy(o, " + other models ", 16);
     }
     fprintf(out, "memory: peak resident %s %s the bound %s (host %s + compute tier %s + overhead %s%s%s + before the "
@@ -107,7 +100,7 @@ void mw_report(memwatch *w, const col_lm_trainer *t, bool json, FILE *out)
     for (int p = 0; p < MW_NPHASES; p++) {
         if (!w->peak[p])
             continue;
-        fmt(w->peak[p], a, sizeof a);
+        col_fmt_bytes(a, sizeof a, w->peak[p]);
         fprintf(out, " %s %s", phase_names[p], a);
     }
     fprintf(out, "\n");

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "apperr.h"
+#include "units.h"
 #include "backend_cpu.h"
 #include "checkpoint.h"
 #include "cliopt.h"
@@ -210,8 +211,9 @@ int main(int argc, char **argv)
         rc = fail(&err);
         goto done;
     }
-    fprintf(stderr, PROG ": wrote %s: %d of %d weight tensors as %s, %.1f MB\n", col_outdir_path(od), nquant,
-            col_lm_param_count(&src.config), col_dtype_name(q), (double)bytes / 1e6);
+    char size[COL_BYTES_STR];
+    fprintf(stderr, PROG ": wrote %s: %d of %d weight tensors as %s, %s\n", col_outdir_path(od), nquant,
+            col_lm_param_count(&src.config), col_dtype_name(q), col_fmt_bytes(size, sizeof size, (uint64_t)bytes));
     rc = 0;
 done:
     col_outdir_close(od);

@@ -32,6 +32,7 @@
 #include "procsetup.h"
 #include "serve_http.h"
 #include "serve_sched.h"
+#include "units.h"
 
 #define PROG "colossal-serve"
 
@@ -311,17 +312,6 @@ static int serve(const options *o, serve_sched *sched, const serve_api_model *m)
 }
 
 /* everything after the options and the device; returns the exit code */
-/* bytes for messages: KB, MB or GB (powers of 1000) */
-static void fmt_bytes(size_t b, char *buf, size_t n)
-{
-    if (b >= 1000000000)
-        snprintf(buf, n, "%.2f GB", (double)b / 1e9);
-    else if (b >= 1000000)
-        snprintf(buf, n, "%.1f MB", (double)b / 1e6);
-    else
-        snprintf(buf, n, "%.1f KB", (double)b / 1e3);
-}
-
 static int run_on(const options *opt, app_device *dev)
 {
     options o = *opt;
@@ -343,9 +333,9 @@ static int run_on(const options *opt, app_device *dev)
         ctx = (int)(o.kv_mem / per_pos); /* as many positions as --kv-mem holds */
     if (o.kv_mem && (ctx < 2 || col_lm_batch_cache_bytes(mc, o.parallel, ctx) > o.kv_mem)) {
         char have[32], need[32], pos[32];
-        fmt_bytes(o.kv_mem, have, sizeof have);
-        fmt_bytes(col_lm_batch_cache_bytes(mc, o.parallel, ctx < 2 ? 2 : ctx), need, sizeof need);
-        fmt_bytes(per_pos, pos, sizeof pos);
+        col_fmt_bytes(have, sizeof have, o.kv_mem);
+        col_fmt_bytes(need, sizeof need, col_lm_batch_cache_bytes(mc, o.parallel, ctx < 2 ? 2 : ctx));
+        col_fmt_bytes(pos, sizeof pos, per_pos);
         fprintf(stderr, PROG ": --kv-mem %s is too little: %d sequences of %d positions need %s of key/value caches "
                 "(%s a position); raise --kv-mem or lower --parallel or --ctx\n", have, o.parallel, ctx < 2 ? 2 : ctx,
                 need, pos);
@@ -364,12 +354,14 @@ static int run_on(const options *opt, app_device *dev)
     char budget[256];
     col_lm_load_report rep = {0};
     serve_sched *sched = NULL;
+    app_stats *stats = NULL;
     int rc = 1;
     app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra};
     if (app_lm_session(&src, &lo, &tr, &rep, budget, sizeof budget, &err) != COL_OK) {
         print_err(&err);
         goto done;
     }
+    stats = app_lm_stats(PROG, o.model, tr, &lo); /* for colossal-top */
     app_load_warnings(stderr, PROG, &rep);
     if (src.preset[0])
         fprintf(stderr, PROG ": %s is a built-in architecture with random weights: expect noise\n", src.preset);
@@ -390,7 +382,7 @@ static int run_on(const options *opt, app_device *dev)
     serve_api_model m = {.tok = src.tok, .vocab = mc->vocab_size, .ctx = ctx, .max_n = o.parallel,
                          .model_name = name, .has_chat = chat, .family = family};
     char kv[32];
-    fmt_bytes(col_lm_batch_cache_bytes(mc, o.parallel, ctx), kv, sizeof kv);
+    col_fmt_bytes(kv, sizeof kv, col_lm_batch_cache_bytes(mc, o.parallel, ctx));
     fprintf(stderr, PROG ": %s on %s: '%s', %s, context %d, %d parallel (%s of key/value caches), queue %d\n",
             o.model, dev->desc, name, chat ? col_chat_info(family)->name : "no chat template (completions only)", ctx,
             o.parallel, kv, o.queue);
@@ -402,6 +394,7 @@ static int run_on(const options *opt, app_device *dev)
     if (rc != 0)
         serve_sched_stop(sched);
 done:
+    app_stats_end(stats);
     col_lm_trainer_free(tr);
     col_lm_source_close(&src);
     return rc;

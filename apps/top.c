@@ -1,8 +1,11 @@
-/* colossal-top - shows every running colossal process: memory per tier
- * (used / budget), where the chunks are, bandwidth per link, how a step's
- * time splits between compute, waiting for transfers and the optimizer,
- * and the loss. Refreshes every second (-d SECONDS) like top; keys switch
- * views (1 2 3), select a process (j/k, arrows) and quit (q).
+/* colossal-top - shows every running colossal process (each program that
+ * uses memtier publishes its statistics: mt_stats.h): its owner, CPU and
+ * resident memory, memory per tier (used / budget; used / the machine's
+ * memory without a budget), where the chunks are, bandwidth per link, how
+ * a step's time splits between compute, waiting for transfers and the
+ * optimizer, and the loss. Refreshes every second (-d SECONDS) like top;
+ * keys switch views (1 2 3), select a process (j/k, arrows), sort (s, F6),
+ * filter (/), show the help (h, ?, F1) and quit (q).
  *
  * The ranks of a parallel run (each publishes its own statistics with the
  * same run id) are shown together under the run's header, one line each,
@@ -24,6 +27,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "timer.h"
+#include "top_procs.h"
 #include "cliopt.h"
 #include "top_view.h"
 
@@ -31,14 +36,17 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: colossal-top [-d SECONDS] [-p PID[,PID...]] [--view 1|2|3] [--json | --once]\n"
+    fprintf(f, "usage: colossal-top [-d SECONDS] [-p PID[,PID...]] [--view 1|2|3] [--sort KEY] [--filter TEXT]\n"
+               "                    [--json | --once]\n"
                "  -d, --delay SECONDS  refresh period (default 1; 0.1 to 3600)\n"
                "  -p, --pid PIDS       show only these processes (ids separated by commas)\n"
                "  --view N             start in view N: 1 overview, 2 chunk map, 3 links and step time\n"
-               "  --json               print one snapshot of all running colossal processes as JSON and exit\n"
+               "  --sort KEY           pid (default), memory, rate (steps per second) or name\n"
+               "  --filter TEXT        only processes whose program, run name or command line holds TEXT\n"
+               "  --json               print one snapshot of the running colossal processes as JSON and exit\n"
                "  --once               draw one frame as text on stdout and exit (size from $COLUMNS x $LINES)\n"
                "  -h, --help           print this help and exit; --version: print the version and exit\n"
-               "keys: 1 2 3 or Tab switch views, j/k or arrows select a process, q quits\n"
+               "keys: h ? F1 help, 1 2 3 or Tab views, j/k or arrows select, s or F6 sort, / filter, q quits\n"
                "%s", cli_exit_help);
 }
 
@@ -102,28 +110,45 @@ static int scan(top_proc *procs, const top_proc *prev, int nprev, const pid_filt
         if (es[i].state == MT_STATS_BAD_VERSION) {
             snprintf(p->problem, sizeof p->problem, "publishes statistics format version %u; this colossal-top reads "
                      "version %u", es[i].version, MT_STATS_VERSION);
+            top_proc_sys(p, NULL);
             k++;
             continue;
         }
         col_err e = {0};
-        col_status st = mt_stats_read(es[i].pid, s, &e);
-        if (st == COL_EIO || (st == COL_ESTATE && strstr(e.msg, "gone")))
-            continue; /* it ended meanwhile */
-        if (st != COL_OK) {
-            snprintf(p->problem, sizeof p->problem, "%s", e.msg);
-            k++;
-            continue;
+        col_status st;
+        bool gone = false;
+        for (int attempt = 0; attempt < 3; attempt++) { /* a busy machine may stall a read: try again */
+            st = mt_stats_read(es[i].pid, s, &e);
+            gone = st == COL_EIO || (st == COL_ESTATE && strstr(e.msg, "gone"));
+            if (st != COL_ESTATE || gone)
+                break;
         }
+        if (gone)
+            continue; /* it ended meanwhile */
         const top_proc *before = NULL;
         for (int j = 0; j < nprev && !before; j++)
-            if (prev[j].pid == s->pid)
+            if (prev[j].pid == es[i].pid)
                 before = &prev[j];
-        top_proc_set(p, s, before);
+        if (st != COL_OK)
+            snprintf(p->problem, sizeof p->problem, "%s", e.msg);
+        else
+            top_proc_set(p, s, before);
+        top_proc_sys(p, before);
         k++;
     }
     free(s);
     top_procs_group(procs, k);
     return k;
+}
+
+/* The list shown: the processes of all (n) that pass the filter, in the order asked for, into shown; returns
+ * how many. */
+static int list(top_proc *shown, const top_proc *all, int n, top_sort sort, const char *text)
+{
+    memcpy(shown, all, (size_t)n * sizeof *shown);
+    n = top_procs_filter(shown, n, text);
+    top_procs_sort(shown, n, sort);
+    return n;
 }
 
 /* ---- --json ---- */
@@ -146,13 +171,23 @@ static cJSON *split_json(double compute, double wait, double optim)
     return o;
 }
 
+/* the process as the system sees it ("" and -1 where /proc does not tell), after its statistics */
+static cJSON *sys_json(cJSON *o, const top_proc *p)
+{
+    cJSON_AddStringToObject(o, "user", p->user);
+    cJSON_AddNumberToObject(o, "cpu_percent", p->cpu_percent >= 0 ? round(p->cpu_percent * 10) / 10 : -1);
+    cJSON_AddNumberToObject(o, "rss_bytes", (double)p->rss_bytes);
+    cJSON_AddStringToObject(o, "cmdline", p->cmdline);
+    return o;
+}
+
 static cJSON *proc_json(const top_proc *p)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "pid", p->pid);
     if (!p->ok) {
         cJSON_AddStringToObject(o, "error", p->problem);
-        return o;
+        return sys_json(o, p);
     }
     const mt_stats_snapshot *s = &p->snap;
     const mt_stats_data *d = &s->d;
@@ -230,7 +265,7 @@ static cJSON *proc_json(const top_proc *p)
         cJSON_AddStringToObject(ch, "flags", flags);
     }
     free(tier), free(kind), free(flags);
-    return o;
+    return sys_json(o, p);
 }
 
 static int print_json(const top_proc *procs, int n)
@@ -281,7 +316,7 @@ static int env_int(const char *name, int dflt, int lo, int hi)
     return x < lo ? lo : x > hi ? hi : (int)x;
 }
 
-static int print_once(const top_proc *procs, int n, top_view_kind view, double delay)
+static int print_once(top_ui *ui, const top_proc *procs, int n)
 {
     int cols = env_int("COLUMNS", 100, 1, 1000), rows = env_int("LINES", 30, 1, 1000);
     FILE *out = fopen("/dev/null", "w"), *in = fopen("/dev/null", "r");
@@ -304,13 +339,12 @@ static int print_once(const top_proc *procs, int n, top_view_kind view, double d
         fprintf(stderr, "colossal-top: cannot make a %dx%d frame\n", cols, rows);
         rc = 1;
     } else {
-        top_ui ui = {.view = view, .delay = delay, .title = "colossal-top"};
-        top_view_setup(&ui);
-        ui.color = false; /* text only */
+        top_view_setup(ui);
+        ui->color = false; /* text only */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ui.now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-        top_view_draw(pad, &ui, procs, n);
+        ui->now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+        top_view_draw(pad, ui, procs, n);
         wchar_t *line = malloc(sizeof(wchar_t) * ((size_t)cols + 1));
         for (int y = 0; line && y < rows; y++) {
             int got = mvwinnwstr(pad, y, 0, line, cols);
@@ -339,6 +373,8 @@ int main(int argc, char **argv)
     bool json = false, once = false;
     top_view_kind view = TOP_VIEW_OVERVIEW;
     pid_filter filter = {.n = 0};
+    top_sort sort = TOP_SORT_PID;
+    char text[64] = ""; /* --filter */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -351,6 +387,17 @@ int main(int argc, char **argv)
             json = true;
         } else if (!strcmp(a, "--once")) {
             once = true;
+        } else if (!strcmp(a, "--sort")) {
+            if (i + 1 >= argc)
+                return usage_error("missing value after", a);
+            if (!top_sort_parse(argv[++i], &sort))
+                return usage_error("--sort takes pid, memory, rate or name", argv[i]);
+        } else if (!strcmp(a, "--filter")) {
+            if (i + 1 >= argc)
+                return usage_error("missing value after", a);
+            if (strlen(argv[++i]) >= sizeof text)
+                return usage_error("--filter takes at most 63 bytes", argv[i]);
+            snprintf(text, sizeof text, "%s", argv[i]);
         } else if (!strcmp(a, "-p") || !strcmp(a, "--pid")) {
             if (i + 1 >= argc)
                 return usage_error("missing value after", a);
@@ -375,7 +422,8 @@ int main(int argc, char **argv)
             static const struct option known[] = {
                 {"delay", required_argument, 0, 0}, {"pid", required_argument, 0, 0}, {"view", required_argument, 0, 0},
                 {"json", no_argument, 0, 0}, {"once", no_argument, 0, 0}, {"help", no_argument, 0, 0},
-                {"version", no_argument, 0, 0}, {0, 0, 0, 0}};
+                {"version", no_argument, 0, 0}, {"sort", required_argument, 0, 0}, {"filter", required_argument, 0, 0},
+                {0, 0, 0, 0}};
             char msg[512];
             if (a[0] == '-')
                 return usage_error(cli_unknown_option(a, known, msg, sizeof msg), NULL);
@@ -387,8 +435,10 @@ int main(int argc, char **argv)
     setlocale(LC_ALL, "");
 
     top_proc *cur = calloc(MAX_PROCS, sizeof *cur), *prev = calloc(MAX_PROCS, sizeof *prev);
-    if (!cur || !prev) {
+    top_proc *shown = calloc(MAX_PROCS, sizeof *shown);
+    if (!cur || !prev || !shown) {
         fprintf(stderr, "colossal-top: out of memory\n");
+        free(cur), free(prev), free(shown);
         return 1;
     }
     col_err err = {0};
@@ -399,9 +449,18 @@ int main(int argc, char **argv)
             fprintf(stderr, "colossal-top: %s\n", err.msg);
             rc = 1;
         } else {
-            rc = json ? print_json(cur, n) : print_once(cur, n, view, delay);
+            int total = n;
+            n = list(shown, cur, n, sort, text);
+            if (json)
+                rc = print_json(shown, n);
+            else {
+                top_ui ui = {.view = view, .delay = delay, .title = "colossal-top", .lister = true, .sort = sort,
+                             .total = total};
+                snprintf(ui.filter, sizeof ui.filter, "%s", text);
+                rc = print_once(&ui, shown, n);
+            }
         }
-        free(cur), free(prev);
+        free(cur), free(prev), free(shown);
         return rc;
     }
 
@@ -412,10 +471,14 @@ int main(int argc, char **argv)
         free(cur), free(prev);
         return 1;
     }
-    top_tui_ui(t)->delay = delay;
-    top_tui_ui(t)->view = view;
-    int nprev = 0;
-    for (;;) {
+    top_ui *ui = top_tui_ui(t);
+    ui->delay = delay;
+    ui->view = view;
+    ui->lister = true;
+    ui->sort = sort;
+    snprintf(ui->filter, sizeof ui->filter, "%s", text);
+    int nprev = 0, nshown = 0;
+    for (bool quit = false; !quit;) {
         int n = scan(cur, prev, nprev, &filter, &err);
         if (n < 0) {
             top_tui_close(t);
@@ -423,14 +486,26 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        top_tui_frame(t, cur, n);
-        if (!top_tui_wait(t, cur, n, (int)lround(delay * 1000)))
-            break;
+        double end = col_seconds() + delay;
+        for (;;) { /* until the time is up: the list made again whenever the sort or the filter changes */
+            int pid = ui->selected >= 0 && ui->selected < nshown ? shown[ui->selected].pid : 0;
+            ui->total = n;
+            nshown = list(shown, cur, n, ui->sort, ui->filter);
+            for (int i = 0; i < nshown && pid; i++)
+                if (shown[i].pid == pid)
+                    ui->selected = i; /* the selection follows its process */
+            top_tui_frame(t, shown, nshown);
+            top_wait_result w = top_tui_wait(t, shown, nshown, (int)lround(fmax(0, end - col_seconds()) * 1000));
+            if (w != TOP_WAIT_LIST) {
+                quit = w == TOP_WAIT_QUIT;
+                break;
+            }
+        }
         top_proc *tmp = prev;
         prev = cur, cur = tmp, nprev = n;
     }
     if (rc == 0)
         top_tui_close(t);
-    free(cur), free(prev);
+    free(cur), free(prev), free(shown);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* top_view.c - the screens of colossal-top (and colossal-finetune --tui). */
 #include "top_view.h"
-#include "timer.h"
+#include "top_procs.h"
+#include "procmem.h"
 
 #include <langinfo.h>
 #include <locale.h>
@@ -9,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 #include <wchar.h>
 
 enum { PAIR_COMPUTE = 1, PAIR_HOST, PAIR_NVME, PAIR_NONE, PAIR_WARN, PAIR_LOSS,
@@ -28,19 +27,10 @@ typedef struct {
 
 /* ---- small formatting helpers ---- */
 
-void top_fmt_bytes(double b, char *buf, size_t n)
+/* bytes as col_fmt_bytes writes them; a rate or a count from another process may be anything */
+static void fmt_bytes(double b, char *buf, size_t n)
 {
-    static const char units[] = "KMGTPE";
-    if (!(b >= 0))
-        b = 0;
-    if (b < 1024) {
-        snprintf(buf, n, "%.0fB", b);
-        return;
-    }
-    int u = -1;
-    while (b >= 1024 && u < 5)
-        b /= 1024, u++;
-    snprintf(buf, n, "%.1f%c", b, units[u]);
+    col_fmt_bytes(buf, n, b >= 0 && b < 1.8e19 ? (uint64_t)b : 0);
 }
 
 static void fmt_secs(double s, char *buf, size_t n)
@@ -109,30 +99,51 @@ static void put_wide(const canvas *c, int y, int x, attr_t a, const wchar_t *s, 
     wattroff(c->w, a);
 }
 
-/* The text beside a tier's bar: "used/budget", and for the compute tier on a
- * GPU the device's memory as well: "1.2G/75.0G  cuda:0 31.2G/79.1G" (the
+/* What a tier's bar measures against: its budget; without one, the memory it draws from, named in *of: the
+ * GPU's (" gpu": the compute tier on a GPU) or the machine's (" machine": the compute tier in host memory, the
+ * host tier); 0 when there is nothing to measure against (NVMe without a budget). */
+static uint64_t tier_total(const top_ui *ui, const mt_stats_data *d, mt_tier t, const char **of)
+{
+    *of = "";
+    if (d->tier_budget[t])
+        return d->tier_budget[t];
+    if (t == MT_TIER_GPU && d->device_total) {
+        *of = " gpu";
+        return d->device_total;
+    }
+    if ((t == MT_TIER_GPU || t == MT_TIER_HOST) && ui->machine_memory) {
+        *of = " machine";
+        return ui->machine_memory;
+    }
+    return 0;
+}
+
+/* The text beside a tier's bar: "used/budget" (without a budget "used/total machine", tier_total), and for
+ * the compute tier on a GPU the device's memory as well: "1.2 GiB/75.0 GiB  cuda:0 31.2 GiB/79.1 GiB" (the
  * device's name up to its first ": "). */
-static void tier_text(const mt_stats_data *d, mt_tier t, char *buf, size_t n)
+static void tier_text(const top_ui *ui, const mt_stats_data *d, mt_tier t, char *buf, size_t n)
 {
     char u[16], b[16];
-    top_fmt_bytes((double)d->tier_used[t], u, sizeof u);
-    if (d->tier_budget[t])
-        top_fmt_bytes((double)d->tier_budget[t], b, sizeof b);
+    const char *of;
+    uint64_t total = tier_total(ui, d, t, &of);
+    fmt_bytes((double)d->tier_used[t], u, sizeof u);
+    if (total)
+        fmt_bytes((double)total, b, sizeof b);
     else
         snprintf(b, sizeof b, "-");
-    int k = snprintf(buf, n, "%s/%s", u, b);
+    int k = snprintf(buf, n, "%s/%s%s", u, b, of);
     if (t == MT_TIER_GPU && d->device_total && k > 0 && (size_t)k < n) {
         char du[16], dt[16];
-        top_fmt_bytes((double)d->device_used, du, sizeof du);
-        top_fmt_bytes((double)d->device_total, dt, sizeof dt);
+        fmt_bytes((double)d->device_used, du, sizeof du);
+        fmt_bytes((double)d->device_total, dt, sizeof dt);
         const char *colon = strstr(d->device, ": ");
         int len = colon ? (int)(colon - d->device) : (int)strlen(d->device);
         snprintf(buf + k, n - (size_t)k, "  %.*s%s%s/%s", len > 16 ? 16 : len, d->device, len ? " " : "gpu ", du, dt);
     }
 }
 
-/* A bar: "label [|||||.....] text" in width columns, the text in a column of
- * tw characters (0: its own length, at least 11). */
+/* A bar: "label [|||||.....] text" in width columns, filled by used of budget (tier_total; 0: empty), the text
+ * in a column of tw characters (0: its own length, at least 11). */
 static void draw_bar(const canvas *c, int y, int x, int width, mt_tier t, uint64_t used, uint64_t budget,
                      const char *text, int tw)
 {
@@ -216,6 +227,14 @@ static int draw_proc_line(const canvas *c, int y, const top_proc *p, bool select
     if (selected)
         put(c, y, 0, a, "%*s", c->cols, "");
     int x = put(c, y, 0, a, "%s%-7d ", selected ? ">" : " ", p->pid);
+    if (c->ui->lister) { /* USER CPU% RSS, as the system sees the process */
+        char cpu[16] = "-", rss[16] = "-";
+        if (p->cpu_percent >= 0)
+            snprintf(cpu, sizeof cpu, "%.1f", p->cpu_percent < 1e5 ? p->cpu_percent : 1e5);
+        if (p->rss_bytes)
+            fmt_bytes((double)p->rss_bytes, rss, sizeof rss);
+        x = put(c, y, x, a, "%-8.8s %6s %10s  ", p->user[0] ? p->user : "-", cpu, rss);
+    }
     if (!p->ok) {
         put(c, y, x, a, "?");
         put(c, y + 1, 9, pair(c, PAIR_WARN), "%s", p->problem);
@@ -238,20 +257,34 @@ static int draw_proc_line(const canvas *c, int y, const top_proc *p, bool select
     return y + 1;
 }
 
+/* The texts beside the three bars; returns the longest's length (one column for all three, so the bars line up). */
+static int tier_texts(const top_ui *ui, const mt_stats_data *d, char text[MT_NTIERS][96])
+{
+    int tw = 0;
+    for (int t = 0; t < MT_NTIERS; t++) {
+        tier_text(ui, d, k_tiers[t], text[t], 96);
+        if ((int)strlen(text[t]) > tw)
+            tw = (int)strlen(text[t]);
+    }
+    return tw;
+}
+
+/* Whether a process's bars leave room beside them (half the width, a bar of at least 10) for the loss and the
+ * step's split; else those go below. */
+static bool side_by_side(const canvas *c, const mt_stats_data *d)
+{
+    char text[MT_NTIERS][96];
+    return c->cols >= 100 && (c->cols - 4) / 2 - 11 - tier_texts(c->ui, d, text) >= 10;
+}
+
 static int proc_block_rows(const canvas *c, const top_proc *p)
 {
     if (!p->ok)
         return 3;
-    return c->cols >= 100 ? 5 : 6;
+    return side_by_side(c, &p->snap.d) ? 5 : 6;
 }
 
-bool top_same_run(const top_proc *a, const top_proc *b)
-{
-    return a->ok && b->ok && mt_stats_is_rank(&a->snap.d) && mt_stats_is_rank(&b->snap.d) &&
-           !strcmp(a->snap.d.run_id, b->snap.d.run_id);
-}
-
-static bool is_rank(const top_proc *p) { return p->ok && mt_stats_is_rank(&p->snap.d); }
+static bool is_rank(const top_proc *p) { return top_same_run(p, p); }
 
 /* rows of procs[i] in the overview: a process's block, or a rank's line (after
  * its run's header and column names when it is the first rank shown, and a
@@ -265,16 +298,16 @@ static int overview_rows(const canvas *c, const top_proc *procs, int n, int i)
     return (first ? 2 : 0) + 1 + (last ? 1 : 0);
 }
 
-/* "48.0M/64.0M", or "1.5G" without a budget */
+/* "48.0 MiB/64.0 MiB", or "1.5 GiB" without a budget */
 static void tier_cell(const mt_stats_data *d, mt_tier t, char *buf, size_t n)
 {
     char u[16], b[16];
-    top_fmt_bytes((double)d->tier_used[t], u, sizeof u);
+    fmt_bytes((double)d->tier_used[t], u, sizeof u);
     if (!d->tier_budget[t]) {
         snprintf(buf, n, "%s", u);
         return;
     }
-    top_fmt_bytes((double)d->tier_budget[t], b, sizeof b);
+    fmt_bytes((double)d->tier_budget[t], b, sizeof b);
     snprintf(buf, n, "%s/%s", u, b);
 }
 
@@ -315,7 +348,7 @@ static int draw_run_header(const canvas *c, int y, const top_proc *procs, int n,
     int x = put(c, y, 0, A_BOLD, " run %s  %s  %s  ", d->run_id, r0->snap.program, d->run[0] ? d->run : "-");
     x = put(c, y, x, k < d->world_size ? A_BOLD | pair(c, PAIR_WARN) : A_BOLD, "%d of %d ranks", k, d->world_size);
     put(c, y, x, A_BOLD, "  up %s", up);
-    put(c, y + 1, 0, A_DIM, " %-7s %4s %-8s %-11s %-11s %-11s %9s %7s %7s %7s %6s", "pid", "rank", "device",
+    put(c, y + 1, 0, A_DIM, " %-7s %4s %-8s %-17s %-17s %-17s %9s %7s %9s %9s %6s", "pid", "rank", "device",
         "compute", "host", "nvme", "step", "loss", "sent", "recv", "wait");
     return y + 2;
 }
@@ -333,10 +366,10 @@ static int draw_rank_line(const canvas *c, int y, const top_proc *p, bool select
         tier_cell(d, k_tiers[i], t[i], sizeof t[i]);
     snprintf(step, sizeof step, "%lld/%lld", (long long)d->step, (long long)d->total_steps);
     fmt_loss(d, loss, sizeof loss);
-    top_fmt_bytes((double)d->comm_sent, sent, sizeof sent);
-    top_fmt_bytes((double)d->comm_recv, recv, sizeof recv);
+    fmt_bytes((double)d->comm_sent, sent, sizeof sent);
+    fmt_bytes((double)d->comm_recv, recv, sizeof recv);
     fmt_wait(d->comm_wait, wait, sizeof wait);
-    int x = put(c, y, 0, a, "%s%-7d %4d %-8.8s %-11s %-11s %-11s %9s %7s %7s %7s %6s", selected ? ">" : " ", p->pid,
+    int x = put(c, y, 0, a, "%s%-7d %4d %-8.8s %-17s %-17s %-17s %9s %7s %9s %9s %6s", selected ? ">" : " ", p->pid,
                 (int)d->world_rank, dev, t[0], t[1], t[2], step, loss, sent, recv, wait);
     double quiet = c->ui->now - d->updated;
     if (d->updated == 0)
@@ -372,18 +405,15 @@ static void draw_overview(const canvas *c, const top_proc *procs, int n)
         y = draw_proc_line(c, y, p, i == sel);
         if (p->ok) {
             const mt_stats_data *d = &p->snap.d;
-            bool side = c->cols >= 100;
+            bool side = side_by_side(c, d);
             int bw = side ? (c->cols - 4) / 2 : c->cols - 4;
             char text[MT_NTIERS][96];
-            int tw = 0; /* with a device's memory beside the compute tier's, one column for all three texts */
+            int tw = tier_texts(c->ui, d, text);
             for (int t = 0; t < MT_NTIERS; t++) {
-                tier_text(d, k_tiers[t], text[t], sizeof text[t]);
-                if (d->device_total && (int)strlen(text[t]) > tw)
-                    tw = (int)strlen(text[t]);
+                const char *of;
+                uint64_t total = tier_total(c->ui, d, k_tiers[t], &of);
+                draw_bar(c, y + t, 4, bw, k_tiers[t], d->tier_used[k_tiers[t]], total, text[t], tw);
             }
-            for (int t = 0; t < MT_NTIERS; t++)
-                draw_bar(c, y + t, 4, bw, k_tiers[t], d->tier_used[k_tiers[t]], d->tier_budget[k_tiers[t]], text[t],
-                         tw);
             char split[128];
             fmt_split(d, split, sizeof split);
             int rx = side ? 4 + bw + 3 : 4, ry = side ? y : y + 3;
@@ -396,7 +426,7 @@ static void draw_overview(const canvas *c, const top_proc *procs, int n)
                     if (p->rate[l] > 0)
                         *(l == MT_LINK_H2C || l == MT_LINK_N2H ? &in : &out) += p->rate[l];
                 char a[16], b[16];
-                top_fmt_bytes(in, a, sizeof a), top_fmt_bytes(out, b, sizeof b);
+                fmt_bytes(in, a, sizeof a), fmt_bytes(out, b, sizeof b);
                 put(c, ry + 2, rx, A_NORMAL, "links: %s/s toward compute, %s/s away", a, b);
             }
         }
@@ -430,13 +460,28 @@ static void draw_chunks(const canvas *c, const top_proc *p)
     for (int k = 0; k < MT_NKINDS; k++) {
         char b[MT_NTIERS][16];
         for (int t = 0; t < MT_NTIERS; t++)
-            top_fmt_bytes((double)d->kind_bytes[k][k_tiers[t]], b[t], sizeof b[t]);
+            fmt_bytes((double)d->kind_bytes[k][k_tiers[t]], b[t], sizeof b[t]);
         put(c, y++, 1, A_NORMAL, "%-10s %10s %10s %10s", k_kind_label[k], b[0], b[1], b[2]);
     }
+    /* each tier's total: the figure the overview's bar shows (tier_used); what the chunks do not hold (the compute
+       tier's activations and workspace) is "other", so the column adds up to it */
+    char other[MT_NTIERS][16], total[MT_NTIERS][16];
+    bool any_other = false;
+    for (int t = 0; t < MT_NTIERS; t++) {
+        uint64_t used = d->tier_used[k_tiers[t]], chunks = 0;
+        for (int k = 0; k < MT_NKINDS; k++)
+            chunks += d->kind_bytes[k][k_tiers[t]];
+        any_other |= used > chunks;
+        fmt_bytes(used > chunks ? (double)(used - chunks) : 0, other[t], sizeof other[t]);
+        fmt_bytes((double)used, total[t], sizeof total[t]);
+    }
+    if (any_other)
+        put(c, y++, 1, A_NORMAL, "%-10s %10s %10s %10s", "other", other[0], other[1], other[2]);
+    put(c, y++, 1, A_BOLD, "%-10s %10s %10s %10s", "total", total[0], total[1], total[2]);
     for (uint32_t m = 0; m < d->nmodels && m < MT_STATS_MAX_MODELS; m++) { /* a run of several models */
         char b[MT_NTIERS][16];
         for (int t = 0; t < MT_NTIERS; t++)
-            top_fmt_bytes((double)d->models[m].bytes[k_tiers[t]], b[t], sizeof b[t]);
+            fmt_bytes((double)d->models[m].bytes[k_tiers[t]], b[t], sizeof b[t]);
         put(c, y++, 1, A_NORMAL, "%-10.10s %10s %10s %10s", d->models[m].name, b[0], b[1], b[2]);
     }
     y++;
@@ -492,21 +537,21 @@ static void draw_links(const canvas *c, const top_proc *p)
     put(c, y++, 1, A_BOLD, "%-16s %12s %14s", "link", "total", "rate");
     for (int l = 0; l < MT_NLINKS; l++) {
         char tot[16], rate[24];
-        top_fmt_bytes((double)d->link_bytes[l], tot, sizeof tot);
+        fmt_bytes((double)d->link_bytes[l], tot, sizeof tot);
         if (p->rate[l] < 0)
             snprintf(rate, sizeof rate, "-");
         else
-            top_fmt_bytes(p->rate[l], rate, sizeof rate), strcat(rate, "/s");
+            fmt_bytes(p->rate[l], rate, sizeof rate), strcat(rate, "/s");
         put(c, y++, 1, A_NORMAL, "%-16s %12s %14s", mt_stats_link_name((mt_link)l), tot, rate);
     }
     char nw[16];
-    top_fmt_bytes((double)d->nvme_written, nw, sizeof nw);
+    fmt_bytes((double)d->nvme_written, nw, sizeof nw);
     put(c, y++, 1, A_NORMAL, "%-16s %12s", "nvme written", nw);
     y++;
     if (is_rank(p)) { /* a rank of a parallel run: its collectives, all its communicators together */
         char sent[16], recv[16], wait[32];
-        top_fmt_bytes((double)d->comm_sent, sent, sizeof sent);
-        top_fmt_bytes((double)d->comm_recv, recv, sizeof recv);
+        fmt_bytes((double)d->comm_sent, sent, sizeof sent);
+        fmt_bytes((double)d->comm_recv, recv, sizeof recv);
         fmt_wait(d->comm_wait, wait, sizeof wait);
         put(c, y++, 1, A_BOLD, "collectives: rank %d of %d, run %s", (int)d->world_rank, (int)d->world_size,
             d->run_id);
@@ -551,6 +596,77 @@ static void draw_links(const canvas *c, const top_proc *p)
     draw_spark(c, y, sx, c->cols - sx - 1, d);
 }
 
+/* Row 1 of colossal-top: the column names of the process lines with the sort and the filter, or the filter
+ * prompt while it is open. */
+static void draw_list_line(const canvas *c)
+{
+    const top_ui *ui = c->ui;
+    if (ui->filtering) {
+        int x = put(c, 1, 0, A_BOLD, " filter: %s", ui->filter);
+        x = put(c, 1, x, A_REVERSE, " ");
+        put(c, 1, x + 1, A_DIM, " program, run name or command line; Enter keeps it, Esc clears it");
+        return;
+    }
+    int x = put(c, 1, 0, A_DIM, " %-7s %-8s %6s %10s  %-18s %-16s", "PID", "USER", "CPU%", "RSS", "PROGRAM", "RUN");
+    char right[128];
+    int k = snprintf(right, sizeof right, "sort: %s", top_sort_name(ui->sort));
+    if (ui->filter[0])
+        snprintf(right + k, sizeof right - (size_t)k, "  filter: %s", ui->filter);
+    int len = (int)strlen(right), rx = c->cols - len - 1;
+    put(c, 1, rx > x + 1 ? rx : x + 2, A_BOLD, "%s", right);
+}
+
+/* Nothing to show: what to start, or that the filter hides every process. */
+static void draw_hint(const canvas *c)
+{
+    const top_ui *ui = c->ui;
+    int y = c->rows / 2;
+    if (ui->lister && ui->filter[0] && ui->total > 0) {
+        put(c, y, 1, A_BOLD, "no process matches the filter \"%s\" (%d running): / edits it, Esc clears it",
+            ui->filter, ui->total);
+        return;
+    }
+    static const char *const lines[] = {
+        "no colossal process is running",
+        "start one and it shows here: colossal-finetune MODEL DATA (colossal-finetune alone trains a small",
+        "default model), or colossal-chat, colossal-serve or colossal-diffuse; h lists the keys",
+    };
+    for (int i = 0; i < 3; i++)
+        put(c, y + i, 1, i == 0 ? A_BOLD : A_NORMAL, "%s", lines[i]);
+}
+
+/* The help screen: every key (h, ? or F1 open it, any key closes it). */
+static void draw_help(const canvas *c)
+{
+    const top_ui *ui = c->ui;
+    static const char *const keys[][2] = {
+        {"1 2 3, Tab, Left/Right", "views: 1 overview, 2 chunk map, 3 links and step time"},
+        {"j k, Up/Down, Home End", "select a process (the chunk map and links views show the selected one)"},
+        {"s, F6", "sort by pid, memory (compute + host tiers), step rate, name; a run's ranks stay together"},
+        {"/", "filter: a part of the program, run name or command line; Enter keeps it, Esc clears it"},
+        {"Esc", "clears the filter; with none set, quits"},
+        {"h, ?, F1", "this help; any key closes it"},
+        {"q", "quit"},
+    };
+    int y = 2;
+    put(c, y++, 1, A_BOLD, "%s keys", ui->title);
+    y++;
+    for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++) {
+        bool list_key = i == 2 || i == 3;
+        if (list_key && !ui->lister)
+            continue; /* a program showing its own run has nothing to sort or filter */
+        put(c, y, 3, A_BOLD, "%-24s", keys[i][0]);
+        put(c, y++, 28, A_NORMAL, "%s", keys[i][1]);
+    }
+    if (ui->lister) {
+        y++;
+        put(c, y++, 1, A_NORMAL, "now: view %d, sort by %s%s%s%s", (int)ui->view, top_sort_name(ui->sort),
+            ui->filter[0] ? ", filter \"" : "", ui->filter, ui->filter[0] ? "\"" : "");
+        put(c, y++, 1, A_DIM, "columns: USER owns the process, CPU%% of one core since the last refresh, RSS resident");
+        put(c, y, 1, A_DIM, "bars: used/budget; without a budget, used/the machine's memory (or the GPU's)");
+    }
+}
+
 void top_view_draw(WINDOW *w, const top_ui *ui, const top_proc *procs, int n)
 {
     canvas c = {w, 0, 0, ui};
@@ -565,7 +681,9 @@ void top_view_draw(WINDOW *w, const top_ui *ui, const top_proc *procs, int n)
     /* title: program, process count, the views with the current one marked */
     put(&c, 0, 0, A_REVERSE, "%*s", c.cols, "");
     int x = put(&c, 0, 0, A_REVERSE | A_BOLD, "%s", ui->title);
-    if (ui->delay > 0)
+    if (ui->delay > 0 && ui->lister && ui->filter[0])
+        x = put(&c, 0, x, A_REVERSE, "  %d of %d processes  every %.1fs   ", n, ui->total, ui->delay);
+    else if (ui->delay > 0)
         x = put(&c, 0, x, A_REVERSE, "  %d process%s  every %.1fs   ", n, n == 1 ? "" : "es", ui->delay);
     else
         x = put(&c, 0, x, A_REVERSE, "  this run   ");
@@ -575,9 +693,15 @@ void top_view_draw(WINDOW *w, const top_ui *ui, const top_proc *procs, int n)
         x = put(&c, 0, x, A_REVERSE | (cur ? A_BOLD : A_NORMAL), cur ? "[%s]" : " %s ", views[v]);
         x = put(&c, 0, x, A_REVERSE, " ");
     }
-    put(&c, 0, x + 1, A_REVERSE, "j/k select  q quit");
+    put(&c, 0, x + 1, A_REVERSE, "h help  q quit");
+    if (ui->help) {
+        draw_help(&c);
+        return;
+    }
+    if (ui->lister)
+        draw_list_line(&c);
     if (n == 0) {
-        put(&c, c.rows / 2, (c.cols - 30) / 2, A_BOLD, "no colossal process is running");
+        draw_hint(&c);
         return;
     }
     int sel = ui->selected < 0 ? 0 : ui->selected >= n ? n - 1 : ui->selected;
@@ -590,8 +714,31 @@ void top_view_draw(WINDOW *w, const top_ui *ui, const top_proc *procs, int n)
 
 bool top_view_key(top_ui *ui, int key, int n)
 {
+    if (key == KEY_RESIZE)
+        return true;
+    if (ui->lister && ui->filtering) {
+        top_filter_key(ui, key);
+        return true;
+    }
+    if (ui->help) {
+        ui->help = false;
+        return true;
+    }
     switch (key) {
-    case 'q': case 'Q': case 27: return false;
+    case 'h': case '?': case KEY_F(1): ui->help = true; break;
+    case 's': case KEY_F(6):
+        if (ui->lister)
+            ui->sort = (top_sort)((ui->sort + 1) % TOP_NSORTS);
+        break;
+    case '/':
+        ui->filtering = ui->lister;
+        break;
+    case 27:
+        if (!ui->lister || !ui->filter[0])
+            return false;
+        ui->filter[0] = 0;
+        break;
+    case 'q': case 'Q': return false;
     case '1': ui->view = TOP_VIEW_OVERVIEW; break;
     case '2': ui->view = TOP_VIEW_CHUNKS; break;
     case '3': ui->view = TOP_VIEW_LINKS; break;
@@ -608,49 +755,6 @@ bool top_view_key(top_ui *ui, int key, int n)
     if (ui->selected < 0)
         ui->selected = 0;
     return true;
-}
-
-typedef struct {
-    int group; /* the lowest pid of the process's run (its own pid when on its own) */
-    int rank;  /* in the run; 0 when on its own */
-    int pid;
-    int index;
-} group_key;
-
-static int cmp_group_key(const void *a, const void *b)
-{
-    const group_key *x = a, *y = b;
-    if (x->group != y->group)
-        return x->group < y->group ? -1 : 1;
-    if (x->rank != y->rank)
-        return x->rank < y->rank ? -1 : 1;
-    return (x->pid > y->pid) - (x->pid < y->pid);
-}
-
-void top_procs_group(top_proc *procs, int n)
-{
-    if (n < 2)
-        return;
-    group_key *k = malloc((size_t)n * sizeof *k);
-    top_proc *tmp = malloc((size_t)n * sizeof *tmp);
-    if (!k || !tmp) { /* out of memory: shown in pid order, ungrouped */
-        free(k), free(tmp);
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        k[i] = (group_key){procs[i].pid, 0, procs[i].pid, i};
-        if (!is_rank(&procs[i]))
-            continue;
-        k[i].rank = procs[i].snap.d.world_rank;
-        for (int j = 0; j < n; j++)
-            if (procs[j].pid < k[i].group && top_same_run(&procs[i], &procs[j]))
-                k[i].group = procs[j].pid;
-    }
-    qsort(k, (size_t)n, sizeof *k, cmp_group_key);
-    for (int i = 0; i < n; i++)
-        tmp[i] = procs[k[i].index];
-    memcpy(procs, tmp, (size_t)n * sizeof *tmp);
-    free(k), free(tmp);
 }
 
 void top_proc_set(top_proc *p, const mt_stats_snapshot *s, const top_proc *prev)
@@ -673,6 +777,7 @@ void top_proc_set(top_proc *p, const mt_stats_snapshot *s, const top_proc *prev)
 
 void top_view_setup(top_ui *ui)
 {
+    ui->machine_memory = col_machine_memory();
     const char *cs = nl_langinfo(CODESET);
     ui->unicode = cs && !strcmp(cs, "UTF-8");
     ui->color = has_colors() && start_color() == OK;
@@ -689,109 +794,4 @@ void top_view_setup(top_ui *ui)
     init_pair(PAIR_MAP_HOST, COLOR_BLACK, COLOR_CYAN);
     init_pair(PAIR_MAP_NVME, COLOR_BLACK, COLOR_MAGENTA);
     init_pair(PAIR_MAP_NONE, COLOR_WHITE, -1);
-}
-
-/* ---- a terminal session ---- */
-
-struct top_tui {
-    top_ui ui;
-    SCREEN *screen;
-    top_proc cur, prev;
-    bool quit;
-    char status[512]; /* top_tui_set_status: the bottom row */
-};
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double mono_ms(void) { return 1e3 * col_seconds(); }
-
-top_tui *top_tui_open(const char *title)
-{
-    if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))
-        return NULL;
-    top_tui *t = calloc(1, sizeof *t);
-    if (!t)
-        return NULL;
-    setlocale(LC_ALL, "");
-    t->screen = newterm(NULL, stdout, stdin); /* unlike initscr, returns NULL rather than exiting */
-    if (!t->screen) {
-        free(t);
-        return NULL;
-    }
-    cbreak();
-    noecho();
-    keypad(stdscr, TRUE);
-    curs_set(0);
-    t->ui = (top_ui){.view = TOP_VIEW_OVERVIEW, .delay = 1.0, .title = title ? title : "colossal-top"};
-    top_view_setup(&t->ui);
-    return t;
-}
-
-top_ui *top_tui_ui(top_tui *t) { return &t->ui; }
-
-void top_tui_set_status(top_tui *t, const char *line) { snprintf(t->status, sizeof t->status, "%s", line); }
-
-void top_tui_frame(top_tui *t, const top_proc *procs, int n)
-{
-    if (t->ui.selected >= n)
-        t->ui.selected = n > 0 ? n - 1 : 0;
-    t->ui.now = wall_now();
-    top_view_draw(stdscr, &t->ui, procs, n);
-    if (t->status[0] && LINES > 1) {
-        wmove(stdscr, LINES - 1, 0);
-        wclrtoeol(stdscr);
-        mvwaddnstr(stdscr, LINES - 1, 1, t->status, COLS > 2 ? COLS - 2 : 0);
-    }
-    wnoutrefresh(stdscr);
-    doupdate();
-}
-
-bool top_tui_wait(top_tui *t, const top_proc *procs, int n, int ms)
-{
-    double end = mono_ms() + ms;
-    for (;;) {
-        double left = end - mono_ms();
-        if (left <= 0)
-            return true;
-        wtimeout(stdscr, (int)left + 1);
-        int ch = wgetch(stdscr);
-        if (ch == ERR)
-            continue; /* the time is up, or a signal came in: look at the clock */
-        if (!top_view_key(&t->ui, ch, n))
-            return false;
-        if (ch == KEY_RESIZE)
-            clearok(stdscr, TRUE); /* the terminal's old contents are not to be trusted */
-        top_tui_frame(t, procs, n);
-    }
-}
-
-bool top_tui_show(top_tui *t, const mt_stats_snapshot *s)
-{
-    t->prev = t->cur;
-    top_proc_set(&t->cur, s, &t->prev);
-    t->ui.delay = 0;
-    top_tui_frame(t, &t->cur, 1);
-    wtimeout(stdscr, 0);
-    int ch;
-    while (!t->quit && (ch = wgetch(stdscr)) != ERR) {
-        if (!top_view_key(&t->ui, ch, 1))
-            t->quit = true;
-        else
-            top_tui_frame(t, &t->cur, 1);
-    }
-    return t->quit;
-}
-
-void top_tui_close(top_tui *t)
-{
-    if (!t)
-        return;
-    endwin();
-    delscreen(t->screen);
-    free(t);
 }

@@ -1,5 +1,6 @@
 /* memtier.c - the chunk store (layout rules and tiers in memtier.h). */
 #include "memtier.h"
+#include "units.h"
 
 #include "nvme.h"
 #include "backend.h"
@@ -50,16 +51,6 @@ struct mt_pool {
     const col_backend *pin_be; /* whose host_pin page-locked chunks (mt_pin_host), or NULL */
 };
 
-#define MIB(x) ((double)(x) / (1024.0 * 1024.0))
-
-/* MiB with one decimal, or KiB when that would read 0.0 */
-static void fmt_size(size_t v, char *buf, size_t n)
-{
-    if (v >= ((size_t)1 << 20) / 10)
-        snprintf(buf, n, "%.1f MiB", MIB(v));
-    else
-        snprintf(buf, n, "%.1f KiB", (double)v / 1024.0);
-}
 
 static size_t align_up(size_t x) { return (x + (MT_ALIGN - 1)) & ~(size_t)(MT_ALIGN - 1); }
 
@@ -245,8 +236,8 @@ static int new_chunk(mt_pool *p, mt_kind kind, size_t capacity, col_err *e)
         uint64_t end = (uint64_t)(p->next_slot + c.nslots) * p->slot_bytes;
         if (p->nvme_max && end > p->nvme_max) {
             char have[32], need[32];
-            fmt_size(p->nvme_max, have, sizeof have);
-            fmt_size(end, need, sizeof need);
+            col_fmt_bytes(have, sizeof have, p->nvme_max);
+            col_fmt_bytes(need, sizeof need, end);
             col_err_set_on(e, COL_SETTING_NVME_MAX, COL_ENOMEM, "memtier: the NVMe tier's size limit of %s is too "
                            "small: this model needs at least %s there", have, need);
             return -1;
@@ -254,8 +245,9 @@ static int new_chunk(mt_pool *p, mt_kind kind, size_t capacity, col_err *e)
         /* its address: reserved, never backed (any access faults) */
         c.addr = mmap(NULL, capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (c.addr == MAP_FAILED) {
-            col_err_set(e, COL_ENOMEM, "memtier: out of address space reserving a %s chunk of %.1f MiB on the NVMe tier",
-                        mt_kind_name(kind), MIB(capacity));
+            char cb[COL_BYTES_STR];
+            col_err_set(e, COL_ENOMEM, "memtier: out of address space reserving a %s chunk of %s on the NVMe tier",
+                        mt_kind_name(kind), col_fmt_bytes(cb, sizeof cb, capacity));
             return -1;
         }
         c.slot = p->next_slot;
@@ -268,8 +260,9 @@ static int new_chunk(mt_pool *p, mt_kind kind, size_t capacity, col_err *e)
     if (fits) {
         c.host = host_alloc(capacity);
         if (!c.host) {
-            col_err_set(e, COL_ENOMEM, "memtier: out of host memory allocating a %s chunk of %.1f MiB",
-                        mt_kind_name(kind), MIB(capacity));
+            char cb[COL_BYTES_STR];
+            col_err_set(e, COL_ENOMEM, "memtier: out of host memory allocating a %s chunk of %s",
+                        mt_kind_name(kind), col_fmt_bytes(cb, sizeof cb, capacity));
             return -1;
         }
         c.addr = c.host;
@@ -311,8 +304,8 @@ col_status mt_alloc(mt_pool *pool, mt_kind kind, size_t bytes, mt_ref *ref, col_
     if (c->tier == MT_TIER_NONE)
     {
         char have[32], need[32];
-        fmt_size(pool->host_budget, have, sizeof have);
-        fmt_size(pool->needed_bytes, need, sizeof need);
+        col_fmt_bytes(have, sizeof have, pool->host_budget);
+        col_fmt_bytes(need, sizeof need, pool->needed_bytes);
         return col_err_set_on(e, COL_SETTING_HOST_BUDGET, COL_ENOMEM,
                               "memtier: the host budget of %s is too small: this model needs at least %s", have, need);
     }

@@ -2,6 +2,7 @@
  * and docs/MEMTIER_PLANNER.md, "How the compute tier runs a plan"); the
  * transfer queue is in mt_resident_io.c. */
 #include "mt_resident.h"
+#include "units.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,17 +94,6 @@ void mt_resident_set_async(mt_resident *r, bool on)
     r->st.async = mt_xq_async(r->xq); /* a device tier stays synchronous */
 }
 
-/* KiB, MiB or GiB with one decimal */
-static void fmt_size(size_t b, char *buf, size_t n)
-{
-    if (b >= (size_t)1 << 30)
-        snprintf(buf, n, "%.1f GiB", (double)b / (1 << 30));
-    else if (b >= (size_t)1 << 20)
-        snprintf(buf, n, "%.1f MiB", (double)b / (1 << 20));
-    else
-        snprintf(buf, n, "%.1f KiB", (double)b / 1024);
-}
-
 static size_t round_to(size_t x, size_t g) { return (x + g - 1) / g * g; }
 
 /* ---- the arena ---- */
@@ -148,7 +138,7 @@ static col_status arena_ready(arena *a, col_err *err)
     a->alloc = a->mem ? n : 0;
     if (!a->mem) {
         char b[32];
-        fmt_size(n, b, sizeof b);
+        col_fmt_bytes(b, sizeof b, n);
         return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM,
                               "memtier: out of memory for the compute tier's %s of chunk space", b);
     }
@@ -460,9 +450,9 @@ col_status mt_resident_create(mt_pool *pool, col_plan *plan, size_t budget, mt_r
                 mt_plan_summary sum;
                 mt_plan_get_summary(probe, &sum);
                 char have[32], need[32], act[32];
-                fmt_size(budget, have, sizeof have);
-                fmt_size(sum.min_budget, need, sizeof need);
-                fmt_size(r->act, act, sizeof act);
+                col_fmt_bytes(have, sizeof have, budget);
+                col_fmt_bytes(need, sizeof need, sum.min_budget);
+                col_fmt_bytes(act, sizeof act, r->act);
                 st = col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM, "memtier: a compute tier of %s "
                                     "is too small: running this graph needs at least %zu bytes (%s) on it, %s of them "
                                     "activations", have, sum.min_budget, need, act);

@@ -326,10 +326,8 @@ static void copy_words_out(const seg_header *h, mt_stats_data *d)
     }
 }
 
-/* Untrusted text from another process, made safe to print: ends at its
- * first NUL (or the buffer's end), control characters and bytes that are
- * not well-formed UTF-8 become '?'. */
-static void clean_text(char *s, size_t cap)
+/* untrusted text from another process (mt_stats.h) */
+void mt_stats_printable(char *s, size_t cap)
 {
     s[cap - 1] = 0;
     unsigned char *p = (unsigned char *)s;
@@ -356,7 +354,7 @@ static void header_to_snapshot(const seg_header *h, mt_stats_snapshot *snap)
 {
     snap->pid = (int)h->pid;
     memcpy(snap->program, h->program, MT_STATS_NAME_MAX);
-    clean_text(snap->program, MT_STATS_NAME_MAX);
+    mt_stats_printable(snap->program, MT_STATS_NAME_MAX);
     snap->start_time = h->start_time;
 }
 
@@ -524,9 +522,9 @@ col_status mt_stats_read_name(const char *name, mt_stats_snapshot *snap, col_err
     munmap((void *)(uintptr_t)h, len);
     if (!ok)
         return col_err_set(e, COL_ESTATE, "%s: the process kept writing its statistics for 200 ms: try again", name);
-    clean_text(snap->d.run, MT_STATS_NAME_MAX);
-    clean_text(snap->d.device, MT_STATS_NAME_MAX);
-    clean_text(snap->d.run_id, MT_STATS_NAME_MAX);
+    mt_stats_printable(snap->d.run, MT_STATS_NAME_MAX);
+    mt_stats_printable(snap->d.device, MT_STATS_NAME_MAX);
+    mt_stats_printable(snap->d.run_id, MT_STATS_NAME_MAX);
     return COL_OK;
 }
 

@@ -149,6 +149,10 @@ static inline mt_kind mt_stats_chunk_kind(uint8_t c)
     return k < MT_NKINDS ? (mt_kind)k : MT_NKINDS;
 }
 
+/* Untrusted text (cap bytes) made safe to print, in place: it ends at its first NUL (or at cap - 1), control
+ * characters and bytes that are not well-formed UTF-8 become '?'. */
+void mt_stats_printable(char *s, size_t cap);
+
 /* "compute", "host", "nvme" (display names of the tiers); "none" otherwise */
 const char *mt_stats_tier_name(mt_tier tier);
 /* "host->compute", "compute->host", "host->nvme", "nvme->host" */

@@ -7,6 +7,7 @@
  * caller's wait/poll then formats the result and frees the entry. The
  * handle carries the entry's generation, so a spent handle is recognised. */
 #include "nvme.h"
+#include "units.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +28,6 @@
 #define MAX_SLOT_BYTES ((size_t)1 << 30) /* one kernel transfer moves < 2 GiB */
 #define MAX_REG_BUFFERS 16384            /* the kernel's limit on registered buffers */
 #define HUGE_BYTES ((size_t)2 << 20)     /* an x86-64 / arm64 transparent huge page */
-#define MIB(x) ((double)(x) / (1024.0 * 1024.0))
 
 enum { RQ_FREE, RQ_INFLIGHT, RQ_DONE };
 enum { FAIL_NONE, FAIL_ERRNO, FAIL_SHORT, FAIL_CRC };
@@ -81,16 +81,6 @@ static uint64_t fs_free_bytes(const char *dir)
     return (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
 }
 
-/* "12.3 MiB" / "4.0 GiB" for messages */
-static const char *human(uint64_t b, char *buf, size_t n)
-{
-    if (b >= (uint64_t)1 << 30)
-        snprintf(buf, n, "%.1f GiB", (double)b / (1u << 30));
-    else
-        snprintf(buf, n, "%.1f MiB", MIB(b));
-    return buf;
-}
-
 /* The message for every out-of-space case: the directory, what was needed,
  * what is free, why it did not fit and what would help; the setting at fault
  * is the size limit (COL_SETTING_NVME_MAX) or the directory (NVME_DIR). */
@@ -101,8 +91,8 @@ static col_status space_error(const mt_nvme *nv, int slot, const char *why, col_
     return col_err_set_on(err, at, COL_ENOMEM,
                           "NVMe store in %s is out of space: slot %d needs %zu bytes (%s) at offset %" PRIu64
                           "; %s; the file system has %" PRIu64 " bytes (%s) free; %s or lower the NVMe use",
-                          nv->dir, slot, nv->slot_bytes, human(nv->slot_bytes, h1, sizeof h1),
-                          (uint64_t)slot * nv->slot_bytes, why, free_b, human(free_b, h2, sizeof h2),
+                          nv->dir, slot, nv->slot_bytes, col_fmt_bytes(h1, sizeof h1, nv->slot_bytes),
+                          (uint64_t)slot * nv->slot_bytes, why, free_b, col_fmt_bytes(h2, sizeof h2, free_b),
                           at == COL_SETTING_NVME_MAX ? "raise the size limit"
                                                      : "free space there, choose another NVMe directory");
 }
@@ -318,11 +308,12 @@ col_status mt_nvme_register(mt_nvme *nv, void *const *bufs, int n, size_t bytes,
     int r = io_uring_register_buffers(&nv->ring, iov, (unsigned)n);
     if (r < 0) {
         free(iov);
+        char h[COL_BYTES_STR];
         if (r == -ENOMEM || r == -EPERM)
             return col_err_set(err, COL_ENOMEM,
-                               "NVMe store: the kernel cannot pin %d buffers of %.1f MiB for io_uring (%s); raise the "
+                               "NVMe store: the kernel cannot pin %d buffers of %s for io_uring (%s); raise the "
                                "locked-memory limit (ulimit -l) or use unregistered buffers",
-                               n, MIB(bytes), strerror(-r));
+                               n, col_fmt_bytes(h, sizeof h, bytes), strerror(-r));
         return col_err_set(err, COL_EIO, "NVMe store: registering %d buffers with io_uring failed: %s", n,
                            strerror(-r));
     }
@@ -510,7 +501,7 @@ static col_status reserve(mt_nvme *nv, int slot, col_err *err)
     if (nv->max_bytes && end > nv->max_bytes) {
         char why[160], h[32];
         snprintf(why, sizeof why, "its size limit of %" PRIu64 " bytes (%s) holds %" PRIu64 " slots", nv->max_bytes,
-                 human(nv->max_bytes, h, sizeof h), nv->max_bytes / nv->slot_bytes);
+                 col_fmt_bytes(h, sizeof h, nv->max_bytes), nv->max_bytes / nv->slot_bytes);
         return space_error(nv, slot, why, COL_SETTING_NVME_MAX, err);
     }
     if (!nv->no_fallocate) {

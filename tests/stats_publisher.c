@@ -29,7 +29,12 @@
  *           30G of its 80G in use (with --rank R: "cuda:R: Test GPU ...")
  *   a rank  with --rank R --world-size N --run-id ID: rank R of the N ranks
  *           of run ID, which sent (R+1) G and received (R+1)/2 G over the
- *           collectives, blocked 1.5 (R+1) s, in 100 (R+1) operations */
+ *           collectives, blocked 1.5 (R+1) s, in 100 (R+1) operations
+ * and, for colossal-top's sorting and bars:
+ *   --scale K      the compute and host tiers' bytes (used, budget, kinds) and the step times K times as large
+ *   --other-mib N  N MiB more on the compute tier than its chunks hold (activations)
+ *   --no-budget    no budget for the compute and host tiers
+ *   --busy         spins between publishes (a process using a whole core) */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,7 +104,8 @@ int main(int argc, char **argv)
     long long seed = -1;
     const char *program = "colossal-finetune", *run = "gpt2-test";
     double seconds = 20;
-    bool tui = false, device = false;
+    bool tui = false, device = false, no_budget = false, busy = false;
+    long scale = 1, other_mib = 0;
     int rank = -1, world_size = 0;
     const char *run_id = NULL;
     for (int i = 1; i < argc; i++) {
@@ -121,9 +127,18 @@ int main(int argc, char **argv)
             run_id = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--random"))
             seed = atoll(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--scale"))
+            scale = atol(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--other-mib"))
+            other_mib = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--no-budget"))
+            no_budget = true;
+        else if (!strcmp(argv[i], "--busy"))
+            busy = true;
         else {
             fprintf(stderr, "usage: stats_publisher [--program NAME] [--run NAME] [--seconds N] [--tui] "
-                            "[--random SEED] [--device] [--rank R --world-size N --run-id ID]\n");
+                            "[--random SEED] [--device] [--rank R --world-size N --run-id ID] [--scale K] "
+                            "[--other-mib N] [--no-budget] [--busy]\n");
             return 2;
         }
     }
@@ -150,6 +165,19 @@ int main(int argc, char **argv)
         randomize(d, (uint64_t)seed);
     else
         script(d, run);
+    if (seed < 0 && scale > 1) {
+        static const mt_tier scaled[2] = {MT_TIER_GPU, MT_TIER_HOST};
+        for (int i = 0; i < 2; i++) {
+            d->tier_used[scaled[i]] *= (uint64_t)scale, d->tier_budget[scaled[i]] *= (uint64_t)scale;
+            for (int k = 0; k < MT_NKINDS; k++)
+                d->kind_bytes[k][scaled[i]] *= (uint64_t)scale;
+        }
+        d->step_compute *= (double)scale, d->step_wait *= (double)scale, d->step_optim *= (double)scale;
+    }
+    if (seed < 0 && other_mib > 0)
+        d->tier_used[MT_TIER_GPU] += (uint64_t)other_mib * MiB;
+    if (no_budget)
+        d->tier_budget[MT_TIER_GPU] = d->tier_budget[MT_TIER_HOST] = 0;
     if (device) {
         char name[MT_STATS_NAME_MAX];
         snprintf(name, sizeof name, "cuda:%d: Test GPU (sm_90, 132 SMs)", rank > 0 ? rank : 0);
@@ -172,8 +200,14 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     for (int tick = 0; !g_stop && tick < (int)(seconds * 10); tick++) {
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        struct timespec ts = {0, 100 * 1000 * 1000}, t0, t1;
+        if (busy) { /* a tenth of a second of work */
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+            while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 100000000L && !g_stop);
+        } else
+            nanosleep(&ts, NULL);
         mt_stats_publish(pub, d);
         if (t) {
             mt_stats_pub_snapshot(pub, snap);

@@ -33,16 +33,16 @@ run="gpt2-tiny corpus.txt --steps 40 --batch 4 --seq 32 --dropout 0.1 --lr 3e-3 
 (cd "$tmp" && "$fg" $run --out g) > "$tmp/g.out" 2> "$tmp/g.err"
 rc=$?
 # 768 MiB free (nothing allocated yet), less 512 MiB + 768 MiB / 32 kept back: 232 MiB
-if [ $rc -eq 0 ] && grep -q "^cuda:0: Fake GPU: CPU kernels on fake device memory, 768 MiB; training to 40 steps into g/$" "$tmp/g.out" &&
-    grep -q "^compute tier 232 MiB: the 768 MiB free on cuda:0 less 536 MiB kept back (--gpu-mem sets it)$" "$tmp/g.out"; then
+if [ $rc -eq 0 ] && grep -q "^cuda:0: Fake GPU: CPU kernels on fake device memory, 768\.0 MiB; training to 40 steps into g/$" "$tmp/g.out" &&
+    grep -q "^compute tier 232\.0 MiB: the 768\.0 MiB free on cuda:0 less 536\.0 MiB kept back (--gpu-mem sets it)$" "$tmp/g.out"; then
     ok "with a GPU the default is cuda:0, and the compute tier its free memory less the reserve: $(grep '^compute tier' "$tmp/g.out")"
 else
     notok "default device or budget: exit $rc: $(head -n 5 "$tmp/g.out" | tr '\n' '|') $(head -n 2 "$tmp/g.err")"
 fi
-grep -q "^step 40/40 .* mem: compute [0-9.]*[KMG] (cuda:0 [0-9.]*M/805.3M) host [0-9.]*[KMG] nvme 0K$" "$tmp/g.out" &&
+grep -q "^step 40/40 .* mem: compute [0-9.]* [KMG]\?i\?B (cuda:0 [0-9.]* MiB/768.0 MiB) host [0-9.]* [KMG]\?i\?B nvme 0 B$" "$tmp/g.out" &&
     ok "the progress line shows the GPU's memory used/total beside the compute tier: $(grep '^step 40/40' "$tmp/g.out" | sed 's/.*mem:/mem:/')" ||
     notok "no GPU memory in the progress line: $(grep '^step 40/40' "$tmp/g.out")"
-grep -q "^memory: peak resident .* (host .* + compute tier .* + overhead .* + gpu runtime 268.4M + before the session" "$tmp/g.out" &&
+grep -q "^memory: peak resident .* (host .* + compute tier .* + overhead .* + gpu runtime 256\.0 MiB + before the session" "$tmp/g.out" &&
     ok "the memory report allows for the GPU runtime's host memory" || notok "memory report: $(grep '^memory' "$tmp/g.out")"
 clean "$tmp/g.err" && ok "every fake device block given back, no memory outside them" || notok "$(cat "$tmp/g.err")"
 
@@ -116,7 +116,7 @@ rc=$?
     ok "--device cuda:1 with one GPU: exit 2, $(cat "$tmp/err")" || notok "cuda:1: exit $rc: $(cat "$tmp/err")"
 (cd "$tmp" && COL_FAKE_GPU_MEM=600000000 "$fg" $run --out full) > /dev/null 2> "$tmp/err"
 rc=$?
-[ $rc -eq 1 ] && grep -q "^colossal-finetune: cuda:0 has 572 MiB free, too little beside the 530 MiB kept back .*--gpu-mem$" "$tmp/err" &&
+[ $rc -eq 1 ] && grep -q "^colossal-finetune: cuda:0 has 572\.2 MiB free, too little beside the 529\.9 MiB kept back .*--gpu-mem$" "$tmp/err" &&
     ok "a GPU with too little free memory: $(cat "$tmp/err")" || notok "too little free: exit $rc: $(cat "$tmp/err")"
 
 # ---- colossal-chat on the GPU: the CPU's greedy ids ----
@@ -147,8 +147,8 @@ if command -v tmux > /dev/null 2>&1; then
     $T send-keys -t chat C-d
     sleep 0.3
     $T kill-server 2>/dev/null
-    if grep -q "^cuda:0: Fake GPU: CPU kernels on fake device memory, 768 MiB$" "$tmp/screen" &&
-        grep -q "^compute tier 232 MiB: the 768 MiB free on cuda:0 less 536 MiB kept back (--gpu-mem sets it)$" "$tmp/screen"; then
+    if grep -q "^cuda:0: Fake GPU: CPU kernels on fake device memory, 768\.0 MiB$" "$tmp/screen" &&
+        grep -q "^compute tier 232\.0 MiB: the 768\.0 MiB free on cuda:0 less 536\.0 MiB kept back (--gpu-mem sets it)$" "$tmp/screen"; then
         ok "an interactive chat starts by naming the device and its compute tier"
     else
         notok "interactive start lines:"; sed 's/^/# /' "$tmp/screen" | head -5

@@ -145,7 +145,7 @@ ok_if $? "--version"
 for args in "--bogus|unknown option '--bogus'" "--parallel 0|--parallel must be an integer in 1..1024" \
     "--port 70000|--port must be an integer in 0..65535" "--max-body 1Q|--max-body must be a size" \
     "--template bogus|--template" "|no MODEL given" "--kv-mem 1Q|--kv-mem must be a size" \
-    "--kv-mem 10K --ctx 100|need 204.8 KB of key/value caches"; do
+    "--kv-mem 10K --ctx 100|need 200.0 KiB of key/value caches"; do
     a=${args%%|*} want=${args#*|}
     # shellcheck disable=SC2086
     "$serve" $a $( [ -n "$a" ] && echo "$base") > "$tmp/out" 2> "$tmp/err"
@@ -431,9 +431,9 @@ post /v1/completions "{\"model\":\"tiny\",\"prompt\":\"The cat\",\"temperature\"
 ok_if $? "--model-name tiny: requests name it, responses carry it"
 stop
 
-# ---- --kv-mem: the context the caches hold (2.0 KB a position for the 4 sequences of the tiny model) ----
+# ---- --kv-mem: the context the caches hold (2.0 KiB a position for the 4 sequences of the tiny model) ----
 start kvmem "$base" --kv-mem 100K || exit 1
-grep -q "context 50, 4 parallel (102.4 KB of key/value caches)" "$tmp/kvmem.log"
+grep -q "context 50, 4 parallel (100.0 KiB of key/value caches)" "$tmp/kvmem.log"
 ok_if $? "--kv-mem 100K with --parallel 4: a context of 50 positions ($(grep -o 'context [^q]*' "$tmp/kvmem.log"))"
 post /v1/completions '{"prompt":"The cat","temperature":0,"max_tokens":200}'
 [ "$code" = 200 ] && [ "$(js '(d["usage"]["prompt_tokens"] + d["usage"]["completion_tokens"] <= 50, d["choices"][0]["finish_reason"])')" = "(True, 'length')" ]

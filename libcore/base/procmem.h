@@ -16,6 +16,10 @@ typedef struct {
 
 /* Reads the figures; false (and zeros) where they cannot be read. */
 bool col_procmem_read(col_procmem *m);
+/* The same for another process (its /proc/PID/status; false when it is gone or not readable). */
+bool col_procmem_read_pid(int pid, col_procmem *m);
+/* The machine's physical memory in bytes (sysconf); 0 where it cannot be told. */
+size_t col_machine_memory(void);
 /* Starts the peak (VmHWM) over from the current resident size
  * (/proc/self/clear_refs, "5"); false where the kernel does not allow it. */
 bool col_procmem_reset_peak(void);

@@ -1,5 +1,6 @@
 /* mb_store.c - a pipeline's weights in memtier chunks, and its graphs' plans. */
 #include "mb_store.h"
+#include "units.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,11 +32,6 @@ struct mb_exec {
     mt_resident *res;
     long runs;
 };
-
-static void fmt_mb(size_t b, char *buf, size_t n)
-{
-    snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
-}
 
 col_status mb_store_create(const mb_store_config *cfg, const col_backend *be, mb_store **out, col_err *err)
 {
@@ -146,8 +142,8 @@ col_status mb_exec_create(mb_store *s, col_graph *g, col_node *const *outputs, i
         size_t own = col_plan_memory_bytes(x->plan);
         if (own >= s->cfg.compute_budget && !s->tier_owner) {
             char have[32], need[32];
-            fmt_mb(s->cfg.compute_budget, have, sizeof have);
-            fmt_mb(own, need, sizeof need);
+            col_fmt_bytes(have, sizeof have, s->cfg.compute_budget);
+            col_fmt_bytes(need, sizeof need, own);
             st = col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM,
                                 "a compute tier of %s cannot hold the %s of activations this image size needs", have,
                                 need);

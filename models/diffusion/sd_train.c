@@ -1,5 +1,6 @@
 /* sd_train.c - a Stable Diffusion UNet trained as diffusers' examples train it. */
 #include "sd_train.h"
+#include "units.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -201,10 +202,11 @@ static col_status build_frozen(sd_trainer *s, col_err *err)
     if (tc->host_budget) {
         mt_pool_stats ps;
         mt_stats(dm_trainer_pool(s->tr), &ps);
+        char hb[COL_BYTES_STR];
         if (ps.host_bytes >= tc->host_budget)
-            return col_err_set_on(err, COL_SETTING_HOST_BUDGET, COL_ENOMEM, "the host budget of %.1f MB is taken by "
+            return col_err_set_on(err, COL_SETTING_HOST_BUDGET, COL_ENOMEM, "the host budget of %s is taken by "
                                   "the UNet's weights, gradients and optimizer states: the text encoder and the VAE "
-                                  "need more", (double)tc->host_budget / 1e6);
+                                  "need more", col_fmt_bytes(hb, sizeof hb, tc->host_budget));
         budget = tc->host_budget - ps.host_bytes;
     }
     mb_store_config mc = {.host_budget = budget, .compute_budget = tc->compute_budget, .chunk_bytes = tc->chunk_bytes};

@@ -1,6 +1,7 @@
 /* fold_model.c - AlphaFold2 inference: the parameter file, the per-size plan,
  * the recycling loop and the host steps between passes. */
 #include "fold_model.h"
+#include "units.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -61,6 +62,8 @@ col_status fold_model_open(const char *params, const col_backend *be, const mb_s
     *out = m;
     return COL_OK;
 }
+
+mb_store *fold_model_store(fold_model *m) { return m->store; }
 
 void fold_model_free(fold_model *m)
 {
@@ -152,8 +155,10 @@ col_status fold_model_auto_chunk(fold_model *m, int64_t n_res, int64_t n_seq, in
         if (ck == 1) break;
     }
     *chunk = 1;
-    col_err_set(err, COL_ENOMEM, "fold: %lld residues need %.1f MiB of activations even in chunks of one row, more "
-                "than the %.1f MiB budget", (long long)n_res, smallest / 1048576.0, budget / 1048576.0);
+    char need[COL_BYTES_STR], have[COL_BYTES_STR];
+    col_err_set(err, COL_ENOMEM, "fold: %lld residues need %s of activations even in chunks of one row, more "
+                "than the %s budget", (long long)n_res, col_fmt_bytes(need, sizeof need, (uint64_t)smallest),
+                col_fmt_bytes(have, sizeof have, (uint64_t)budget));
     col_err_add_setting(err, COL_SETTING_COMPUTE_BUDGET);
     return COL_ENOMEM;
 }

@@ -27,6 +27,8 @@ col_status fold_model_open(const char *params, const col_backend *be, const mb_s
                            col_err *err);
 void fold_model_free(fold_model *m);
 const fold_config *fold_model_config(const fold_model *m);
+/* The store its weights live in (for memory statistics). */
+mb_store *fold_model_store(fold_model *m);
 
 /* Runs every later pass with FastFold's dynamic axial parallelism over dap's
  * processes (fold_dap.h: each computes its share of the MSA and pair and

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "lm_trainer_internal.h"
+#include "units.h"
 #include "timer.h"
 
 #ifdef COL_WITH_COMM
@@ -512,8 +513,10 @@ col_status lmt_dp_buffer(col_lm_trainer *t, int64_t n, float **buf, col_err *err
 {
     if (n > t->dbuf_n) {
         float *p = realloc(t->dbuf, sizeof *p * (size_t)n);
+        char b[COL_BYTES_STR];
         if (!p)
-            return col_err_set(err, COL_ENOMEM, "data parallel: no memory for a %.1f MB tensor", (double)n * 4 / 1e6);
+            return col_err_set(err, COL_ENOMEM, "data parallel: no memory for a %s tensor",
+                               col_fmt_bytes(b, sizeof b, (uint64_t)n * 4));
         t->dbuf = p;
         t->dbuf_n = n;
     }

@@ -1,5 +1,6 @@
 /* lm_parplan.c - the layout planner's cost model, enumeration and ranking (lm_parplan.h has the formulas). */
 #include "lm_parplan.h"
+#include "units.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -110,15 +111,6 @@ static col_status check_layout(const col_plan_input *in, const col_plan_layout *
     return col_par_layout_check(&out->par, &in->model, in->seq, rows / l->micro_batches, err);
 }
 
-static void fmt_bytes(double b, char *buf, size_t n)
-{
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024 && i < 4)
-        b /= 1024, i++;
-    snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
-
 /* memory: model states by ZeRO stage, activations, and where they live against the budgets */
 static void predict_memory(const col_plan_input *in, const col_plan_layout *l, double psi, int layers,
                            col_plan_entry *e)
@@ -164,13 +156,13 @@ static void predict_memory(const col_plan_input *in, const col_plan_layout *l, d
         e->device = e->activations + work;
         if (e->device > (double)in->device_bytes) {
             e->fits = false;
-            fmt_bytes(e->device, a, sizeof a), fmt_bytes((double)in->device_bytes, bb, sizeof bb);
+            col_fmt_bytes(a, sizeof a, (uint64_t)e->device), col_fmt_bytes(bb, sizeof bb, in->device_bytes);
             snprintf(e->why_not, sizeof e->why_not, "compute tier: needs %s of %s", a, bb);
         }
     }
     if (in->host_bytes && held > (double)in->host_bytes) {
         double over = held - (double)in->host_bytes;
-        fmt_bytes(held, a, sizeof a), fmt_bytes((double)in->host_bytes, bb, sizeof bb);
+        col_fmt_bytes(a, sizeof a, (uint64_t)held), col_fmt_bytes(bb, sizeof bb, in->host_bytes);
         if (!in->nvme) {
             if (e->fits)
                 snprintf(e->why_not, sizeof e->why_not, "host: model states %s, budget %s", a, bb);
@@ -486,10 +478,10 @@ void col_plan_explain(const col_plan_input *in, const col_plan_entry *e, char *b
     fmt_time(e->t_step, ts, sizeof ts);
     if (i2 >= 0)
         snprintf(second, sizeof second, ", then %s %.0f%%", terms[i2].what, 100 * terms[i2].t / tot);
-    fmt_bytes(e->params + e->grads + e->states, hb, sizeof hb);
+    col_fmt_bytes(hb, sizeof hb, (uint64_t)(e->params + e->grads + e->states));
     if (in->host_bytes) {
         char b2[32];
-        fmt_bytes((double)in->host_bytes, b2, sizeof b2);
+        col_fmt_bytes(b2, sizeof b2, in->host_bytes);
         snprintf(bud, sizeof bud, " (host budget %s)", b2);
     }
     if (!e->fits)
@@ -519,8 +511,8 @@ size_t col_plan_format(const col_plan_input *in, const col_plan_entry *e, int co
             fmt_time(x->t_dp + x->t_tp + x->t_sp + x->t_pp, tx, sizeof tx);
             fmt_time(x->t_bubble, tb, sizeof tb);
             fmt_time(x->t_memory + x->t_nvme + x->t_tier, to, sizeof to);
-            fmt_bytes(x->params + x->grads + x->states, ms, sizeof ms);
-            fmt_bytes(x->activations, ma, sizeof ma);
+            col_fmt_bytes(ms, sizeof ms, (uint64_t)(x->params + x->grads + x->states));
+            col_fmt_bytes(ma, sizeof ma, (uint64_t)x->activations);
             len = snprintf(line, sizeof line, "%4d  %-38s %10s %10s %10s %10s %10s %11s %11s%s%s\n", i + 1, name, ts,
                            tc, tx, tb, to, ms, ma, x->fits ? "" : "  does not fit: ", x->fits ? "" : x->why_not);
         }

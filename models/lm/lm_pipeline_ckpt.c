@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "hf_config.h"
+#include "units.h"
 #include "lm_pipeline.h"
 #include "lm_trainer_internal.h"
 #include "textio.h"
@@ -166,8 +167,10 @@ col_status col_lm_pipeline_save(col_lm_pipeline *p, const char *dir, bool optimi
         s.buf = malloc(sizeof(float) * (size_t)most);
         if (t0->par)
             s.whole = malloc(sizeof(float) * (size_t)most);
+        char b[COL_BYTES_STR];
         if (!s.buf || (t0->par && !s.whole))
-            st = col_err_set(err, COL_ENOMEM, "pipeline: no memory for a %.1f MB tensor", (double)most * 4 / 1e6);
+            st = col_err_set(err, COL_ENOMEM, "pipeline: no memory for a %s tensor",
+                             col_fmt_bytes(b, sizeof b, (uint64_t)most * 4));
     }
     for (int v = 0; st == COL_OK && v < col_lm_pipeline_n_stages(p); v++) /* the weights whole (ZeRO) */
         st = col_lm_trainer_sync_params(col_lm_pipeline_stage(p, v, NULL, NULL, NULL), err);

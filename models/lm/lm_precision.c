@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 
 #include "lm_trainer_internal.h"
+#include "units.h"
 
 enum { BLK = 1 << 16 }; /* elements per conversion block: blocks fixed by the length, threads over blocks */
 enum { GROWTH_WINDOW = 2000 };
@@ -62,9 +63,10 @@ col_status lmt_mixed_init(col_lm_trainer *t, col_err *err)
         most = (size_t)t->ot[i].n > most ? (size_t)t->ot[i].n : most;
     /* mapped on its own: its pages come and go with the session, never left in the heap */
     void *p = mmap(NULL, sizeof(float) * (most ? most : 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char b[COL_BYTES_STR];
     if (p == MAP_FAILED)
-        return col_err_set(err, COL_ENOMEM, "mixed precision: no memory for a %.1f MB conversion buffer",
-                           (double)most * 4 / 1e6);
+        return col_err_set(err, COL_ENOMEM, "mixed precision: no memory for a %s conversion buffer",
+                           col_fmt_bytes(b, sizeof b, (uint64_t)most * 4));
     t->conv = p;
     t->conv_n = most ? most : 1;
     return COL_OK;

@@ -1,5 +1,6 @@
 /* lm_trainer.c - the training session: memory, graphs, steps, decoding. */
 #include "lm_trainer.h"
+#include "units.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -662,9 +663,10 @@ col_status col_lm_trainer_decode_reset(col_lm_trainer *t, int max_len, col_err *
         size_t n = 2 * (size_t)c->n_layer * (size_t)c->n_kv_head * (size_t)max_len * (size_t)c->head_dim;
         col_err e2 = {0};
         col_status st = lmt_kv_alloc(t, n, &t->kv, &e2);
+        char b[COL_BYTES_STR];
         if (st != COL_OK)
-            return col_err_set(err, st, "decode: cannot allocate a %.1f MB key/value cache%s%s", (double)n * 4 / 1e6,
-                               e2.msg[0] ? ": " : "", e2.msg);
+            return col_err_set(err, st, "decode: cannot allocate a %s key/value cache%s%s",
+                               col_fmt_bytes(b, sizeof b, (uint64_t)n * 4), e2.msg[0] ? ": " : "", e2.msg);
         t->kv_len = max_len;
     }
     t->kv_pos = 0;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lm_trainer_internal.h"
+#include "units.h"
 
 enum { PREFILL_GRAPHS = 4 }; /* prefill graphs kept, by prompt length (least recently used goes) */
 
@@ -116,9 +117,10 @@ col_status col_lm_batch_open(col_lm_trainer *t, int slots, int ctx, col_lm_batch
     col_err e2 = {0};
     if (lmt_kv_alloc(t, bytes / sizeof(float), &b->kv, &e2) != COL_OK) {
         col_lm_batch_close(b);
-        return col_err_set(err, COL_ENOMEM, "batched decoding: cannot allocate %.1f MB of key/value caches (%d "
-                           "sequences of %d positions)%s%s", (double)bytes / 1e6, slots, ctx, e2.msg[0] ? ": " : "",
-                           e2.msg);
+        char kb[COL_BYTES_STR];
+        return col_err_set(err, COL_ENOMEM, "batched decoding: cannot allocate %s of key/value caches (%d "
+                           "sequences of %d positions)%s%s", col_fmt_bytes(kb, sizeof kb, bytes), slots, ctx,
+                           e2.msg[0] ? ": " : "", e2.msg);
     }
     *out = b;
     return COL_OK;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "lm_trainer_internal.h"
+#include "units.h"
 
 /* kind k of tensor i (0 parameter, 1 gradient, 2 and 3 state slots, 4 master) -> mt_kind bit */
 static unsigned kind_bit(int k) { return k == 0 ? COL_LM_PARAMS : k == 1 ? COL_LM_GRADS : COL_LM_STATES; }
@@ -51,8 +52,6 @@ static size_t kind_bytes(const col_lm_trainer *t, int k, int i)
         return col_dtype_row_bytes(t->pdt[i], n);
     return col_dtype_size(lmt_dtype(t, k)) * (size_t)n;
 }
-
-static void fmt_mb(size_t b, char *buf, size_t n) { snprintf(buf, n, "%.1f MB", (double)b / 1e6); }
 
 /* a pool with the kinds given on NVMe, every tensor placed; COL_ENOMEM when the host budget is too small */
 static col_status alloc_with(col_lm_trainer *t, unsigned kinds, size_t chunk_bytes, col_err *err)
@@ -290,8 +289,8 @@ col_status lmt_run(col_lm_trainer *t, col_plan *plan, lmt_tier *tier, size_t res
         reserve += held > own ? held - own : 0;
         if (reserve >= b) {
             char have[32], need[32];
-            fmt_mb(b, have, sizeof have);
-            fmt_mb(reserve, need, sizeof need);
+            col_fmt_bytes(have, sizeof have, b);
+            col_fmt_bytes(need, sizeof need, reserve);
             return col_err_set_on(err, COL_SETTING_COMPUTE_BUDGET, COL_ENOMEM,
                                   "a compute tier of %s cannot hold the %s key/value cache", have, need);
         }
