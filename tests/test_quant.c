@@ -384,6 +384,7 @@ static void test_matmul(const col_backend *be, const char *bname, int64_t q8_row
     }
 }
 
+#ifndef QUANT_TEST_CUDA /* the host kernels' promise (the CUDA kernels make none) */
 /* Row m of an M-row product has the bits of row m multiplied alone, for every M up to max_rows: what lets a
  * server decode many sequences in one product and give each the numbers it gets alone (tests/test_lm_batch
  * checks it through whole models). K spans several blocks of each kind, odd counts included. */
@@ -416,6 +417,7 @@ static void test_rows_alone(const col_backend *be, const char *bname, int64_t ma
         free(x), free(alone), free(y), free(wq), free(wf);
     }
 }
+#endif
 
 /* a slice of W's rows (a view that starts at a whole row), and an embedding of W's rows */
 static void test_views_embedding(const col_backend *be, bool q8x)
