@@ -5,7 +5,10 @@
  * once per call to 8 bits in blocks of 32 (an f32 scale d = max|x| / 127 and q = round(x / d), half away
  * from zero, as ggml's q8_0 but with the scale kept in f32) into the node's scratch; then every block of W
  * is decoded in registers and dotted with the rows of x, up to CQ_GROUP at a time, in integers (AVX2:
- * _mm256_maddubs_epi16 / _mm256_madd_epi16), each block's integer sum scaled by the two scales in f32.
+ * _mm256_maddubs_epi16 / _mm256_madd_epi16; AVX-512 VNNI: _mm256_dpbusd_epi32), each block's integer sum
+ * scaled by the two scales in f32. q4_0's nibbles (and, with VNNI, q8_0's bytes + 128) go in unsigned, the
+ * bias taken back through the sum of x's block. With VNNI, q4_0 and q8_0 take 8 rows of W at a time,
+ * transposed in registers (the 8-row kernels below). Row m of the output has the same bits whatever M is.
  * W is read once, in place, and never dequantized to memory. Threads own fixed chunks of W's rows and each
  * output is summed in one fixed order, so results do not depend on the thread count. The error against
  * the product with exact x is the rounding of x to 8 bits (half a step of its block a value, averaging
