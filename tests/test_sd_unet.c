@@ -223,13 +223,15 @@ static void gradient_test(void)
             d2 += ((double)grads[i][j] - gr[j]) * ((double)grads[i][j] - gr[j]);
             r2 += (double)gr[j] * gr[j];
         }
-        /* relative 1e-4, with an absolute floor for gradients that are zero in theory (rounding noise): float32
-         * sums in another order (another compiler's code, e.g. the sanitizer build without -march=native) move a
-         * small bias gradient behind the attention by up to ~7e-5 relative (tests/test_sd_train.c found diffusers'
-         * own float32 and float64 gradients 9e-6 apart there) */
+        /* relative 3e-4, with an absolute floor for gradients that are zero in theory (rounding noise). Float32
+         * sums in another order move the small bias gradients of the first transformer block (norm1, ff.net.2:
+         * sums over 60 positions that cancel) far more than the rest: 2.8e-5 relative in the optimized build,
+         * 1.1e-4 and 1.4e-4 in the sanitizer build (the same flags plus ASan/UBSan's instrumentation, which
+         * changes how the compiler vectorizes and fuses the sums); tests/test_sd_train.c found diffusers' own
+         * float32 and float64 gradients 9e-6 apart there. A wrong gradient is off by order 1. */
         double rel = sqrt(d2) / fmax(sqrt(r2), 1e-30);
         count++;
-        if (sqrt(d2) <= 1e-4 * sqrt(r2) + 1e-9 * sqrt((double)numel))
+        if (sqrt(d2) <= 3e-4 * sqrt(r2) + 1e-9 * sqrt((double)numel))
             good++;
         else
             TL_NOTE("%s: gradient relative error %.2e", b.params[i].name, rel);
@@ -240,7 +242,7 @@ static void gradient_test(void)
         free(gr);
     }
     TL_OK(ok && count == b.n && good == count && count > 0,
-          "grad: %d of %d parameter gradients within 1e-4 relative of torch's in float64 (worst %.2e, %s)", good, b.n, worst,
+          "grad: %d of %d parameter gradients within 3e-4 relative of torch's in float64 (worst %.2e, %s)", good, b.n, worst,
           worst_name);
     for (int i = 0; grads && i < b.n; i++)
         free(grads[i]);
