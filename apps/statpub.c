@@ -66,14 +66,17 @@ app_stats *app_stats_start(const char *program, const char *run)
         return NULL;
     }
     s->d = d;
-    if (run) { /* a path's last component: "models/gpt2/" -> "gpt2" */
+    if (run) { /* a path's last component: "models/gpt2/" -> "gpt2" (found in the whole path, then cut to fit) */
+        size_t n = strlen(run), b;
+        while (n > 1 && run[n - 1] == '/')
+            n--;
+        for (b = n; b > 0 && run[b - 1] != '/'; b--)
+            ;
+        if (b == n) /* "/" */
+            b = 0;
         char name[MT_STATS_NAME_MAX];
-        snprintf(name, sizeof name, "%s", run);
-        size_t n = strlen(name);
-        while (n > 1 && name[n - 1] == '/')
-            name[--n] = 0;
-        const char *slash = strrchr(name, '/');
-        mt_stats_set_run(d, slash && slash[1] ? slash + 1 : name);
+        snprintf(name, sizeof name, "%.*s", (int)(n - b), run + b);
+        mt_stats_set_run(d, name);
     }
     mt_stats_publish(s->pub, d);
     pthread_mutex_init(&s->mu, NULL);
