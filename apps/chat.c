@@ -32,6 +32,7 @@
 #include "lm_source.h"
 #include "procsetup.h"
 #include "timer.h"
+#include "units.h"
 
 #define PROG "colossal-chat"
 
@@ -74,8 +75,13 @@ static void usage(FILE *f)
         "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
         "  --quant TYPE           hold the weights quantized: int8 (q8_0), q4 (q4_0), q4_K or q6_K (a model\n"
         "                         colossal-quantize wrote loads quantized without it)\n"
-        "  --verbose              after each reply, a line on stderr: tokens, seconds and tokens/s of the reply\n"
-        "                         and of the prompt (interactive: /stats turns it on and off)\n"
+        "  --verbose              after loading, a line on stderr: the time it took and the weights read in place\n"
+        "                         from the model file (mapped, not copied); after each reply, a line: tokens,\n"
+        "                         seconds and tokens/s of the reply and of the prompt (interactive: /stats\n"
+        "                         turns it on and off)\n"
+        "  --no-mmap              copy the weights into memory instead of reading them in place from the model\n"
+        "                         file's mapping (by default tensors stored as they are held, as in GGUF files\n"
+        "                         and colossal-quantize's, are read in place: the file must not change meanwhile)\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "                         (by default an error: it often means config.json does not fit the weights)\n"
         "%s%s"
@@ -156,7 +162,7 @@ static int32_t *parse_ids(const char *s, int *n)
 
 typedef struct {
     const char *model, *tokenizer, *system, *prompt, *prompt_ids;
-    bool raw, json, has_template, has_seed, ignore_extra, verbose;
+    bool raw, json, has_template, has_seed, ignore_extra, verbose, no_mmap;
     col_dtype quant; /* --quant; COL_F32: none (or what the model holds) */
     col_chat_family family;
     col_sample_opts so;
@@ -170,7 +176,8 @@ typedef struct {
 static void parse_options(int argc, char **argv, options *o)
 {
     enum { O_TEMPLATE = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_REP, O_SEED, O_MAXNEW, O_STOP, O_CTX, O_TOK,
-           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_DEVICE, O_QUANT, O_VERSION, O_VERBOSE, O_MEM /* + index in mem_opt_names */ };
+           O_PROMPT, O_RAW, O_IDS, O_JSON, O_EXTRA, O_NO_MMAP, O_DEVICE, O_QUANT, O_VERSION, O_VERBOSE,
+           O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"template", required_argument, 0, O_TEMPLATE}, {"system", required_argument, 0, O_SYSTEM},
         {"temperature", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
@@ -180,7 +187,8 @@ static void parse_options(int argc, char **argv, options *o)
         {"tokenizer", required_argument, 0, O_TOK}, {"prompt", required_argument, 0, O_PROMPT},
         {"raw", no_argument, 0, O_RAW}, {"prompt-ids", required_argument, 0, O_IDS},
         {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'},
-        {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"device", required_argument, 0, O_DEVICE},
+        {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"no-mmap", no_argument, 0, O_NO_MMAP},
+        {"device", required_argument, 0, O_DEVICE},
         {"quant", required_argument, 0, O_QUANT}, {"version", no_argument, 0, O_VERSION},
         {"verbose", no_argument, 0, O_VERBOSE},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
@@ -229,6 +237,7 @@ static void parse_options(int argc, char **argv, options *o)
         case O_IDS: o->prompt_ids = optarg; break;
         case O_JSON: o->json = true; break;
         case O_EXTRA: o->ignore_extra = true; break;
+        case O_NO_MMAP: o->no_mmap = true; break;
         case O_VERBOSE: o->verbose = true; break;
         case O_QUANT:
             if (!col_lm_quant_parse(optarg, &o->quant))
@@ -394,7 +403,8 @@ static int run_on(const options *opt, app_device *dev)
     col_lm_trainer *tr = NULL;
     char budget[256];
     col_lm_load_report rep = {0};
-    app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra};
+    app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra,
+                       .no_mmap = o.no_mmap};
     /* on a terminal, say what is happening while the weights load (a large model takes a while) */
     bool tell_load = isatty(STDERR_FILENO);
     double t0 = col_seconds();
@@ -403,8 +413,9 @@ static int run_on(const options *opt, app_device *dev)
         fflush(stderr);
     }
     col_status lst = app_lm_session(&src, &lo, &tr, &rep, budget, sizeof budget, &err);
+    double load_s = col_seconds() - t0;
     if (tell_load)
-        fprintf(stderr, lst == COL_OK ? " done in %.1f s\n" : " failed\n", col_seconds() - t0);
+        fprintf(stderr, lst == COL_OK ? " done in %.1f s\n" : " failed\n", load_s);
     if (lst != COL_OK) {
         chat_print_err(&err);
         col_lm_source_close(&src);
@@ -420,6 +431,11 @@ static int run_on(const options *opt, app_device *dev)
         goto done;
     }
     app_load_warnings(stderr, PROG, &rep);
+    if (o.verbose) { /* how the weights came in: read in place from the file's mapping, or copied */
+        char mb[COL_BYTES_STR];
+        fprintf(stderr, PROG ": loaded in %.2f s; %d weight tensors (%s) read in place from the model file\n", load_s,
+                rep.n_mapped, col_fmt_bytes(mb, sizeof mb, rep.mapped_bytes));
+    }
     if (src.preset[0])
         fprintf(stderr, PROG ": %s is a built-in architecture with random weights: expect noise\n", src.preset);
     g.max_new = max_new;

@@ -41,10 +41,14 @@ col_status app_lm_session(col_lm_source *src, const app_lm_opts *o, col_lm_train
         tc.weight_quant_each = each;
     }
     col_lm_trainer *tr = NULL;
+    unsigned flags = o->ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0;
     if ((st = col_lm_trainer_create(&tc, &o->dev->be, &tr, err)) == COL_OK && src->weights)
-        st = col_lm_trainer_load_ex(tr, src->weights, o->ignore_extra ? COL_LOAD_IGNORE_EXTRA : 0, rep, err);
+        /* read in place from the file's mapping where it can be (the session then owns src->weights) */
+        st = o->no_mmap ? col_lm_trainer_load_ex(tr, src->weights, flags, rep, err)
+                        : col_lm_trainer_load_mapped(tr, &src->weights, flags, rep, err);
     if (st == COL_OK && src->gguf)
-        st = col_lm_trainer_load_gguf(tr, src->gguf, err);
+        st = o->no_mmap ? col_lm_trainer_load_gguf(tr, src->gguf, err)
+                        : col_lm_trainer_load_gguf_mapped(tr, &src->gguf, rep, err);
     if (st == COL_OK && src->has_adapter)
         st = col_lm_trainer_load_adapter(tr, src->dir, err);
     free(each);
@@ -52,7 +56,7 @@ col_status app_lm_session(col_lm_source *src, const app_lm_opts *o, col_lm_train
         col_lm_trainer_free(tr);
         return st;
     }
-    col_ckpt_close(src->weights); /* the weights are in the session now */
+    col_ckpt_close(src->weights); /* the weights are in the session now (NULL: it holds the file itself) */
     src->weights = NULL;
     col_gguf_close(src->gguf);
     src->gguf = NULL;

@@ -1,7 +1,8 @@
 /* lm_session.h - the inference session colossal-chat and colossal-serve run a model in: the memory options
  * and the device's compute budget, a LoRA adapter beside the weights, quantized weights (--quant, a file
- * colossal-quantize wrote, a GGUF file's block tensors held as they are), the weights loaded; the source's
- * weights are closed once they are in the session. */
+ * colossal-quantize wrote, a GGUF file's block tensors held as they are), the weights loaded (read in place
+ * from the file's mapping where they can be: col_lm_trainer_load_mapped); the source's weights are closed once
+ * they are in the session, or handed to it. */
 #ifndef COL_APPS_LM_SESSION_H
 #define COL_APPS_LM_SESSION_H
 
@@ -19,6 +20,7 @@ typedef struct {
     app_device *dev;
     col_dtype quant;     /* --quant; COL_F32: what the model holds */
     bool ignore_extra;   /* --ignore-extra-tensors */
+    bool no_mmap;        /* --no-mmap: weights copied, never read in place from the file's mapping */
 } app_lm_opts;
 
 /* Creates and loads the session. budget (n bytes) receives the line saying how the GPU's budget was chosen

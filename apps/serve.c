@@ -79,6 +79,9 @@ static void usage(FILE *f)
         "  --tokenizer PATH       tokenizer directory or file, or a bundled one (gpt2, llama2, llama3, bytes)\n"
         "  --quant TYPE           hold the weights quantized: int8 (q8_0), q4 (q4_0), q4_K or q6_K (a model\n"
         "                         colossal-quantize wrote, or a .gguf file, loads quantized without it)\n"
+        "  --no-mmap              copy the weights into memory instead of reading them in place from the model\n"
+        "                         file's mapping (by default tensors stored as they are held, as in GGUF files\n"
+        "                         and colossal-quantize's, are read in place: the file must not change meanwhile)\n"
         "  --ignore-extra-tensors load MODEL even though its weights hold tensors the model does not use\n"
         "%s%s"
         "  --help                 print this help and exit; --version: print the version and exit\n"
@@ -109,7 +112,7 @@ static void print_err(const col_err *e)
 
 typedef struct {
     const char *model, *tokenizer, *host, *api_key, *model_name;
-    bool has_template, ignore_extra;
+    bool has_template, ignore_extra, no_mmap;
     col_dtype quant; /* --quant; COL_F32: none (or what the model holds) */
     col_chat_family family;
     int port, parallel, queue;
@@ -122,8 +125,8 @@ typedef struct {
 
 static void parse_options(int argc, char **argv, options *o)
 {
-    enum { O_HOST = 256, O_PORT, O_PAR, O_QUEUE, O_BODY, O_KEY, O_NAME, O_CTX, O_TEMPLATE, O_TOK, O_EXTRA, O_DEVICE,
-           O_VERSION, O_QUANT, O_KVMEM, O_MEM /* + index in mem_opt_names */ };
+    enum { O_HOST = 256, O_PORT, O_PAR, O_QUEUE, O_BODY, O_KEY, O_NAME, O_CTX, O_TEMPLATE, O_TOK, O_EXTRA, O_NO_MMAP,
+           O_DEVICE, O_VERSION, O_QUANT, O_KVMEM, O_MEM /* + index in mem_opt_names */ };
     static const struct option opts[] = {
         {"host", required_argument, 0, O_HOST}, {"port", required_argument, 0, O_PORT},
         {"parallel", required_argument, 0, O_PAR}, {"queue", required_argument, 0, O_QUEUE},
@@ -131,7 +134,8 @@ static void parse_options(int argc, char **argv, options *o)
         {"model-name", required_argument, 0, O_NAME}, {"ctx", required_argument, 0, O_CTX},
         {"kv-mem", required_argument, 0, O_KVMEM},
         {"template", required_argument, 0, O_TEMPLATE}, {"tokenizer", required_argument, 0, O_TOK},
-        {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"device", required_argument, 0, O_DEVICE},
+        {"ignore-extra-tensors", no_argument, 0, O_EXTRA}, {"no-mmap", no_argument, 0, O_NO_MMAP},
+        {"device", required_argument, 0, O_DEVICE},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {"quant", required_argument, 0, O_QUANT},
         {"cpu-mem", required_argument, 0, O_MEM}, {"gpu-mem", required_argument, 0, O_MEM + 1},
         {"chunk-size", required_argument, 0, O_MEM + 2}, {"nvme-dir", required_argument, 0, O_MEM + 3},
@@ -183,6 +187,7 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         case O_TOK: o->tokenizer = optarg; break;
         case O_EXTRA: o->ignore_extra = true; break;
+        case O_NO_MMAP: o->no_mmap = true; break;
         case O_QUANT:
             if (!col_lm_quant_parse(optarg, &o->quant))
                 usage_error("--quant '%s' is not one of " COL_LM_QUANT_NAMES, optarg);
@@ -356,7 +361,8 @@ static int run_on(const options *opt, app_device *dev)
     serve_sched *sched = NULL;
     app_stats *stats = NULL;
     int rc = 1;
-    app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra};
+    app_lm_opts lo = {.mem = &o.mem, .dev = dev, .quant = o.quant, .ignore_extra = o.ignore_extra,
+                       .no_mmap = o.no_mmap};
     if (app_lm_session(&src, &lo, &tr, &rep, budget, sizeof budget, &err) != COL_OK) {
         print_err(&err);
         goto done;

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "lm_family.h"
 #include "lm_quant.h"
@@ -137,7 +139,54 @@ static void note_nonfinite(col_lm_load_report *rep, const char *name, int64_t co
     rep->n_nonfinite++;
 }
 
-/* tensor by tensor through the stage: an NVMe chunk is read, filled and written back, a host one filled in place */
+bool lmt_can_map(const col_lm_trainer *t)
+{
+    const col_lm_train_config *c = &t->cfg;
+    return c->inference && !t->be->mem && !c->compute_budget && !t->par && !t->dp && c->lora.rank == 0 &&
+           !(t->nvme_kinds & (1u << MT_PARAM));
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+void lmt_map_param(col_lm_trainer *t, int i, const void *data, size_t nbytes, col_lm_load_report *rep)
+{
+    /* its pages mapped now, in one call, rather than faulted in one by one by the first token (advice: an older
+     * kernel refuses it, and the first token then maps them) */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)data / page * page;
+    madvise((void *)lo, (uintptr_t)data + nbytes - lo, MADV_POPULATE_READ);
+    t->ext[i] = data;
+    void *p = (void *)(uintptr_t)data;
+    if (t->w16)
+        t->w16[i] = p;
+    if (!lmt_mixed(t))
+        t->ot[i].w = p;
+    if (rep)
+        rep->n_mapped++, rep->mapped_bytes += nbytes;
+}
+
+/* parameter i read in place from x, when x holds exactly its bytes (f32, or the same blocks as the session)
+ * aligned as the kernels read them best */
+static bool map_param(col_lm_trainer *t, int i, const col_ckpt_tensor *x, col_dtype have, bool same_blocks,
+                      col_lm_load_report *rep)
+{
+    const col_param_spec *s = &t->specs[i];
+    if (!t->ext || !x->mapped || have != lmt_param_dtype(t, i))
+        return false;
+    if (have == COL_F32) {
+        if (x->dtype != COL_ST_F32 || (uintptr_t)x->data % LMT_MAP_ALIGN != 0 ||
+            x->nbytes != sizeof(float) * (size_t)col_param_numel(s) || col_ckpt_check_f32(x, s->ndim, s->shape, NULL))
+            return false;
+    } else if (!same_blocks || (uintptr_t)x->data % 2 != 0) { /* (blocks begin with a 16-bit scale) */
+        return false;
+    }
+    lmt_map_param(t, i, x->data, x->nbytes, rep);
+    return true;
+}
+
+/* tensor by tensor through the stage: an NVMe chunk is read, filled and written back, a host one filled in place
+ * (or, under t->ext, read in place from the file where it can be) */
 static col_status copy_params(col_lm_trainer *t, const col_ckpt *ck, const col_ckpt_tensor **src,
                               col_lm_load_report *rep, col_err *err)
 {
@@ -157,7 +206,13 @@ static col_status copy_params(col_lm_trainer *t, const col_ckpt *ck, const col_c
             break;
         }
         col_lm_leaf_shape(s, have, ls);
-        if (have != COL_F32 && have == want && ls[0] == qs[0] && ls[1] == qs[1]) {
+        bool same_blocks = have != COL_F32 && have == want && ls[0] == qs[0] && ls[1] == qs[1];
+        if (map_param(t, i, src[i], have, same_blocks, rep)) {
+            if (have == COL_F32)
+                note_nonfinite(rep, s->name, count_nonfinite(src[i]->data, col_param_numel(s)));
+            continue;
+        }
+        if (same_blocks) {
             void *p = NULL;
             if ((st = lmt_get(t, 0, i, true, &p, err)) == COL_OK)
                 memcpy(p, src[i]->data, src[i]->nbytes);
@@ -203,6 +258,27 @@ col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigne
     if (st == COL_OK)
         st = copy_params(t, ck, src, report, err);
     free(src);
+    return st;
+}
+
+col_status col_lm_trainer_load_mapped(col_lm_trainer *t, col_ckpt **ck, unsigned flags, col_lm_load_report *report,
+                                      col_err *err)
+{
+    if (t->ext || t->ext_ck || t->ext_gguf)
+        return col_err_set(err, COL_ESTATE, "this session's weights were loaded from a mapped file already");
+    col_lm_load_report own;
+    if (!report)
+        report = &own;
+    if (lmt_can_map(t) && !(t->ext = calloc((size_t)t->np, sizeof *t->ext)))
+        return col_err_set(err, COL_ENOMEM, "loading the checkpoint: out of memory");
+    col_status st = col_lm_trainer_load_ex(t, *ck, flags, report, err);
+    if (st == COL_OK && report->n_mapped > 0) {
+        t->ext_ck = *ck;
+        *ck = NULL;
+    } else if (st == COL_OK) { /* nothing read in place: the session is an ordinary one */
+        free(t->ext);
+        t->ext = NULL;
+    }
     return st;
 }
 

@@ -5,8 +5,11 @@
  * q/k); GPT-2's Conv1D weights are stored [out, in], which is the layout a quantized leaf has
  * (col_lm_leaf_shape). Anything else (f32, f16, bf16, other block types, a session holding another dtype)
  * is read as f32 and stored as the session holds it. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "lm_gguf.h"
 #include "lm_trainer_internal.h"
@@ -42,7 +45,33 @@ col_status col_lm_gguf_param_dtypes(const col_gguf *g, const col_lm_config *c, c
     return st;
 }
 
-col_status col_lm_trainer_load_gguf(col_lm_trainer *t, const col_gguf *g, col_err *err)
+/* the file's pages of a tensor that was copied leave this process (they stay in the page cache): the mapping
+ * then holds only what the session reads in place */
+static void release_pages(const void *data, uint64_t nbytes)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)data + page - 1) / page * page,
+              hi = ((uintptr_t)data + (uintptr_t)nbytes) / page * page;
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a read-only mapping of a file refaults the same */
+}
+
+/* parameter i read in place from the tensor gt: stored exactly as the session holds it (the same block dtype in
+ * the leaf's layout, or f32 in the parameter's), rows in order */
+static bool map_param(col_lm_trainer *t, int i, const col_lm_gguf_tensor *gt, bool same_blocks,
+                      col_lm_load_report *rep)
+{
+    if (!t->ext || gt->row_perm_heads)
+        return false;
+    const col_param_spec *s = &t->specs[i];
+    bool f32 = lmt_param_dtype(t, i) == COL_F32 && gt->t->type == COL_GGML_F32 && !gt->transposed &&
+               gt->nbytes == sizeof(float) * (size_t)col_param_numel(s) && (uintptr_t)gt->data % LMT_MAP_ALIGN == 0;
+    if (!f32 && !(same_blocks && (uintptr_t)gt->data % 2 == 0))
+        return false;
+    lmt_map_param(t, i, gt->data, gt->nbytes, rep);
+    return true;
+}
+
+static col_status load_gguf(col_lm_trainer *t, const col_gguf *g, col_lm_load_report *rep, col_err *err)
 {
     if (lmt_partial(t) || t->par)
         return col_err_set(err, COL_EUNSUPPORTED, "%s: a GGUF file loads into a session of the whole model in one "
@@ -64,8 +93,12 @@ col_status col_lm_trainer_load_gguf(col_lm_trainer *t, const col_gguf *g, col_er
         col_dtype want = lmt_param_dtype(t, i);
         int64_t ls[2];
         col_lm_leaf_shape(s, want, ls);
-        if (col_dtype_is_quant(want) && col_lm_gguf_block_dtype(gt.t->type) == want && gt.transposed == s->in_out &&
-            ls[0] == gt.rows && ls[1] == gt.cols && gt.row_bytes == col_dtype_row_bytes(want, gt.cols)) {
+        bool same_blocks = col_dtype_is_quant(want) && col_lm_gguf_block_dtype(gt.t->type) == want &&
+                           gt.transposed == s->in_out && ls[0] == gt.rows && ls[1] == gt.cols &&
+                           gt.row_bytes == col_dtype_row_bytes(want, gt.cols);
+        if (map_param(t, i, &gt, same_blocks, rep))
+            continue;
+        if (same_blocks) {
             void *p = NULL;
             if ((st = lmt_get(t, 0, i, true, &p, err)) != COL_OK)
                 break;
@@ -74,6 +107,8 @@ col_status col_lm_trainer_load_gguf(col_lm_trainer *t, const col_gguf *g, col_er
                 memcpy((char *)p + (size_t)r * gt.row_bytes, (const char *)gt.data + (size_t)from * gt.row_bytes,
                        gt.row_bytes);
             }
+            if (t->ext)
+                release_pages(gt.data, gt.nbytes);
             continue;
         }
         /* f32 values: in the parameter itself, or through the conversion buffer */
@@ -84,9 +119,37 @@ col_status col_lm_trainer_load_gguf(col_lm_trainer *t, const col_gguf *g, col_er
             st = col_lm_gguf_read_f32(g, c, i, w, err);
         if (st == COL_OK && lmt_mixed(t))
             st = lmt_set_weights(t, i, w, err);
+        if (st == COL_OK && t->ext)
+            release_pages(gt.data, gt.nbytes);
     }
     if (st == COL_OK)
         st = mt_stage_flush(t->stage, err);
     mt_stage_forget(t->stage);
+    return st;
+}
+
+col_status col_lm_trainer_load_gguf(col_lm_trainer *t, const col_gguf *g, col_err *err)
+{
+    return load_gguf(t, g, NULL, err);
+}
+
+col_status col_lm_trainer_load_gguf_mapped(col_lm_trainer *t, col_gguf **g, col_lm_load_report *report, col_err *err)
+{
+    if (t->ext || t->ext_ck || t->ext_gguf)
+        return col_err_set(err, COL_ESTATE, "this session's weights were loaded from a mapped file already");
+    col_lm_load_report own;
+    if (!report)
+        report = &own;
+    report->n_mapped = 0, report->mapped_bytes = 0;
+    if (lmt_can_map(t) && !(t->ext = calloc((size_t)t->np, sizeof *t->ext)))
+        return col_err_set(err, COL_ENOMEM, "loading %s: out of memory", col_gguf_name(*g));
+    col_status st = load_gguf(t, *g, report, err);
+    if (st == COL_OK && report->n_mapped > 0) {
+        t->ext_gguf = *g;
+        *g = NULL;
+    } else if (st == COL_OK) {
+        free(t->ext);
+        t->ext = NULL;
+    }
     return st;
 }

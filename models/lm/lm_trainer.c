@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "lm_trainer_internal.h"
 #include "timer.h"
 
@@ -353,6 +354,9 @@ void col_lm_trainer_free(col_lm_trainer *t)
     lmt_par_free(t);
     free(t->specs);
     free(t->pdt);
+    free(t->ext);
+    col_ckpt_close(t->ext_ck); /* after the pool and graphs: nothing reads the mapped weights any more */
+    col_gguf_close(t->ext_gguf);
     free(t->ot);
     free(t->w16);
     free(t->g16);

@@ -318,14 +318,33 @@ typedef struct {
     int n_extra;     /* tensors the model does not use, accepted under COL_LOAD_IGNORE_EXTRA */
     char extra[COL_LM_LOAD_NAMES][COL_LM_LOAD_NAME_MAX]; /* the first ones, in checkpoint order */
     bool new_value_head;  /* COL_LOAD_NEW_VALUE_HEAD: the checkpoint had no score.weight (initialised instead) */
+    int n_mapped;         /* col_lm_trainer_load_mapped: parameters read in place from the file's mapping */
+    size_t mapped_bytes;  /* and their bytes */
 } col_lm_load_report;
 col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigned flags, col_lm_load_report *report,
                                   col_err *err);
+/* col_lm_trainer_load_ex for an inference session that reads its weights where the checkpoint's file is mapped,
+ * as llama.cpp does, instead of copying them: no second copy of the weights in memory, and loading costs about
+ * one read of the file. A parameter is read in place when the session runs on the host with every parameter in
+ * host memory (no compute tier, no NVMe tier for parameters, one process, no LoRA) and the file stores exactly
+ * the bytes the session holds (f32 for an f32 parameter, or colossal-quantize's blocks for that block dtype),
+ * suitably aligned; any other is copied as col_lm_trainer_load_ex does. When at least one is read in place,
+ * the session takes *ck (sets it to NULL) and closes it when freed; otherwise *ck stays the caller's. On an
+ * error the session's weights are incomplete: free it (before closing *ck). report: as col_lm_trainer_load_ex,
+ * plus how many parameters (and bytes) were mapped. */
+col_status col_lm_trainer_load_mapped(col_lm_trainer *t, col_ckpt **ck, unsigned flags, col_lm_load_report *report,
+                                      col_err *err);
 /* A GGUF file's weights (llama.cpp's format, lm_load_gguf.c): the file's config must be the session's. Block
  * tensors (Q8_0, Q4_0, Q4_K, Q6_K) go as they are into a session holding that dtype for them (create it
  * with weight_quant_each from col_lm_gguf_param_dtypes), rows un-permuted; the rest is read as f32. */
 struct col_gguf;
 col_status col_lm_trainer_load_gguf(col_lm_trainer *t, const struct col_gguf *g, col_err *err);
+/* The same, reading weights in place where the file is mapped, as col_lm_trainer_load_mapped does: tensors
+ * stored as the session holds them (f32, or the same blocks), rows in order (not LLaMA's permuted q/k); the
+ * pages of the tensors copied leave the process. The session takes *g (sets it NULL) when it reads any in
+ * place. report: n_mapped and mapped_bytes only (may be NULL). */
+col_status col_lm_trainer_load_gguf_mapped(col_lm_trainer *t, struct col_gguf **g, col_lm_load_report *report,
+                                           col_err *err);
 /* For each parameter of c's col_lm_param_specs, the block dtype its GGUF tensor holds when a session can
  * keep it as it is, else COL_F32 (out: col_lm_param_count(c) entries). */
 col_status col_lm_gguf_param_dtypes(const struct col_gguf *g, const col_lm_config *c, col_dtype *out,

@@ -87,6 +87,11 @@ struct col_lm_trainer {
         int seq;
     } dec[2];
     col_dtype *pdt;     /* quantized sessions (cfg.weight_quant): each parameter's dtype; NULL otherwise */
+    /* weights read in place (col_lm_trainer_load_mapped): base parameter i's bytes in the checkpoint's read-only
+     * mapping, or NULL where it lives in its chunk (NULL ext: none); the session owns that checkpoint (ext_ck) */
+    const void **ext;
+    col_ckpt *ext_ck;
+    struct col_gguf *ext_gguf; /* (or that GGUF file) */
     float *kv;          /* 2 * n_layer caches of [1, n_kv_head, kv_len, head_dim]; on a device backend its memory */
     float *hlog;        /* on a device backend: host copies of the logits handed out (hlog_n floats) */
     size_t hlog_n;
@@ -282,6 +287,14 @@ bool lmt_has(const col_lm_trainer *t, int k, int i);
  * back by lmt_stage_end or when evicted). Valid until the stage has read other chunks past its limit. Its
  * elements are lmt_dtype(t, k). */
 col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, void **p, col_err *err);
+/* weights read in place (lm_load.c): whether this session can (an inference session on the host, every parameter
+ * in host memory, one process, no LoRA); parameter i's bytes given as data (nbytes) for good (t->ext set). f32
+ * tensors not at a multiple of LMT_MAP_ALIGN bytes are copied instead: a file's f32 weights 8 bytes off a cache
+ * line (Hugging Face's safetensors files, whose data start 8-aligned) decoded 12-15% slower than a copy (1B
+ * LLaMA, AVX-512 rows split across lines); GGUF aligns its tensors. */
+enum { LMT_MAP_ALIGN = 64 };
+bool lmt_can_map(const col_lm_trainer *t);
+void lmt_map_param(col_lm_trainer *t, int i, const void *data, size_t nbytes, col_lm_load_report *rep);
 /* the next trained tensor after i whose kind-k memory is in another chunk (nt when none) */
 int lmt_next_chunk(const col_lm_trainer *t, int k, int i);
 /* Reads ahead the next kind-k chunk after tensor i's, keeping the keep most recently used buffers. */

@@ -3,6 +3,7 @@
  * streamed optimizer step) and the compute tier every graph runs through
  * when there is a compute budget. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,7 +190,12 @@ col_status lmt_alloc(col_lm_trainer *t, col_err *err)
     return st;
 }
 
-void *lmt_bind_addr(const col_lm_trainer *t, int k, int i) { return mt_addr(t->pool, t->ref[k * t->nt + i]); }
+void *lmt_bind_addr(const col_lm_trainer *t, int k, int i)
+{
+    if (k == 0 && t->ext && i < t->np && t->ext[i])
+        return (void *)(uintptr_t)t->ext[i]; /* read only: an inference session's graphs never write a weight */
+    return mt_addr(t->pool, t->ref[k * t->nt + i]);
+}
 
 col_status lmt_init_params(col_lm_trainer *t, col_err *err)
 {
@@ -456,6 +462,13 @@ bool lmt_has(const col_lm_trainer *t, int k, int i) { return i >= 0 && i < t->nt
 
 col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, void **p, col_err *err)
 {
+    if (k == 0 && t->ext && i < t->np && t->ext[i]) {
+        if (will_write)
+            return col_err_set(err, COL_ESTATE, "parameter '%s' is read in place from the model file, which this "
+                               "session cannot change", t->specs[i].name);
+        *p = (void *)(uintptr_t)t->ext[i];
+        return COL_OK;
+    }
     return mt_stage_get(t->stage, t->ref[k * t->nt + i], will_write, p, err);
 }
 
