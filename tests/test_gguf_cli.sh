@@ -2,8 +2,9 @@
 # test_gguf_cli.sh - colossal-chat on GGUF files written by llama.cpp's own converter (TAP output;
 # tests/fixtures/gguf_model, tools/refgen/make_gguf_model_fixtures.py): the f32 file gives the greedy ids of
 # the Hugging Face directory it was converted from, the q8_0 file those of the same directory quantized to
-# int8 while loading (ggml's q8_0 is ours, byte for byte), the f16 file loads; the tokenizer and the chat
-# template come from the file; a damaged file is refused in one line.
+# int8 while loading (ggml's q8_0 is ours, byte for byte), the f16 file loads; tensors read in place from the
+# file's mapping give the ids of copies (--no-mmap); the tokenizer and the chat template come from the file; a
+# damaged file is refused in one line.
 chat=${CHAT:-./apps/colossal-chat}
 src=${SRCDIR:-${srcdir:-.}}
 fx="$src/tests/fixtures/gguf_model"
@@ -45,6 +46,23 @@ same "llama: the f32 GGUF gives the ids of the safetensors model (q/k rows un-pe
     "$fx/llama" $lp
 same "llama: the q8_0 GGUF gives the ids of the safetensors model quantized to int8" "$fx/llama-q8_0.gguf" $lp -- \
     "$fx/llama" --quant int8 $lp
+# read in place from the file's mapping (the default) or copied (--no-mmap): the same ids; --verbose says how many
+# tensors were mapped: some for the f32 and q8_0 files (not LLaMA's q/k, whose rows the converter permuted), none
+# with --no-mmap
+mapped() { sed -n 's/.*loaded in [0-9.]* s; \([0-9]*\) weight tensors .* read in place.*/\1/p' "$tmp/err"; }
+for f in gpt2-f32 gpt2-q8_0 llama-f32 llama-q8_0; do
+    case $f in gpt2*) p=$gp ;; *) p=$lp ;; esac
+    "$chat" "$fx/$f.gguf" $p $greedy --verbose > "$tmp/a" 2> "$tmp/err"; ra=$?
+    m1=$(mapped)
+    "$chat" "$fx/$f.gguf" $p $greedy --verbose --no-mmap > "$tmp/b" 2> "$tmp/err"; rb=$?
+    m0=$(mapped)
+    if [ "$ra" -eq 0 ] && [ "$rb" -eq 0 ] && grep -q '"ids":\[[0-9]' "$tmp/a" && cmp -s "$tmp/a" "$tmp/b" &&
+        [ "${m1:-0}" -gt 0 ] && [ "$m0" = 0 ]; then
+        pass "$f: $m1 tensors read in place from the file give the ids of --no-mmap's copies"
+    else
+        fail "$f: mapped ($m1 tensors, exit $ra) against --no-mmap ($m0, exit $rb): $(cat "$tmp/a") / $(cat "$tmp/b")"
+    fi
+done
 "$chat" "$fx/llama-f16.gguf" $lp $greedy > "$tmp/a" 2> "$tmp/err" && grep -q '"ids":\[[0-9]' "$tmp/a" &&
     pass "llama: the f16 GGUF loads" || fail "llama: the f16 GGUF"
 # text: the tokenizer the file carries

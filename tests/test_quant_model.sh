@@ -45,7 +45,8 @@ for arch in gpt2-tiny llama-tiny; do
         continue
     fi
     for type in int8 q4; do
-        if "$qz" "$m" "$m-$type" --type "$type" > "$tmp/out" 2> "$tmp/err" && [ -s "$m-$type/model.safetensors" ] &&
+        if "$qz" "$m" "$m-$type" --type "$type" > "$tmp/out" 2> "$tmp/err" && cp "$tmp/err" "$tmp/$type.err" &&
+            [ -s "$m-$type/model.safetensors" ] &&
             [ -s "$m-$type/config.json" ] && [ -s "$m-$type/tokenizer.json" ]; then
             pass "$arch: colossal-quantize --type $type ($(head -c 120 "$tmp/err"))"
         else
@@ -60,9 +61,17 @@ for arch in gpt2-tiny llama-tiny; do
         "#"*) echo "$line" ;;
         esac
     done < "$tmp/ppl.out"
-    # chat: the quantized directory as it is, and the f32 one with --quant, give the same greedy ids
-    "$chat" "$m-q4" --prompt "And God said" --raw --temperature 0 --max-new-tokens 24 --json > "$tmp/a" 2> "$tmp/err"
+    # chat: the quantized directory as it is (its blocks read in place from the file), the same copied
+    # (--no-mmap), and the f32 one with --quant, give the same greedy ids
+    quantized=$(sed -n 's/.*: \([0-9]*\) of [0-9]* weight tensors as q4_0.*/\1/p' "$tmp/q4.err")
+    "$chat" "$m-q4" --prompt "And God said" --raw --temperature 0 --max-new-tokens 24 --json --verbose > "$tmp/a" \
+        2> "$tmp/err"
     ra=$?
+    mapped=$(sed -n 's/.*loaded in [0-9.]* s; \([0-9]*\) weight tensors .* read in place.*/\1/p' "$tmp/err")
+    "$chat" "$m-q4" --prompt "And God said" --raw --temperature 0 --max-new-tokens 24 --json --no-mmap --verbose \
+        > "$tmp/c" 2> "$tmp/err"
+    rc=$?
+    copied=$(sed -n 's/.*loaded in [0-9.]* s; \([0-9]*\) weight tensors .* read in place.*/\1/p' "$tmp/err")
     "$chat" "$m" --quant q4 --prompt "And God said" --raw --temperature 0 --max-new-tokens 24 --json > "$tmp/b" \
         2> "$tmp/err"
     rb=$?
@@ -70,6 +79,12 @@ for arch in gpt2-tiny llama-tiny; do
         pass "$arch: colossal-chat on the q4 directory and with --quant q4 gives the same greedy ids"
     else
         fail "$arch: colossal-chat q4 directory (exit $ra) against --quant q4 (exit $rb)"
+    fi
+    if [ -n "$quantized" ] && [ "${mapped:-0}" -ge "$quantized" ] && [ "$copied" = 0 ] && [ "$rc" -eq 0 ] &&
+        cmp -s "$tmp/a" "$tmp/c"; then
+        pass "$arch: the q4 directory's $quantized block tensors are read in place ($mapped tensors mapped); with --no-mmap none, and the same ids"
+    else
+        fail "$arch: q4 tensors read in place: quantized '$quantized', mapped '$mapped', with --no-mmap '$copied' (exit $rc)"
     fi
 done
 

@@ -244,8 +244,8 @@ static col_status copy_params(col_lm_trainer *t, const col_ckpt *ck, const col_c
     return st;
 }
 
-col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigned flags, col_lm_load_report *report,
-                                  col_err *err)
+static col_status load_params(col_lm_trainer *t, const col_ckpt *ck, unsigned flags, col_lm_load_report *report,
+                              col_err *err)
 {
     if (report)
         memset(report, 0, sizeof *report);
@@ -261,17 +261,33 @@ col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigne
     return st;
 }
 
+col_status lmt_refuse_mapped(const col_lm_trainer *t, col_err *err)
+{
+    if (t->ext || t->ext_ck || t->ext_gguf)
+        return col_err_set(err, COL_ESTATE, "this session reads its weights in place from a model file: load other "
+                           "weights into a new session");
+    return COL_OK;
+}
+
+col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigned flags, col_lm_load_report *report,
+                                  col_err *err)
+{
+    col_status st = lmt_refuse_mapped(t, err);
+    return st != COL_OK ? st : load_params(t, ck, flags, report, err);
+}
+
 col_status col_lm_trainer_load_mapped(col_lm_trainer *t, col_ckpt **ck, unsigned flags, col_lm_load_report *report,
                                       col_err *err)
 {
-    if (t->ext || t->ext_ck || t->ext_gguf)
-        return col_err_set(err, COL_ESTATE, "this session's weights were loaded from a mapped file already");
+    col_status st = lmt_refuse_mapped(t, err);
+    if (st != COL_OK)
+        return st;
     col_lm_load_report own;
     if (!report)
         report = &own;
     if (lmt_can_map(t) && !(t->ext = calloc((size_t)t->np, sizeof *t->ext)))
         return col_err_set(err, COL_ENOMEM, "loading the checkpoint: out of memory");
-    col_status st = col_lm_trainer_load_ex(t, *ck, flags, report, err);
+    st = load_params(t, *ck, flags, report, err);
     if (st == COL_OK && report->n_mapped > 0) {
         t->ext_ck = *ck;
         *ck = NULL;

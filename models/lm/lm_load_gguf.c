@@ -130,20 +130,22 @@ static col_status load_gguf(col_lm_trainer *t, const col_gguf *g, col_lm_load_re
 
 col_status col_lm_trainer_load_gguf(col_lm_trainer *t, const col_gguf *g, col_err *err)
 {
-    return load_gguf(t, g, NULL, err);
+    col_status st = lmt_refuse_mapped(t, err);
+    return st != COL_OK ? st : load_gguf(t, g, NULL, err);
 }
 
 col_status col_lm_trainer_load_gguf_mapped(col_lm_trainer *t, col_gguf **g, col_lm_load_report *report, col_err *err)
 {
-    if (t->ext || t->ext_ck || t->ext_gguf)
-        return col_err_set(err, COL_ESTATE, "this session's weights were loaded from a mapped file already");
+    col_status st = lmt_refuse_mapped(t, err);
+    if (st != COL_OK)
+        return st;
     col_lm_load_report own;
     if (!report)
         report = &own;
     report->n_mapped = 0, report->mapped_bytes = 0;
     if (lmt_can_map(t) && !(t->ext = calloc((size_t)t->np, sizeof *t->ext)))
         return col_err_set(err, COL_ENOMEM, "loading %s: out of memory", col_gguf_name(*g));
-    col_status st = load_gguf(t, *g, report, err);
+    st = load_gguf(t, *g, report, err);
     if (st == COL_OK && report->n_mapped > 0) {
         t->ext_gguf = *g;
         *g = NULL;

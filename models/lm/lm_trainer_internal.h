@@ -294,6 +294,8 @@ col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, void **p, c
  * LLaMA, AVX-512 rows split across lines); GGUF aligns its tensors. */
 enum { LMT_MAP_ALIGN = 64 };
 bool lmt_can_map(const col_lm_trainer *t);
+/* COL_ESTATE when the session reads weights in place already: another load would leave them half from each file */
+col_status lmt_refuse_mapped(const col_lm_trainer *t, col_err *err);
 void lmt_map_param(col_lm_trainer *t, int i, const void *data, size_t nbytes, col_lm_load_report *rep);
 /* the next trained tensor after i whose kind-k memory is in another chunk (nt when none) */
 int lmt_next_chunk(const col_lm_trainer *t, int k, int i);
