@@ -110,7 +110,7 @@ static col_status write_model(col_lm_trainer *t, const col_lm_source *src, const
     char path[4200];
     if (st == COL_OK) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        st = col_st_write_f32(path, out, np, meta, err);
+        st = col_st_write_aligned(path, out, np, meta, COL_LM_WEIGHT_ALIGN, err);
     }
     char *json = NULL;
     if (st == COL_OK && (st = col_hf_config_json(c, &json, err)) == COL_OK) {

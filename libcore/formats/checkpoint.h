@@ -102,6 +102,12 @@ typedef struct {
 } col_st_out;
 col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
                             col_err *err);
+/* The same with the header padded (spaces, as the format allows) so that the data begin at a multiple of align
+ * bytes (8 to 4096, a multiple of 8): with sizes that are multiples of it too, every tensor then starts on such
+ * a boundary, and a reader can use f32 weights in place where the file is mapped (col_lm_trainer_load_mapped
+ * wants 64). The tensors, their order and the JSON are col_st_write_f32's. */
+col_status col_st_write_aligned(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
+                                size_t align, col_err *err);
 
 /* The same file written piece by piece, so that the tensors need never be in
  * memory all at once (a model on the NVMe tier goes out chunk by chunk
@@ -120,6 +126,9 @@ col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, 
 typedef struct col_st_writer col_st_writer;
 col_status col_st_writer_begin(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
                                col_st_writer **out, col_err *err);
+/* col_st_writer_begin laying the file out as col_st_write_aligned does */
+col_status col_st_writer_begin_aligned(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
+                                       size_t align, col_st_writer **out, col_err *err);
 col_status col_st_writer_put(col_st_writer *w, int i, uint64_t off, const void *data, size_t len, col_err *err);
 col_status col_st_writer_end(col_st_writer *w, bool ok, col_err *err);
 

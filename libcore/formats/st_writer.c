@@ -108,9 +108,9 @@ static col_status check_metadata(const char *path, const char *const *metadata, 
 }
 
 /* The header: {"__metadata__":{...},"name":{"dtype":"F32","shape":[..],"data_offsets":[b,e]},...} in name
- * order, padded with spaces to a multiple of 8 bytes (so the data is 8-byte aligned) */
+ * order, padded with spaces so that the data begin at a multiple of align bytes (8: the Python library's) */
 static void build_header(col_strbuf *hdr, const col_st_out *const *sorted, const uint64_t *sizes, int n,
-                         const char *const *metadata)
+                         const char *const *metadata, uint64_t align)
 {
     col_strbuf_puts(hdr, "{");
     if (metadata && metadata[0]) {
@@ -141,7 +141,7 @@ static void build_header(col_strbuf *hdr, const col_st_out *const *sorted, const
         off += sizes[i];
     }
     col_strbuf_puts(hdr, "}");
-    while (!hdr->oom && hdr->len % 8 != 0)
+    while (!hdr->oom && (8 + (uint64_t)hdr->len) % align != 0)
         col_strbuf_puts(hdr, " ");
 }
 
@@ -180,7 +180,7 @@ static col_st_writer *writer_new(const char *path, int n)
 
 /* Checks the tensors (sorted by name), lays them out in w, builds the header. */
 static col_status lay_out(col_st_writer *w, const col_st_out *tensors, const char *const *metadata, bool need_data,
-                          col_strbuf *hdr, col_err *err)
+                          uint64_t align, col_strbuf *hdr, col_err *err)
 {
     int n = w->n;
     const col_st_out **sorted = malloc(((size_t)n + 1) * sizeof *sorted);
@@ -210,7 +210,7 @@ static col_status lay_out(col_st_writer *w, const col_st_out *tensors, const cha
             st = col_err_set(err, COL_ENOMEM, "out of memory writing %s", w->path);
     }
     if (st == COL_OK) {
-        build_header(hdr, sorted, sizes, n, metadata);
+        build_header(hdr, sorted, sizes, n, metadata, align);
         if (hdr->oom)
             st = col_err_set(err, COL_ENOMEM, "out of memory writing %s", w->path);
     }
@@ -220,17 +220,17 @@ static col_status lay_out(col_st_writer *w, const col_st_out *tensors, const cha
 }
 
 static col_status begin(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
-                        bool need_data, col_st_writer **out, col_err *err)
+                        bool need_data, size_t align, col_st_writer **out, col_err *err)
 {
     *out = NULL;
-    if (!path || n < 0 || (n > 0 && !tensors))
+    if (!path || n < 0 || (n > 0 && !tensors) || align == 0 || align % 8 != 0 || align > 4096)
         return col_err_set(err, COL_EINVAL, "%s: bad arguments (path %s, %d tensors)",
                            need_data ? "col_st_write_f32" : "col_st_writer_begin", path ? path : "NULL", n);
     col_st_writer *w = writer_new(path, n);
     if (!w)
         return col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
     col_strbuf hdr = {0};
-    col_status st = lay_out(w, tensors, metadata, need_data, &hdr, err);
+    col_status st = lay_out(w, tensors, metadata, need_data, align, &hdr, err);
     if (st == COL_OK)
         st = col_atomic_begin(path, &w->f, err);
     if (st != COL_OK) {
@@ -256,7 +256,13 @@ static col_status begin(const char *path, const col_st_out *tensors, int n, cons
 col_status col_st_writer_begin(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
                                col_st_writer **out, col_err *err)
 {
-    return begin(path, tensors, n, metadata, false, out, err);
+    return begin(path, tensors, n, metadata, false, 8, out, err);
+}
+
+col_status col_st_writer_begin_aligned(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
+                                       size_t align, col_st_writer **out, col_err *err)
+{
+    return begin(path, tensors, n, metadata, false, align, out, err);
 }
 
 static bool pwrite_all(int fd, const void *data, size_t len, uint64_t at)
@@ -322,11 +328,11 @@ static int cmp_placed(const void *a, const void *b)
     return x->off != y->off ? (x->off < y->off ? -1 : 1) : x->i - y->i;
 }
 
-col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
-                            col_err *err)
+static col_status write_all(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
+                            size_t align, col_err *err)
 {
     col_st_writer *w = NULL;
-    col_status st = begin(path, tensors, n, metadata, true, &w, err);
+    col_status st = begin(path, tensors, n, metadata, true, align, &w, err);
     if (st != COL_OK)
         return st;
     placed *order = malloc(((size_t)n + 1) * sizeof *order); /* file order: the writes are sequential */
@@ -344,4 +350,16 @@ col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, 
         return st;
     }
     return col_st_writer_end(w, true, err);
+}
+
+col_status col_st_write_f32(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
+                            col_err *err)
+{
+    return write_all(path, tensors, n, metadata, 8, err);
+}
+
+col_status col_st_write_aligned(const char *path, const col_st_out *tensors, int n, const char *const *metadata,
+                                size_t align, col_err *err)
+{
+    return write_all(path, tensors, n, metadata, align, err);
 }

@@ -146,7 +146,9 @@ static col_status par_write_plan(col_lm_trainer *t, st_plan *p, const char *cons
     col_status cs = t->dp ? lmt_dp_buffer(t, most, &gbuf, err) : COL_OK;
     col_st_writer *w = NULL;
     col_err werr = {0};
-    col_status st = writer && cs == COL_OK ? col_st_writer_begin(p->path, p->out, p->n, meta, &w, &werr) : COL_OK;
+    col_status st = writer && cs == COL_OK
+                        ? col_st_writer_begin_aligned(p->path, p->out, p->n, meta, COL_LM_WEIGHT_ALIGN, &w, &werr)
+                        : COL_OK;
     for (int j = 0; j < p->n && cs == COL_OK; j++) {
         int i = p->idx[j], k = p->kind[j];
         const float *d = k == 0 ? t->ot[i].w : k == 2 ? t->ot[i].m : t->ot[i].v;
@@ -180,7 +182,9 @@ static col_status write_plan(col_lm_trainer *t, const st_plan *p, const char *co
     col_status cs = gather ? lmt_dp_buffer(t, gather / sizeof(float), &gbuf, err) : COL_OK;
     col_st_writer *w = NULL;
     col_err werr = {0};
-    col_status st = writer && cs == COL_OK ? col_st_writer_begin(p->path, p->out, p->n, meta, &w, &werr) : COL_OK;
+    col_status st = writer && cs == COL_OK
+                        ? col_st_writer_begin_aligned(p->path, p->out, p->n, meta, COL_LM_WEIGHT_ALIGN, &w, &werr)
+                        : COL_OK;
     for (int j = 0; j < p->n && cs == COL_OK && (st == COL_OK || t->dp); j++) {
         int i = p->idx[j], k = p->kind[j];
         const float *d = NULL;

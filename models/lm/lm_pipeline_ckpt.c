@@ -114,7 +114,7 @@ static col_status save_file(saver *s, const char *path, int n, const int *kind, 
     s->wst = COL_OK;
     s->werr = (col_err){0};
     if (s->writer)
-        s->wst = col_st_writer_begin(path, out, n, meta, &s->w, &s->werr);
+        s->wst = col_st_writer_begin_aligned(path, out, n, meta, COL_LM_WEIGHT_ALIGN, &s->w, &s->werr);
     col_status st = COL_OK;
     for (int q = 0; q < n && st == COL_OK; q++)
         st = one(s, q, kind[q], glob[q], col_param_numel(&specs[glob[q]]), err);

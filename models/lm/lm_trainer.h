@@ -271,6 +271,9 @@ void col_lm_trainer_memory(const col_lm_trainer *t, col_lm_memory *m);
  * optimizer state and step count go to optimizer.safetensors. Each file is
  * written atomically (temp file, fsync, rename). Resuming from both gives
  * bit-for-bit the run that never stopped. */
+/* The tensors of the safetensors files a session writes begin on lines of this many bytes (the header padded;
+ * col_st_write_aligned), so that an inference session can read them in place (col_lm_trainer_load_mapped). */
+enum { COL_LM_WEIGHT_ALIGN = 64 };
 col_status col_lm_trainer_save_model(col_lm_trainer *t, const char *dir, col_err *err); /* = _ex(t, dir, 0, err) */
 /* With LoRA on, save_model writes the unchanged base model and the adapter
  * beside it in PEFT's layout (adapter_model.safetensors with PEFT's tensor

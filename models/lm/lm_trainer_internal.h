@@ -292,7 +292,7 @@ col_status lmt_get(col_lm_trainer *t, int k, int i, bool will_write, void **p, c
  * tensors not at a multiple of LMT_MAP_ALIGN bytes are copied instead: a file's f32 weights 8 bytes off a cache
  * line (Hugging Face's safetensors files, whose data start 8-aligned) decoded 12-15% slower than a copy (1B
  * LLaMA, AVX-512 rows split across lines); GGUF aligns its tensors. */
-enum { LMT_MAP_ALIGN = 64 };
+enum { LMT_MAP_ALIGN = COL_LM_WEIGHT_ALIGN };
 bool lmt_can_map(const col_lm_trainer *t);
 /* COL_ESTATE when the session reads weights in place already: another load would leave them half from each file */
 col_status lmt_refuse_mapped(const col_lm_trainer *t, col_err *err);
