@@ -174,7 +174,7 @@ if command -v tmux > /dev/null 2>&1 && $T new-session -d -s w80 -x 80 -y 20 "sle
     done
     for w in 80 60; do
         i=0
-        while [ $i -lt 200 ] && ! $T capture-pane -p -t "p$w" | grep -q "^step [0-9]*/100000"; do sleep 0.1; i=$((i + 1)); done
+        while [ $i -lt 300 ] && ! $T capture-pane -p -t "p$w" | grep -q "^step [0-9]*/100000"; do sleep 0.1; i=$((i + 1)); done
     done
     for w in 80 60; do
         # -J joins what the terminal wrapped: a line too long would come back longer than the pane
@@ -187,7 +187,7 @@ if command -v tmux > /dev/null 2>&1 && $T new-session -d -s w80 -x 80 -y 20 "sle
     done
     $T resize-window -t p80 -x 50 -y 20 2>/dev/null
     i=0 len=
-    while [ $i -lt 100 ]; do
+    while [ $i -lt 300 ]; do
         $T capture-pane -p -J -t p80 > screen50
         len=$(grep "^step [0-9]*/100000" screen50 | tail -n 1 | awk '{ print length($0) }')
         [ -n "$len" ] && [ "$len" -lt 50 ] && break
@@ -197,7 +197,7 @@ if command -v tmux > /dev/null 2>&1 && $T new-session -d -s w80 -x 80 -y 20 "sle
         { notok "after the resize: '$len' columns"; sed 's/^/# /' screen50 | tail -n 4; }
     $T new-session -d -s tui -x 110 -y 30 "cd '$tmp' && LC_ALL=C.UTF-8 '$ft' --resume d --steps 100000 --tui; sleep 5"
     i=0
-    while [ $i -lt 100 ] && ! $T capture-pane -p -t tui | grep -q "ETA"; do sleep 0.1; i=$((i + 1)); done
+    while [ $i -lt 300 ] && ! $T capture-pane -p -t tui | grep -q "ETA"; do sleep 0.1; i=$((i + 1)); done
     $T capture-pane -p -t tui > screen_tui
     grep -q "^ *step [0-9]*/100000 .*lr [0-9.e+-]* .*ETA [0-9hms?]" screen_tui && grep -q "colossal-finetune" screen_tui &&
         ok "--tui: the progress line's ETA and learning rate under the view: $(grep 'ETA' screen_tui | sed 's/^ *//')" ||
