@@ -120,7 +120,7 @@ static col_status save(run *r, bool final, col_err *err)
         (st = col_lm_source_copy_tokenizer(&r->src, stage, err)) == COL_OK &&
         (st = ft_log_save(r, stage, err)) == COL_OK &&
         (!r->write_chat || (st = col_lm_source_write_chat_template(&r->src, stage, r->chat_family, err)) == COL_OK) &&
-        (st = ft_state_write(stage, &r->o, &r->state, ft_log_history(r), err)) == COL_OK)
+        (st = ft_state_write(stage, &r->o, &r->state, ft_log_history(r, final), err)) == COL_OK)
         st = col_outdir_commit(r->od, err);
     if (st != COL_OK && leader)
         col_outdir_abort(r->od); /* a stage that could not be put in place is kept (the message says where) */
@@ -343,6 +343,7 @@ static int train(run *r)
     double t_start = now();
     int rc = 0;
     r->start_step = ft_steps_done(r);
+    r->train_t0 = t_start;
     ft_log_start(r);
     /* SA_RESTART: a signal during a save must not turn a write into EINTR */
     struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND | SA_RESTART};

@@ -256,6 +256,7 @@ typedef struct ft_run {
     bool tty;               /* progress on a terminal: one live line */
     double t0;
     int64_t start_step;     /* where this process started (for the ETA) */
+    double train_t0;        /* when its first step began (transformers' train_runtime counts from there) */
     mt_stats_pub *pub;      /* statistics for colossal-top (NULL when shared memory is unavailable) */
     uint64_t nvme_written;  /* bytes written to the NVMe tier before this step */
     mt_stats_data *sd;
@@ -294,9 +295,10 @@ void ft_log_start(ft_run *r);
  * into the loss ring (--tui's sparkline). */
 col_status ft_log_step(ft_run *r, col_err *err);
 col_status ft_log_eval(ft_run *r, int64_t step, double eval_loss, col_err *err);
-/* Into a save's stage dir: loss.png; and transformers' log_history for trainer_state.json (NULL without logs). */
+/* Into a save's stage dir: loss.png; and transformers' log_history for trainer_state.json (NULL without logs),
+ * ending with the summary Trainer.train() logs when finished is true (the run reached --steps). */
 col_status ft_log_save(ft_run *r, const char *stage, col_err *err);
-cJSON *ft_log_history(const ft_run *r);
+cJSON *ft_log_history(const ft_run *r, bool finished);
 
 /* The training session of the run (finetune_session.c): the options as a trainer configuration, the session
  * made (with --pp this process's stages of a pipeline) and filled from MODEL's weights or the run resumed. */

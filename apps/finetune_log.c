@@ -2,6 +2,7 @@
  * terminal), the statistics for colossal-top and --tui, and the run's logs in --out (train_log.h). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include "mt_resident.h"
 #include "progress.h"
 #include "statpub.h"
+#include "timer.h"
 #include "top_view.h"
 #include "units.h"
 
@@ -170,4 +172,43 @@ col_status ft_log_save(run *r, const char *stage, col_err *err)
     return train_log_plot(&r->log, path, err);
 }
 
-cJSON *ft_log_history(const run *r) { return r->logging ? train_log_history(&r->log, ft_log_every(&r->o)) : NULL; }
+/* transformers' estimate of a step's floating point operations (PreTrainedModel.floating_point_ops): 6 x the
+ * tokens of the step x the parameters outside the embeddings (token and learned positions; a tied head is the
+ * token embedding), adapters included */
+static double flos_per_step(const run *r)
+{
+    const col_lm_config *c = &r->src.config;
+    int np = col_lm_param_count(c);
+    col_param_spec *specs = calloc((size_t)np, sizeof *specs);
+    if (!specs)
+        return NAN;
+    col_lm_param_specs(c, specs);
+    double n = 0;
+    for (int i = 0; i < np; i++)
+        if (specs[i].role != COL_ROLE_EMBED && specs[i].role != COL_ROLE_POS)
+            n += (double)col_param_numel(&specs[i]);
+    free(specs);
+    int nt = r->tr ? col_lm_trainer_n_params(r->tr) : 0;
+    for (int i = np; i < nt; i++) { /* LoRA adapters */
+        const col_param_spec *s = NULL;
+        col_lm_trainer_param(r->tr, i, &s);
+        n += s ? (double)col_param_numel(s) : 0;
+    }
+    return 6.0 * (double)r->o.batch * r->o.seq * r->o.grad_accum * n;
+}
+
+cJSON *ft_log_history(const run *r, bool finished)
+{
+    if (!r->logging)
+        return NULL;
+    cJSON *h = train_log_history(&r->log, ft_log_every(&r->o));
+    if (h && finished && !r->rl) {
+        train_log_end e = {.step = ft_steps_done(r), .start_step = r->start_step,
+                           .runtime_s = col_seconds() - r->train_t0,
+                           .samples_per_step = (double)r->o.batch * r->o.grad_accum, .flos_per_step = flos_per_step(r)};
+        cJSON *end = train_log_summary(&r->log, &e);
+        if (end)
+            cJSON_AddItemToArray(h, end);
+    }
+    return h;
+}

@@ -296,6 +296,34 @@ cJSON *train_log_history(const train_log *l, int logging_steps)
     return a;
 }
 
+/* x rounded to d decimals, as Python's round() gives it for transformers' speed metrics */
+static double round_to(double x, int d)
+{
+    double k = pow(10, d);
+    return round(x * k) / k;
+}
+
+cJSON *train_log_summary(const train_log *l, const train_log_end *e)
+{
+    double sum = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (l->pts[i].step > e->start_step && l->pts[i].step <= e->step && isfinite(l->pts[i].loss))
+            sum += l->pts[i].loss;
+    double steps = (double)e->step, rt = e->runtime_s > 0 ? e->runtime_s : 1e-9;
+    cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return NULL;
+    if (isfinite(l->epochs_per_step))
+        add_num(j, "epoch", steps * l->epochs_per_step);
+    cJSON_AddNumberToObject(j, "step", steps);
+    cJSON_AddNumberToObject(j, "total_flos", e->flos_per_step * steps);
+    add_num(j, "train_loss", sum / (steps > 0.001 ? steps : 0.001));
+    cJSON_AddNumberToObject(j, "train_runtime", round_to(e->runtime_s, 4));
+    cJSON_AddNumberToObject(j, "train_samples_per_second", round_to(e->samples_per_step * steps / rt, 3));
+    cJSON_AddNumberToObject(j, "train_steps_per_second", round_to(steps / rt, 3));
+    return j;
+}
+
 col_status train_log_plot(const train_log *l, const char *path, col_err *err)
 {
     double *v = malloc(4 * (l->n ? l->n : 1) * sizeof *v);

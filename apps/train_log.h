@@ -63,6 +63,16 @@ col_status train_log_eval(train_log *l, int64_t step, double eval_loss, col_err 
  * those steps), "grad_norm", "learning_rate", "epoch", "step"}, and per evaluation {"eval_loss", "epoch",
  * "step"}. NULL when out of memory. */
 cJSON *train_log_history(const train_log *l, int logging_steps);
+/* What Trainer.train() logs as it ends, the last entry of log_history after a finished run, its keys in
+ * transformers' (sorted) order: "epoch", "step", "total_flos" (flos_per_step x step), "train_loss" (the sum of
+ * the losses of the steps after start_step over step, as transformers divides this process's sum by the global
+ * step), "train_runtime" (runtime_s), "train_samples_per_second" and "train_steps_per_second" (the whole run's
+ * steps, and samples_per_step times them, over this process's runtime, as transformers counts them). */
+typedef struct {
+    int64_t step, start_step;
+    double runtime_s, samples_per_step, flos_per_step;
+} train_log_end;
+cJSON *train_log_summary(const train_log *l, const train_log_end *e);
 /* Draws the history into path (a PNG, loss_plot.h). */
 col_status train_log_plot(const train_log *l, const char *path, col_err *err);
 /* Closes the files and frees the history. */

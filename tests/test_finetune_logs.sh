@@ -62,8 +62,29 @@ assert all(set(e) == {"eval_loss", "epoch", "step"} for e in evals), evals[0]
 assert [e["step"] for e in train] == list(range(1, 13)) and [e["step"] for e in evals] == [4, 8, 12]
 assert all(abs(e["loss"] - m[e["step"]]["loss"]) < 1e-6 for e in train)
 assert d["global_step"] == 12 and d["max_steps"] == 12 and d["logging_steps"] == 1
+# the end of Trainer.train(): speed_metrics("train", ...), total_flos and train_loss, with epoch and step, last
+end = h[-1]
+assert set(end) == {"epoch", "step", "total_flos", "train_loss", "train_runtime", "train_samples_per_second",
+                    "train_steps_per_second"}, end
+assert sum(1 for e in h if "train_loss" in e) == 1 and end["step"] == 12
+assert abs(end["train_loss"] - sum(m[s]["loss"] for s in range(1, 13)) / 12) < 1e-5, end
+assert end["train_runtime"] > 0 and abs(end["train_steps_per_second"] - 12 / end["train_runtime"]) < 2e-3
+assert abs(end["train_samples_per_second"] - 2 * 12 / end["train_runtime"]) < 2e-3
+# total_flos: PreTrainedModel.floating_point_ops, 6 x tokens x num_parameters(exclude_embeddings=True), over the
+# 12 steps of 2 x 32 tokens; the parameters counted from the saved file's header, less GPT-2's two nn.Embedding
+import struct
+with open(sys.argv[1] + "/model.safetensors", "rb") as f:
+    hdr = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+n = 0
+for k, v in hdr.items():
+    if k != "__metadata__" and not k.endswith(("wte.weight", "wpe.weight")):
+        c = 1
+        for x in v["shape"]:
+            c *= x
+        n += c
+assert end["total_flos"] == 6 * 12 * 2 * 32 * n, (end["total_flos"], n)
 PY
-then ok "trainer_state.json: log_history as transformers writes it (loss/grad_norm/learning_rate/epoch/step, eval_loss)"
+then ok "trainer_state.json: log_history as transformers writes it (loss/grad_norm/learning_rate/epoch/step, eval_loss, the train() summary last)"
 else notok "log_history: $(head -c 300 a/trainer_state.json)"; fi
 if py a/loss.png <<'PY'
 import struct, sys, zlib
@@ -92,8 +113,14 @@ d = json.load(open(sys.argv[1] + "/trainer_state.json"))
 assert d["max_steps"] == 20 and d["global_step"] == 20
 opts = dict(d["options"])
 assert opts["steps"] == "20" and opts["warmup"] == "0", opts  # the warmup of the 12-step run (12/20) stays
+# one train() summary, the extended run's: transformers divides this process's loss sum by the global step
+h = d["log_history"]
+ends = [e for e in h if "train_loss" in e]
+loss = {r["step"]: r["loss"] for r in recs if "loss" in r}
+assert len(ends) == 1 and h[-1] is ends[0] and ends[0]["step"] == 20, ends
+assert abs(ends[0]["train_loss"] - sum(loss[s] for s in range(13, 21)) / 20) < 1e-5, ends
 PY
-then ok "metrics.jsonl goes on 13..20 without a step twice; the saved options say 20 steps, the warmup kept"
+then ok "metrics.jsonl goes on 13..20 without a step twice; the saved options say 20 steps, the warmup kept; one train() summary, of steps 13..20 over 20"
 else notok "after extending: $(tail -n 3 a/metrics.jsonl)"; fi
 [ "$(cat a/notes.txt 2>/dev/null)" = mine ] && ok "the user's notes.txt is kept" || notok "notes.txt lost"
 "$ft" --resume a --steps 15 > /dev/null 2> err; rc=$?
