@@ -330,6 +330,34 @@ static void test_written(void)
             free(b);
         }
     }
+    /* generation_config.json: what Meta-Llama-3-8B-Instruct's has, bos 128000 and eos [128001, 128009] (its
+     * <|end_of_text|> and <|eot_id|>), for the llama3 template; ChatML's <|im_end|> is no llama3 token */
+    static const struct {
+        col_chat_family f;
+        int n;
+        int eos[2];
+    } gen[] = {{COL_CHAT_LLAMA3, 2, {128001, 128009}}, {COL_CHAT_CHATML, 1, {128001}}, {COL_CHAT_PLAIN, 1, {128001}}};
+    for (int g = 0; g < 3; g++) {
+        char gp[600], *gj = NULL;
+        size_t gl = 0;
+        snprintf(gp, sizeof gp, "%s/generation_config.json", dir);
+        remove(gp);
+        bool ok = col_lm_source_write_chat_template(&src, dir, gen[g].f, &err) == COL_OK &&
+                  col_read_file(gp, 0, &gj, &gl, &err) == COL_OK;
+        cJSON *root = gj ? cJSON_ParseWithLength(gj, gl) : NULL;
+        const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+        const cJSON *bos = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
+        ok = ok && cJSON_IsArray(eos) && cJSON_GetArraySize(eos) == gen[g].n && cJSON_IsNumber(bos) &&
+             bos->valueint == 128000;
+        for (int k = 0; ok && k < gen[g].n; k++)
+            ok = cJSON_GetArrayItem(eos, k)->valueint == gen[g].eos[k];
+        char *flat = root ? cJSON_PrintUnformatted(root) : NULL;
+        TL_OK(ok, "%s: generation_config.json ends generate() at %s: %s", col_chat_info(gen[g].f)->name,
+              gen[g].n == 2 ? "<|end_of_text|> and <|eot_id|>" : "<|end_of_text|>", flat ? flat : err.msg);
+        free(flat);
+        cJSON_Delete(root);
+        free(gj);
+    }
     /* an existing file keeps its other entries and its special tokens; its template is replaced */
     char path[600], *json = NULL;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);

@@ -297,6 +297,50 @@ static bool add_token_name(cJSON *obj, const char *key, const col_tokenizer *tok
     return ok;
 }
 
+/* dir/generation_config.json as transformers reads it for generate(): bos_token_id, and eos_token_id listing the
+ * tokenizer's end of text and every stop string of family f that is one token of it (ChatML's <|im_end|>,
+ * LLaMA-3's <|eot_id|>): a chat model's generate() then ends its reply where colossal-chat does, as the chat
+ * models on the Hub have it. Nothing when the tokenizer has none of them. */
+static col_status write_generation_config(const col_lm_source *s, const char *dir, col_chat_family f, col_err *err)
+{
+    int32_t eos[8];
+    int n = 0;
+    if (s->tok && col_tok_eos_id(s->tok) >= 0)
+        eos[n++] = col_tok_eos_id(s->tok);
+    const col_chat_family_info *fi = col_chat_info(f);
+    for (int k = 0; s->tok && fi && fi->stop && fi->stop[k] && n < 8; k++) {
+        int32_t *ids = NULL;
+        size_t m = 0;
+        if (col_tok_encode(s->tok, fi->stop[k], strlen(fi->stop[k]), false, &ids, &m, NULL) == COL_OK && m == 1) {
+            bool have = false;
+            for (int j = 0; j < n; j++)
+                have = have || eos[j] == ids[0];
+            if (!have)
+                eos[n++] = ids[0];
+        }
+        free(ids);
+    }
+    if (n == 0)
+        return COL_OK;
+    cJSON *root = cJSON_CreateObject(), *list = cJSON_CreateArray();
+    bool ok = root && list && cJSON_AddItemToObject(root, "eos_token_id", list);
+    if (!ok)
+        cJSON_Delete(list);
+    for (int j = 0; ok && j < n; j++)
+        ok = cJSON_AddItemToArray(list, cJSON_CreateNumber(eos[j]));
+    if (ok && s->tok && col_tok_bos_id(s->tok) >= 0)
+        ok = cJSON_AddNumberToObject(root, "bos_token_id", col_tok_bos_id(s->tok)) != NULL;
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text)
+        return col_err_set(err, COL_ENOMEM, "out of memory writing %s/generation_config.json", dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    col_status st = col_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return st;
+}
+
 col_status col_lm_source_write_chat_template(const col_lm_source *s, const char *dir, col_chat_family f,
                                              col_err *err)
 {
@@ -336,5 +380,5 @@ col_status col_lm_source_write_chat_template(const col_lm_source *s, const char 
         return col_err_set(err, COL_ENOMEM, "out of memory writing %s", path);
     col_status st = col_write_file_atomic(path, text, strlen(text), err);
     free(text);
-    return st;
+    return st == COL_OK ? write_generation_config(s, dir, f, err) : st;
 }

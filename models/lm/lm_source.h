@@ -59,7 +59,10 @@ col_status col_lm_source_copy_tokenizer(const col_lm_source *s, const char *dir,
  * "bos_token" / "eos_token" (the tokenizer's, as strings) where the file has
  * none. The file in dir (copied there by col_lm_source_copy_tokenizer) is
  * kept otherwise; without one a new file names PreTrainedTokenizerFast.
- * Written atomically. */
+ * Also dir/generation_config.json: "bos_token_id", and "eos_token_id" listing
+ * the tokenizer's end of text and each of the family's stop strings that is
+ * one token (<|im_end|>, <|eot_id|>), so that transformers' generate() ends a
+ * reply where colossal-chat does. Written atomically. */
 col_status col_lm_source_write_chat_template(const col_lm_source *s, const char *dir, col_chat_family f,
                                              col_err *err);
 
