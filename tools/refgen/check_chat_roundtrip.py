@@ -97,6 +97,21 @@ def check_dir(bindir, out, family, what=None, compare_text=True):
         bad += 1
     else:
         print(f"ok   {what}: assistant first: {'refused by both' if hf_refused else 'rendered by both'}")
+    # generation_config.json (written with the template): transformers reads it, and generate() stops at the
+    # tokenizer's end of text and at the template's end of turn where that is one token
+    if os.path.exists(os.path.join(out, "generation_config.json")):
+        from transformers import GenerationConfig
+        eos = GenerationConfig.from_pretrained(out).eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        want = [tok.eos_token_id]
+        end = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>"}.get(family)
+        if end and len(tok.encode(end, add_special_tokens=False)) == 1:
+            want.append(tok.encode(end, add_special_tokens=False)[0])
+        if eos != want:
+            print(f"FAIL {what}: generation_config.json's eos_token_id {eos}, wanted {want}")
+            bad += 1
+        else:
+            print(f"ok   {what}: generation_config.json read by transformers: eos_token_id {eos}")
     return bad
 
 
