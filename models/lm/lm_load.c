@@ -276,24 +276,34 @@ col_status col_lm_trainer_load_ex(col_lm_trainer *t, const col_ckpt *ck, unsigne
     return st != COL_OK ? st : load_params(t, ck, flags, report, err);
 }
 
+col_status lmt_map_begin(col_lm_trainer *t, col_err *err)
+{
+    col_status st = lmt_refuse_mapped(t, err);
+    if (st == COL_OK && lmt_can_map(t) && !(t->ext = calloc((size_t)t->np, sizeof *t->ext)))
+        st = col_err_set(err, COL_ENOMEM, "loading the weights: out of memory");
+    return st;
+}
+
+bool lmt_map_end(col_lm_trainer *t, col_status st, const col_lm_load_report *rep)
+{
+    if (st == COL_OK && rep->n_mapped > 0)
+        return true;
+    if (st == COL_OK) { /* nothing read in place: the session is an ordinary one */
+        free(t->ext);
+        t->ext = NULL;
+    }
+    return false;
+}
+
 col_status col_lm_trainer_load_mapped(col_lm_trainer *t, col_ckpt **ck, unsigned flags, col_lm_load_report *report,
                                       col_err *err)
 {
-    col_status st = lmt_refuse_mapped(t, err);
-    if (st != COL_OK)
-        return st;
     col_lm_load_report own;
-    if (!report)
-        report = &own;
-    if (lmt_can_map(t) && !(t->ext = calloc((size_t)t->np, sizeof *t->ext)))
-        return col_err_set(err, COL_ENOMEM, "loading the checkpoint: out of memory");
-    st = load_params(t, *ck, flags, report, err);
-    if (st == COL_OK && report->n_mapped > 0) {
+    col_status st = lmt_map_begin(t, err);
+    if (st == COL_OK && (st = load_params(t, *ck, flags, report ? report : &own, err)) == COL_OK &&
+        lmt_map_end(t, st, report ? report : &own)) {
         t->ext_ck = *ck;
         *ck = NULL;
-    } else if (st == COL_OK) { /* nothing read in place: the session is an ordinary one */
-        free(t->ext);
-        t->ext = NULL;
     }
     return st;
 }

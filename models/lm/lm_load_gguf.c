@@ -136,22 +136,14 @@ col_status col_lm_trainer_load_gguf(col_lm_trainer *t, const col_gguf *g, col_er
 
 col_status col_lm_trainer_load_gguf_mapped(col_lm_trainer *t, col_gguf **g, col_lm_load_report *report, col_err *err)
 {
-    col_status st = lmt_refuse_mapped(t, err);
-    if (st != COL_OK)
-        return st;
     col_lm_load_report own;
     if (!report)
         report = &own;
     report->n_mapped = 0, report->mapped_bytes = 0;
-    if (lmt_can_map(t) && !(t->ext = calloc((size_t)t->np, sizeof *t->ext)))
-        return col_err_set(err, COL_ENOMEM, "loading %s: out of memory", col_gguf_name(*g));
-    st = load_gguf(t, *g, report, err);
-    if (st == COL_OK && report->n_mapped > 0) {
+    col_status st = lmt_map_begin(t, err);
+    if (st == COL_OK && (st = load_gguf(t, *g, report, err)) == COL_OK && lmt_map_end(t, st, report)) {
         t->ext_gguf = *g;
         *g = NULL;
-    } else if (st == COL_OK) {
-        free(t->ext);
-        t->ext = NULL;
     }
     return st;
 }

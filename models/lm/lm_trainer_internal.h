@@ -296,6 +296,11 @@ enum { LMT_MAP_ALIGN = COL_LM_WEIGHT_ALIGN };
 bool lmt_can_map(const col_lm_trainer *t);
 /* COL_ESTATE when the session reads weights in place already: another load would leave them half from each file */
 col_status lmt_refuse_mapped(const col_lm_trainer *t, col_err *err);
+/* A load that may read weights in place: begin refuses as lmt_refuse_mapped and makes t->ext where lmt_can_map;
+ * end (after the load, its status st) is true when some were mapped (the session must then own the file), else
+ * drops t->ext. */
+col_status lmt_map_begin(col_lm_trainer *t, col_err *err);
+bool lmt_map_end(col_lm_trainer *t, col_status st, const col_lm_load_report *rep);
 void lmt_map_param(col_lm_trainer *t, int i, const void *data, size_t nbytes, col_lm_load_report *rep);
 /* the next trained tensor after i whose kind-k memory is in another chunk (nt when none) */
 int lmt_next_chunk(const col_lm_trainer *t, int k, int i);
