@@ -158,9 +158,9 @@ void lmt_map_param(col_lm_trainer *t, int i, const void *data, size_t nbytes, co
     madvise((void *)lo, (uintptr_t)data + nbytes - lo, MADV_POPULATE_READ);
     t->ext[i] = data;
     void *p = (void *)(uintptr_t)data;
-    if (t->w16)
+    if (lmt_mixed(t)) /* (a quantized session: its parameters are the 16-bit / block memory) */
         t->w16[i] = p;
-    if (!lmt_mixed(t))
+    else
         t->ot[i].w = p;
     if (rep)
         rep->n_mapped++, rep->mapped_bytes += nbytes;

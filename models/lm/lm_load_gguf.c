@@ -46,7 +46,7 @@ col_status col_lm_gguf_param_dtypes(const col_gguf *g, const col_lm_config *c, c
 }
 
 /* the file's pages of a tensor that was copied leave this process (they stay in the page cache): the mapping
- * then holds only what the session reads in place */
+ * then holds only what the session reads in place, and a copying load never holds the file and its copy whole */
 static void release_pages(const void *data, uint64_t nbytes)
 {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)data + page - 1) / page * page,
@@ -107,8 +107,7 @@ static col_status load_gguf(col_lm_trainer *t, const col_gguf *g, col_lm_load_re
                 memcpy((char *)p + (size_t)r * gt.row_bytes, (const char *)gt.data + (size_t)from * gt.row_bytes,
                        gt.row_bytes);
             }
-            if (t->ext)
-                release_pages(gt.data, gt.nbytes);
+            release_pages(gt.data, gt.nbytes);
             continue;
         }
         /* f32 values: in the parameter itself, or through the conversion buffer */
@@ -119,7 +118,7 @@ static col_status load_gguf(col_lm_trainer *t, const col_gguf *g, col_lm_load_re
             st = col_lm_gguf_read_f32(g, c, i, w, err);
         if (st == COL_OK && lmt_mixed(t))
             st = lmt_set_weights(t, i, w, err);
-        if (st == COL_OK && t->ext)
+        if (st == COL_OK)
             release_pages(gt.data, gt.nbytes);
     }
     if (st == COL_OK)
