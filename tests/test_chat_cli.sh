@@ -395,9 +395,9 @@ fi
 
 # ---- the terminal during and around replies: a narrow pane (40 columns), a model slow enough to type during
 # its reply (the gpt2 architecture, random weights: some 10-20 tokens/s here) ----
-wait_in() { # wait_in SESSION PATTERN [COUNT]: as wait_for, for another session (up to ~30 s)
+wait_in() { # wait_in SESSION PATTERN [COUNT [TENTHS]]: as wait_for, for another session (up to ~30 s, or TENTHS)
     i=0
-    while [ $i -lt 300 ]; do
+    while [ $i -lt "${4:-300}" ]; do
         tmux -S "$tmux_sock" capture-pane -p -J -t "$1" > "$tmp/screen" 2>/dev/null
         [ "$(grep -cE -- "$2" "$tmp/screen")" -ge "${3:-1}" ] && return 0
         sleep 0.1
@@ -467,7 +467,7 @@ else
     tmux -S "$tmux_sock" capture-pane -p -J -t slow > "$tmp/during"
     if grep -q 'tokens/s;' "$tmp/during"; then
         fail "type-ahead: the reply was over before the keys were sent (too fast a machine for this check)"
-    elif wait_in slow '^\([0-9]+ tokens in [0-9.]+ s, [0-9.]+ tokens/s; prompt: 1 token in' &&
+    elif wait_in slow '^\([0-9]+ tokens in [0-9.]+ s, [0-9.]+ tokens/s; prompt: 1 token in' 1 1200 &&
         wait_in slow '^> typed ahead$' && [ "$(grep -c 'typed ahead' "$tmp/screen")" -eq 1 ]; then
         pass "/stats: a tokens/s line after the reply; keys typed during it are not echoed into it but begin the next line"
     else
@@ -477,7 +477,7 @@ else
     tmux -S "$tmux_sock" send-keys -t slow Enter
     sleep 0.3
     tmux -S "$tmux_sock" send-keys -t slow C-c
-    if wait_in slow '^\(reply stopped\)$' && wait_in slow '^\([0-9]+ tokens? in' 2; then
+    if wait_in slow '^\(reply stopped\)$' 1 1200 && wait_in slow '^\([0-9]+ tokens? in' 2 1200; then
         pass "ctrl-c stops a reply on the quiet terminal"
     else
         fail "ctrl-c during a reply"; show
