@@ -6,6 +6,7 @@
  * stay open until col_ckpt_close.
  */
 #include "checkpoint.h"
+#include "filemap.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -485,14 +486,6 @@ static void convert(col_st_dtype dt, const unsigned char *p, int64_t n, float *d
 /* The whole pages inside [p, p + len) of a read-only file mapping leave this
  * process's resident memory (reading them again maps them back from the
  * file): a checkpoint read once, tensor by tensor, does not stay resident. */
-static void release_pages(const void *p, size_t len)
-{
-    long ps = sysconf(_SC_PAGESIZE);
-    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + len) & ~(page - 1);
-    if (b > a)
-        madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 col_status col_ckpt_check_f32(const col_ckpt_tensor *t, int ndim, const int64_t *shape, col_err *err)
 {
     if (!t || !t->name || (ndim > 0 && !shape))
@@ -541,7 +534,7 @@ col_status col_ckpt_read_f32(const col_ckpt_tensor *t, int ndim, const int64_t *
         const unsigned char *src = (const unsigned char *)t->data + (size_t)done * es;
         convert(t->dtype, src, n, dst + done);
         if (t->mapped)
-            release_pages(src, (size_t)n * es);
+            col_file_release(src, (size_t)n * es);
     }
     return COL_OK;
 }

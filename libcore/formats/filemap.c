@@ -51,3 +51,27 @@ void col_file_unmap(void *map, size_t len)
     if (map)
         munmap(map, len);
 }
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+static uintptr_t page_size(void)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    return ps > 0 ? (uintptr_t)ps : 4096;
+}
+
+void col_file_release(const void *p, size_t len)
+{
+    uintptr_t page = page_size(), lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + len) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+void col_file_populate(const void *p, size_t len)
+{
+    uintptr_t page = page_size(), lo = (uintptr_t)p & ~(page - 1);
+    if (len > 0)
+        madvise((void *)lo, (uintptr_t)p + len - lo, MADV_POPULATE_READ);
+}

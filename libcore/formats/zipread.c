@@ -4,6 +4,7 @@
  * sizes come from it; a stored entry read from memory comes back as one
  * block of the input, which the callers may reference in place.
  */
+#include "filemap.h"
 #include "zip_internal.h"
 
 #include <archive.h>
@@ -11,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 static const uint64_t zip_empty_data[1];
 
@@ -32,17 +31,6 @@ static zip_why archive_why(struct archive *a)
     for (size_t n = strlen(w.s); n > 0 && w.s[n - 1] == ' ';)
         w.s[--n] = '\0';
     return w;
-}
-
-/* The whole pages inside [p, p + len) of a read-only file mapping leave
- * resident memory (a later read maps them back from the file). */
-static void drop_resident(const void *p, size_t len)
-{
-    long ps = sysconf(_SC_PAGESIZE);
-    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096, lo = ((uintptr_t)p + page - 1) & ~(page - 1),
-              hi = ((uintptr_t)p + len) & ~(page - 1);
-    if (hi > lo)
-        madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 /* Whether a name holds a control character (it would break a message's line). */
@@ -224,7 +212,7 @@ col_status col_zip_read(const uint8_t *in, size_t len, const char *file, size_t 
         if ((st = read_entry(a, in, len, align, file, e, &budget, err)) != COL_OK)
             goto done;
         if (drop_pages && !e->copy && e->len)
-            drop_resident(e->data, e->len);
+            col_file_release(e->data, e->len);
     }
     if (ne > 1)
         qsort(es, ne, sizeof *es, entry_cmp);

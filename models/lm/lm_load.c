@@ -7,9 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
+#include "filemap.h"
 #include "lm_family.h"
 #include "lm_quant.h"
 #include "lm_trainer_internal.h"
@@ -146,16 +145,9 @@ bool lmt_can_map(const col_lm_trainer *t)
            !(t->nvme_kinds & (1u << MT_PARAM));
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
-
 void lmt_map_param(col_lm_trainer *t, int i, const void *data, size_t nbytes, col_lm_load_report *rep)
 {
-    /* its pages mapped now, in one call, rather than faulted in one by one by the first token (advice: an older
-     * kernel refuses it, and the first token then maps them) */
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)data / page * page;
-    madvise((void *)lo, (uintptr_t)data + nbytes - lo, MADV_POPULATE_READ);
+    col_file_populate(data, nbytes); /* mapped now, not faulted in by the first token */
     t->ext[i] = data;
     void *p = (void *)(uintptr_t)data;
     if (lmt_mixed(t)) /* (a quantized session: its parameters are the 16-bit / block memory) */

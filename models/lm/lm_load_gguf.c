@@ -8,9 +8,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
+#include "filemap.h"
 #include "lm_gguf.h"
 #include "lm_trainer_internal.h"
 
@@ -43,16 +42,6 @@ col_status col_lm_gguf_param_dtypes(const col_gguf *g, const col_lm_config *c, c
     }
     free(specs);
     return st;
-}
-
-/* the file's pages of a tensor that was copied leave this process (they stay in the page cache): the mapping
- * then holds only what the session reads in place, and a copying load never holds the file and its copy whole */
-static void release_pages(const void *data, uint64_t nbytes)
-{
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)data + page - 1) / page * page,
-              hi = ((uintptr_t)data + (uintptr_t)nbytes) / page * page;
-    if (hi > lo)
-        madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a read-only mapping of a file refaults the same */
 }
 
 /* parameter i read in place from the tensor gt: stored exactly as the session holds it (the same block dtype in
@@ -107,7 +96,7 @@ static col_status load_gguf(col_lm_trainer *t, const col_gguf *g, col_lm_load_re
                 memcpy((char *)p + (size_t)r * gt.row_bytes, (const char *)gt.data + (size_t)from * gt.row_bytes,
                        gt.row_bytes);
             }
-            release_pages(gt.data, gt.nbytes);
+            col_file_release(gt.data, gt.nbytes); /* (its copy is in the session) */
             continue;
         }
         /* f32 values: in the parameter itself, or through the conversion buffer */
@@ -119,7 +108,7 @@ static col_status load_gguf(col_lm_trainer *t, const col_gguf *g, col_lm_load_re
         if (st == COL_OK && lmt_mixed(t))
             st = lmt_set_weights(t, i, w, err);
         if (st == COL_OK)
-            release_pages(gt.data, gt.nbytes);
+            col_file_release(gt.data, gt.nbytes); /* (its copy is in the session) */
     }
     if (st == COL_OK)
         st = mt_stage_flush(t->stage, err);
